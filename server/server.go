@@ -1,0 +1,377 @@
+// Package server is the lab's HTTP front end: POST /insert and GET /get over a shard set,
+// plus /healthz, /stats and /metrics. Every client mistake gets a 4xx with a JSON body
+// {"error": "..."}; a shard that fails gets a 503 naming the shard, and the other shards
+// keep serving.
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"shardlab/shardset"
+)
+
+// Limits on client input. They are part of the lab's documented interface (README).
+const (
+	MaxUserIDBytes = 128       // longest user_id accepted, in bytes of UTF-8
+	MaxDataBytes   = 64 << 10  // longest data value accepted, in bytes
+	MaxBodyBytes   = 128 << 10 // longest request body read; JSON escaping can double a value's size
+)
+
+// Config describes what the server fronts.
+type Config struct {
+	Set     *shardset.Set
+	Mode    string // "single" or "sharded", reported by /stats
+	Backend string // "sqlite" or "postgres", reported by /stats
+	// Extra registers further routes (such as the counter endpoints) on the server's mux.
+	Extra func(mux *http.ServeMux)
+}
+
+// Server is an http.Handler serving the lab's API.
+type Server struct {
+	cfg     Config
+	mux     *http.ServeMux
+	started time.Time
+
+	stats struct {
+		inserts, gets, getHits, getMisses, clientErrors, shardErrors atomic.Int64
+	}
+	registry *prometheus.Registry
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+// New returns a Server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Set == nil {
+		return nil, errors.New("server: nil shard set")
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), started: time.Now(), registry: prometheus.NewRegistry()}
+	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardlab_requests_total", Help: "HTTP requests by endpoint and status code.",
+	}, []string{"endpoint", "code"})
+	s.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "shardlab_request_duration_seconds",
+		Help:    "Time to serve a request, by endpoint.",
+		Buckets: prometheus.ExponentialBuckets(0.00005, 2, 18), // 50us .. ~6.5s
+	}, []string{"endpoint"})
+	shardOps := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "shardlab_shard_errors_total", Help: "Requests that failed because a shard failed.",
+	}, func() float64 { return float64(s.stats.shardErrors.Load()) })
+	s.registry.MustRegister(s.requests, s.latency, shardOps,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	s.registry.MustRegister(rowsCollector{set: cfg.Set})
+
+	s.handle("/insert", http.MethodPost, s.insert)
+	s.handle("/get", http.MethodGet, s.get)
+	s.handle("/healthz", http.MethodGet, s.healthz)
+	s.handle("/stats", http.MethodGet, s.statsHandler)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s", r.URL.Path))
+	})
+	if cfg.Extra != nil {
+		cfg.Extra(s.mux)
+	}
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Registry returns the Prometheus registry behind /metrics, for extra collectors.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// statusWriter remembers the status code for metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// handle registers h for path, answering 405 with an Allow header for other methods, and
+// records the request in the metrics.
+func (s *Server) handle(path, method string, h func(w http.ResponseWriter, r *http.Request) int) {
+	endpoint := strings.TrimPrefix(path, "/")
+	s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		var code int
+		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", method)
+			code = WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s; use %s", r.Method, path, method))
+		} else {
+			code = h(w, r)
+		}
+		if code >= 400 && code < 500 {
+			s.stats.clientErrors.Add(1)
+		}
+		s.requests.WithLabelValues(endpoint, fmt.Sprint(code)).Inc()
+		s.latency.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
+	})
+}
+
+// HandleJSON registers a JSON endpoint on mux with the server's method check and metrics;
+// h returns the status code it wrote. It is how extra endpoints (counters) join the server.
+func (s *Server) HandleJSON(path, method string, h func(w http.ResponseWriter, r *http.Request) int) {
+	s.handle(path, method, h)
+}
+
+// WriteJSON writes v as a JSON response with the given status and returns the status.
+func WriteJSON(w http.ResponseWriter, status int, v any) int {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v) // the client may be gone; nothing useful to do then
+	return status
+}
+
+// WriteError writes {"error": msg} with the given status and returns the status.
+func WriteError(w http.ResponseWriter, status int, msg string) int {
+	return WriteJSON(w, status, map[string]string{"error": msg})
+}
+
+// DecodeJSONBody reads a JSON object from r's body into dst with the lab's rules: the
+// content type must be application/json, the body at most maxBytes and valid UTF-8, no
+// unknown fields, nothing after the object. On failure it writes the 4xx response and
+// returns its status; on success it returns 0.
+func DecodeJSONBody(w http.ResponseWriter, r *http.Request, maxBytes int64, dst any) int {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return WriteError(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return WriteError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type must be application/json, got %q", ct))
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", maxBytes))
+		}
+		return WriteError(w, http.StatusBadRequest, "cannot read request body: "+err.Error())
+	}
+	if !utf8.Valid(body) {
+		// encoding/json would silently replace invalid bytes, breaking byte-for-byte storage.
+		return WriteError(w, http.StatusBadRequest, "request body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		if errors.Is(err, io.EOF) {
+			return WriteError(w, http.StatusBadRequest, "empty request body; want a JSON object")
+		}
+		return WriteError(w, http.StatusBadRequest, "malformed JSON: "+err.Error())
+	}
+	if dec.More() {
+		return WriteError(w, http.StatusBadRequest, "malformed JSON: unexpected data after the object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return WriteError(w, http.StatusBadRequest, "malformed JSON: unexpected data after the object")
+	}
+	return 0
+}
+
+// ErrBadUserID is wrapped by ValidateUserID's errors.
+var ErrBadUserID = errors.New("bad user_id")
+
+// ValidateUserID checks a user id against the lab's rules: present, 1..MaxUserIDBytes
+// bytes, no control characters.
+func ValidateUserID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: user_id is required and must not be empty", ErrBadUserID)
+	case len(id) > MaxUserIDBytes:
+		return fmt.Errorf("%w: user_id is %d bytes, at most %d allowed", ErrBadUserID, len(id), MaxUserIDBytes)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w: user_id is not valid UTF-8", ErrBadUserID)
+	}
+	for _, c := range id {
+		if c < 0x20 || c == 0x7f {
+			return fmt.Errorf("%w: user_id contains a control character", ErrBadUserID)
+		}
+	}
+	return nil
+}
+
+// insertRequest is the body of POST /insert. Pointers tell a missing field from an empty one.
+type insertRequest struct {
+	UserID *string `json:"user_id"`
+	Data   *string `json:"data"`
+}
+
+// insertResponse is the body of a successful POST /insert.
+type insertResponse struct {
+	UserID string `json:"user_id"`
+	Shard  int    `json:"shard"`
+	Status string `json:"status"`
+}
+
+// record is the body of a successful GET /get.
+type record struct {
+	UserID string `json:"user_id"`
+	Data   string `json:"data"`
+	Shard  int    `json:"shard"`
+}
+
+func (s *Server) insert(w http.ResponseWriter, r *http.Request) int {
+	s.stats.inserts.Add(1)
+	var req insertRequest
+	if code := DecodeJSONBody(w, r, MaxBodyBytes, &req); code != 0 {
+		return code
+	}
+	if req.UserID == nil {
+		return WriteError(w, http.StatusBadRequest, "user_id is required")
+	}
+	if err := ValidateUserID(*req.UserID); err != nil {
+		return WriteError(w, http.StatusBadRequest, err.Error())
+	}
+	if req.Data == nil {
+		return WriteError(w, http.StatusBadRequest, "data is required (it may be an empty string)")
+	}
+	if len(*req.Data) > MaxDataBytes {
+		return WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("data is %d bytes, at most %d allowed", len(*req.Data), MaxDataBytes))
+	}
+	shard, err := s.cfg.Set.Put(r.Context(), *req.UserID, []byte(*req.Data))
+	if err != nil {
+		return s.shardFailure(w, r, shard, err)
+	}
+	return WriteJSON(w, http.StatusOK, insertResponse{UserID: *req.UserID, Shard: shard, Status: "stored"})
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) int {
+	s.stats.gets.Add(1)
+	q := r.URL.Query()
+	ids, ok := q["user_id"]
+	if !ok {
+		return WriteError(w, http.StatusBadRequest, "query parameter user_id is required")
+	}
+	if len(ids) != 1 {
+		return WriteError(w, http.StatusBadRequest, "give user_id exactly once")
+	}
+	for k := range q {
+		if k != "user_id" {
+			return WriteError(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q", k))
+		}
+	}
+	if err := ValidateUserID(ids[0]); err != nil {
+		return WriteError(w, http.StatusBadRequest, err.Error())
+	}
+	data, shard, err := s.cfg.Set.Get(r.Context(), ids[0])
+	if errors.Is(err, shardset.ErrNotFound) {
+		s.stats.getMisses.Add(1)
+		return WriteJSON(w, http.StatusNotFound, map[string]any{"error": "user_id not found", "user_id": ids[0], "shard": shard})
+	}
+	if err != nil {
+		return s.shardFailure(w, r, shard, err)
+	}
+	s.stats.getHits.Add(1)
+	return WriteJSON(w, http.StatusOK, record{UserID: ids[0], Data: string(data), Shard: shard})
+}
+
+// shardFailure answers a request whose shard failed: 503 naming the shard, so clients can
+// tell a dead shard from a bad request. A request cancelled by its client is not the
+// shard's fault.
+func (s *Server) shardFailure(w http.ResponseWriter, r *http.Request, shard int, err error) int {
+	if r.Context().Err() != nil {
+		return WriteError(w, 499, "request cancelled by the client")
+	}
+	s.stats.shardErrors.Add(1)
+	return WriteJSON(w, http.StatusServiceUnavailable, map[string]any{
+		"error": fmt.Sprintf("shard %d unavailable: %v", shard, errors.Unwrap(err)),
+		"shard": shard,
+	})
+}
+
+// shardHealth is one shard's entry in /healthz.
+type shardHealth struct {
+	Shard int    `json:"shard"`
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) int {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	health := s.cfg.Set.Health(ctx)
+	shards := make([]shardHealth, len(health))
+	var unhealthy []int
+	for i, err := range health {
+		shards[i] = shardHealth{Shard: i, OK: err == nil}
+		if err != nil {
+			shards[i].Error = err.Error()
+			unhealthy = append(unhealthy, i)
+		}
+	}
+	body := map[string]any{"status": "ok", "shards": shards}
+	if len(unhealthy) > 0 {
+		body["status"] = "degraded"
+		body["unhealthy_shards"] = unhealthy
+		return WriteJSON(w, http.StatusServiceUnavailable, body)
+	}
+	return WriteJSON(w, http.StatusOK, body)
+}
+
+// Stats is the body of GET /stats.
+type Stats struct {
+	Mode         string           `json:"mode"`
+	Backend      string           `json:"backend"`
+	Router       string           `json:"router"`
+	Shards       int              `json:"shards"`
+	RowsPerShard []int64          `json:"rows_per_shard"`
+	Requests     map[string]int64 `json:"requests"`
+	UptimeS      float64          `json:"uptime_s"`
+	Errors       []string         `json:"errors,omitempty"`
+}
+
+func (s *Server) statsHandler(w http.ResponseWriter, r *http.Request) int {
+	counts, err := s.cfg.Set.Counts(r.Context())
+	st := Stats{
+		Mode: s.cfg.Mode, Backend: s.cfg.Backend, Router: s.cfg.Set.Router().Name(),
+		Shards: s.cfg.Set.Shards(), RowsPerShard: counts, UptimeS: time.Since(s.started).Seconds(),
+		Requests: map[string]int64{
+			"insert": s.stats.inserts.Load(), "get": s.stats.gets.Load(),
+			"get_hits": s.stats.getHits.Load(), "get_misses": s.stats.getMisses.Load(),
+			"client_errors": s.stats.clientErrors.Load(), "shard_errors": s.stats.shardErrors.Load(),
+		},
+	}
+	if err != nil {
+		st.Errors = strings.Split(err.Error(), "\n")
+	}
+	return WriteJSON(w, http.StatusOK, st)
+}
+
+// rowsCollector exports the records per shard, counted once per scrape.
+type rowsCollector struct{ set *shardset.Set }
+
+var rowsDesc = prometheus.NewDesc("shardlab_shard_rows",
+	"Records stored in a shard, counted at scrape time (-1 when the shard fails).", []string{"shard"}, nil)
+
+// Describe implements prometheus.Collector.
+func (c rowsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- rowsDesc }
+
+// Collect implements prometheus.Collector.
+func (c rowsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts, _ := c.set.Counts(ctx)
+	for i, n := range counts {
+		ch <- prometheus.MustNewConstMetric(rowsDesc, prometheus.GaugeValue, float64(n), fmt.Sprint(i))
+	}
+}

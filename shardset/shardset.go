@@ -1,0 +1,136 @@
+// Package shardset spreads records over a fixed set of shards: a router names the shard
+// that owns a key, and every read and write for that key goes to that shard's backend.
+// Single mode is simply a set of one shard, so the baseline runs the very same code.
+//
+// Backends are adapters over a real database: package sqlite (one file per shard) and
+// package postgres (one database per shard, possibly on different hosts).
+package shardset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"shardlab/routing"
+)
+
+// ErrNotFound is returned when a key has no record.
+var ErrNotFound = errors.New("shardset: record not found")
+
+// ErrClosed is returned by calls on a closed Set.
+var ErrClosed = errors.New("shardset: closed")
+
+// Backend stores the records of one shard. Implementations are safe for concurrent use.
+type Backend interface {
+	// Put stores data under key, replacing any earlier value. When it returns nil the
+	// write is committed with the backend's configured durability.
+	Put(ctx context.Context, key string, data []byte) error
+	// Get returns the data stored under key, or an error wrapping ErrNotFound.
+	Get(ctx context.Context, key string) ([]byte, error)
+	// Count returns the number of records in the shard.
+	Count(ctx context.Context) (int64, error)
+	// Ping checks that the shard answers.
+	Ping(ctx context.Context) error
+	// Close releases the backend; calling it again returns nil.
+	Close() error
+}
+
+// ShardError reports which shard failed. Callers use it to answer "shard 2 is down"
+// rather than failing the whole set.
+type ShardError struct {
+	Shard int   // index of the shard that failed
+	Err   error // what the backend said
+}
+
+func (e *ShardError) Error() string { return fmt.Sprintf("shard %d: %v", e.Shard, e.Err) }
+
+// Unwrap returns the backend's error.
+func (e *ShardError) Unwrap() error { return e.Err }
+
+// Set routes keys to backends. It is safe for concurrent use.
+type Set struct {
+	router   routing.Router
+	backends []Backend
+}
+
+// New returns a Set over backends, one per shard of router, in shard order.
+// The Set takes ownership of the backends: Close closes them.
+func New(router routing.Router, backends []Backend) (*Set, error) {
+	if router == nil {
+		return nil, errors.New("shardset: nil router")
+	}
+	if len(backends) != router.Shards() {
+		return nil, fmt.Errorf("shardset: router spreads keys over %d shards but %d backends were given", router.Shards(), len(backends))
+	}
+	return &Set{router: router, backends: backends}, nil
+}
+
+// Router returns the set's router.
+func (s *Set) Router() routing.Router { return s.router }
+
+// Shards returns the number of shards.
+func (s *Set) Shards() int { return len(s.backends) }
+
+// ShardFor returns the shard that owns key.
+func (s *Set) ShardFor(key string) int { return s.router.ShardFor(key) }
+
+// Put stores data under key on the shard that owns it and returns that shard's index.
+// A backend failure is returned as a *ShardError.
+func (s *Set) Put(ctx context.Context, key string, data []byte) (int, error) {
+	shard := s.router.ShardFor(key)
+	if err := s.backends[shard].Put(ctx, key, data); err != nil {
+		return shard, &ShardError{Shard: shard, Err: err}
+	}
+	return shard, nil
+}
+
+// Get returns the data stored under key and the shard it was read from. A missing key
+// gives an error wrapping ErrNotFound; a backend failure a *ShardError.
+func (s *Set) Get(ctx context.Context, key string) ([]byte, int, error) {
+	shard := s.router.ShardFor(key)
+	data, err := s.backends[shard].Get(ctx, key)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, shard, err
+		}
+		return nil, shard, &ShardError{Shard: shard, Err: err}
+	}
+	return data, shard, nil
+}
+
+// Counts returns the number of records in each shard. A shard that fails gives -1 and
+// its error is joined into the returned error; the other counts are still filled in.
+func (s *Set) Counts(ctx context.Context) ([]int64, error) {
+	counts := make([]int64, len(s.backends))
+	var errs []error
+	for i, b := range s.backends {
+		n, err := b.Count(ctx)
+		if err != nil {
+			counts[i] = -1
+			errs = append(errs, &ShardError{Shard: i, Err: err})
+			continue
+		}
+		counts[i] = n
+	}
+	return counts, errors.Join(errs...)
+}
+
+// Health pings every shard and returns one entry per shard: nil when it answered.
+func (s *Set) Health(ctx context.Context) []error {
+	out := make([]error, len(s.backends))
+	for i, b := range s.backends {
+		out[i] = b.Ping(ctx)
+	}
+	return out
+}
+
+// Close closes every backend and returns the first error. Calling it again returns nil.
+func (s *Set) Close() error {
+	var first error
+	for i, b := range s.backends {
+		if err := b.Close(); err != nil && first == nil {
+			first = fmt.Errorf("close shard %d: %w", i, err)
+		}
+	}
+	return first
+}

@@ -1,0 +1,252 @@
+// Package sqlite is the SQLite shard backend: one database file per shard.
+//
+// Each shard is tuned the same way whether the lab runs one shard or many, so the single
+// baseline is honest: WAL journal, a busy timeout, one writer connection that opens every
+// write transaction with BEGIN IMMEDIATE (no lock upgrade deadlocks), a separate pool of
+// read-only connections, and prepared statements.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"shardlab/shardset"
+)
+
+// Sync modes accepted by Options.Sync.
+const (
+	// SyncNormal commits without waiting for the disk; in WAL mode a committed write
+	// survives a crash of the process but can be lost if the machine loses power.
+	SyncNormal = "normal"
+	// SyncFull waits for the disk on every commit; a committed write survives power loss.
+	SyncFull = "full"
+)
+
+// ErrBadOptions is wrapped by errors about invalid Options.
+var ErrBadOptions = errors.New("sqlite: invalid options")
+
+// Options tunes one shard. The zero value is usable: it gets the defaults below.
+type Options struct {
+	Sync        string        // SyncNormal (default) or SyncFull
+	ReadConns   int           // read-only connections per shard; default max(4, GOMAXPROCS)
+	BusyTimeout time.Duration // how long a connection waits for a lock; default 5s
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Sync == "" {
+		o.Sync = SyncNormal
+	}
+	if o.Sync != SyncNormal && o.Sync != SyncFull {
+		return o, fmt.Errorf("%w: sync must be %q or %q, got %q", ErrBadOptions, SyncNormal, SyncFull, o.Sync)
+	}
+	if o.ReadConns == 0 {
+		o.ReadConns = max(4, runtime.GOMAXPROCS(0))
+	}
+	if o.ReadConns < 1 || o.ReadConns > 1024 {
+		return o, fmt.Errorf("%w: read connections must be 1..1024, got %d", ErrBadOptions, o.ReadConns)
+	}
+	if o.BusyTimeout == 0 {
+		o.BusyTimeout = 5 * time.Second
+	}
+	if o.BusyTimeout < 0 {
+		return o, fmt.Errorf("%w: busy timeout must not be negative", ErrBadOptions)
+	}
+	return o, nil
+}
+
+// Store is one shard's database file.
+type Store struct {
+	path   string
+	writer *sql.DB
+	reader *sql.DB
+	put    *sql.Stmt
+	get    *sql.Stmt
+	count  *sql.Stmt
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ shardset.Backend = (*Store)(nil)
+
+const schema = `CREATE TABLE IF NOT EXISTS records (
+	user_id    TEXT PRIMARY KEY,
+	data       BLOB NOT NULL,
+	updated_at INTEGER NOT NULL
+) WITHOUT ROWID`
+
+func dsn(path string, o Options, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", o.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous("+o.Sync+")")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + path + "?" + q.Encode()
+}
+
+// Open opens (creating if needed) the shard database at path.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{path: path}
+	if s.writer, err = sql.Open("sqlite", dsn(path, o, false)); err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s.writer.SetMaxOpenConns(1)
+	s.writer.SetMaxIdleConns(1)
+	s.writer.SetConnMaxLifetime(0)
+	s.writer.SetConnMaxIdleTime(0)
+	if _, err := s.writer.ExecContext(ctx, schema); err != nil {
+		s.writer.Close()
+		return nil, fmt.Errorf("sqlite: create schema in %s: %w", path, err)
+	}
+	if s.reader, err = sql.Open("sqlite", dsn(path, o, true)); err != nil {
+		s.writer.Close()
+		return nil, fmt.Errorf("sqlite: open %s for reading: %w", path, err)
+	}
+	s.reader.SetMaxOpenConns(o.ReadConns)
+	s.reader.SetMaxIdleConns(o.ReadConns)
+	s.reader.SetConnMaxLifetime(0)
+	s.reader.SetConnMaxIdleTime(0)
+
+	prepare := func(db *sql.DB, q string) *sql.Stmt {
+		if err != nil {
+			return nil
+		}
+		var st *sql.Stmt
+		st, err = db.PrepareContext(ctx, q)
+		return st
+	}
+	s.put = prepare(s.writer, `INSERT INTO records (user_id, data, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (user_id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`)
+	s.get = prepare(s.reader, `SELECT data FROM records WHERE user_id = ?`)
+	s.count = prepare(s.reader, `SELECT count(*) FROM records`)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite: prepare statements for %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// Put implements shardset.Backend. The upsert runs in its own BEGIN IMMEDIATE transaction
+// on the shard's single writer connection.
+func (s *Store) Put(ctx context.Context, key string, data []byte) error {
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if data == nil {
+		data = []byte{} // the column is NOT NULL; an empty value is still a value
+	}
+	if _, err := tx.StmtContext(ctx, s.put).ExecContext(ctx, key, data, time.Now().UnixMicro()); err != nil {
+		tx.Rollback()
+		return fmt.Errorf("upsert: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// Get implements shardset.Backend.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	var data []byte
+	err := s.get.QueryRowContext(ctx, key).Scan(&data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, shardset.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// Count implements shardset.Backend.
+func (s *Store) Count(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.count.QueryRowContext(ctx).Scan(&n)
+	return n, err
+}
+
+// Ping implements shardset.Backend.
+func (s *Store) Ping(ctx context.Context) error { return s.reader.PingContext(ctx) }
+
+// Close closes the statements and both pools; a second call returns nil.
+func (s *Store) Close() error {
+	first := func(err error) {
+		if err != nil && s.closeErr == nil {
+			s.closeErr = err
+		}
+	}
+	done := false
+	s.closeOnce.Do(func() {
+		done = true
+		for _, st := range []*sql.Stmt{s.put, s.get, s.count} {
+			if st != nil {
+				first(st.Close())
+			}
+		}
+		if s.reader != nil {
+			first(s.reader.Close())
+		}
+		if s.writer != nil {
+			first(s.writer.Close())
+		}
+	})
+	if !done {
+		return nil
+	}
+	return s.closeErr
+}
+
+// ShardFile returns the file name of shard i inside a data directory.
+func ShardFile(dir string, i int) string {
+	return filepath.Join(dir, fmt.Sprintf("shard-%d.db", i))
+}
+
+// OpenShards opens n shard files in dir (created if needed), shard i at ShardFile(dir, i).
+// On error the shards already opened are closed.
+func OpenShards(ctx context.Context, dir string, n int, opts Options) ([]*Store, error) {
+	stores := make([]*Store, 0, n)
+	for i := range n {
+		st, err := Open(ctx, ShardFile(dir, i), opts)
+		if err != nil {
+			for _, s := range stores {
+				s.Close()
+			}
+			return nil, fmt.Errorf("open shard %d: %w", i, err)
+		}
+		stores = append(stores, st)
+	}
+	return stores, nil
+}
+
+// Version returns the SQLite library version, e.g. "3.50.4".
+func Version(ctx context.Context) (string, error) {
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	var v string
+	err = db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&v)
+	return v, err
+}
