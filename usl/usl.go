@@ -6,7 +6,8 @@
 // (serialised share of the work), kappa the coherency cost (pairwise cross-talk) and
 // lambda the throughput of one unit without either. The fit is a non-linear least-squares
 // fit of throughput (not of a linearised transform), started from the quadratic
-// regression of N/X on N, with sigma and kappa kept non-negative.
+// regression of N/X on N, with sigma and kappa kept non-negative (values under 1e-12 are
+// reported as exactly 0).
 package usl
 
 import (
@@ -145,6 +146,13 @@ func Fit(points []Point) (Model, error) {
 	}
 	if math.IsInf(bestF, 1) || math.IsNaN(bestF) {
 		return Model{}, ErrNoConvergence
+	}
+	// The optimiser approaches the sigma, kappa >= 0 boundary without reaching it; call
+	// what is left there zero rather than print 1e-28.
+	for i := range 2 {
+		if best[i] < 1e-12 {
+			best[i] = 0
+		}
 	}
 	m := Model{Sigma: best[0], Kappa: best[1], Lambda: best[2] * scale, Points: len(points), DistinctN: d}
 	m.R2, m.RMSE = goodness(m, points)

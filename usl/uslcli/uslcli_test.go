@@ -1,0 +1,108 @@
+package uslcli_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"image"
+	_ "image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"shardlab/usl"
+	"shardlab/usl/uslcli"
+)
+
+func run(t *testing.T, stdin string, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := uslcli.Run(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+func TestRunSPECSDM91(t *testing.T) {
+	dir := t.TempDir()
+	png, svg := filepath.Join(dir, "c.png"), filepath.Join(dir, "c.svg")
+	out, _, err := run(t, "", "../testdata/specsdm91.csv", "--chart", png+","+svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "sigma=0.0277285 kappa=0.000104365 lambda=89.9952 nstar=96 r2=0.9896\n"; out != want {
+		t.Errorf("output %q, want %q", out, want)
+	}
+	f, err := os.Open(png)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, _, err := image.Decode(f); err != nil {
+		t.Errorf("chart is not a PNG: %v", err)
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil || !bytes.Contains(b, []byte("<svg")) || !bytes.Contains(b, []byte("N* = 96")) {
+		t.Errorf("SVG chart: %v, %.60q", err, b)
+	}
+}
+
+func TestRunStdinNoPeak(t *testing.T) {
+	in, err := os.ReadFile("../testdata/raytracer.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := run(t, string(in), "-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out, "sigma=0.05777") || !strings.Contains(out, " kappa=0 ") || !strings.Contains(out, "nstar=none") {
+		t.Errorf("output %q", out)
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	few := write("few.csv", "n,throughput\n1,10\n2,19\n3,27\n4,34\n5,40\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want error
+		msg  string
+	}{
+		{"no file argument", nil, uslcli.ErrUsage, "exactly one input file"},
+		{"two files", []string{"a", "b"}, uslcli.ErrUsage, "got 2"},
+		{"unknown flag", []string{"--nope", "x"}, uslcli.ErrUsage, "nope"},
+		{"bad chart extension", []string{"--chart", "x.gif", few}, uslcli.ErrUsage, "x.gif"},
+		{"missing file", []string{filepath.Join(dir, "missing.csv")}, os.ErrNotExist, "missing.csv"},
+		{"bad header", []string{write("h.csv", "shards,ops\n1,2\n")}, usl.ErrBadHeader, "h.csv"},
+		{"bad number", []string{write("b.csv", "n,throughput\n1,abc\n")}, usl.ErrBadNumber, "line 2"},
+		{"too few points", []string{few}, usl.ErrTooFewPoints, "at least 6 distinct values of n, got 5"},
+		{"help", []string{"--help"}, flag.ErrHelp, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := run(t, "", tc.args...)
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("err = %v, want %v containing %q", err, tc.want, tc.msg)
+			}
+			if out != "" {
+				t.Errorf("stdout %q on error", out)
+			}
+		})
+	}
+}
+
+func TestSpreads(t *testing.T) {
+	got := uslcli.Spreads([]usl.Point{{N: 2, X: 5}, {N: 1, X: 3}, {N: 2, X: 9}, {N: 2, X: 7}, {N: 1, X: 4}})
+	if len(got) != 2 || got[0].N != 1 || got[0].Median != 3.5 || got[0].Min != 3 || got[0].Max != 4 ||
+		got[1].N != 2 || got[1].Median != 7 || got[1].Min != 5 || got[1].Max != 9 {
+		t.Errorf("Spreads = %+v", got)
+	}
+}
