@@ -1,0 +1,169 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"shardlab/routing"
+)
+
+// DefaultDatabasePrefix names the databases CreateShardDatabases makes:
+// shardlab_shard_0, shardlab_shard_1, ...
+const DefaultDatabasePrefix = "shardlab_shard_"
+
+// prefixPattern keeps generated names plain lower-case identifiers, so they need no
+// quoting surprises in psql and stay within PostgreSQL's 63-byte limit.
+var prefixPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,50}$`)
+
+// ShardDatabaseName returns the name of shard i's database: prefix followed by i.
+func ShardDatabaseName(prefix string, i int) string { return prefix + strconv.Itoa(i) }
+
+func checkShardDatabases(prefix string, n int) error {
+	if !prefixPattern.MatchString(prefix) {
+		return fmt.Errorf("%w: database prefix %q must be 1..51 of [a-z0-9_], not starting with a digit", ErrBadOptions, prefix)
+	}
+	if n < 1 || n > routing.MaxShards {
+		return fmt.Errorf("%w: shard count must be 1..%d, got %d", ErrBadOptions, routing.MaxShards, n)
+	}
+	return nil
+}
+
+// CreateShardDatabases makes sure the server that baseDSN points at holds the databases
+// shardlab_shard_0 .. shardlab_shard_{n-1} and returns one DSN per shard: baseDSN with
+// the database replaced. See CreateShardDatabasesWithPrefix.
+func CreateShardDatabases(ctx context.Context, baseDSN string, n int) ([]string, error) {
+	return CreateShardDatabasesWithPrefix(ctx, baseDSN, DefaultDatabasePrefix, n)
+}
+
+// CreateShardDatabasesWithPrefix is CreateShardDatabases for databases named prefix0,
+// prefix1, ... It connects to the database baseDSN names (which must exist; "postgres"
+// is the usual choice) as a user allowed to create databases.
+//
+// Databases that already exist are kept with their data, like the lab's reused data
+// directories; the caller is expected to check that they were made for the same layout.
+// Creating concurrently with another process is safe: losing the race counts as
+// "already exists". Cancelling ctx stops between databases; those created stay.
+func CreateShardDatabasesWithPrefix(ctx context.Context, baseDSN, prefix string, n int) ([]string, error) {
+	if err := checkShardDatabases(prefix, n); err != nil {
+		return nil, err
+	}
+	dsns := make([]string, n)
+	for i := range n {
+		var err error
+		if dsns[i], err = WithDatabase(baseDSN, ShardDatabaseName(prefix, i)); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := connectAdmin(ctx, baseDSN)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for i := range n {
+		name := ShardDatabaseName(prefix, i)
+		if err := createDatabase(ctx, conn, name); err != nil {
+			return nil, err
+		}
+	}
+	return dsns, nil
+}
+
+// createDatabase creates name unless it exists. Losing a race with another session
+// counts as success.
+func createDatabase(ctx context.Context, conn *pgx.Conn, name string) error {
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("postgres: look up database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	// CREATE DATABASE cannot run inside a transaction block; Exec without arguments
+	// sends it as a simple query, outside any.
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil && !isAlreadyExists(err) {
+		return fmt.Errorf("postgres: create database %s: %w", name, err)
+	}
+	return nil
+}
+
+// CreateDatabase creates the database name on the server baseDSN points at, unless it
+// exists, and returns baseDSN with its database replaced by name.
+func CreateDatabase(ctx context.Context, baseDSN, name string) (string, error) {
+	dsn, err := WithDatabase(baseDSN, name)
+	if err != nil {
+		return "", err
+	}
+	conn, err := connectAdmin(ctx, baseDSN)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := createDatabase(ctx, conn, name); err != nil {
+		return "", err
+	}
+	return dsn, nil
+}
+
+// DropDatabase drops the database name, if it exists, on the server baseDSN points at
+// (baseDSN must name another database), terminating the sessions still connected to it.
+func DropDatabase(ctx context.Context, baseDSN, name string) error {
+	conn, err := connectAdmin(ctx, baseDSN)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return dropDatabase(ctx, conn, name)
+}
+
+// DropShardDatabases drops shardlab_shard_0 .. shardlab_shard_{n-1} on the server that
+// baseDSN points at. See DropShardDatabasesWithPrefix.
+func DropShardDatabases(ctx context.Context, baseDSN string, n int) error {
+	return DropShardDatabasesWithPrefix(ctx, baseDSN, DefaultDatabasePrefix, n)
+}
+
+// DropShardDatabasesWithPrefix drops the databases prefix0 .. prefix{n-1} and all their
+// data, for tests and cleanup. Databases that do not exist are skipped, and sessions
+// still connected to them are terminated (DROP DATABASE ... WITH (FORCE)).
+func DropShardDatabasesWithPrefix(ctx context.Context, baseDSN, prefix string, n int) error {
+	if err := checkShardDatabases(prefix, n); err != nil {
+		return err
+	}
+	conn, err := connectAdmin(ctx, baseDSN)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for i := range n {
+		if err := dropDatabase(ctx, conn, ShardDatabaseName(prefix, i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func dropDatabase(ctx context.Context, conn *pgx.Conn, name string) error {
+	q := "DROP DATABASE IF EXISTS " + pgx.Identifier{name}.Sanitize() + " WITH (FORCE)"
+	if _, err := conn.Exec(ctx, q); err != nil {
+		return fmt.Errorf("postgres: drop database %s: %w", name, err)
+	}
+	return nil
+}
+
+func connectAdmin(ctx context.Context, baseDSN string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(baseDSN)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadDSN, err)
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %s: %w", RedactDSN(baseDSN), err)
+	}
+	return conn, nil
+}

@@ -1,0 +1,378 @@
+// Package postgres is the PostgreSQL shard backend: one database per shard, reached
+// through a pgx v5 connection pool (pgxpool). The shards of a set may live on one
+// server or on many hosts, which is how the lab grows past one machine.
+//
+// # A shard that is down
+//
+// Open checks that the shard answers and fails, naming the shard's host, when it does
+// not: a server configured with a dead shard refuses to start and says which one,
+// instead of starting with holes in the key space nobody notices. Options.Lazy turns
+// that check off so a server can start degraded; the table is then created by the
+// first connection that succeeds.
+//
+// Once open, a shard that goes down fails only its own calls: a refused connection
+// fails at once, a host that does not answer fails after Options.ConnectTimeout, and a
+// server that stops answering in the middle of a query fails after
+// Options.QueryTimeout (or the caller's context, whichever ends first). Nothing needs
+// restarting when the server comes back: the pool drops the broken connections and
+// dials new ones on demand.
+//
+// # Schema
+//
+// Each shard database holds one table:
+//
+//	records(user_id text COLLATE "C" PRIMARY KEY, data bytea NOT NULL, updated_at timestamptz NOT NULL)
+//
+// created if absent. The "C" collation makes the primary key compare bytes, which is
+// all an equality lookup needs and is the same on every host whatever its locale.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"shardlab/shardset"
+)
+
+// ErrBadOptions is wrapped by errors about invalid Options.
+var ErrBadOptions = errors.New("postgres: invalid options")
+
+// ErrInvalidKey is wrapped by Put's error for a key PostgreSQL cannot store in a text
+// column: one that is not valid UTF-8 or contains a NUL byte. It is the client's
+// mistake, not the shard's. Get answers shardset.ErrNotFound for such a key, since no
+// record can exist under it.
+var ErrInvalidKey = errors.New("postgres: key must be valid UTF-8 without NUL bytes")
+
+// Defaults applied by Open to zero Options fields.
+const (
+	DefaultPoolSize       = 8
+	DefaultConnectTimeout = 5 * time.Second
+	DefaultQueryTimeout   = 10 * time.Second
+	// MaxPoolSize bounds Options.PoolSize; PostgreSQL's own default max_connections is 100.
+	MaxPoolSize = 1000
+)
+
+// Options tunes one shard's pool. The zero value is usable: it gets the defaults above.
+type Options struct {
+	// PoolSize is the most connections the shard's pool opens (pgxpool MaxConns);
+	// default DefaultPoolSize. Idle connections are kept, none are opened in advance.
+	PoolSize int32
+	// ConnectTimeout bounds dialling one host, including TLS and authentication.
+	// Zero means the DSN's connect_timeout if it has one, else DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// QueryTimeout bounds every call (Put, Get, Count, Ping), waiting for a pooled
+	// connection included, on top of the caller's context; default DefaultQueryTimeout.
+	// It is what keeps a frozen server from hanging requests whose context has no
+	// deadline.
+	QueryTimeout time.Duration
+	// Lazy makes Open succeed without reaching the server, so a set can start with a
+	// shard down. See the package documentation.
+	Lazy bool
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.PoolSize == 0 {
+		o.PoolSize = DefaultPoolSize
+	}
+	if o.PoolSize < 1 || o.PoolSize > MaxPoolSize {
+		return o, fmt.Errorf("%w: pool size must be 1..%d, got %d", ErrBadOptions, MaxPoolSize, o.PoolSize)
+	}
+	if o.ConnectTimeout < 0 {
+		return o, fmt.Errorf("%w: connect timeout must not be negative, got %v", ErrBadOptions, o.ConnectTimeout)
+	}
+	if o.QueryTimeout == 0 {
+		o.QueryTimeout = DefaultQueryTimeout
+	}
+	if o.QueryTimeout < 0 {
+		return o, fmt.Errorf("%w: query timeout must not be negative, got %v", ErrBadOptions, o.QueryTimeout)
+	}
+	return o, nil
+}
+
+// Store is one shard: a database reached through its own connection pool.
+type Store struct {
+	pool *pgxpool.Pool
+	dsn  string // redacted
+	opts Options
+
+	// schemaReady is set once the records table is known to exist; until then every
+	// new connection tries to create it (see ensureSchema).
+	schemaReady atomic.Bool
+	schemaMu    sync.Mutex
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+}
+
+var _ shardset.Backend = (*Store)(nil)
+
+const schema = `CREATE TABLE IF NOT EXISTS records (
+	user_id    text COLLATE "C" PRIMARY KEY,
+	data       bytea NOT NULL,
+	updated_at timestamptz NOT NULL DEFAULT now()
+)`
+
+const (
+	putSQL = `INSERT INTO records (user_id, data, updated_at) VALUES ($1, $2, now())
+		ON CONFLICT (user_id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`
+	getSQL   = `SELECT data FROM records WHERE user_id = $1`
+	countSQL = `SELECT count(*) FROM records`
+)
+
+// Open returns the shard stored in the database named by dsn (postgres://... URL or
+// keyword/value form; pgx parameters such as pool_max_conns are honoured but Options
+// win). Unless opts.Lazy is set it connects, creating the records table if absent, and
+// fails when the server cannot be reached; cancelling ctx abandons that check.
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(dsn) == "" {
+		return nil, fmt.Errorf("%w: empty DSN (want e.g. postgres://user@host:5432/db)", ErrBadDSN)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadDSN, err)
+	}
+	cfg.MaxConns = o.PoolSize
+	cfg.MinConns = 0
+	cfg.MinIdleConns = 0
+	if o.ConnectTimeout > 0 {
+		cfg.ConnConfig.ConnectTimeout = o.ConnectTimeout
+	} else if cfg.ConnConfig.ConnectTimeout <= 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	o.ConnectTimeout = cfg.ConnConfig.ConnectTimeout
+
+	s := &Store{dsn: RedactDSN(dsn), opts: o}
+	cfg.AfterConnect = s.ensureSchema
+	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("postgres: %s: %w", s.dsn, err)
+	}
+	if o.Lazy {
+		return s, nil
+	}
+	if err := s.ping(ctx); err != nil {
+		s.pool.Close()
+		return nil, fmt.Errorf("postgres: %s: %w", s.dsn, err)
+	}
+	return s, nil
+}
+
+// ensureSchema runs on every new connection (pgxpool AfterConnect) until the table
+// exists once; after that it costs an atomic load.
+func (s *Store) ensureSchema(ctx context.Context, c *pgx.Conn) error {
+	if s.schemaReady.Load() {
+		return nil
+	}
+	s.schemaMu.Lock()
+	defer s.schemaMu.Unlock()
+	if s.schemaReady.Load() {
+		return nil
+	}
+	// The pool dials in the background with a context that the caller's cancellation
+	// does not reach, so bound the statement here.
+	ctx, cancel := context.WithTimeout(ctx, s.opts.QueryTimeout)
+	defer cancel()
+	if _, err := c.Exec(ctx, schema); err != nil && !isAlreadyExists(err) {
+		return fmt.Errorf("create records table: %w", err)
+	}
+	s.schemaReady.Store(true)
+	return nil
+}
+
+// isAlreadyExists reports whether err is PostgreSQL saying a concurrent session created
+// the object first: CREATE ... IF NOT EXISTS is not atomic against another session.
+func isAlreadyExists(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "42P07", // duplicate_table
+		"42P04", // duplicate_database
+		"23505": // unique_violation, on the catalog's unique index
+		return true
+	}
+	return false
+}
+
+// DSN returns the shard's connection string with its password redacted.
+func (s *Store) DSN() string { return s.dsn }
+
+// Options returns the options in effect, defaults filled in; the lab records
+// PoolSize in its results.
+func (s *Store) Options() Options { return s.opts }
+
+// Stat returns a snapshot of the shard's pool counters.
+func (s *Store) Stat() *pgxpool.Stat { return s.pool.Stat() }
+
+// do runs fn on a pooled connection, bounded by ctx and the query timeout. When the
+// connection died under fn (the server stopped or restarted), the other idle
+// connections are almost certainly dead too, so the pool is reset: the first calls
+// after the server comes back dial fresh connections instead of tripping over stale ones.
+func (s *Store) do(ctx context.Context, fn func(ctx context.Context, c *pgxpool.Conn) error) error {
+	if s.closed.Load() {
+		return shardset.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.QueryTimeout)
+	defer cancel()
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	err = fn(ctx, c)
+	// A connection cancelled by its context is closed too; that says nothing about
+	// the others.
+	dead := err != nil && c.Conn().IsClosed() && ctx.Err() == nil
+	c.Release()
+	if dead {
+		s.pool.Reset()
+	}
+	return err
+}
+
+func validKey(key string) bool {
+	return utf8.ValidString(key) && strings.IndexByte(key, 0) < 0
+}
+
+// Put implements shardset.Backend: one upsert, committed (with the server's
+// synchronous_commit setting) when it returns nil. Cancelling ctx abandons the
+// statement; whether it committed is then unknown.
+func (s *Store) Put(ctx context.Context, key string, data []byte) error {
+	if !validKey(key) {
+		return fmt.Errorf("postgres: put %q: %w", key, ErrInvalidKey)
+	}
+	if data == nil {
+		data = []byte{} // the column is NOT NULL; an empty value is still a value
+	}
+	err := s.do(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		_, err := c.Exec(ctx, putSQL, key, data)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: put: %w", err)
+	}
+	return nil
+}
+
+// Get implements shardset.Backend.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	if !validKey(key) {
+		return nil, shardset.ErrNotFound
+	}
+	var data []byte
+	err := s.do(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		return c.QueryRow(ctx, getSQL, key).Scan(&data)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, shardset.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: get: %w", err)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	return data, nil
+}
+
+// Count implements shardset.Backend. It scans the table, so it is for reports and
+// tests, not for hot paths.
+func (s *Store) Count(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.do(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		return c.QueryRow(ctx, countSQL).Scan(&n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: count: %w", err)
+	}
+	return n, nil
+}
+
+// Ping implements shardset.Backend: it gets a connection (dialling one if needed) and
+// makes a round trip, bounded by ctx and the query timeout.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.ping(ctx); err != nil {
+		return fmt.Errorf("postgres: ping: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) ping(ctx context.Context) error {
+	return s.do(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		return c.Ping(ctx)
+	})
+}
+
+// ServerVersion returns the shard server's version, e.g. "15.20 (Debian 15.20-0+deb12u1)".
+func (s *Store) ServerVersion(ctx context.Context) (string, error) {
+	var v string
+	err := s.do(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		return c.QueryRow(ctx, "SHOW server_version").Scan(&v)
+	})
+	if err != nil {
+		return "", fmt.Errorf("postgres: server version: %w", err)
+	}
+	return v, nil
+}
+
+// Close closes the pool, waiting for connections in use to be released. Later calls
+// on the Store return shardset.ErrClosed; a second Close returns nil.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.pool.Close()
+	})
+	return nil
+}
+
+// OpenShards opens one Store per DSN, shard i at dsns[i], concurrently (at most 16
+// dials at a time) so that a few unreachable hosts cost one connect timeout, not one
+// each. When any shard fails, the others are closed and the error names every failed
+// shard: "open shard 1: postgres: postgres://u:xxxxx@host:5432/db: ...".
+func OpenShards(ctx context.Context, dsns []string, opts Options) ([]*Store, error) {
+	if len(dsns) == 0 {
+		return nil, fmt.Errorf("%w: no DSNs", ErrBadDSN)
+	}
+	if _, err := opts.withDefaults(); err != nil {
+		return nil, err
+	}
+	stores := make([]*Store, len(dsns))
+	errs := make([]error, len(dsns))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i, dsn := range dsns {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			st, err := Open(ctx, dsn, opts)
+			if err != nil {
+				errs[i] = fmt.Errorf("open shard %d: %w", i, err)
+				return
+			}
+			stores[i] = st
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, st := range stores {
+			if st != nil {
+				st.Close()
+			}
+		}
+		return nil, err
+	}
+	return stores, nil
+}
