@@ -1,0 +1,306 @@
+// Package pgtest gives shardlab's tests real PostgreSQL databases: a fresh database on
+// the server named by $SHARDLAB_PG_DSN, or a whole throwaway server (a "cluster" in
+// PostgreSQL's words) that a test can stop and start to play a shard going down.
+//
+// Tests skip, saying why, when PostgreSQL is not available; CI sets
+// SHARDLAB_REQUIRE_PG=1 so that the same condition fails the test instead of silently
+// skipping it.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"shardlab/postgres"
+)
+
+// Environment variables read by this package.
+const (
+	// EnvDSN names the PostgreSQL server tests use, as a URL such as
+	// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable. Its user must be
+	// allowed to create databases.
+	EnvDSN = "SHARDLAB_PG_DSN"
+	// EnvBinDir overrides the directory holding initdb and pg_ctl (DefaultBinDir).
+	EnvBinDir = "SHARDLAB_PG_BINDIR"
+	// EnvRequire, when set to 1, turns every skip of this package into a failure.
+	EnvRequire = "SHARDLAB_REQUIRE_PG"
+)
+
+// DefaultBinDir is where Debian's postgresql-15 package installs the server programs.
+const DefaultBinDir = "/usr/lib/postgresql/15/bin"
+
+// setupTimeout bounds creating or dropping a database.
+const setupTimeout = 30 * time.Second
+
+func skip(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv(EnvRequire) == "1" {
+		t.Fatalf("%s (%s=1 forbids skipping)", msg, EnvRequire)
+	}
+	t.Skip(msg)
+}
+
+// DSN returns $SHARDLAB_PG_DSN, skipping the test when it is unset.
+func DSN(t testing.TB) string {
+	t.Helper()
+	dsn := os.Getenv(EnvDSN)
+	if dsn == "" {
+		skip(t, "%s is not set: set it to a PostgreSQL server URL whose user may create databases, "+
+			"e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable, to run this test", EnvDSN)
+	}
+	return dsn
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// UniqueName returns prefix, lower-cased and reduced to [a-z0-9_], followed by "_" and
+// 12 random hex digits: a database name no other test will pick.
+func UniqueName(prefix string) string {
+	p := unsafeChars.ReplaceAllString(strings.ToLower(prefix), "_")
+	if p == "" || (p[0] >= '0' && p[0] <= '9') {
+		p = "t" + p
+	}
+	if len(p) > 40 {
+		p = p[:40]
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	return p + "_" + hex.EncodeToString(b[:])
+}
+
+// NewDatabase creates a uniquely named database (see UniqueName) on the server named
+// by $SHARDLAB_PG_DSN and returns its DSN. The database is dropped, with any sessions
+// still connected to it, when the test ends. It skips like DSN.
+func NewDatabase(t testing.TB, prefix string) string {
+	t.Helper()
+	return NewDatabaseOn(t, DSN(t), prefix)
+}
+
+// NewDatabaseOn is NewDatabase on the server baseDSN points at, such as a Cluster's.
+func NewDatabaseOn(t testing.TB, baseDSN, prefix string) string {
+	t.Helper()
+	name := UniqueName(prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	dsn, err := postgres.CreateDatabase(ctx, baseDSN, name)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+		defer cancel()
+		if err := postgres.DropDatabase(ctx, baseDSN, name); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
+	})
+	return dsn
+}
+
+// Cluster is a throwaway PostgreSQL server owned by one test: its own data directory
+// in t.TempDir(), listening on a free loopback port, with trust authentication and
+// fsync off (it is for tests, not for keeping data through a power cut).
+// Its methods must be called from the test's goroutine, since they fail the test.
+type Cluster struct {
+	t       testing.TB
+	binDir  string
+	dir     string // t.TempDir(): data/, postgres.log
+	port    int
+	running bool
+	runAs   string // OS user the server programs run as; "" is the current one
+}
+
+// StartCluster creates and starts a PostgreSQL server for the test and stops it when
+// the test ends. It needs initdb and pg_ctl (DefaultBinDir, or $SHARDLAB_PG_BINDIR) and
+// skips when they are missing. Run as root, it runs them as the "postgres" OS user,
+// which PostgreSQL insists on. It takes a second or two.
+func StartCluster(t testing.TB) *Cluster {
+	t.Helper()
+	binDir := os.Getenv(EnvBinDir)
+	if binDir == "" {
+		binDir = DefaultBinDir
+	}
+	for _, prog := range []string{"initdb", "pg_ctl", "postgres"} {
+		if _, err := os.Stat(filepath.Join(binDir, prog)); err != nil {
+			skip(t, "pgtest: PostgreSQL server programs not found (%v); install postgresql-15 or set %s", err, EnvBinDir)
+		}
+	}
+	c := &Cluster{t: t, binDir: binDir, dir: t.TempDir()}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			skip(t, "pgtest: running as root needs a \"postgres\" OS user to run the server: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(c.dir, uid, gid); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		// t.TempDir's parent is private to the test process's user; the server only
+		// needs to pass through it.
+		if err := os.Chmod(filepath.Dir(c.dir), 0o711); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		c.runAs = "postgres"
+	}
+	if out, err := c.run("initdb", "-D", c.dataDir(), "-U", "postgres", "-A", "trust",
+		"-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"); err != nil {
+		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+	}
+	t.Cleanup(c.cleanup)
+	for attempt := 1; ; attempt++ {
+		c.port = freePort(t)
+		err := c.writeConfig()
+		if err == nil {
+			err = c.start()
+		}
+		if err == nil {
+			break
+		}
+		// Another process may have taken the port between freePort and the bind.
+		if attempt < 3 && strings.Contains(c.logTail(), "could not bind") {
+			continue
+		}
+		t.Fatalf("pgtest: start cluster: %v\n%s", err, c.logTail())
+	}
+	return c
+}
+
+// DSN returns the URL of the cluster's "postgres" database.
+func (c *Cluster) DSN() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
+}
+
+// Port returns the loopback TCP port the cluster listens on.
+func (c *Cluster) Port() int { return c.port }
+
+// Stop shuts the server down cleanly (pg_ctl stop -m fast): sessions are disconnected
+// and new connections are refused until Start. Stopping a stopped cluster does nothing.
+func (c *Cluster) Stop() {
+	c.t.Helper()
+	c.stop("fast")
+}
+
+// Kill stops the server the way a crash would (pg_ctl stop -m immediate): no
+// checkpoint, so Start goes through WAL recovery.
+func (c *Cluster) Kill() {
+	c.t.Helper()
+	c.stop("immediate")
+}
+
+// Start starts a stopped server on the same port and data directory, returning when
+// it accepts connections. Starting a running cluster does nothing.
+func (c *Cluster) Start() {
+	c.t.Helper()
+	if c.running {
+		return
+	}
+	if err := c.start(); err != nil {
+		c.t.Fatalf("pgtest: start cluster: %v\n%s", err, c.logTail())
+	}
+}
+
+func (c *Cluster) dataDir() string { return filepath.Join(c.dir, "data") }
+func (c *Cluster) logFile() string { return filepath.Join(c.dir, "postgres.log") }
+
+func (c *Cluster) writeConfig() error {
+	conf := fmt.Sprintf(`
+# pgtest
+port = %d
+listen_addresses = '127.0.0.1'
+unix_socket_directories = ''
+max_connections = 50
+shared_buffers = 16MB
+fsync = off
+full_page_writes = off
+`, c.port)
+	f, err := os.OpenFile(filepath.Join(c.dataDir(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(conf); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func (c *Cluster) start() error {
+	out, err := c.run("pg_ctl", "-D", c.dataDir(), "-l", c.logFile(), "-w", "-t", "60", "start")
+	if err != nil {
+		return fmt.Errorf("pg_ctl start: %v: %s", err, out)
+	}
+	c.running = true
+	return nil
+}
+
+func (c *Cluster) stop(mode string) {
+	if !c.running {
+		return
+	}
+	if out, err := c.run("pg_ctl", "-D", c.dataDir(), "-m", mode, "-w", "-t", "60", "stop"); err != nil {
+		c.t.Fatalf("pgtest: pg_ctl stop -m %s: %v\n%s\n%s", mode, err, out, c.logTail())
+	}
+	c.running = false
+}
+
+func (c *Cluster) cleanup() {
+	if !c.running {
+		return
+	}
+	if out, err := c.run("pg_ctl", "-D", c.dataDir(), "-m", "immediate", "-w", "-t", "60", "stop"); err != nil {
+		c.t.Errorf("pgtest: stop cluster at end of test: %v\n%s", err, out)
+	}
+	c.running = false
+}
+
+// run runs one of the server programs as c.runAs, from the cluster's directory (which
+// that user can read, unlike the test's working directory).
+func (c *Cluster) run(prog string, args ...string) ([]byte, error) {
+	path := filepath.Join(c.binDir, prog)
+	var cmd *exec.Cmd
+	if c.runAs != "" {
+		cmd = exec.Command("runuser", append([]string{"-u", c.runAs, "--", path}, args...)...)
+	} else {
+		cmd = exec.Command(path, args...)
+	}
+	cmd.Dir = c.dir
+	// pg_ctl start leaves the server running with its output sent to the log file;
+	// should anything keep our pipe open, do not wait for it forever.
+	cmd.WaitDelay = 10 * time.Second
+	return cmd.CombinedOutput()
+}
+
+// logTail returns the end of the server's log, for failure messages.
+func (c *Cluster) logTail() string {
+	b, err := os.ReadFile(c.logFile())
+	if err != nil {
+		return ""
+	}
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("pgtest: find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
