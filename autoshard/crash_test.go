@@ -37,14 +37,15 @@ func TestMain(m *testing.M) {
 
 // crashOptions and the batches are shared by the writer and the checker.
 func crashOptions() autoshard.Options {
-	return autoshard.Options{Threshold: 1000, MaxLevel: 4, Concurrency: 1}
+	return autoshard.Options{Threshold: 200, MaxLevel: 4, Concurrency: 1}
 }
 
+// Level capacities are 200, 400, 800, 1600 rows; level 4 is unbounded.
 func crashBatches() [][]autoshard.Block {
 	return [][]autoshard.Block{
-		makeBlocks("crash", 0, 7, 100),   // 700 rows: level 0
-		makeBlocks("crash", 7, 25, 100),  // 2500 rows: L0 300, L1 1000, L2 1000, L3 200
-		makeBlocks("crash", 32, 10, 100), // 1000 rows: L3 800, L4 200
+		makeBlocks("crash", 0, 3, 50),   // 150 rows: level 0
+		makeBlocks("crash", 3, 50, 50),  // 2500 rows: L0 50, L1 400, L2 800, L3 1250 (15 shard commits)
+		makeBlocks("crash", 53, 20, 50), // 1000 rows: L3 350, L4 650
 	}
 }
 
@@ -135,7 +136,7 @@ func retryAndCheck(t *testing.T, dir string) {
 	if p, err := s.PendingBatches(context.Background()); err != nil || len(p) != 0 {
 		t.Errorf("pending after retry: %v, %v", p, err)
 	}
-	want := []int64{1000, 1000, 1000, 1000, 200}
+	want := []int64{200, 400, 800, 1600, 650}
 	if got := levelRows(t, s); !slices.Equal(got, want) {
 		t.Errorf("level rows %v, want %v", got, want)
 	}
@@ -148,9 +149,9 @@ func retryAndCheck(t *testing.T, dir string) {
 }
 
 func TestCrashMidBatchThenRetry(t *testing.T) {
-	// Batch 1 has 1+2+4+8 = up to 15 shard commits (levels 0-3 over 2500
-	// random hashes): stop before any, after some, after all of them but
-	// before the journal says done, and inside the last batch.
+	// Batch 0 makes one shard commit and batch 1 fifteen (levels 0-3):
+	// stop before any of batch 1, after some, after all of them but before
+	// the journal says done, and inside batch 2 as it spills into level 4.
 	tests := []struct{ stop string }{
 		{"planned:2"},          // batch 1 journaled, nothing committed
 		{"shard-committed:2"},  // batch 1: level 0 part and one level 1 shard

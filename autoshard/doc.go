@@ -4,12 +4,20 @@
 // # Levels
 //
 // Level 0 is one database, level 1 is two, level L is 2^L. Writes always go to
-// the newest ("top") level. A level is full once it holds Threshold rows: the
-// batch that crosses the threshold is split so that the level ends with
-// exactly Threshold rows and the rest of the batch goes to the next level,
-// which is created on the spot. Older levels are never written again but stay
-// readable, so a lookup asks one shard in every level. The top level is
-// unbounded once it is MaxLevel, and a Threshold of 0 never splits.
+// the newest ("top") level. Threshold is a size per database, as in the
+// design this package follows ("when they reach the same size threshold"):
+// level L is full once it holds Threshold x 2^L rows, that is Threshold rows
+// per shard on average (hashes spread the rows evenly, so every shard is
+// close to it). The batch that would overfill a level is split, in the
+// order given, so that the level ends with exactly its capacity and the rest
+// goes to the next level, which is created on the spot. A level that is
+// exactly full does not create the next one until a row no longer fits.
+// Older levels are never written again but stay readable, so a lookup asks
+// one shard in every level. The top level is unbounded once it is MaxLevel,
+// and a Threshold of 0 never splits.
+//
+// Row counts are kept per shard in the shard itself (updated in the same
+// transaction as the inserts and read once on Open), never by count(*).
 //
 // # Shard choice
 //

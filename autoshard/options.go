@@ -85,9 +85,10 @@ func ParseSyncMode(s string) (SyncMode, error) {
 // Options configure a Store. The zero value is valid: never split, SyncNormal,
 // one concurrent commit per CPU.
 type Options struct {
-	// Threshold is the number of rows after which a level is full and
-	// writes move to the next level. 0 never splits. The best value depends
-	// on the hardware; measure it with cmd/blockbench.
+	// Threshold is the number of rows per shard database after which a
+	// level is full (level L holds Threshold x 2^L rows) and writes move to
+	// the next level. 0 never splits. The best value depends on the
+	// hardware; measure it with cmd/blockbench.
 	Threshold int64
 	// MaxLevel is the highest level the store creates (2^MaxLevel shards);
 	// once there, the top level grows without bound. 0 means

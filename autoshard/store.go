@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -283,9 +284,18 @@ func validateBatch(id string, blocks []Block) error {
 	return nil
 }
 
+// levelCapacity is the number of rows that fill a level: Threshold rows per
+// shard database, 2^level databases.
+func levelCapacity(threshold int64, level int) int64 {
+	if threshold > math.MaxInt64>>level {
+		return math.MaxInt64
+	}
+	return threshold << level
+}
+
 // plan splits n new rows over the levels starting at the top one: the top
-// level takes what fits below the threshold, each following level takes up
-// to the threshold, and a level at MaxLevel takes the rest.
+// level takes what fits below its capacity, each following level takes up to
+// its capacity, and a level at MaxLevel takes the rest.
 func (s *Store) plan(levels [][]*shard, n int) []segment {
 	level := len(levels) - 1
 	count := levelRows(levels[level])
@@ -294,7 +304,7 @@ func (s *Store) plan(levels [][]*shard, n int) []segment {
 	for start < n {
 		take := n - start
 		if s.opts.Threshold > 0 && level < s.opts.MaxLevel {
-			room := max(s.opts.Threshold-count, 0)
+			room := max(levelCapacity(s.opts.Threshold, level)-count, 0)
 			take = int(min(room, int64(take)))
 		}
 		if take > 0 {
@@ -315,8 +325,9 @@ func (s *Store) fire(point string) {
 
 // WriteBatch stores blocks as the batch named id. Duplicate keys inside the
 // batch are written once (the first wins). The batch goes to the top level;
-// if it crosses the threshold it is split so that the level ends with
-// exactly Threshold rows and the rest goes to new levels.
+// if it would take the level past its capacity (Threshold x 2^level rows) it
+// is split, in the order given, so that the level ends exactly full and the
+// rest goes to new levels.
 //
 // A batch that failed or whose process died part way must be retried with
 // the same id and the same blocks: the retry follows the plan journaled by

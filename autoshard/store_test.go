@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -77,7 +78,8 @@ func TestLevelsAppearExactlyAtThreshold(t *testing.T) {
 	const T = 1000
 	dir := t.TempDir()
 	s := openStore(t, dir, autoshard.Options{Threshold: T, MaxLevel: 3})
-	all := makeBlocks("levels", 0, 100, 50) // 5000 blocks
+	all := makeBlocks("levels", 0, 100, 100) // 10000 blocks
+	// Level L is full at T x 2^L rows: 1000, 2000, 4000.
 	steps := []struct {
 		n          int
 		wantRows   []int64
@@ -86,10 +88,11 @@ func TestLevelsAppearExactlyAtThreshold(t *testing.T) {
 		{700, []int64{700}, []int{0}},
 		{300, []int64{1000}, []int{0}}, // exactly full: no new level yet
 		{1, []int64{1000, 1}, []int{1}},
-		{1699, []int64{1000, 1000, 700}, []int{1, 2}},
-		{300, []int64{1000, 1000, 1000}, []int{2}},
+		{1999, []int64{1000, 2000}, []int{1}}, // exactly full again
+		{1, []int64{1000, 2000, 1}, []int{2}},
+		{4999, []int64{1000, 2000, 4000, 1000}, []int{2, 3}},
 		// MaxLevel 3: the top level takes everything past it.
-		{2000, []int64{1000, 1000, 1000, 2000}, []int{3}},
+		{2000, []int64{1000, 2000, 4000, 3000}, []int{3}},
 	}
 	next := 0
 	for i, st := range steps {
@@ -106,7 +109,7 @@ func TestLevelsAppearExactlyAtThreshold(t *testing.T) {
 		}
 	}
 	stats, _ := s.Stats()
-	if stats.Shards != 1+2+4+8 || stats.TopLevel != 3 || stats.Rows != 5000 {
+	if stats.Shards != 1+2+4+8 || stats.TopLevel != 3 || stats.Rows != 10000 {
 		t.Errorf("stats %+v", stats)
 	}
 	checkExactlyOnce(t, dir, all)
@@ -115,12 +118,12 @@ func TestLevelsAppearExactlyAtThreshold(t *testing.T) {
 func TestLargeBatchSpansSeveralLevels(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, dir, autoshard.Options{Threshold: 100})
-	all := makeBlocks("span", 0, 7, 100)
+	all := makeBlocks("span", 0, 10, 100)
 	res := mustWrite(t, s, "one", all)
-	if want := []int64{100, 100, 100, 100, 100, 100, 100}; !slices.Equal(levelRows(t, s), want) {
+	if want := []int64{100, 200, 400, 300}; !slices.Equal(levelRows(t, s), want) {
 		t.Fatalf("level rows %v, want %v", levelRows(t, s), want)
 	}
-	if !slices.Equal(res.Levels, []int{0, 1, 2, 3, 4, 5, 6}) {
+	if !slices.Equal(res.Levels, []int{0, 1, 2, 3}) {
 		t.Errorf("levels %v", res.Levels)
 	}
 	checkExactlyOnce(t, dir, all)
@@ -196,7 +199,7 @@ func TestReopenContinuesAndFindsEveryBlock(t *testing.T) {
 	for i := 15; i < 30; i++ {
 		mustWrite(t, s, "r"+string(rune('a'+i)), all[i*100:(i+1)*100])
 	}
-	want := []int64{400, 400, 400, 400, 400, 1000}
+	want := []int64{400, 800, 1600, 200}
 	if got := levelRows(t, s); !slices.Equal(got, want) {
 		t.Fatalf("level rows %v, want %v", got, want)
 	}
@@ -208,11 +211,13 @@ func TestLookupSeesAllLevels(t *testing.T) {
 	s := openStore(t, t.TempDir(), autoshard.Options{Threshold: 10})
 	// The same data block appears in three files written at three levels.
 	shared := makeBlocks("shared", 0, 1, 1)[0]
+	// Level capacities are 10, 20, 40 rows.
 	for i, seed := range []string{"f0", "f1", "f2"} {
-		filler := makeBlocks(seed, 0, 1, 9)
+		n := []int{9, 19, 9}[i]
+		filler := makeBlocks(seed, 0, 1, n)
 		b := shared
 		b.BlocklistHash = filler[0].BlocklistHash
-		b.Idx = 9
+		b.Idx = n
 		mustWrite(t, s, seed, append(filler, b))
 		if got := len(levelRows(t, s)); got != i+1 {
 			t.Fatalf("after %s: %d levels, want %d", seed, got, i+1)
@@ -246,7 +251,7 @@ func TestRetryOfCompletedBatchIsNoop(t *testing.T) {
 	if !again.Repeat || again.Inserted != first.Inserted || !slices.Equal(again.Levels, first.Levels) {
 		t.Errorf("retry result %+v, first %+v", again, first)
 	}
-	if got := levelRows(t, s); !slices.Equal(got, []int64{50, 50, 20}) {
+	if got := levelRows(t, s); !slices.Equal(got, []int64{50, 70}) {
 		t.Errorf("level rows %v", got)
 	}
 	checkExactlyOnce(t, dir, all)
@@ -256,12 +261,13 @@ func TestRetryOfCompletedBatchIsNoop(t *testing.T) {
 // retried, go to the same shards as the first attempt, even though the store
 // now has more levels than it had when the batch was planned.
 func TestRetryAfterPartialSpillAcrossLevels(t *testing.T) {
-	for _, stopAfter := range []int{0, 1, 2, 4, 6} {
-		t.Run("commits="+string(rune('0'+stopAfter)), func(t *testing.T) {
+	for _, stopAfter := range []int{0, 1, 2, 4, 6, 10} {
+		t.Run("commits="+strconv.Itoa(stopAfter), func(t *testing.T) {
 			dir := t.TempDir()
 			opts := autoshard.Options{Threshold: 300, Concurrency: 1}
-			first := makeBlocks("spill", 0, 5, 100)  // 500 rows: L0 300, L1 200
-			second := makeBlocks("spill", 5, 6, 100) // 600 rows: L1 100, L2 300, L3 200
+			// Level capacities are 300, 600, 1200, 2400 rows.
+			first := makeBlocks("spill", 0, 5, 100)   // 500 rows: L0 300, L1 200
+			second := makeBlocks("spill", 5, 20, 100) // 2000 rows: L1 400, L2 1200, L3 400
 			ctx, cancel := context.WithCancel(context.Background())
 			commits := 0
 			armed := false
@@ -291,11 +297,11 @@ func TestRetryAfterPartialSpillAcrossLevels(t *testing.T) {
 			}
 			s = openStore(t, dir, opts)
 			res := mustWrite(t, s, "second", second)
-			if res.Repeat || res.Inserted != 600 {
-				t.Errorf("retry result %+v, want 600 inserted", res)
+			if res.Repeat || res.Inserted != 2000 {
+				t.Errorf("retry result %+v, want 2000 inserted", res)
 			}
-			if got := levelRows(t, s); !slices.Equal(got, []int64{300, 300, 300, 200}) {
-				t.Errorf("level rows %v, want [300 300 300 200]", got)
+			if got := levelRows(t, s); !slices.Equal(got, []int64{300, 600, 1200, 400}) {
+				t.Errorf("level rows %v, want [300 600 1200 400]", got)
 			}
 			checkExactlyOnce(t, dir, append(first, second...))
 			if pending, _ := s.PendingBatches(context.Background()); len(pending) != 0 {
@@ -313,7 +319,7 @@ func TestOpenChecksLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustWrite(t, s, "a", makeBlocks("layout", 0, 1, 25)) // levels 0..2: 10, 10, 5
+	mustWrite(t, s, "a", makeBlocks("layout", 0, 1, 35)) // levels 0..2: 10, 20, 5
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

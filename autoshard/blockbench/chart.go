@@ -1,0 +1,299 @@
+package blockbench
+
+import (
+	"encoding/csv"
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+var ingestCSVRe = regexp.MustCompile(`^ingest-T(never|\d+)-r(\d+)\.csv$`)
+
+type runCurve struct {
+	threshold int64
+	round     int
+	rows      []BatchRow
+}
+
+// ReadIngestCSV parses a per-batch CSV written by Ingest.
+func ReadIngestCSV(path string) ([]BatchRow, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(recs) == 0 || !slices.Equal(recs[0], CSVHeader) {
+		return nil, fmt.Errorf("%s: header is not %v", path, CSVHeader)
+	}
+	rows := make([]BatchRow, 0, len(recs)-1)
+	for i, r := range recs[1:] {
+		var row BatchRow
+		var errs [7]error
+		row.TimeS, errs[0] = strconv.ParseFloat(r[0], 64)
+		row.Files, errs[1] = strconv.ParseInt(r[1], 10, 64)
+		row.Blocks, errs[2] = strconv.ParseInt(r[2], 10, 64)
+		row.FilesPerS, errs[3] = strconv.ParseFloat(r[3], 64)
+		row.BlocksPerS, errs[4] = strconv.ParseFloat(r[4], 64)
+		row.Shards, errs[5] = strconv.Atoi(r[5])
+		row.Level, errs[6] = strconv.Atoi(r[6])
+		for _, err := range errs {
+			if err != nil {
+				return nil, fmt.Errorf("%s line %d: %w", path, i+2, err)
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+func readCurves(dir string) ([]runCurve, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var curves []runCurve
+	for _, e := range entries {
+		m := ingestCSVRe.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		var c runCurve
+		if m[1] != "never" {
+			c.threshold, _ = strconv.ParseInt(m[1], 10, 64)
+		}
+		c.round, _ = strconv.Atoi(m[2])
+		if c.rows, err = ReadIngestCSV(filepath.Join(dir, e.Name())); err != nil {
+			return nil, err
+		}
+		curves = append(curves, c)
+	}
+	if len(curves) == 0 {
+		return nil, fmt.Errorf("blockbench: no ingest-T*-r*.csv files in %s", dir)
+	}
+	sort.Slice(curves, func(i, j int) bool {
+		if curves[i].threshold != curves[j].threshold {
+			return curves[i].threshold < curves[j].threshold
+		}
+		return curves[i].round < curves[j].round
+	})
+	return curves, nil
+}
+
+type summaryRow struct {
+	threshold      int64
+	reached        bool
+	timeToTarget   float64
+	elapsed        float64
+	lookupP50, p99 float64
+}
+
+func readSummary(path string) ([]summaryRow, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(recs) == 0 || !slices.Equal(recs[0], SummaryHeader) {
+		return nil, fmt.Errorf("%s: header is not %v", path, SummaryHeader)
+	}
+	var out []summaryRow
+	for _, r := range recs[1:] {
+		var s summaryRow
+		s.threshold, _ = strconv.ParseInt(r[0], 10, 64)
+		s.reached = r[2] == "true"
+		s.timeToTarget, _ = strconv.ParseFloat(r[3], 64)
+		s.elapsed, _ = strconv.ParseFloat(r[4], 64)
+		s.lookupP50, _ = strconv.ParseFloat(r[8], 64)
+		s.p99, _ = strconv.ParseFloat(r[9], 64)
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// RenderCharts reads the CSVs of a sweep in dir and writes, as PNG and SVG:
+// ingest_rate (blocks/s against total blocks, level switches marked),
+// ingest_progress (total blocks against time) and time_to_target (median
+// time to the target per threshold; runs that missed it show their elapsed
+// time and a * in the label), and lookup_latency (median p50/p99).
+func RenderCharts(dir string) error {
+	curves, err := readCurves(dir)
+	if err != nil {
+		return err
+	}
+	var thresholds []int64
+	for _, c := range curves {
+		if !slices.Contains(thresholds, c.threshold) {
+			thresholds = append(thresholds, c.threshold)
+		}
+	}
+	colorOf := func(t int64) color.Color { return plotutil.Color(slices.Index(thresholds, t)) }
+
+	rate := plot.New()
+	rate.Title.Text = "Ingest rate per batch of 250 files x 1234 blocks"
+	rate.X.Label.Text = "blocks in store (millions)"
+	rate.Y.Label.Text = "blocks/s (this batch)"
+	rate.Y.Min = 0
+	progress := plot.New()
+	progress.Title.Text = "Blocks written over time"
+	progress.X.Label.Text = "time (s)"
+	progress.Y.Label.Text = "blocks in store (millions)"
+	for _, c := range curves {
+		rateXY := make(plotter.XYs, len(c.rows))
+		progXY := make(plotter.XYs, len(c.rows))
+		var jumps plotter.XYs
+		for i, r := range c.rows {
+			rateXY[i] = plotter.XY{X: float64(r.Blocks) / 1e6, Y: r.BlocksPerS}
+			progXY[i] = plotter.XY{X: r.TimeS, Y: float64(r.Blocks) / 1e6}
+			if i > 0 && r.Level != c.rows[i-1].Level {
+				jumps = append(jumps, rateXY[i])
+			}
+		}
+		col := colorOf(c.threshold)
+		for _, p := range []struct {
+			plot *plot.Plot
+			xy   plotter.XYs
+		}{{rate, rateXY}, {progress, progXY}} {
+			l, err := plotter.NewLine(p.xy)
+			if err != nil {
+				return err
+			}
+			l.Color = col
+			l.Width = vg.Points(1.2)
+			if c.round > 1 {
+				l.Dashes = []vg.Length{vg.Points(3), vg.Points(2)}
+			}
+			p.plot.Add(l)
+			if c.round == 1 {
+				p.plot.Legend.Add("T="+ThresholdLabel(c.threshold), l)
+			}
+		}
+		if len(jumps) > 0 {
+			sc, err := plotter.NewScatter(jumps)
+			if err != nil {
+				return err
+			}
+			sc.GlyphStyle.Color = col
+			sc.GlyphStyle.Shape = draw.TriangleGlyph{}
+			sc.GlyphStyle.Radius = vg.Points(4)
+			rate.Add(sc)
+		}
+	}
+	rate.Legend.Top = true
+	progress.Legend.Top = true
+	progress.Legend.Left = true
+	rate.Add(plotter.NewGrid())
+	progress.Add(plotter.NewGrid())
+	if err := saveBoth(rate, dir, "ingest_rate", 9, 5); err != nil {
+		return err
+	}
+	if err := saveBoth(progress, dir, "ingest_progress", 9, 5); err != nil {
+		return err
+	}
+
+	summary, err := readSummary(filepath.Join(dir, "summary.csv"))
+	if err != nil {
+		return err
+	}
+	var names []string
+	var ttt, p50, p99 plotter.Values
+	for _, t := range thresholds {
+		var times, l50, l99 []float64
+		reachedAll := true
+		for _, s := range summary {
+			if s.threshold != t {
+				continue
+			}
+			if s.reached {
+				times = append(times, s.timeToTarget)
+			} else {
+				times = append(times, s.elapsed)
+				reachedAll = false
+			}
+			l50 = append(l50, s.lookupP50)
+			l99 = append(l99, s.p99)
+		}
+		if len(times) == 0 {
+			continue
+		}
+		name := "T=" + ThresholdLabel(t)
+		if !reachedAll {
+			name += "*"
+		}
+		names = append(names, name)
+		ttt = append(ttt, median(times))
+		p50 = append(p50, median(l50))
+		p99 = append(p99, median(l99))
+	}
+	bars := plot.New()
+	bars.Title.Text = "Time to target (median over rounds; * = target not reached, elapsed shown)"
+	bars.Y.Label.Text = "seconds"
+	b, err := plotter.NewBarChart(ttt, vg.Points(30))
+	if err != nil {
+		return err
+	}
+	b.Color = plotutil.Color(0)
+	bars.Add(b)
+	bars.NominalX(names...)
+	if err := saveBoth(bars, dir, "time_to_target", 7, 4); err != nil {
+		return err
+	}
+
+	lat := plot.New()
+	lat.Title.Text = "Lookup latency of a written hash after the ingest (median over rounds)"
+	lat.Y.Label.Text = "microseconds"
+	b50, err := plotter.NewBarChart(p50, vg.Points(20))
+	if err != nil {
+		return err
+	}
+	b50.Color = plotutil.Color(1)
+	b50.Offset = -vg.Points(10)
+	b99, err := plotter.NewBarChart(p99, vg.Points(20))
+	if err != nil {
+		return err
+	}
+	b99.Color = plotutil.Color(2)
+	b99.Offset = vg.Points(10)
+	lat.Add(b50, b99)
+	lat.Legend.Add("p50", b50)
+	lat.Legend.Add("p99", b99)
+	lat.Legend.Top = true
+	lat.NominalX(names...)
+	return saveBoth(lat, dir, "lookup_latency", 7, 4)
+}
+
+func saveBoth(p *plot.Plot, dir, name string, w, h vg.Length) error {
+	for _, ext := range []string{".png", ".svg"} {
+		if err := p.Save(w*vg.Inch, h*vg.Inch, filepath.Join(dir, name+ext)); err != nil {
+			return fmt.Errorf("save %s%s: %w", name, ext, err)
+		}
+	}
+	return nil
+}
