@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,7 +90,8 @@ func NewDatabase(t testing.TB, prefix string) string {
 	return NewDatabaseOn(t, DSN(t), prefix)
 }
 
-// NewDatabaseOn is NewDatabase on the server baseDSN points at, such as a Cluster's.
+// NewDatabaseOn is NewDatabase on the server baseDSN points at. For a Cluster, use
+// Cluster.NewDatabase: the drop at the end would fail if the test left it stopped.
 func NewDatabaseOn(t testing.TB, baseDSN, prefix string) string {
 	t.Helper()
 	name := UniqueName(prefix)
@@ -119,6 +121,7 @@ type Cluster struct {
 	dir     string // t.TempDir(): data/, postgres.log
 	port    int
 	running bool
+	frozen  []int  // processes stopped by Freeze
 	runAs   string // OS user the server programs run as; "" is the current one
 }
 
@@ -178,6 +181,20 @@ func StartCluster(t testing.TB) *Cluster {
 	return c
 }
 
+// NewDatabase creates a uniquely named database (see UniqueName) in the cluster and
+// returns its DSN. It is not dropped: the whole cluster goes when the test ends, even
+// if the test left it stopped.
+func (c *Cluster) NewDatabase(prefix string) string {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	dsn, err := postgres.CreateDatabase(ctx, c.DSN(), UniqueName(prefix))
+	if err != nil {
+		c.t.Fatalf("pgtest: %v", err)
+	}
+	return dsn
+}
+
 // DSN returns the URL of the cluster's "postgres" database.
 func (c *Cluster) DSN() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
@@ -210,6 +227,89 @@ func (c *Cluster) Start() {
 	if err := c.start(); err != nil {
 		c.t.Fatalf("pgtest: start cluster: %v\n%s", err, c.logTail())
 	}
+}
+
+// Freeze stops every process of the server with SIGSTOP, playing a host that hangs or
+// a network that drops packets: connections stay open and new ones are accepted by the
+// kernel, but nothing answers until Thaw. It works on Linux only.
+func (c *Cluster) Freeze() {
+	c.t.Helper()
+	if !c.running || c.frozen != nil {
+		return
+	}
+	raw, err := os.ReadFile(filepath.Join(c.dataDir(), "postmaster.pid"))
+	if err != nil {
+		c.t.Fatalf("pgtest: freeze: %v", err)
+	}
+	first, _, _ := strings.Cut(string(raw), "\n")
+	postmaster, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		c.t.Fatalf("pgtest: freeze: postmaster.pid: %v", err)
+	}
+	// The postmaster first, so that it forks no new backend while we look.
+	pids := []int{postmaster}
+	if err := syscall.Kill(postmaster, syscall.SIGSTOP); err != nil {
+		c.t.Fatalf("pgtest: freeze: %v", err)
+	}
+	c.frozen = pids
+	children, err := childProcesses(postmaster)
+	if err != nil {
+		c.t.Fatalf("pgtest: freeze: %v", err)
+	}
+	for _, pid := range children {
+		if syscall.Kill(pid, syscall.SIGSTOP) == nil {
+			c.frozen = append(c.frozen, pid)
+		}
+	}
+}
+
+// Thaw resumes the processes Freeze stopped.
+func (c *Cluster) Thaw() {
+	c.t.Helper()
+	if err := c.thaw(); err != nil {
+		c.t.Fatalf("pgtest: thaw: %v", err)
+	}
+}
+
+func (c *Cluster) thaw() error {
+	var first error
+	// Children first, so the postmaster finds them running.
+	for i := len(c.frozen) - 1; i >= 0; i-- {
+		if err := syscall.Kill(c.frozen[i], syscall.SIGCONT); err != nil && first == nil && err != syscall.ESRCH {
+			first = err
+		}
+	}
+	c.frozen = nil
+	return first
+}
+
+// childProcesses lists the processes whose parent is pid, from /proc.
+func childProcesses(pid int) ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			out = append(out, child)
+		}
+	}
+	return out, nil
 }
 
 func (c *Cluster) dataDir() string { return filepath.Join(c.dir, "data") }
@@ -250,6 +350,9 @@ func (c *Cluster) stop(mode string) {
 	if !c.running {
 		return
 	}
+	if err := c.thaw(); err != nil {
+		c.t.Fatalf("pgtest: thaw before stop: %v", err)
+	}
 	if out, err := c.run("pg_ctl", "-D", c.dataDir(), "-m", mode, "-w", "-t", "60", "stop"); err != nil {
 		c.t.Fatalf("pgtest: pg_ctl stop -m %s: %v\n%s\n%s", mode, err, out, c.logTail())
 	}
@@ -257,6 +360,9 @@ func (c *Cluster) stop(mode string) {
 }
 
 func (c *Cluster) cleanup() {
+	if err := c.thaw(); err != nil {
+		c.t.Errorf("pgtest: thaw cluster at end of test: %v", err)
+	}
 	if !c.running {
 		return
 	}
