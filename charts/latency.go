@@ -47,7 +47,7 @@ func (c LatencyChart) Render(w io.Writer, f Format) error {
 		p.Legend.Left = false
 		n := len(g.Series)
 		top := 0.0
-		width := vg.Points(float64(min(18, 120/n)))
+		width := vg.Points(min(18, 80/float64(n)))
 		for i, s := range g.Series {
 			top = max(top, s.P50, s.P95, s.P99, s.P999)
 			bars, err := plotter.NewBarChart(plotter.Values{s.P50, s.P95, s.P99, s.P999}, width)
