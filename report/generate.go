@@ -46,6 +46,10 @@ type Result struct {
 // (re)written.
 func Generate(ctx context.Context, cfg Config) (*Result, error) {
 	rows, err := resultscsv.ReadFile(cfg.CSVPath)
+	if errors.Is(err, io.EOF) {
+		// Not even a header: the scripts have not written anything yet.
+		return nil, fmt.Errorf("%s: %w (the file is empty)", cfg.CSVPath, ErrNoRows)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +201,7 @@ func planCharts(a *Analysis, tsRunDir string) (plans []plannedChart, notes []str
 			}
 			for _, r := range g.Trials {
 				file := fmt.Sprintf("%s_%s_%d_t%d.csv", r.Scenario, r.Mode, r.Shards, r.Trial)
-				samples, err := readSamples(filepath.Join(tsRunDir, file))
+				samples, err := readSampleFile(filepath.Join(tsRunDir, file))
 				if errors.Is(err, os.ErrNotExist) {
 					continue
 				}
@@ -223,15 +227,22 @@ func planCharts(a *Analysis, tsRunDir string) (plans []plannedChart, notes []str
 // ErrBadSamples is returned for a per-second sample file that cannot be read.
 var ErrBadSamples = errors.New("bad per-second sample file")
 
-// readSamples reads one loadgen per-second sample file (header
-// t_s,ops,errors,throughput_ops_s,p50_ms,p99_ms,max_ms; columns matched by name).
-func readSamples(path string) ([]charts.Sample, error) {
+// readSampleFile reads one per-second sample file.
+func readSampleFile(path string) ([]charts.Sample, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	cr := csv.NewReader(f)
+	return ReadSamples(f)
+}
+
+// ReadSamples reads loadgen's per-second samples: CSV with the header
+// t_s,ops,errors,throughput_ops_s,p50_ms,p99_ms,max_ms (columns matched by name; only
+// t_s, throughput_ops_s and p99_ms are needed). It returns ErrBadSamples for anything
+// else, including a file without samples.
+func ReadSamples(r io.Reader) ([]charts.Sample, error) {
+	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1
 	header, err := cr.Read()
 	if err != nil {

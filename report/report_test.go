@@ -189,6 +189,10 @@ func TestGenerateErrors(t *testing.T) {
 	if err := os.WriteFile(empty, []byte(strings.Join(resultscsv.Columns, ",")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	zero := filepath.Join(dir, "zero.csv")
+	if err := os.WriteFile(zero, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	_, csvPath := tempCSV(t)
 	ctx := context.Background()
 	canceled, cancel := context.WithCancel(ctx)
@@ -200,6 +204,7 @@ func TestGenerateErrors(t *testing.T) {
 		want error
 	}{
 		{"empty CSV", ctx, report.Config{CSVPath: empty, OutPath: filepath.Join(dir, "r.md")}, report.ErrNoRows},
+		{"zero-byte CSV", ctx, report.Config{CSVPath: zero, OutPath: filepath.Join(dir, "r.md")}, report.ErrNoRows},
 		{"missing CSV", ctx, report.Config{CSVPath: filepath.Join(dir, "nope.csv"), OutPath: filepath.Join(dir, "r.md")}, os.ErrNotExist},
 		{"unknown run", ctx, report.Config{CSVPath: csvPath, OutPath: filepath.Join(dir, "r.md"), RunID: "run-z"}, report.ErrRunNotFound},
 		{"cancelled", canceled, report.Config{CSVPath: csvPath, OutPath: filepath.Join(dir, "r.md")}, context.Canceled},
