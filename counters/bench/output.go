@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 
 	"shardlab/counters"
 )
@@ -99,7 +101,8 @@ func savePlot(p *plot.Plot, w, h vg.Length, base string) error {
 // trials as error bars, and the ratio to append above each bar.
 func plotContention(cfg Config, sums []caseSummary) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("One hot key, %d workers, pool %d (%s, median of %d trial(s))", cfg.Workers, cfg.Pool, cfg.Backend, cfg.Trials)
+	p.Title.Text = fmt.Sprintf("One hot key, %d workers, pool %d (%s): median and min-max of %d trial(s)\n%% above a bar: its ratio to append (insert-only) in the same trial, median",
+		cfg.Workers, cfg.Pool, cfg.Backend, cfg.Trials)
 	p.Y.Label.Text = "increments/s"
 	p.Y.Min = 0
 	vals := make(plotter.Values, len(sums))
@@ -142,11 +145,9 @@ func plotContention(cfg Config, sums []caseSummary) error {
 	p.Add(bars, eb, lab)
 	p.Y.Max = top * 1.12
 	p.NominalX(names...)
-	p.X.Tick.Label.Rotation = 0.35
-	p.X.Tick.Label.XAlign = -0.8
-	p.X.Tick.Label.YAlign = -0.9
-	p.Legend.Add("% = ratio to append (insert-only) in the same trial")
-	p.Legend.Top = true
+	p.X.Tick.Label.Rotation = math.Pi / 8
+	p.X.Tick.Label.XAlign = draw.XRight
+	p.X.Tick.Label.YAlign = draw.YCenter
 	return savePlot(p, 10*vg.Inch, 5.5*vg.Inch, filepath.Join(cfg.Out, "contention_"+cfg.Backend))
 }
 
