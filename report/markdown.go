@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"shardlab/resultscsv"
+	"shardlab/usl"
 )
 
 // ChartFile is a chart written next to the report, for the markdown to link.
@@ -237,21 +238,28 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 	p("\n")
 
 	p("## Parameters\n\n")
-	p("| Scenario | Concurrency | Write ratio | Keys | Distribution | Rate req/s | Measured s | Pool size | Seed | Trials |\n")
-	p("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
+	p("| Scenario | Requests per trial | Concurrency | Write ratio | Keys | Distribution | Rate req/s | Measured s | Pool size | Seeds | Trials |\n")
+	p("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
 	var scenarios []string
 	for _, f := range a.Findings {
 		if !slices.Contains(scenarios, f.Scenario) {
 			scenarios = append(scenarios, f.Scenario)
 		}
 	}
+	trialsOf := func(scenario string) int {
+		n := 0
+		for _, f := range a.Findings {
+			if f.Scenario == scenario {
+				n = max(n, len(f.Trials))
+			}
+		}
+		return n
+	}
 	for _, sc := range scenarios {
 		var rows []resultscsv.Row
-		trials := 0
 		for _, f := range a.Findings {
 			if f.Scenario == sc {
 				rows = append(rows, f.Trials...)
-				trials = max(trials, len(f.Trials))
 			}
 		}
 		rate := distinct(rows, func(r resultscsv.Row) string {
@@ -260,37 +268,56 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 			}
 			return fmt.Sprintf("%g", r.Rate)
 		})
-		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", sc,
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", sc,
+			spread(rows, func(r resultscsv.Row) float64 { return float64(r.Ops) }, thousands),
 			distinct(rows, func(r resultscsv.Row) string { return fmt.Sprint(r.Concurrency) }),
 			distinct(rows, func(r resultscsv.Row) string { return fmt.Sprintf("%g", r.WriteRatio) }),
 			distinct(rows, func(r resultscsv.Row) string { return fmt.Sprint(r.Keys) }),
 			distinct(rows, func(r resultscsv.Row) string { return r.Dist }),
 			rate,
-			distinct(rows, func(r resultscsv.Row) string { return fmt.Sprintf("%g", r.DurationS) }),
+			spread(rows, func(r resultscsv.Row) float64 { return r.DurationS }, func(x float64) string { return fmt.Sprintf("%.1f", x) }),
 			distinct(rows, func(r resultscsv.Row) string { return fmt.Sprint(r.PoolSize) }),
-			distinct(rows, func(r resultscsv.Row) string { return fmt.Sprint(r.Seed) }),
-			trials)
+			spread(rows, func(r resultscsv.Row) float64 { return float64(r.Seed) }, func(x float64) string { return fmt.Sprintf("%.0f", x) }),
+			trialsOf(sc))
 	}
-	p("\nTo rerun, check out the commit above and run the scenario scripts with these parameters")
-	if len(a.Sweeps) > 0 {
-		p("; a shard sweep like this run's:\n\n```sh\n")
+	// Reconstruct the command: scenarios measured at six or more shard counts came from
+	// scripts/sweep.sh, the others from scripts/run_all_scenarios.sh.
+	var cmds []string
+	var rest []string
+	for _, sc := range scenarios {
+		swept := false
 		for _, s := range a.Sweeps {
-			counts := make([]string, len(s.Counts))
-			for i, c := range s.Counts {
-				counts[i] = fmt.Sprint(c)
-			}
-			trials := 0
-			for _, f := range a.Findings {
-				if f.Scenario == s.Scenario {
-					trials = max(trials, len(f.Trials))
+			if s.Scenario == sc && len(s.Counts) >= usl.MinDistinctN {
+				counts := make([]string, len(s.Counts))
+				for i, c := range s.Counts {
+					counts[i] = fmt.Sprint(c)
 				}
+				cmds = append(cmds, fmt.Sprintf("scripts/sweep.sh --scenario %s --shards %s --trials %d", sc, strings.Join(counts, ","), trialsOf(sc)))
+				swept = true
+				break
 			}
-			p("scripts/sweep.sh --scenario %s --shards %s --trials %d\n", s.Scenario, strings.Join(counts, ","), trials)
 		}
-		p("```\n\n")
-	} else {
-		p(".\n\n")
+		if !swept {
+			rest = append(rest, sc)
+		}
 	}
+	if len(rest) > 0 {
+		maxTrials := 0
+		var only strings.Builder
+		for _, sc := range rest {
+			maxTrials = max(maxTrials, trialsOf(sc))
+			fmt.Fprintf(&only, " --only %s", sc)
+		}
+		first := a.Rows[0]
+		cmd := fmt.Sprintf("scripts/run_all_scenarios.sh --trials %d%s --backend %s --router %s",
+			maxTrials, only.String(), cmpOr(first.Backend, "sqlite"), cmpOr(first.Router, "crc32"))
+		if first.Sync != "" {
+			cmd += " --sync " + first.Sync
+		}
+		cmds = append(cmds, cmd)
+	}
+	p("\nRequests per trial counts completed requests. To rerun, check out commit %s and, with the scenario definitions of scripts/scenarios.conf at that commit, run:\n\n```sh\n%s\n```\n\n",
+		distinct(a.Rows, func(r resultscsv.Row) string { return r.GitCommit }), strings.Join(cmds, "\n"))
 	p("Regenerate this report with `go run ./cmd/report --run-id %s`.\n", a.RunID)
 
 	if len(a.Others) > 0 {
@@ -306,4 +333,27 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// spread formats a numeric column over rows: the value when all rows agree, else
+// "min-max".
+func spread(rows []resultscsv.Row, field func(resultscsv.Row) float64, format func(float64) string) string {
+	if len(rows) == 0 {
+		return "-"
+	}
+	lo, hi := field(rows[0]), field(rows[0])
+	for _, r := range rows[1:] {
+		lo, hi = min(lo, field(r)), max(hi, field(r))
+	}
+	if format(lo) == format(hi) {
+		return format(lo)
+	}
+	return format(lo) + "-" + format(hi)
+}
+
+func cmpOr(s, fallback string) string {
+	if s == "" {
+		return fallback
+	}
+	return s
 }
