@@ -231,6 +231,9 @@ func TestFrozenShardTimesOut(t *testing.T) {
 	if err := s.Put(ctx, "k", []byte("before")); err != nil {
 		t.Fatal(err)
 	}
+	// Should a call hang after all, thaw before the Store's Close (which waits for
+	// it) so that the test fails instead of hanging too.
+	t.Cleanup(cluster.Thaw)
 
 	cluster.Freeze()
 	for i := range 3 { // the pooled connection, then fresh dials that get no answer

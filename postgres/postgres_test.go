@@ -23,10 +23,16 @@ import (
 // anything a healthy or a refused call needs, so it only catches real hangs.
 const hangLimit = 30 * time.Second
 
+// testCtx bounds a test's calls so that a bug fails the test rather than hanging it.
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*hangLimit)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// cleanupCtx is testCtx for cleanup functions, which run after t.Context is cancelled.
+func cleanupCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 2*hangLimit)
 }
 
 func open(t *testing.T, dsn string, opts postgres.Options) *postgres.Store {
