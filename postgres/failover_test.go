@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"shardlab/internal/pgtest"
 	"shardlab/postgres"
@@ -101,6 +104,9 @@ func TestDeadShardLeavesOthersWorking(t *testing.T) {
 				return err
 			})
 			checkDeadShardError(t, fmt.Sprintf("Put(%s) #%d", key, i), perr)
+			if i == 0 {
+				t.Logf("Put on the dead shard: %v", perr)
+			}
 			g := noHang(t, "Get on the dead shard", func(ctx context.Context) getResult {
 				data, shard, err := set.Get(ctx, key)
 				return getResult{data, shard, err}
@@ -117,6 +123,7 @@ func TestDeadShardLeavesOthersWorking(t *testing.T) {
 				t.Errorf("Health()[%d] = %v; want only shard 1 unhealthy", shard, err)
 			}
 		}
+		t.Logf("Health()[1]: %v", health[1])
 		counts, err := set.Counts(ctx)
 		var se *shardset.ShardError
 		if !errors.As(err, &se) || se.Shard != 1 || counts[1] != -1 || counts[0] < perShard || counts[2] < perShard {
@@ -253,5 +260,50 @@ func TestFrozenShardTimesOut(t *testing.T) {
 	}
 	if got, err := s.Get(ctx, "k"); err != nil || string(got) != "after" {
 		t.Errorf("Get after thaw = %q, %v; want \"after\"", got, err)
+	}
+}
+
+// TestEndedSessionsAreReplaced ends every session of a shard from the server side
+// (as a restart, a failover proxy or idle_session_timeout would) right after they were
+// used: the next calls must succeed on fresh connections, not fail on stale ones.
+func TestEndedSessionsAreReplaced(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := pgtest.NewDatabase(t, "ended")
+	s := open(t, dsn, postgres.Options{PoolSize: 4})
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := pgx.Connect(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+
+	for round := range 3 {
+		// Fill the pool with idle connections.
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				if err := s.Put(ctx, fmt.Sprint("k", i), []byte("v")); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		var ended int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = $1 AND pid <> pg_backend_pid()) AS t`, cfg.Database).Scan(&ended); err != nil {
+			t.Fatal(err)
+		}
+		if ended == 0 {
+			t.Fatalf("round %d: no session to end", round)
+		}
+		time.Sleep(50 * time.Millisecond) // let the FATAL messages arrive
+		for i := range 4 {
+			if _, err := s.Get(ctx, fmt.Sprint("k", i)); err != nil {
+				t.Fatalf("round %d: Get after %d sessions were ended: %v", round, ended, err)
+			}
+		}
 	}
 }

@@ -218,29 +218,38 @@ func (s *Store) Options() Options { return s.opts }
 // Stat returns a snapshot of the shard's pool counters.
 func (s *Store) Stat() *pgxpool.Stat { return s.pool.Stat() }
 
-// do runs fn on a pooled connection, bounded by ctx and the query timeout. When the
-// connection died under fn (the server stopped or restarted), the other idle
-// connections are almost certainly dead too, so the pool is reset: the first calls
-// after the server comes back dial fresh connections instead of tripping over stale ones.
+// do runs fn on a pooled connection, bounded by ctx and the query timeout.
+//
+// When the connection died under fn (its server stopped, restarted or ended the
+// session), the other idle connections are almost certainly dead too, so the pool is
+// reset and fn is tried once more on a fresh connection: after a restart the first
+// call succeeds instead of tripping over a stale connection, and while the server is
+// down the retry fails at once with the dial error. Every fn here is safe to run twice:
+// reads, and Put's upsert, which leaves the same record whether it ran once or twice.
 func (s *Store) do(ctx context.Context, fn func(ctx context.Context, c *pgxpool.Conn) error) error {
 	if s.closed.Load() {
 		return shardset.ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.QueryTimeout)
 	defer cancel()
-	c, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	err = fn(ctx, c)
-	// A connection cancelled by its context is closed too; that says nothing about
-	// the others.
-	dead := err != nil && c.Conn().IsClosed() && ctx.Err() == nil
-	c.Release()
-	if dead {
+	for attempt := 1; ; attempt++ {
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		err = fn(ctx, c)
+		// A connection cancelled by its context is closed too; that says nothing
+		// about the others.
+		dead := err != nil && c.Conn().IsClosed() && ctx.Err() == nil
+		c.Release()
+		if !dead {
+			return err
+		}
 		s.pool.Reset()
+		if attempt == 2 {
+			return err
+		}
 	}
-	return err
 }
 
 func validKey(key string) bool {

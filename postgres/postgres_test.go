@@ -234,6 +234,7 @@ func TestOpenShardsNamesDeadShards(t *testing.T) {
 		t.Errorf("OpenShards took %v to notice refused connections", time.Since(start))
 	}
 	msg := err.Error()
+	t.Logf("OpenShards: %v", err)
 	for _, want := range []string{"open shard 1:", "open shard 2:", "postgres:xxxxx@127.0.0.1"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error does not mention %q:\n%s", want, msg)
