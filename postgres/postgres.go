@@ -2,6 +2,12 @@
 // through a pgx v5 connection pool (pgxpool). The shards of a set may live on one
 // server or on many hosts, which is how the lab grows past one machine.
 //
+// A server is wired up with OpenShards (one DSN per shard), optionally preceded by
+// CreateShardDatabases (one base DSN, databases shardlab_shard_0..N-1 made if absent
+// and reused with their data if present) and followed by CheckLayouts (which refuses
+// databases made for another shard index, count or router). The Stores are then
+// handed to shardset.New.
+//
 // # A shard that is down
 //
 // Open checks that the shard answers and fails, naming the shard's host, when it does
@@ -14,8 +20,9 @@
 // fails at once, a host that does not answer fails after Options.ConnectTimeout, and a
 // server that stops answering in the middle of a query fails after
 // Options.QueryTimeout (or the caller's context, whichever ends first). Nothing needs
-// restarting when the server comes back: the pool drops the broken connections and
-// dials new ones on demand.
+// restarting when the server comes back: when a pooled connection turns out dead, the
+// pool drops its idle connections and the call is retried once on a fresh one, so the
+// first call after a restart already succeeds.
 //
 // # Schema
 //
@@ -25,6 +32,7 @@
 //
 // created if absent. The "C" collation makes the primary key compare bytes, which is
 // all an equality lookup needs and is the same on every host whatever its locale.
+// CheckLayout adds a one-row table, shardlab_layout.
 package postgres
 
 import (
@@ -130,8 +138,8 @@ const (
 )
 
 // Open returns the shard stored in the database named by dsn (postgres://... URL or
-// keyword/value form; pgx parameters such as pool_max_conns are honoured but Options
-// win). Unless opts.Lazy is set it connects, creating the records table if absent, and
+// keyword/value form; pgx and libpq parameters such as sslmode or
+// default_query_exec_mode are honoured, but the pool size always comes from Options). Unless opts.Lazy is set it connects, creating the records table if absent, and
 // fails when the server cannot be reached; cancelling ctx abandons that check.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	o, err := opts.withDefaults()
