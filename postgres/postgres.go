@@ -137,10 +137,12 @@ const (
 	countSQL = `SELECT count(*) FROM records`
 )
 
-// Open returns the shard stored in the database named by dsn (postgres://... URL or
-// keyword/value form; pgx and libpq parameters such as sslmode or
-// default_query_exec_mode are honoured, but the pool size always comes from Options). Unless opts.Lazy is set it connects, creating the records table if absent, and
-// fails when the server cannot be reached; cancelling ctx abandons that check.
+// Open returns the shard stored in the database named by dsn, a postgres:// URL or a
+// keyword/value string. Parameters such as sslmode or default_query_exec_mode are
+// honoured; the pool size always comes from opts. Unless opts.Lazy is set, Open
+// connects, creating the records table if absent, and fails, naming the server, when
+// it cannot; cancelling ctx abandons that check. Errors show the DSN with its password
+// redacted.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
