@@ -45,6 +45,10 @@ func openShard(ctx context.Context, path string, level, index int, sync SyncMode
 	if _, err := w.ExecContext(ctx, `INSERT OR IGNORE INTO shard_meta (id, level, shard, rows) VALUES (0, ?, ?, 0)`, level, index); err != nil {
 		return nil, errors.Join(fmt.Errorf("init %s: %w", path, err), s.close())
 	}
+	// Open the read connection now, so the first lookup does not pay for it.
+	if err := r.PingContext(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("open %s for reading: %w", path, err), s.close())
+	}
 	var gotLevel, gotIndex int
 	if err := w.QueryRowContext(ctx, `SELECT level, shard, rows FROM shard_meta WHERE id = 0`).Scan(&gotLevel, &gotIndex, &s.rows); err != nil {
 		return nil, errors.Join(fmt.Errorf("read meta of %s: %w", path, err), s.close())

@@ -157,10 +157,11 @@ func RenderCharts(dir string) error {
 	colorOf := func(t int64) color.Color { return plotutil.Color(slices.Index(thresholds, t)) }
 
 	rate := plot.New()
-	rate.Title.Text = "Ingest rate per batch of 250 files x 1234 blocks"
+	rate.Title.Text = "Ingest rate per batch (triangles: a new level was created)"
 	rate.X.Label.Text = "blocks in store (millions)"
 	rate.Y.Label.Text = "blocks/s (this batch)"
 	rate.Y.Min = 0
+	rate.Y.Tick.Marker = thousands{}
 	progress := plot.New()
 	progress.Title.Text = "Blocks written over time"
 	progress.X.Label.Text = "time (s)"
@@ -296,4 +297,18 @@ func saveBoth(p *plot.Plot, dir, name string, w, h vg.Length) error {
 		}
 	}
 	return nil
+}
+
+// thousands labels an axis in k (1e3) units.
+type thousands struct{}
+
+// Ticks implements plot.Ticker.
+func (thousands) Ticks(min, max float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ticks {
+		if ticks[i].Label != "" {
+			ticks[i].Label = strconv.FormatFloat(ticks[i].Value/1000, 'f', -1, 64) + "k"
+		}
+	}
+	return ticks
 }

@@ -2,11 +2,13 @@ package blockbench
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +25,7 @@ Usage:
   blockbench [ingest] [flags]   one ingest run; one CSV row per batch
   blockbench sweep [flags]      the same ingest for several thresholds, with summary and charts
   blockbench chart --results DIR  redraw the charts of a sweep from its CSVs
+  blockbench env                print the Go, CPU and SQLite versions a result depends on
 
 Per-batch CSV columns: time_s,files,blocks,files_per_s,blocks_per_s,shards,level
 (files and blocks are totals so far, the rates are those of the batch, shards
@@ -121,11 +124,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSweep(ctx, args, stderr)
 	case "chart":
 		return runChart(args, stderr)
+	case "env":
+		return printEnv(ctx, stdout)
 	case "help":
 		fmt.Fprint(stdout, usageText)
 		return nil
 	}
-	return fmt.Errorf("%w: unknown command %q (want ingest, sweep, chart or help)", ErrUsage, cmd)
+	return fmt.Errorf("%w: unknown command %q (want ingest, sweep, chart, env or help)", ErrUsage, cmd)
 }
 
 func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -246,4 +251,20 @@ func runChart(args []string, stderr io.Writer) error {
 		return err
 	}
 	return RenderCharts(*results)
+}
+
+// printEnv prints what a published number depends on.
+func printEnv(ctx context.Context, w io.Writer) error {
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&version); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "go: %s %s/%s\nnum_cpu: %d\ngomaxprocs: %d\nsqlite: %s (modernc.org/sqlite, pure Go)\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), version)
+	return nil
 }

@@ -1,0 +1,195 @@
+package blockbench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"shardlab/autoshard/blockbench"
+)
+
+func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var o, e bytes.Buffer
+	err = blockbench.Run(context.Background(), args, &o, &e)
+	return o.String(), e.String(), err
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"sweep", "-h"}, {"chart", "-help"}, {"help"}} {
+		out, errOut, err := run(t, args...)
+		if err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+		if !strings.Contains(out+errOut, "Usage:") {
+			t.Errorf("%v: no usage text", args)
+		}
+	}
+}
+
+func TestBadFlagsAreRefused(t *testing.T) {
+	tests := []struct {
+		args  []string
+		usage bool
+		want  string
+	}{
+		{[]string{"--bogus"}, true, "-bogus"},
+		{[]string{"--threshold", "-5"}, true, "--threshold -5 is negative"},
+		{[]string{"--threshold", "lots"}, true, "invalid value"},
+		{[]string{"--sync", "maybe"}, true, `sync mode "maybe"`},
+		{[]string{"ingest", "extra"}, true, `unexpected argument "extra"`},
+		{[]string{"frobnicate"}, true, `unknown command "frobnicate"`},
+		{[]string{"sweep", "--thresholds", "1,x"}, true, `threshold "x"`},
+		{[]string{"sweep", "--rounds", "0"}, true, "--rounds 0"},
+		{[]string{"--target-blocks", "0"}, false, "target blocks 0 must be positive"},
+		{[]string{"--max-level", "99", "--threshold", "10"}, false, "max level 99"},
+		{[]string{"--concurrency", "-1"}, false, "concurrency -1"},
+	}
+	for _, tt := range tests {
+		_, _, err := run(t, tt.args...)
+		if err == nil {
+			t.Errorf("%v: accepted", tt.args)
+			continue
+		}
+		if errors.Is(err, blockbench.ErrUsage) != tt.usage || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: error %q (usage error: %v), want one mentioning %q (usage error: %v)",
+				tt.args, err, errors.Is(err, blockbench.ErrUsage), tt.want, tt.usage)
+		}
+	}
+}
+
+func TestIngestWritesOneRowPerBatch(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "ingest.csv")
+	// 500 blocks per batch, level capacities 500, 1000, 2000.
+	_, errOut, err := run(t, "--threshold", "500", "--target-blocks", "3000", "--files-per-batch", "5",
+		"--blocks-per-file", "100", "--data", filepath.Join(dir, "store"), "--out", out, "--lookups", "50", "--progress", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errOut, "done: threshold=500 reached_target=true") || !strings.Contains(errOut, "batch_rate=") {
+		t.Errorf("stderr lacks progress or summary:\n%s", errOut)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The CSV columns are a published format.
+	if got := strings.Join(recs[0], ","); got != "time_s,files,blocks,files_per_s,blocks_per_s,shards,level" {
+		t.Fatalf("header %q", got)
+	}
+	rows, err := blockbench.ReadIngestCSV(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files, blocks []int64
+	var shards, levels []int
+	for _, r := range rows {
+		files = append(files, r.Files)
+		blocks = append(blocks, r.Blocks)
+		shards = append(shards, r.Shards)
+		levels = append(levels, r.Level)
+		if r.BlocksPerS <= 0 || r.FilesPerS <= 0 || r.TimeS <= 0 {
+			t.Errorf("row %+v has a non-positive rate or time", r)
+		}
+	}
+	want := struct {
+		files, blocks  []int64
+		shards, levels []int
+	}{
+		[]int64{5, 10, 15, 20, 25, 30},
+		[]int64{500, 1000, 1500, 2000, 2500, 3000},
+		[]int{1, 3, 3, 7, 7, 7},
+		[]int{0, 1, 1, 2, 2, 2},
+	}
+	if !slices.Equal(files, want.files) || !slices.Equal(blocks, want.blocks) ||
+		!slices.Equal(shards, want.shards) || !slices.Equal(levels, want.levels) {
+		t.Errorf("files %v blocks %v shards %v levels %v, want %+v", files, blocks, shards, levels, want)
+	}
+	// The store is kept when --data is given, and a second run refuses it.
+	_, _, err = run(t, "--threshold", "500", "--target-blocks", "500", "--files-per-batch", "5",
+		"--blocks-per-file", "100", "--data", filepath.Join(dir, "store"), "--out", out)
+	if !errors.Is(err, blockbench.ErrDataDirNotEmpty) {
+		t.Errorf("second run on the same data dir: %v, want ErrDataDirNotEmpty", err)
+	}
+}
+
+func TestSweepWritesSummaryAndCharts(t *testing.T) {
+	results := t.TempDir()
+	_, _, err := run(t, "sweep", "--thresholds", "never,300", "--rounds", "2", "--target-blocks", "1200",
+		"--files-per-batch", "4", "--blocks-per-file", "100", "--lookups", "20", "--results", results, "--data-root", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(results, "summary.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(recs[0], blockbench.SummaryHeader) || len(recs) != 1+4 {
+		t.Fatalf("summary has %d rows, header %v", len(recs), recs[0])
+	}
+	// Round 2 runs the thresholds in rotated order.
+	var order []string
+	for _, r := range recs[1:] {
+		order = append(order, r[0]+"/"+r[1])
+		if r[2] != "true" || r[5] != "1200" {
+			t.Errorf("row %v: target not reached", r)
+		}
+	}
+	if want := []string{"0/1", "300/1", "300/2", "0/2"}; !slices.Equal(order, want) {
+		t.Errorf("run order %v, want %v", order, want)
+	}
+	for _, name := range []string{"ingest-Tnever-r1.csv", "ingest-T300-r2.csv", "ingest_rate.png", "ingest_rate.svg",
+		"ingest_progress.png", "time_to_target.png", "time_to_target.svg", "lookup_latency.png"} {
+		b, err := os.ReadFile(filepath.Join(results, name))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if strings.HasSuffix(name, ".png") && !bytes.HasPrefix(b, []byte("\x89PNG")) {
+			t.Errorf("%s is not a PNG", name)
+		}
+	}
+	// The charts can be redrawn from the CSVs alone.
+	if _, _, err := run(t, "chart", "--results", results); err != nil {
+		t.Errorf("chart: %v", err)
+	}
+	if _, _, err := run(t, "chart", "--results", t.TempDir()); err == nil {
+		t.Error("chart of an empty directory succeeded")
+	}
+}
+
+func TestEnv(t *testing.T) {
+	out, _, err := run(t, "env")
+	if err != nil || !strings.Contains(out, "sqlite: 3.") || !strings.Contains(out, "num_cpu: ") {
+		t.Errorf("env printed %q, %v", out, err)
+	}
+}
+
+func TestParseThresholds(t *testing.T) {
+	got, err := blockbench.ParseThresholds("never, 0,250k,1M,42")
+	if err != nil || !slices.Equal(got, []int64{0, 0, 250_000, 1_000_000, 42}) {
+		t.Errorf("got %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "-1", "1.5M", "k"} {
+		if _, err := blockbench.ParseThresholds(bad); !errors.Is(err, blockbench.ErrUsage) {
+			t.Errorf("ParseThresholds(%q) = %v", bad, err)
+		}
+	}
+}
