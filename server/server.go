@@ -36,6 +36,10 @@ type Config struct {
 	Set     *shardset.Set
 	Mode    string // "single" or "sharded", reported by /stats
 	Backend string // "sqlite" or "postgres", reported by /stats
+	// Settings reported by /stats so that load generators can record how the server ran.
+	Sync          string // SQLite synchronous mode
+	PoolSize      int    // connections per shard
+	SQLiteVersion string // SQLite library version, when the backend is SQLite
 	// Extra registers further routes (such as the counter endpoints) on the server's mux.
 	Extra func(mux *http.ServeMux)
 }
@@ -337,6 +341,9 @@ type Stats struct {
 	RowsPerShard []int64          `json:"rows_per_shard"`
 	Requests     map[string]int64 `json:"requests"`
 	UptimeS      float64          `json:"uptime_s"`
+	Sync         string           `json:"sync,omitempty"`
+	PoolSize     int              `json:"pool_size,omitempty"`
+	SQLiteVer    string           `json:"sqlite_version,omitempty"`
 	Errors       []string         `json:"errors,omitempty"`
 }
 
@@ -345,6 +352,7 @@ func (s *Server) statsHandler(w http.ResponseWriter, r *http.Request) int {
 	st := Stats{
 		Mode: s.cfg.Mode, Backend: s.cfg.Backend, Router: s.cfg.Set.Router().Name(),
 		Shards: s.cfg.Set.Shards(), RowsPerShard: counts, UptimeS: time.Since(s.started).Seconds(),
+		Sync: s.cfg.Sync, PoolSize: s.cfg.PoolSize, SQLiteVer: s.cfg.SQLiteVersion,
 		Requests: map[string]int64{
 			"insert": s.stats.inserts.Load(), "get": s.stats.gets.Load(),
 			"get_hits": s.stats.getHits.Load(), "get_misses": s.stats.getMisses.Load(),

@@ -49,7 +49,7 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("%w: sync must be %q or %q, got %q", ErrBadOptions, SyncNormal, SyncFull, o.Sync)
 	}
 	if o.ReadConns == 0 {
-		o.ReadConns = max(4, runtime.GOMAXPROCS(0))
+		o.ReadConns = DefaultReadConns()
 	}
 	if o.ReadConns < 1 || o.ReadConns > 1024 {
 		return o, fmt.Errorf("%w: read connections must be 1..1024, got %d", ErrBadOptions, o.ReadConns)
@@ -62,6 +62,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	return o, nil
 }
+
+// DefaultReadConns is the read pool size per shard when Options.ReadConns is 0.
+func DefaultReadConns() int { return max(4, runtime.GOMAXPROCS(0)) }
 
 // Store is one shard's database file.
 type Store struct {

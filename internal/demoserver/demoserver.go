@@ -71,6 +71,11 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
 	}
+	shardsSet := false
+	fs.Visit(func(f *flag.Flag) { shardsSet = shardsSet || f.Name == "shards" })
+	if shardsSet && c.shards < 1 {
+		return c, fmt.Errorf("%w: --shards must be 1..%d, got %d", ErrUsage, routing.MaxShards, c.shards)
+	}
 	switch c.mode {
 	case "single":
 		if c.shards != 0 && c.shards != 1 {
@@ -118,7 +123,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer set.Close()
 
-	srv, err := server.New(server.Config{Set: set, Mode: c.mode, Backend: c.backend})
+	cfg := server.Config{Set: set, Mode: c.mode, Backend: c.backend, Sync: c.sync, PoolSize: c.readConns}
+	if cfg.PoolSize == 0 {
+		cfg.PoolSize = sqlite.DefaultReadConns()
+	}
+	if cfg.SQLiteVersion, err = sqlite.Version(ctx); err != nil {
+		return fmt.Errorf("read SQLite version: %w", err)
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		return err
 	}

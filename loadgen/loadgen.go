@@ -1,0 +1,569 @@
+// Package loadgen drives the demo-server's HTTP API with simulated users and measures
+// what they see.
+//
+// Closed loop (the default, as in the seed lab): each of Concurrency workers sends a
+// request, waits for the answer, and sends the next. Open loop (Rate > 0): requests are
+// due on a fixed schedule (constant or Poisson spacing) whatever the server does, and
+// each latency is measured from the request's intended start, as wrk2 does, so a server
+// that stalls shows the stall in its tail instead of silently slowing the clients
+// (coordinated omission). Latencies go into one HDR histogram per worker, merged at the end.
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"golang.org/x/sync/errgroup"
+)
+
+// Arrival processes for open-loop load.
+const (
+	ArrivalConstant = "constant" // evenly spaced requests
+	ArrivalPoisson  = "poisson"  // exponentially distributed gaps with the same mean
+)
+
+// LateThreshold is how far behind its intended start a request must begin to count as late.
+const LateThreshold = time.Millisecond
+
+// Histogram range: 1 microsecond to 60 seconds at 3 significant digits.
+const (
+	histMinUs = 1
+	histMaxUs = 60_000_000
+)
+
+// ErrBadConfig is wrapped by Config.Validate's errors.
+var ErrBadConfig = errors.New("loadgen: invalid configuration")
+
+// Config describes one load run.
+type Config struct {
+	Target      string        // base URL of the demo-server, e.g. http://127.0.0.1:8080
+	Ops         int64         // requests in the measured phase (used when Duration is 0)
+	Duration    time.Duration // length of the measured phase (instead of Ops)
+	Concurrency int           // workers (simulated users)
+	WriteRatio  float64       // share of requests that are /insert, 0..1
+	Keys        int           // key-space size: keys user0 .. user{Keys-1}
+	Dist        string        // DistUniform, DistZipfian or DistHotspot
+	Preload     bool          // write every key once before measuring, so reads hit
+	Warmup      time.Duration // unmeasured closed-loop load before the measured phase
+	Seed        int64         // random seed; the same seed gives the same request sequence per worker
+	DataSize    int           // bytes of data per write
+	Rate        float64       // open loop: target requests per second (0 = closed loop)
+	Arrival     string        // open loop: ArrivalConstant or ArrivalPoisson
+	Timeout     time.Duration // per-request timeout
+	Progress    func(done int64, elapsed time.Duration)
+
+	// OnResult, when set, is called after every measured request with what the server
+	// answered; tests use it to check that acknowledged writes are stored.
+	OnResult func(Outcome)
+}
+
+// Outcome is one measured request as seen by the client.
+type Outcome struct {
+	Write  bool
+	Key    string
+	Data   string // the value written (writes only)
+	Status int    // HTTP status, 0 when the request failed before an answer
+	Body   []byte // the response body
+}
+
+// Validate checks c and fills defaults.
+func (c *Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrBadConfig, fmt.Sprintf(format, args...))
+	}
+	u, err := url.Parse(c.Target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return bad("target must be an http:// URL, got %q", c.Target)
+	}
+	c.Target = strings.TrimRight(c.Target, "/")
+	if c.Duration < 0 {
+		return bad("duration must not be negative")
+	}
+	if c.Duration == 0 && c.Ops <= 0 {
+		return bad("give a positive number of ops or a duration")
+	}
+	if c.Concurrency < 1 || c.Concurrency > 10000 {
+		return bad("concurrency must be 1..10000, got %d", c.Concurrency)
+	}
+	if math.IsNaN(c.WriteRatio) || c.WriteRatio < 0 || c.WriteRatio > 1 {
+		return bad("write ratio must be between 0 and 1, got %v", c.WriteRatio)
+	}
+	if c.Keys < 1 {
+		return bad("keys must be at least 1, got %d", c.Keys)
+	}
+	if c.Dist == "" {
+		c.Dist = DistUniform
+	}
+	if _, err := NewKeyChooser(c.Dist, 1); err != nil {
+		return bad("%v", err)
+	}
+	if c.Warmup < 0 {
+		return bad("warmup must not be negative")
+	}
+	if c.DataSize == 0 {
+		c.DataSize = 100
+	}
+	if c.DataSize < 1 || c.DataSize > 60000 {
+		return bad("data size must be 1..60000 bytes, got %d", c.DataSize)
+	}
+	if math.IsNaN(c.Rate) || c.Rate < 0 || math.IsInf(c.Rate, 0) {
+		return bad("rate must be a non-negative number, got %v", c.Rate)
+	}
+	if c.Arrival == "" {
+		c.Arrival = ArrivalConstant
+	}
+	if c.Arrival != ArrivalConstant && c.Arrival != ArrivalPoisson {
+		return bad("arrival must be %s or %s, got %q", ArrivalConstant, ArrivalPoisson, c.Arrival)
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if c.Timeout < 0 {
+		return bad("timeout must be positive")
+	}
+	return nil
+}
+
+// Sample is one second of a run.
+type Sample struct {
+	Second int     // seconds since the measured phase started
+	Ops    int64   // requests completed in that second
+	Errors int64   // of which failed
+	P50Ms  float64 // response-time percentiles of the second
+	P99Ms  float64
+	MaxMs  float64
+}
+
+// Result is what a run measured.
+type Result struct {
+	Ops          int64            // completed requests in the measured phase (including errors)
+	Errors       int64            // failed requests
+	ErrorsByKind map[string]int64 // e.g. "http_503", "timeout", "connection"
+	Reads        int64
+	ReadHits     int64 // reads answered 200
+	ReadMisses   int64 // reads answered 404
+	Writes       int64
+	Elapsed      time.Duration          // length of the measured phase
+	Response     *hdrhistogram.Histogram // microseconds from intended start to answer
+	Service      *hdrhistogram.Histogram // microseconds from actual send to answer
+	Late         int64                   // open loop: requests started over LateThreshold late
+	Samples      []Sample
+}
+
+// Throughput returns completed requests per second.
+func (r *Result) Throughput() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Ops) / r.Elapsed.Seconds()
+}
+
+// ReadHitRate returns the share of reads that found their key (0 when there were none).
+func (r *Result) ReadHitRate() float64 {
+	if r.Reads == 0 {
+		return 0
+	}
+	return float64(r.ReadHits) / float64(r.Reads)
+}
+
+// Ms converts a histogram value in microseconds to milliseconds.
+func Ms(us int64) float64 { return float64(us) / 1000 }
+
+// NewHTTPClient returns a keep-alive client sized for concurrency connections.
+func NewHTTPClient(concurrency int, timeout time.Duration) *http.Client {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        concurrency * 2,
+		MaxIdleConnsPerHost: concurrency * 2,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	return &http.Client{Transport: tr, Timeout: timeout}
+}
+
+// Run executes the load described by cfg: preload, warmup, then the measured phase.
+// Cancelling ctx stops the run early; the result then covers what was measured so far
+// and the error is ctx's.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	client := NewHTTPClient(cfg.Concurrency, cfg.Timeout)
+	defer client.CloseIdleConnections()
+	keys, err := NewKeyChooser(cfg.Dist, cfg.Keys)
+	if err != nil {
+		return nil, err
+	}
+	r := &runner{cfg: cfg, client: client, keys: keys}
+	if cfg.Preload {
+		if err := r.preload(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Warmup > 0 {
+		warm := cfg
+		warm.Rate, warm.Ops, warm.Duration, warm.OnResult, warm.Progress = 0, 0, cfg.Warmup, nil, nil
+		wr := &runner{cfg: warm, client: client, keys: keys}
+		if _, err := wr.measure(ctx, cfg.Seed+1_000_003); err != nil {
+			return nil, fmt.Errorf("warmup: %w", err)
+		}
+	}
+	return r.measure(ctx, cfg.Seed)
+}
+
+type runner struct {
+	cfg    Config
+	client *http.Client
+	keys   KeyChooser
+}
+
+// preload writes every key once, Concurrency requests at a time.
+func (r *runner) preload(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	var next atomic.Int64
+	data := strings.Repeat("p", r.cfg.DataSize)
+	for range r.cfg.Concurrency {
+		g.Go(func() error {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(r.cfg.Keys) {
+					return nil
+				}
+				status, _, err := r.do(ctx, true, KeyName(int(i)), data)
+				if err != nil {
+					return fmt.Errorf("preload %s: %w", KeyName(int(i)), err)
+				}
+				if status != http.StatusOK {
+					return fmt.Errorf("preload %s: server answered %d", KeyName(int(i)), status)
+				}
+			}
+		})
+	}
+	return g.Wait()
+}
+
+// do sends one request and returns the status and body.
+func (r *runner) do(ctx context.Context, write bool, key, data string) (int, []byte, error) {
+	var req *http.Request
+	var err error
+	if write {
+		body, _ := json.Marshal(struct {
+			UserID string `json:"user_id"`
+			Data   string `json:"data"`
+		}{key, data})
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.Target+"/insert", bytes.NewReader(body))
+		if err == nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+	} else {
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.Target+"/get?user_id="+url.QueryEscape(key), nil)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	var body []byte
+	if r.cfg.OnResult != nil {
+		body, err = io.ReadAll(resp.Body)
+	} else {
+		_, err = io.Copy(io.Discard, resp.Body) // drain so the connection is reused
+	}
+	return resp.StatusCode, body, err
+}
+
+// worker holds one goroutine's measurements; nothing in it is shared.
+type worker struct {
+	response, service *hdrhistogram.Histogram
+	errs              map[string]int64
+	ops, errors, late int64
+	reads, hits       int64
+	misses, writes    int64
+
+	// per-second samples: the histogram of the current second, flushed on rollover
+	second     int
+	secHist    *hdrhistogram.Histogram
+	secOps     int64
+	secErrors  int64
+	timeseries *timeseries
+}
+
+func newHist(digits int) *hdrhistogram.Histogram {
+	return hdrhistogram.New(histMinUs, histMaxUs, digits)
+}
+
+func clampUs(d time.Duration) int64 {
+	return min(max(d.Microseconds(), histMinUs), histMaxUs)
+}
+
+func (w *worker) record(sinceStart time.Duration, response, service time.Duration, failed bool) {
+	w.response.RecordValue(clampUs(response))
+	w.service.RecordValue(clampUs(service))
+	sec := int(sinceStart / time.Second)
+	if sec != w.second {
+		w.flushSecond()
+		w.second = sec
+	}
+	w.secHist.RecordValue(clampUs(response))
+	w.secOps++
+	if failed {
+		w.secErrors++
+	}
+}
+
+func (w *worker) flushSecond() {
+	if w.secOps > 0 {
+		w.timeseries.add(w.second, w.secOps, w.secErrors, w.secHist)
+	}
+	w.secHist.Reset()
+	w.secOps, w.secErrors = 0, 0
+}
+
+// timeseries merges the workers' per-second histograms.
+type timeseries struct {
+	mu   sync.Mutex
+	secs map[int]*secondAgg
+}
+
+type secondAgg struct {
+	ops, errors int64
+	hist        *hdrhistogram.Histogram
+}
+
+func (t *timeseries) add(sec int, ops, errs int64, h *hdrhistogram.Histogram) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a, ok := t.secs[sec]
+	if !ok {
+		a = &secondAgg{hist: newHist(2)}
+		t.secs[sec] = a
+	}
+	a.ops += ops
+	a.errors += errs
+	a.hist.Merge(h)
+}
+
+func (t *timeseries) samples() []Sample {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	last := -1
+	for s := range t.secs {
+		last = max(last, s)
+	}
+	out := make([]Sample, 0, last+1)
+	for s := 0; s <= last; s++ {
+		smp := Sample{Second: s}
+		if a, ok := t.secs[s]; ok {
+			smp.Ops, smp.Errors = a.ops, a.errors
+			smp.P50Ms = Ms(a.hist.ValueAtQuantile(50))
+			smp.P99Ms = Ms(a.hist.ValueAtQuantile(99))
+			smp.MaxMs = Ms(a.hist.Max())
+		}
+		out = append(out, smp)
+	}
+	return out
+}
+
+// classify names a failed request's error kind.
+func classify(status int, err error) string {
+	if err == nil {
+		return fmt.Sprintf("http_%d", status)
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "connection"
+	}
+	return "other"
+}
+
+// measure runs the measured phase.
+func (r *runner) measure(ctx context.Context, seed int64) (*Result, error) {
+	cfg := r.cfg
+	ts := &timeseries{secs: map[int]*secondAgg{}}
+	workers := make([]*worker, cfg.Concurrency)
+	for i := range workers {
+		workers[i] = &worker{
+			response: newHist(3), service: newHist(3), errs: map[string]int64{},
+			secHist: newHist(2), timeseries: ts,
+		}
+	}
+	var issued, completed atomic.Int64
+	start := time.Now()
+	deadline := time.Time{}
+	if cfg.Duration > 0 {
+		deadline = start.Add(cfg.Duration)
+	}
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+
+	stopProgress := make(chan struct{})
+	var progressDone sync.WaitGroup
+	if cfg.Progress != nil {
+		progressDone.Add(1)
+		go func() {
+			defer progressDone.Done()
+			t := time.NewTicker(500 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					cfg.Progress(completed.Load(), time.Since(start))
+				case <-stopProgress:
+					return
+				}
+			}
+		}()
+	}
+
+	// Open loop: each worker owns an even share of the rate, its schedule offset so the
+	// workers' requests interleave rather than arrive in bursts.
+	perWorkerGap := time.Duration(0)
+	if cfg.Rate > 0 {
+		perWorkerGap = time.Duration(float64(time.Second) * float64(cfg.Concurrency) / cfg.Rate)
+	}
+	var wg sync.WaitGroup
+	for wi, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(wi)))
+			data := make([]byte, cfg.DataSize)
+			for i := range data {
+				data[i] = 'a' + byte(rng.IntN(26))
+			}
+			intended := start
+			if cfg.Rate > 0 {
+				intended = start.Add(time.Duration(float64(perWorkerGap) * float64(wi) / float64(cfg.Concurrency)))
+			}
+			var seq int64
+			for runCtx.Err() == nil {
+				if cfg.Rate > 0 {
+					if !deadline.IsZero() && !intended.Before(deadline) {
+						return
+					}
+				}
+				if cfg.Duration == 0 && issued.Add(1) > cfg.Ops {
+					return
+				}
+				if cfg.Rate > 0 {
+					if wait := time.Until(intended); wait > 0 {
+						select {
+						case <-time.After(wait):
+						case <-runCtx.Done():
+							return
+						}
+					}
+				}
+				write := rng.Float64() < cfg.WriteRatio
+				key := KeyName(r.keys.Next(rng))
+				value := ""
+				if write {
+					seq++
+					// Unique per write, so a reader can tell which acknowledged write it sees.
+					prefix := fmt.Sprintf("%s:%d:%d:", key, wi, seq)
+					value = prefix + string(data[:max(0, cfg.DataSize-len(prefix))])
+				}
+				sent := time.Now()
+				if cfg.Rate == 0 {
+					intended = sent
+				} else if sent.Sub(intended) > LateThreshold {
+					w.late++
+				}
+				status, body, err := r.do(runCtx, write, key, value)
+				done := time.Now()
+				if runCtx.Err() != nil && err != nil {
+					return // stopped mid-request: neither a success nor a server error
+				}
+				failed := err != nil || (status != http.StatusOK && !(status == http.StatusNotFound && !write))
+				w.ops++
+				if write {
+					w.writes++
+				} else {
+					w.reads++
+					switch status {
+					case http.StatusOK:
+						w.hits++
+					case http.StatusNotFound:
+						w.misses++
+					}
+				}
+				if failed {
+					w.errors++
+					w.errs[classify(status, err)]++
+				}
+				w.record(done.Sub(start), done.Sub(intended), done.Sub(sent), failed)
+				completed.Add(1)
+				if cfg.OnResult != nil {
+					cfg.OnResult(Outcome{Write: write, Key: key, Data: value, Status: status, Body: body})
+				}
+				if cfg.Rate > 0 {
+					gap := perWorkerGap
+					if cfg.Arrival == ArrivalPoisson {
+						gap = time.Duration(rng.ExpFloat64() * float64(perWorkerGap))
+					}
+					intended = intended.Add(gap)
+				} else if !deadline.IsZero() && done.After(deadline) {
+					return
+				}
+			}
+		}()
+	}
+	if !deadline.IsZero() && cfg.Rate == 0 {
+		// Closed loop with a duration: workers stop by themselves once the deadline passes.
+		go func() {
+			select {
+			case <-time.After(time.Until(deadline) + cfg.Timeout):
+				cancelRun() // a request hung past its timeout; stop waiting for it
+			case <-runCtx.Done():
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(stopProgress)
+	progressDone.Wait()
+
+	res := &Result{ErrorsByKind: map[string]int64{}, Elapsed: elapsed, Response: newHist(3), Service: newHist(3)}
+	for _, w := range workers {
+		w.flushSecond()
+		res.Response.Merge(w.response)
+		res.Service.Merge(w.service)
+		res.Ops += w.ops
+		res.Errors += w.errors
+		res.Late += w.late
+		res.Reads += w.reads
+		res.ReadHits += w.hits
+		res.ReadMisses += w.misses
+		res.Writes += w.writes
+		for k, v := range w.errs {
+			res.ErrorsByKind[k] += v
+		}
+	}
+	res.Samples = ts.samples()
+	return res, ctx.Err()
+}

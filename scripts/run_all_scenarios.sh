@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Runs every scenario of scripts/scenarios.conf at each of its shard counts, repeated
+# --trials times with the configurations interleaved (single, sharded, single, sharded...)
+# so that machine drift hits every side alike, appends the rows to results/results.csv,
+# then regenerates results/report.md from the CSV.
+set -euo pipefail
+
+usage() {
+	cat <<'USAGE'
+Usage: scripts/run_all_scenarios.sh [options]
+
+  --trials N        repetitions of every configuration, interleaved (default 3)
+  --quick           a fast smoke run: ops / 10, 1 trial (under a minute)
+  --scenarios FILE  scenario definitions (default scripts/scenarios.conf)
+  --only NAME       run only this scenario (repeatable)
+  --out FILE        results CSV (default results/results.csv)
+  --report FILE     report to regenerate (default results/report.md; "none" to skip)
+  --sync S          SQLite durability: normal or full (default normal)
+  --router R        crc32 or jump (default crc32)
+  --backend B       sqlite (default) or postgres; postgres uses SHARDLAB_PG_DSN with --create
+  -h, --help        this help
+USAGE
+}
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+trials=3 quick=0 scenarios="$root/scripts/scenarios.conf" only=() out="$root/results/results.csv"
+report="$root/results/report.md" sync=normal router=crc32 backend=sqlite
+need() { [[ $# -ge 2 && -n "$2" ]] || { echo "run_all_scenarios.sh: $1 needs a value" >&2; exit 2; }; }
+while [[ $# -gt 0 ]]; do
+	case "$1" in
+	--trials) need "$@"; trials=$2; shift 2 ;;
+	--quick) quick=1; shift ;;
+	--scenarios) need "$@"; scenarios=$2; shift 2 ;;
+	--only) need "$@"; only+=("$2"); shift 2 ;;
+	--out) need "$@"; out=$2; shift 2 ;;
+	--report) need "$@"; report=$2; shift 2 ;;
+	--sync) need "$@"; sync=$2; shift 2 ;;
+	--router) need "$@"; router=$2; shift 2 ;;
+	--backend) need "$@"; backend=$2; shift 2 ;;
+	-h | --help) usage; exit 0 ;;
+	*) echo "run_all_scenarios.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+[[ $trials =~ ^[0-9]+$ ]] && ((trials >= 1)) || { echo "run_all_scenarios.sh: --trials must be a positive integer" >&2; exit 2; }
+[[ -r $scenarios ]] || { echo "run_all_scenarios.sh: cannot read $scenarios" >&2; exit 2; }
+((quick)) && trials=1
+
+# Parse and check the scenario file before running anything.
+names=() lines=()
+lineno=0
+while IFS= read -r line || [[ -n $line ]]; do
+	lineno=$((lineno + 1))
+	[[ $line =~ ^[[:space:]]*(#|$) ]] && continue
+	read -r name ops conc wr keys dist preload shards extra <<<"$line"
+	if [[ -z ${shards:-} || -n ${extra:-} ]]; then
+		echo "run_all_scenarios.sh: $scenarios:$lineno: want 8 columns (name ops concurrency write_ratio keys dist preload shards)" >&2
+		exit 2
+	fi
+	[[ $ops =~ ^[0-9]+$ && $conc =~ ^[0-9]+$ && $keys =~ ^[0-9]+$ ]] || { echo "run_all_scenarios.sh: $scenarios:$lineno: ops, concurrency and keys must be integers" >&2; exit 2; }
+	[[ $preload == yes || $preload == no ]] || { echo "run_all_scenarios.sh: $scenarios:$lineno: preload must be yes or no" >&2; exit 2; }
+	[[ $shards =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "run_all_scenarios.sh: $scenarios:$lineno: shards must be a list like 1,3,5" >&2; exit 2; }
+	if ((${#only[@]})); then
+		keep=0
+		for o in "${only[@]}"; do [[ $o == "$name" ]] && keep=1; done
+		((keep)) || continue
+	fi
+	names+=("$name")
+	lines+=("$line")
+done <"$scenarios"
+((${#lines[@]})) || { echo "run_all_scenarios.sh: no scenario to run" >&2; exit 2; }
+
+run_id=$(date -u +%Y%m%dT%H%M%SZ)
+(cd "$root" && mkdir -p bin && go build -o bin/demo-server ./cmd/demo-server && go build -o bin/loadgen ./cmd/loadgen && go build -o bin/report ./cmd/report)
+extra_args=(--sync "$sync" --router "$router" --backend "$backend" --out "$out" --run-id "$run_id" --no-build)
+if [[ $backend == postgres ]]; then
+	[[ -n ${SHARDLAB_PG_DSN:-} ]] || { echo "run_all_scenarios.sh: --backend postgres needs SHARDLAB_PG_DSN" >&2; exit 2; }
+	extra_args+=(--dsn "$SHARDLAB_PG_DSN" --create)
+fi
+
+echo "run $run_id: ${#lines[@]} scenario(s), $trials trial(s) each, configurations interleaved" >&2
+start=$(date +%s)
+for ((trial = 1; trial <= trials; trial++)); do
+	for line in "${lines[@]}"; do
+		read -r name ops conc wr keys dist preload shards <<<"$line"
+		((quick)) && ops=$((ops / 10)) && keys=$(((keys + 4) / 5))
+		pre=()
+		[[ $preload == yes ]] && pre=(--preload)
+		IFS=, read -r -a shard_list <<<"$shards"
+		for n in "${shard_list[@]}"; do
+			"$root/scripts/run_scenario.sh" --scenario "$name" --ops "$ops" --concurrency "$conc" \
+				--writeRatio "$wr" --keys "$keys" --dist "$dist" --shards "$n" --seed "$trial" \
+				--first-trial "$trial" "${pre[@]}" "${extra_args[@]}"
+		done
+	done
+done
+echo "run $run_id finished in $(($(date +%s) - start))s; rows appended to $out" >&2
+if [[ $report != none ]]; then
+	"$root/bin/report" --csv "$out" --out "$report" --run-id "$run_id"
+	echo "report: $report" >&2
+fi

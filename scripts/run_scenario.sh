@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Runs one lab experiment: builds the binaries, starts a demo-server on a free loopback
+# port with a fresh data directory, waits for /healthz, runs loadgen, stops the server and
+# appends one row per trial to results/results.csv.
+#
+#   scripts/run_scenario.sh --ops 50000 --concurrency 150 --writeRatio 0.5 --shards 4
+#
+# --shards 1 means single mode. Run with --help for every option.
+set -euo pipefail
+
+usage() {
+	cat <<'USAGE'
+Usage: scripts/run_scenario.sh [options]
+
+Seed options:
+  --ops N            requests in the measured phase (default 10000)
+  --concurrency N    concurrent simulated users (default 50)
+  --writeRatio F     share of writes, 0..1 (default 0.5)
+  --shards N         shard count; 1 = single mode (default 1)
+
+More options:
+  --scenario NAME    label in the CSV (default adhoc)
+  --dist D           key distribution: uniform, zipfian, hotspot (default uniform)
+  --keys N           key-space size (default 10000)
+  --preload          write every key once before measuring, so reads hit
+  --warmup D         unmeasured warm-up, e.g. 2s (default 0)
+  --duration D       measure for a duration instead of --ops
+  --rate R           open loop at R requests/s (default 0 = closed loop)
+  --arrival A        open-loop spacing: constant or poisson
+  --sync S           SQLite durability: normal or full (default normal)
+  --router R         crc32 or jump (default crc32)
+  --read-conns N     read connections per shard (default: server default)
+  --backend B        sqlite (default) or postgres
+  --dsn URL          postgres: one per shard, repeat the option (or set SHARDLAB_PG_DSN and use --create)
+  --create           postgres: create databases shardlab_shard_0..N-1 from the base DSN
+  --pool N           postgres: connections per shard
+  --trials N         repeat the run N times (default 1)
+  --first-trial K    number the trials from K (default 1), for interleaved runs
+  --seed N           workload seed (default 1)
+  --run-id ID        groups rows in the CSV (default: a timestamp)
+  --out FILE         results CSV (default results/results.csv)
+  --timeseries-dir D write per-second samples under D (default results/timeseries)
+  --no-build         use the binaries already in bin/
+  -h, --help         this help
+USAGE
+}
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ops=10000 concurrency=50 write_ratio=0.5 shards=1 scenario=adhoc dist=uniform keys=10000
+preload=0 warmup=0s duration="" rate=0 arrival=constant sync=normal router=crc32 read_conns=0
+backend=sqlite dsns=() create=0 pool=0 trials=1 first_trial=1 seed=1 run_id="" out="$root/results/results.csv"
+ts_dir="$root/results/timeseries" build=1
+
+need() { [[ $# -ge 2 && -n "$2" ]] || { echo "run_scenario.sh: $1 needs a value" >&2; exit 2; }; }
+while [[ $# -gt 0 ]]; do
+	case "$1" in
+	--ops) need "$@"; ops=$2; shift 2 ;;
+	--concurrency) need "$@"; concurrency=$2; shift 2 ;;
+	--writeRatio | --write-ratio) need "$@"; write_ratio=$2; shift 2 ;;
+	--shards) need "$@"; shards=$2; shift 2 ;;
+	--scenario) need "$@"; scenario=$2; shift 2 ;;
+	--dist) need "$@"; dist=$2; shift 2 ;;
+	--keys) need "$@"; keys=$2; shift 2 ;;
+	--preload) preload=1; shift ;;
+	--warmup) need "$@"; warmup=$2; shift 2 ;;
+	--duration) need "$@"; duration=$2; shift 2 ;;
+	--rate) need "$@"; rate=$2; shift 2 ;;
+	--arrival) need "$@"; arrival=$2; shift 2 ;;
+	--sync) need "$@"; sync=$2; shift 2 ;;
+	--router) need "$@"; router=$2; shift 2 ;;
+	--read-conns) need "$@"; read_conns=$2; shift 2 ;;
+	--backend) need "$@"; backend=$2; shift 2 ;;
+	--dsn) need "$@"; dsns+=("$2"); shift 2 ;;
+	--create) create=1; shift ;;
+	--pool) need "$@"; pool=$2; shift 2 ;;
+	--trials) need "$@"; trials=$2; shift 2 ;;
+	--first-trial) need "$@"; first_trial=$2; shift 2 ;;
+	--seed) need "$@"; seed=$2; shift 2 ;;
+	--run-id) need "$@"; run_id=$2; shift 2 ;;
+	--out) need "$@"; out=$2; shift 2 ;;
+	--timeseries-dir) need "$@"; ts_dir=$2; shift 2 ;;
+	--no-build) build=0; shift ;;
+	-h | --help) usage; exit 0 ;;
+	*) echo "run_scenario.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+
+is_int() { [[ $1 =~ ^[0-9]+$ ]]; }
+is_int "$shards" && ((shards >= 1)) || { echo "run_scenario.sh: --shards must be a positive integer, got '$shards'" >&2; exit 2; }
+is_int "$trials" && ((trials >= 1)) || { echo "run_scenario.sh: --trials must be a positive integer, got '$trials'" >&2; exit 2; }
+is_int "$first_trial" && ((first_trial >= 1)) || { echo "run_scenario.sh: --first-trial must be a positive integer" >&2; exit 2; }
+[[ $scenario =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "run_scenario.sh: --scenario may hold letters, digits, _ . - only" >&2; exit 2; }
+[[ -n $run_id ]] || run_id=$(date -u +%Y%m%dT%H%M%SZ)
+[[ $run_id =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "run_scenario.sh: --run-id may hold letters, digits, _ . - only" >&2; exit 2; }
+
+if ((build)); then
+	mkdir -p "$root/bin"
+	(cd "$root" && go build -o bin/demo-server ./cmd/demo-server && go build -o bin/loadgen ./cmd/loadgen)
+fi
+commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+if [[ -n $(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null) ]]; then commit="$commit-dirty"; fi
+
+if ((shards == 1)); then mode_args=(--mode single); mode=single; else mode_args=(--mode sharded --shards "$shards"); mode=sharded; fi
+server_args=("${mode_args[@]}" --router "$router" --backend "$backend")
+if [[ $backend == sqlite ]]; then
+	server_args+=(--sync "$sync")
+	((read_conns > 0)) && server_args+=(--read-conns "$read_conns")
+else
+	for d in "${dsns[@]}"; do server_args+=(--dsn "$d"); done
+	((create)) && server_args+=(--create --reset)
+	((pool > 0)) && server_args+=(--pool "$pool")
+fi
+load_args=(--ops "$ops" --concurrency "$concurrency" --writeRatio "$write_ratio" --keys "$keys" --dist "$dist"
+	--warmup "$warmup" --rate "$rate" --arrival "$arrival" --seed "$seed" --scenario "$scenario"
+	--mode "$mode" --shards "$shards" --run-id "$run_id" --git-commit "$commit" --out "$out" --quiet)
+[[ -n $duration ]] && load_args+=(--duration "$duration")
+((preload)) && load_args+=(--preload)
+
+mkdir -p "$(dirname "$out")"
+work=$(mktemp -d "${TMPDIR:-/tmp}/shardlab-run.XXXXXX")
+server_pid=""
+cleanup() {
+	if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
+		kill -TERM "$server_pid" 2>/dev/null || true
+		wait "$server_pid" 2>/dev/null || true
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+for ((trial = first_trial; trial < first_trial + trials; trial++)); do
+	data="$work/data-$trial"
+	rm -f "$work/addr"
+	"$root/bin/demo-server" "${server_args[@]}" --data "$data" --addr 127.0.0.1:0 --addr-file "$work/addr" >"$work/server.log" 2>&1 &
+	server_pid=$!
+	for _ in $(seq 1 200); do
+		[[ -s $work/addr ]] && break
+		kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; echo "run_scenario.sh: demo-server failed to start" >&2; exit 1; }
+		sleep 0.05
+	done
+	[[ -s $work/addr ]] || { echo "run_scenario.sh: demo-server did not report its address" >&2; exit 1; }
+	addr=$(cat "$work/addr")
+	printf '[%s] %s: %s, %s shard(s), trial %d ... ' "$(date -u +%H:%M:%S)" "$scenario" "$mode" "$shards" "$trial" >&2
+	status=0
+	"$root/bin/loadgen" --target "http://$addr" --wait-ready 10s --trial "$trial" \
+		--timeseries "$ts_dir/$run_id/${scenario}_${mode}_${shards}_t${trial}.csv" "${load_args[@]}" >"$work/load.out" 2>&1 || status=$?
+	cat "$work/load.out" >&2
+	kill -TERM "$server_pid"
+	wait "$server_pid" || { echo "run_scenario.sh: demo-server did not stop cleanly:" >&2; cat "$work/server.log" >&2; exit 1; }
+	server_pid=""
+	rm -rf "$data"
+	((status == 0)) || { echo "run_scenario.sh: loadgen failed (exit $status)" >&2; exit "$status"; }
+done
