@@ -50,9 +50,9 @@ func (u uniform) Next(rng *rand.Rand) int { return rng.IntN(u.n) }
 
 // zipfian draws rank i (0 = most popular) with probability proportional to 1/(i+1)^theta.
 type zipfian struct {
-	n                       int
+	n                        int
 	theta, alpha, zetan, eta float64
-	halfPowTheta            float64
+	halfPowTheta             float64
 }
 
 func newZipfian(n int, theta float64) *zipfian {

@@ -157,7 +157,7 @@ type Result struct {
 	ReadHits     int64 // reads answered 200
 	ReadMisses   int64 // reads answered 404
 	Writes       int64
-	Elapsed      time.Duration          // length of the measured phase
+	Elapsed      time.Duration           // length of the measured phase
 	Response     *hdrhistogram.Histogram // microseconds from intended start to answer
 	Service      *hdrhistogram.Histogram // microseconds from actual send to answer
 	Late         int64                   // open loop: requests started over LateThreshold late
