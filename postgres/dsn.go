@@ -27,7 +27,26 @@ func isURL(dsn string) bool {
 // keyword/value form (host=h password=pw dbname=db).
 func RedactDSN(dsn string) string {
 	if !isURL(dsn) {
-		return keywordPassword.ReplaceAllString(dsn, "${1}"+redactedPassword)
+		pairs, err := parseKeywordValue(dsn)
+		if err != nil {
+			// Best effort on a string libpq would refuse anyway.
+			return keywordPassword.ReplaceAllString(dsn, "${1}"+redactedPassword)
+		}
+		var b strings.Builder
+		for i, p := range pairs {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			switch {
+			case strings.EqualFold(p.key, "password") || strings.EqualFold(p.key, "sslpassword"):
+				b.WriteString(p.key + "=" + redactedPassword)
+			case p.value == "" || strings.ContainsAny(p.value, spaces+`'\`):
+				b.WriteString(p.key + "=" + quoteValue(p.value))
+			default:
+				b.WriteString(p.key + "=" + p.value)
+			}
+		}
+		return b.String()
 	}
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -60,10 +79,19 @@ func WithDatabase(dsn, name string) (string, error) {
 		return "", fmt.Errorf("%w: empty database name", ErrBadDSN)
 	}
 	if !isURL(dsn) {
-		// In the keyword/value form the last setting of a keyword wins (libpq and pgx
-		// agree), so appending is enough and never disturbs quoted values.
-		quoted := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(name)
-		return strings.TrimSpace(dsn) + " dbname='" + quoted + "'", nil
+		pairs, err := parseKeywordValue(dsn)
+		if err != nil {
+			return "", fmt.Errorf("%w: %s: %v", ErrBadDSN, RedactDSN(dsn), err)
+		}
+		var b strings.Builder
+		for _, p := range pairs {
+			if p.key == "dbname" || p.key == "database" {
+				continue
+			}
+			b.WriteString(p.key + "=" + quoteValue(p.value) + " ")
+		}
+		b.WriteString("dbname=" + quoteValue(name))
+		return b.String(), nil
 	}
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -78,4 +106,64 @@ func WithDatabase(dsn, name string) (string, error) {
 		u.RawQuery = q.Encode()
 	}
 	return u.String(), nil
+}
+
+type keywordValue struct{ key, value string }
+
+const spaces = " \t\n\r\v\f"
+
+// parseKeywordValue splits a keyword/value DSN ("host=h dbname='my db'") into its
+// pairs, in order, with quotes and backslash escapes removed, reading it the way
+// libpq and pgx do.
+func parseKeywordValue(s string) ([]keywordValue, error) {
+	var out []keywordValue
+	s = strings.TrimLeft(s, spaces)
+	for s != "" {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 {
+			return nil, errors.New("keyword without \"=\"")
+		}
+		key := strings.Trim(s[:eq], spaces)
+		if key == "" || strings.ContainsAny(key, spaces) {
+			return nil, fmt.Errorf("bad keyword %q", key)
+		}
+		s = strings.TrimLeft(s[eq+1:], spaces)
+		var val strings.Builder
+		if strings.HasPrefix(s, "'") {
+			i := 1
+			for ; i < len(s) && s[i] != '\''; i++ {
+				if s[i] == '\\' {
+					i++
+					if i == len(s) {
+						break
+					}
+				}
+				val.WriteByte(s[i])
+			}
+			if i >= len(s) {
+				return nil, errors.New("unterminated quoted value")
+			}
+			s = s[i+1:]
+		} else {
+			i := 0
+			for ; i < len(s) && !strings.ContainsRune(spaces, rune(s[i])); i++ {
+				if s[i] == '\\' {
+					i++
+					if i == len(s) {
+						break // a trailing backslash is dropped
+					}
+				}
+				val.WriteByte(s[i])
+			}
+			s = s[min(i, len(s)):]
+		}
+		out = append(out, keywordValue{key, val.String()})
+		s = strings.TrimLeft(s, spaces)
+	}
+	return out, nil
+}
+
+// quoteValue quotes v for a keyword/value DSN.
+func quoteValue(v string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
 }

@@ -16,7 +16,8 @@ func TestRedactDSN(t *testing.T) {
 		{"postgres://u@h/db?password=secret", "postgres://u@h/db?password=xxxxx"},
 		{"postgres://u:secret@h1:5432,h2:5433/db", "postgres://u:xxxxx@h1:5432,h2:5433/db"},
 		{"host=h password=secret dbname=db", "host=h password=xxxxx dbname=db"},
-		{"host=h password = 'sec ret\\' x' dbname=db", "host=h password = xxxxx dbname=db"},
+		{"host=h password = 'sec ret\\' x' dbname='my db'", "host=h password=xxxxx dbname='my db'"},
+		{"host=h password='unterminated", "host=h password=xxxxx"},
 		{"password=secret host=h sslpassword=other", "password=xxxxx host=h sslpassword=xxxxx"},
 		{"postgres://u:sec%ZZret@h/db", "postgres://(unparsable DSN, redacted)"},
 	} {
@@ -31,7 +32,8 @@ func TestWithDatabase(t *testing.T) {
 		{"postgres://u:pw@h:5432/postgres?sslmode=disable", "postgres://u:pw@h:5432/shardlab_shard_3?sslmode=disable"},
 		{"postgres://u@h", "postgres://u@h/shardlab_shard_3"},
 		{"postgres://u@h/postgres?dbname=other&sslmode=disable", "postgres://u@h/shardlab_shard_3?sslmode=disable"},
-		{"host=h dbname=postgres", "host=h dbname=postgres dbname='shardlab_shard_3'"},
+		{"host=h dbname=postgres", "host='h' dbname='shardlab_shard_3'"},
+		{"host=h database=postgres password='a \\'b' x=", "host='h' password='a \\'b' x='' dbname='shardlab_shard_3'"},
 	} {
 		got, err := postgres.WithDatabase(c.in, "shardlab_shard_3")
 		if err != nil || got != c.want {
