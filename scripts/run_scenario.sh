@@ -39,7 +39,7 @@ More options:
   --seed N           workload seed (default 1)
   --run-id ID        groups rows in the CSV (default: a timestamp)
   --out FILE         results CSV (default results/results.csv)
-  --timeseries-dir D write per-second samples under D (default results/timeseries)
+  --timeseries-dir D write per-second samples under D (default: timeseries/ next to --out)
   --no-build         use the binaries already in bin/
   -h, --help         this help
 USAGE
@@ -49,7 +49,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ops=10000 concurrency=50 write_ratio=0.5 shards=1 scenario=adhoc dist=uniform keys=10000
 preload=0 warmup=0s duration="" rate=0 arrival=constant sync=normal router=crc32 read_conns=0
 backend=sqlite dsns=() create=0 pool=0 trials=1 first_trial=1 seed=1 run_id="" out="$root/results/results.csv"
-ts_dir="$root/results/timeseries" build=1
+ts_dir="" build=1
 
 need() { [[ $# -ge 2 && -n "$2" ]] || { echo "run_scenario.sh: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
@@ -90,6 +90,7 @@ is_int "$shards" && ((shards >= 1)) || { echo "run_scenario.sh: --shards must be
 is_int "$trials" && ((trials >= 1)) || { echo "run_scenario.sh: --trials must be a positive integer, got '$trials'" >&2; exit 2; }
 is_int "$first_trial" && ((first_trial >= 1)) || { echo "run_scenario.sh: --first-trial must be a positive integer" >&2; exit 2; }
 [[ $scenario =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "run_scenario.sh: --scenario may hold letters, digits, _ . - only" >&2; exit 2; }
+[[ -n $ts_dir ]] || ts_dir="$(dirname "$out")/timeseries"
 [[ -n $run_id ]] || run_id=$(date -u +%Y%m%dT%H%M%SZ)
 [[ $run_id =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "run_scenario.sh: --run-id may hold letters, digits, _ . - only" >&2; exit 2; }
 

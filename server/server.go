@@ -1,5 +1,6 @@
 // Package server is the lab's HTTP front end: POST /insert and GET /get over a shard set,
-// plus /healthz, /stats and /metrics. Every client mistake gets a 4xx with a JSON body
+// plus /healthz, /stats and /metrics, and the hot-row counter endpoints POST /counter/incr
+// and GET /counter when a counter store is configured. Every client mistake gets a 4xx with a JSON body
 // {"error": "..."}; a shard that fails gets a 503 naming the shard, and the other shards
 // keep serving.
 package server
@@ -19,8 +20,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"shardlab/counters"
 	"shardlab/shardset"
 )
 
@@ -40,6 +43,8 @@ type Config struct {
 	Sync          string // SQLite synchronous mode
 	PoolSize      int    // connections per shard
 	SQLiteVersion string // SQLite library version, when the backend is SQLite
+	// Counter, when set, serves POST /counter/incr and GET /counter.
+	Counter counters.Counter
 	// Extra registers further routes (such as the counter endpoints) on the server's mux.
 	Extra func(mux *http.ServeMux)
 }
@@ -76,7 +81,7 @@ func New(cfg Config) (*Server, error) {
 		Name: "shardlab_shard_errors_total", Help: "Requests that failed because a shard failed.",
 	}, func() float64 { return float64(s.stats.shardErrors.Load()) })
 	s.registry.MustRegister(s.requests, s.latency, shardOps,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.registry.MustRegister(rowsCollector{set: cfg.Set})
 
 	s.handle("/insert", http.MethodPost, s.insert)
@@ -87,6 +92,9 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s", r.URL.Path))
 	})
+	if cfg.Counter != nil {
+		s.registerCounters()
+	}
 	if cfg.Extra != nil {
 		cfg.Extra(s.mux)
 	}
@@ -98,17 +106,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 
 // Registry returns the Prometheus registry behind /metrics, for extra collectors.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
-
-// statusWriter remembers the status code for metrics.
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	w.code = code
-	w.ResponseWriter.WriteHeader(code)
-}
 
 // handle registers h for path, answering 405 with an Allow header for other methods, and
 // records the request in the metrics.

@@ -12,9 +12,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"shardlab/counters"
+	"shardlab/postgres"
 	"shardlab/routing"
 	"shardlab/server"
 	"shardlab/shardset"
@@ -27,9 +30,19 @@ var ErrUsage = errors.New("usage")
 // config is the parsed command line.
 type config struct {
 	mode, addr, addrFile, data, router, sync, backend string
-	shards, readConns                                 int
+	shards, readConns, pool                           int
+	dsns                                              []string
+	create, reset                                     bool
+	counter, bucketBy                                 string
+	buckets                                           int
 	shutdownTimeout                                   time.Duration
 }
+
+// dsnList collects repeated --dsn flags.
+type dsnList []string
+
+func (d *dsnList) String() string     { return strings.Join(*d, ",") }
+func (d *dsnList) Set(v string) error { *d = append(*d, v); return nil }
 
 const usageHead = `demo-server serves the lab's key-value API over one database (single mode) or
 several shards (sharded mode), routing each user_id to its shard.
@@ -39,7 +52,14 @@ Usage: demo-server [flags]
 Endpoints:
   POST /insert   {"user_id": "...", "data": "..."}  -> {"user_id", "shard", "status"}
   GET  /get?user_id=...                             -> {"user_id", "data", "shard"} or 404
+  POST /counter/incr {"key": "...", "by": 1}        -> {"key", "by", "status"}
+  GET  /counter?key=...                             -> {"key", "count", "last_seen"} or 404
   GET  /healthz  GET /stats  GET /metrics (Prometheus)
+
+Backends:
+  sqlite    one file per shard in --data (the default)
+  postgres  one database per shard: --dsn URL once per shard (they may be on different
+            hosts), or one base --dsn with --create to use databases shardlab_shard_0..N-1
 
 Flags:
 `
@@ -58,7 +78,15 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.addrFile, "addr-file", "", "write the address actually bound to this file once listening")
 	fs.StringVar(&c.data, "data", "./data", "data directory (one SQLite file per shard)")
 	fs.StringVar(&c.router, "router", routing.StrategyCRC32, "routing strategy: "+strings.Join(routing.Strategies, " or "))
-	fs.StringVar(&c.backend, "backend", "sqlite", "storage backend: sqlite")
+	fs.StringVar(&c.backend, "backend", "sqlite", "storage backend: sqlite or postgres")
+	var dsns dsnList
+	fs.Var(&dsns, "dsn", "postgres: connection URL of a shard; repeat once per shard, in shard order")
+	fs.BoolVar(&c.create, "create", false, "postgres: create databases shardlab_shard_0..N-1 from the single base --dsn")
+	fs.BoolVar(&c.reset, "reset", false, "postgres with --create: drop and recreate those databases first (DELETES their data)")
+	fs.IntVar(&c.pool, "pool", 0, "postgres: connections per shard (default 8)")
+	fs.StringVar(&c.counter, "counter", string(counters.StrategyBucket), "hot-row counter strategy: row, append or bucket")
+	fs.IntVar(&c.buckets, "buckets", 100, "counter buckets per key (bucket strategy)")
+	fs.StringVar(&c.bucketBy, "bucket-by", string(counters.BucketWorker), "how an increment picks its bucket: random, time or worker")
 	fs.StringVar(&c.sync, "sync", sqlite.SyncNormal, "SQLite durability: normal (survives a process crash) or full (survives power loss)")
 	fs.IntVar(&c.readConns, "read-conns", 0, "read connections per shard (default max(4, GOMAXPROCS))")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on SIGINT/SIGTERM")
@@ -71,6 +99,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
 	}
+	c.dsns = dsns
 	shardsSet := false
 	fs.Visit(func(f *flag.Flag) { shardsSet = shardsSet || f.Name == "shards" })
 	if shardsSet && c.shards < 1 {
@@ -92,11 +121,32 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	default:
 		return c, fmt.Errorf("%w: --mode must be single or sharded, got %q", ErrUsage, c.mode)
 	}
-	if c.backend != "sqlite" {
-		return c, fmt.Errorf("%w: --backend must be sqlite, got %q", ErrUsage, c.backend)
+	switch c.backend {
+	case "sqlite":
+		if len(c.dsns) > 0 || c.create || c.reset || c.pool != 0 {
+			return c, fmt.Errorf("%w: --dsn, --create, --reset and --pool are for --backend postgres", ErrUsage)
+		}
+		if c.data == "" {
+			return c, fmt.Errorf("%w: --data must not be empty", ErrUsage)
+		}
+	case "postgres":
+		switch {
+		case len(c.dsns) == 0:
+			return c, fmt.Errorf("%w: --backend postgres needs --dsn (once per shard, or once with --create)", ErrUsage)
+		case c.create && len(c.dsns) != 1:
+			return c, fmt.Errorf("%w: --create takes one base --dsn, got %d", ErrUsage, len(c.dsns))
+		case !c.create && len(c.dsns) != c.shards:
+			return c, fmt.Errorf("%w: %d shard(s) need %d --dsn, got %d (or give one base --dsn with --create)", ErrUsage, c.shards, c.shards, len(c.dsns))
+		case c.reset && !c.create:
+			return c, fmt.Errorf("%w: --reset only works with --create", ErrUsage)
+		case c.pool < 0 || c.pool > 1000:
+			return c, fmt.Errorf("%w: --pool must be 1..1000", ErrUsage)
+		}
+	default:
+		return c, fmt.Errorf("%w: --backend must be sqlite or postgres, got %q", ErrUsage, c.backend)
 	}
-	if c.data == "" {
-		return c, fmt.Errorf("%w: --data must not be empty", ErrUsage)
+	if _, err := c.counterOptions(); err != nil {
+		return c, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	if c.shutdownTimeout <= 0 {
 		return c, fmt.Errorf("%w: --shutdown-timeout must be positive", ErrUsage)
@@ -117,19 +167,30 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	set, err := openSet(ctx, c, router)
+	cfg := server.Config{Mode: c.mode, Backend: c.backend}
+	var counterDSN string
+	switch c.backend {
+	case "sqlite":
+		cfg.Set, err = openSQLite(ctx, c, router)
+		cfg.Sync, cfg.PoolSize = c.sync, c.readConns
+		if cfg.PoolSize == 0 {
+			cfg.PoolSize = sqlite.DefaultReadConns()
+		}
+		if err == nil {
+			cfg.SQLiteVersion, err = sqlite.Version(ctx)
+		}
+	case "postgres":
+		cfg.Set, counterDSN, cfg.PoolSize, err = openPostgres(ctx, c, router)
+	}
 	if err != nil {
 		return err
 	}
-	defer set.Close()
-
-	cfg := server.Config{Set: set, Mode: c.mode, Backend: c.backend, Sync: c.sync, PoolSize: c.readConns}
-	if cfg.PoolSize == 0 {
-		cfg.PoolSize = sqlite.DefaultReadConns()
+	defer cfg.Set.Close()
+	if cfg.Counter, err = openCounter(ctx, c, counterDSN); err != nil {
+		return fmt.Errorf("open counter store: %w", err)
 	}
-	if cfg.SQLiteVersion, err = sqlite.Version(ctx); err != nil {
-		return fmt.Errorf("read SQLite version: %w", err)
-	}
+	defer cfg.Counter.Close()
+	set := cfg.Set
 	srv, err := server.New(cfg)
 	if err != nil {
 		return err
@@ -153,7 +214,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("write --addr-file: %w", err)
 		}
 	}
-	fmt.Fprintf(stdout, "demo-server: %s mode, %d shard(s), backend %s, router %s, data %s\n", c.mode, c.shards, c.backend, c.router, c.data)
+	where := "data " + c.data
+	if c.backend == "postgres" {
+		where = fmt.Sprintf("%d database(s), %d connections each", c.shards, cfg.PoolSize)
+	}
+	fmt.Fprintf(stdout, "demo-server: %s mode, %d shard(s), backend %s, router %s, %s; counters %s\n", c.mode, c.shards, c.backend, c.router, where, c.counter)
 	fmt.Fprintf(stdout, "demo-server: listening on http://%s\n", addr)
 
 	serveErr := make(chan error, 1)
@@ -173,11 +238,86 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := set.Close(); err != nil {
 		return fmt.Errorf("close shards: %w", err)
 	}
+	if err := cfg.Counter.Close(); err != nil {
+		return fmt.Errorf("close counter store: %w", err)
+	}
 	fmt.Fprintln(stdout, "demo-server: stopped cleanly")
 	return nil
 }
 
-func openSet(ctx context.Context, c config, router routing.Router) (*shardset.Set, error) {
+func (c config) counterOptions() (counters.Options, error) {
+	strategy, err := counters.ParseStrategy(c.counter)
+	if err != nil {
+		return counters.Options{}, err
+	}
+	o := counters.Options{Strategy: strategy}
+	if strategy == counters.StrategyBucket {
+		o.Buckets = c.buckets
+		if o.BucketBy, err = counters.ParseBucketBy(c.bucketBy); err != nil {
+			return o, err
+		}
+	}
+	return o, o.Validate()
+}
+
+// openCounter opens the hot-row counter store: counters.db in the data directory for
+// SQLite, the first shard's database for PostgreSQL.
+func openCounter(ctx context.Context, c config, dsn string) (counters.Counter, error) {
+	opts, err := c.counterOptions()
+	if err != nil {
+		return nil, err
+	}
+	if c.backend == "postgres" {
+		return counters.OpenPostgres(ctx, dsn, opts)
+	}
+	return counters.OpenSQLite(ctx, filepath.Join(c.data, "counters.db"), opts, counters.SQLiteOptions{})
+}
+
+// openPostgres opens one PostgreSQL database per shard and checks that they were made for
+// this layout. It returns the set, the DSN of shard 0 and the pool size per shard.
+func openPostgres(ctx context.Context, c config, router routing.Router) (*shardset.Set, string, int, error) {
+	dsns := c.dsns
+	if c.create {
+		if c.reset {
+			if err := postgres.DropShardDatabases(ctx, dsns[0], c.shards); err != nil {
+				return nil, "", 0, fmt.Errorf("reset shard databases: %w", err)
+			}
+		}
+		var err error
+		if dsns, err = postgres.CreateShardDatabases(ctx, dsns[0], c.shards); err != nil {
+			return nil, "", 0, fmt.Errorf("create shard databases: %w", err)
+		}
+	}
+	stores, err := postgres.OpenShards(ctx, dsns, postgres.Options{PoolSize: int32(c.pool)})
+	if err != nil {
+		if errors.Is(err, postgres.ErrBadOptions) || errors.Is(err, postgres.ErrBadDSN) {
+			return nil, "", 0, fmt.Errorf("%w: %v", ErrUsage, err)
+		}
+		return nil, "", 0, err
+	}
+	closeAll := func() {
+		for _, s := range stores {
+			s.Close()
+		}
+	}
+	layout := shardset.Layout{Backend: c.backend, Shards: c.shards, Router: c.router}
+	if err := postgres.CheckLayouts(ctx, stores, layout); err != nil {
+		closeAll()
+		return nil, "", 0, err
+	}
+	backends := make([]shardset.Backend, len(stores))
+	for i, s := range stores {
+		backends[i] = s
+	}
+	set, err := shardset.New(router, backends)
+	if err != nil {
+		closeAll()
+		return nil, "", 0, err
+	}
+	return set, dsns[0], int(stores[0].Options().PoolSize), nil
+}
+
+func openSQLite(ctx context.Context, c config, router routing.Router) (*shardset.Set, error) {
 	layout := shardset.Layout{Backend: c.backend, Shards: c.shards, Router: c.router}
 	if err := shardset.EnsureLayout(c.data, layout); err != nil {
 		return nil, err

@@ -1,0 +1,30 @@
+# shardlab: the two commands a newcomer needs are `make lab` and `make test`.
+GO ?= go
+
+.PHONY: lab quick test lint build clean
+
+## lab: run every scenario on SQLite (single vs sharded, 3 interleaved trials) and regenerate results/report.md
+lab:
+	./scripts/run_all_scenarios.sh
+
+## quick: the same in under a minute (1 trial, a tenth of the requests)
+quick:
+	./scripts/run_all_scenarios.sh --quick
+
+## test: formatting, vet, staticcheck and every test with the race detector.
+## PostgreSQL tests run when SHARDLAB_PG_DSN is set (CI sets it; see .ci/run).
+test: lint
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
+
+build:
+	mkdir -p bin
+	$(GO) build -o bin/ ./cmd/...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Runs one scenario of scripts/scenarios.conf over a list of shard counts, trials
+# interleaved (1,2,3,...,8, then again), fits the Universal Scalability Law to the measured
+# throughput and writes a report of the sweep with its chart.
+#
+#   scripts/sweep.sh --scenario shard_scaling_base [--shards 1,2,3,4,5,6,8] [--trials 3]
+set -euo pipefail
+usage() {
+	cat <<'USAGE'
+Usage: scripts/sweep.sh --scenario NAME [options]
+
+  --scenario NAME   a scenario of the scenario file (required)
+  --shards LIST     shard counts, comma-separated (default 1,2,3,4,5,6,8; at least 6 for the fit)
+  --trials N        interleaved repetitions (default 3)
+  --ops N           override the scenario's request count
+  --scenarios FILE  scenario definitions (default scripts/scenarios.conf)
+  --out FILE        results CSV (default results/results.csv)
+  --report FILE     sweep report (default results/sweep_<scenario>.md)
+  --sync S          SQLite durability: normal or full (default normal)
+  -h, --help        this help
+USAGE
+}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+scenario="" shards=1,2,3,4,5,6,8 trials=3 ops_override="" scenarios="$root/scripts/scenarios.conf"
+out="$root/results/results.csv" report="" sync=normal
+need() { [[ $# -ge 2 && -n "$2" ]] || { echo "sweep.sh: $1 needs a value" >&2; exit 2; }; }
+while [[ $# -gt 0 ]]; do
+	case "$1" in
+	--scenario) need "$@"; scenario=$2; shift 2 ;;
+	--shards) need "$@"; shards=$2; shift 2 ;;
+	--trials) need "$@"; trials=$2; shift 2 ;;
+	--ops) need "$@"; ops_override=$2; shift 2 ;;
+	--scenarios) need "$@"; scenarios=$2; shift 2 ;;
+	--out) need "$@"; out=$2; shift 2 ;;
+	--report) need "$@"; report=$2; shift 2 ;;
+	--sync) need "$@"; sync=$2; shift 2 ;;
+	-h | --help) usage; exit 0 ;;
+	*) echo "sweep.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+[[ -n $scenario ]] || { echo "sweep.sh: --scenario is required (see --help)" >&2; exit 2; }
+[[ $shards =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "sweep.sh: --shards must be a list like 1,2,3,4,5,6,8" >&2; exit 2; }
+[[ $trials =~ ^[1-9][0-9]*$ ]] || { echo "sweep.sh: --trials must be a positive integer" >&2; exit 2; }
+[[ -z $ops_override || $ops_override =~ ^[1-9][0-9]*$ ]] || { echo "sweep.sh: --ops must be a positive integer" >&2; exit 2; }
+IFS=, read -r -a shard_list <<<"$shards"
+distinct=$(printf '%s\n' "${shard_list[@]}" | sort -u | wc -l)
+if ((distinct < 6)); then
+	echo "sweep.sh: the USL fit needs at least 6 distinct shard counts, got $distinct ($shards)" >&2
+	exit 2
+fi
+line=$(awk -v s="$scenario" '$1 == s && $1 !~ /^#/ { print; exit }' "$scenarios")
+[[ -n $line ]] || { echo "sweep.sh: no scenario '$scenario' in $scenarios" >&2; exit 2; }
+read -r name ops conc wr keys dist preload _ <<<"$line"
+[[ -n $ops_override ]] && ops=$ops_override
+[[ -n $report ]] || report="$root/results/sweep_${scenario}.md"
+pre=()
+[[ $preload == yes ]] && pre=(--preload)
+
+run_id="sweep-$(date -u +%Y%m%dT%H%M%SZ)"
+(cd "$root" && mkdir -p bin && go build -o bin/ ./cmd/demo-server ./cmd/loadgen ./cmd/report ./cmd/usl)
+echo "sweep $run_id: $scenario at shards $shards, $trials trial(s), interleaved" >&2
+for ((trial = 1; trial <= trials; trial++)); do
+	for n in "${shard_list[@]}"; do
+		"$root/scripts/run_scenario.sh" --scenario "$name" --ops "$ops" --concurrency "$conc" \
+			--writeRatio "$wr" --keys "$keys" --dist "$dist" --shards "$n" --seed "$trial" \
+			--first-trial "$trial" --sync "$sync" --out "$out" --run-id "$run_id" --no-build "${pre[@]}"
+	done
+done
+
+# Fit: every trial's throughput is one point.
+points=$(mktemp)
+trap 'rm -f "$points"' EXIT
+awk -F, -v run="$run_id" -v sc="$scenario" '
+	NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; print "n,throughput"; next }
+	$col["run_id"] == run && $col["scenario"] == sc { print $col["shards"] "," $col["throughput_ops_s"] }
+' "$out" >"$points"
+charts="$(dirname "$report")/charts/sweep_${scenario}"
+mkdir -p "$charts"
+echo "USL fit of $scenario (run $run_id):"
+"$root/bin/usl" --chart "$charts/usl.png,$charts/usl.svg" --title "$scenario: throughput vs shards" "$points"
+"$root/bin/report" --csv "$out" --out "$report" --run-id "$run_id" --charts-dir "$charts"
+echo "sweep report: $report" >&2
