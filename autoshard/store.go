@@ -358,7 +358,6 @@ func (s *Store) WriteBatch(ctx context.Context, id string, blocks []Block) (Batc
 		seen[k] = struct{}{}
 		uniq = append(uniq, blocks[i])
 	}
-	clear(seen)
 	res := BatchResult{Blocks: len(uniq)}
 
 	digest := batchDigest(blocks)

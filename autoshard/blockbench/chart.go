@@ -100,6 +100,7 @@ type summaryRow struct {
 	timeToTarget   float64
 	elapsed        float64
 	lookupP50, p99 float64
+	cpu            float64
 }
 
 func readSummary(path string) ([]summaryRow, error) {
@@ -124,6 +125,7 @@ func readSummary(path string) ([]summaryRow, error) {
 		s.elapsed, _ = strconv.ParseFloat(r[4], 64)
 		s.lookupP50, _ = strconv.ParseFloat(r[8], 64)
 		s.p99, _ = strconv.ParseFloat(r[9], 64)
+		s.cpu, _ = strconv.ParseFloat(r[12], 64)
 		out = append(out, s)
 	}
 	return out, nil
@@ -141,8 +143,9 @@ func median(xs []float64) float64 {
 // RenderCharts reads the CSVs of a sweep in dir and writes, as PNG and SVG:
 // ingest_rate (blocks/s against total blocks, level switches marked),
 // ingest_progress (total blocks against time) and time_to_target (median
-// time to the target per threshold; runs that missed it show their elapsed
-// time and a * in the label), and lookup_latency (median p50/p99).
+// wall and CPU time to the target per threshold; runs that missed it show
+// their elapsed time and a * in the label), and lookup_latency (median
+// p50/p99).
 func RenderCharts(dir string) error {
 	curves, err := readCurves(dir)
 	if err != nil {
@@ -224,9 +227,9 @@ func RenderCharts(dir string) error {
 		return err
 	}
 	var names []string
-	var ttt, p50, p99 plotter.Values
+	var ttt, cpu, p50, p99 plotter.Values
 	for _, t := range thresholds {
-		var times, l50, l99 []float64
+		var times, cpus, l50, l99 []float64
 		reachedAll := true
 		for _, s := range summary {
 			if s.threshold != t {
@@ -238,6 +241,7 @@ func RenderCharts(dir string) error {
 				times = append(times, s.elapsed)
 				reachedAll = false
 			}
+			cpus = append(cpus, s.cpu)
 			l50 = append(l50, s.lookupP50)
 			l99 = append(l99, s.p99)
 		}
@@ -250,18 +254,29 @@ func RenderCharts(dir string) error {
 		}
 		names = append(names, name)
 		ttt = append(ttt, median(times))
+		cpu = append(cpu, median(cpus))
 		p50 = append(p50, median(l50))
 		p99 = append(p99, median(l99))
 	}
 	bars := plot.New()
-	bars.Title.Text = "Time to target (median over rounds; * = target not reached, elapsed shown)"
+	bars.Title.Text = "Time to target (median over rounds; * = not reached, elapsed shown)"
 	bars.Y.Label.Text = "seconds"
-	b, err := plotter.NewBarChart(ttt, vg.Points(30))
+	bWall, err := plotter.NewBarChart(ttt, vg.Points(20))
 	if err != nil {
 		return err
 	}
-	b.Color = plotutil.Color(0)
-	bars.Add(b)
+	bWall.Color = plotutil.Color(0)
+	bWall.Offset = -vg.Points(10)
+	bCPU, err := plotter.NewBarChart(cpu, vg.Points(20))
+	if err != nil {
+		return err
+	}
+	bCPU.Color = plotutil.Color(3)
+	bCPU.Offset = vg.Points(10)
+	bars.Add(bWall, bCPU)
+	bars.Legend.Add("wall time", bWall)
+	bars.Legend.Add("CPU time (user+sys)", bCPU)
+	bars.Legend.Top = true
 	bars.NominalX(names...)
 	if err := saveBoth(bars, dir, "time_to_target", 7, 4); err != nil {
 		return err

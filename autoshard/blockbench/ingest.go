@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -109,6 +110,10 @@ type IngestResult struct {
 	TimeToTarget time.Duration
 	TopLevel     int
 	Shards       int
+	// CPU is the CPU time (user + system) the process used during the
+	// ingest. On a machine shared with other jobs it is steadier than
+	// wall time, which also counts the time spent waiting for a core.
+	CPU time.Duration
 	// Lookup latency of hashes that exist (Hit) and that do not (Miss), in
 	// microseconds.
 	HitP50, HitP99, MissP50, MissP99 int64
@@ -154,8 +159,8 @@ func (m *batchMaker) next() []autoshard.Block {
 // to csvOut (if not nil). Cancelling ctx stops the run after the current
 // batch's shard commits are aborted; the result so far is returned with the
 // context's error.
-func Ingest(ctx context.Context, cfg IngestConfig, csvOut io.Writer) (IngestResult, error) {
-	res := IngestResult{Threshold: cfg.Store.Threshold}
+func Ingest(ctx context.Context, cfg IngestConfig, csvOut io.Writer) (res IngestResult, err error) {
+	res.Threshold = cfg.Store.Threshold
 	if err := cfg.validate(); err != nil {
 		return res, err
 	}
@@ -166,7 +171,7 @@ func Ingest(ctx context.Context, cfg IngestConfig, csvOut io.Writer) (IngestResu
 	if err != nil {
 		return res, err
 	}
-	defer store.Close()
+	defer func() { err = errors.Join(err, store.Close()) }()
 
 	var cw *csv.Writer
 	if csvOut != nil {
@@ -178,6 +183,7 @@ func Ingest(ctx context.Context, cfg IngestConfig, csvOut io.Writer) (IngestResu
 	maker := newBatchMaker(cfg.Seed, cfg.FilesPerBatch, cfg.BlocksPerFile)
 	sampler := newSampler(cfg.Lookups, cfg.Seed)
 	start := time.Now()
+	cpuStart := processCPU()
 	lastProgress := start
 	var files int64
 	for batch := 0; ; batch++ {
@@ -232,6 +238,7 @@ func Ingest(ctx context.Context, cfg IngestConfig, csvOut io.Writer) (IngestResu
 			break
 		}
 	}
+	res.CPU = processCPU() - cpuStart
 	return res, measureLookups(ctx, store, sampler, &res)
 }
 
@@ -301,4 +308,13 @@ func ThresholdLabel(t int64) string {
 		return "never"
 	}
 	return strconv.FormatInt(t, 10)
+}
+
+// processCPU returns the user plus system CPU time of this process so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -173,8 +173,8 @@ func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "done: threshold=%s reached_target=%v time_to_target_s=%.1f elapsed_s=%.1f blocks=%d levels=%d shards=%d lookup_p50_us=%d lookup_p99_us=%d miss_p50_us=%d miss_p99_us=%d\n",
-		ThresholdLabel(res.Threshold), res.ReachedTarget, res.TimeToTarget.Seconds(), res.Elapsed.Seconds(), res.Blocks,
+	fmt.Fprintf(stderr, "done: threshold=%s reached_target=%v time_to_target_s=%.1f elapsed_s=%.1f cpu_s=%.1f blocks=%d levels=%d shards=%d lookup_p50_us=%d lookup_p99_us=%d miss_p50_us=%d miss_p99_us=%d\n",
+		ThresholdLabel(res.Threshold), res.ReachedTarget, res.TimeToTarget.Seconds(), res.Elapsed.Seconds(), res.CPU.Seconds(), res.Blocks,
 		res.TopLevel+1, res.Shards, res.HitP50, res.HitP99, res.MissP50, res.MissP99)
 	if f, ok := w.(*os.File); ok && w != stdout {
 		return f.Close()

@@ -28,7 +28,7 @@ type SweepConfig struct {
 }
 
 // SummaryHeader is the header of summary.csv.
-var SummaryHeader = []string{"threshold", "round", "reached_target", "time_to_target_s", "elapsed_s", "final_blocks", "levels", "shards", "lookup_p50_us", "lookup_p99_us", "miss_p50_us", "miss_p99_us"}
+var SummaryHeader = []string{"threshold", "round", "reached_target", "time_to_target_s", "elapsed_s", "final_blocks", "levels", "shards", "lookup_p50_us", "lookup_p99_us", "miss_p50_us", "miss_p99_us", "cpu_s"}
 
 func summaryRecord(round int, r IngestResult) []string {
 	ttt := ""
@@ -41,6 +41,7 @@ func summaryRecord(round int, r IngestResult) []string {
 		strconv.Itoa(r.TopLevel + 1), strconv.Itoa(r.Shards),
 		strconv.FormatInt(r.HitP50, 10), strconv.FormatInt(r.HitP99, 10),
 		strconv.FormatInt(r.MissP50, 10), strconv.FormatInt(r.MissP99, 10),
+		strconv.FormatFloat(r.CPU.Seconds(), 'f', 1, 64),
 	}
 }
 
@@ -98,8 +99,8 @@ func Sweep(ctx context.Context, cfg SweepConfig, log io.Writer) ([]IngestResult,
 			if err := sw.Error(); err != nil {
 				return results, err
 			}
-			fmt.Fprintf(log, "threshold=%s round=%d reached=%v time_to_target=%.1fs blocks=%d levels=%d shards=%d lookup_p50=%dus p99=%dus\n",
-				ThresholdLabel(t), round, res.ReachedTarget, res.TimeToTarget.Seconds(), res.Blocks, res.TopLevel+1, res.Shards, res.HitP50, res.HitP99)
+			fmt.Fprintf(log, "threshold=%s round=%d reached=%v time_to_target=%.1fs cpu=%.1fs blocks=%d levels=%d shards=%d lookup_p50=%dus p99=%dus\n",
+				ThresholdLabel(t), round, res.ReachedTarget, res.TimeToTarget.Seconds(), res.CPU.Seconds(), res.Blocks, res.TopLevel+1, res.Shards, res.HitP50, res.HitP99)
 		}
 	}
 	if err := sf.Close(); err != nil {
