@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"shardlab/routing"
 )
@@ -17,7 +18,8 @@ import (
 // ErrNotFound is returned when a key has no record.
 var ErrNotFound = errors.New("shardset: record not found")
 
-// ErrClosed is returned by calls on a closed Set.
+// ErrClosed is returned by calls on a closed Set (wrapped in a *ShardError by Put and Get).
+// A call that races with Close may instead see the backend's own error.
 var ErrClosed = errors.New("shardset: closed")
 
 // Backend stores the records of one shard. Implementations are safe for concurrent use.
@@ -51,6 +53,7 @@ func (e *ShardError) Unwrap() error { return e.Err }
 type Set struct {
 	router   routing.Router
 	backends []Backend
+	closed   atomic.Bool
 }
 
 // New returns a Set over backends, one per shard of router, in shard order.
@@ -78,6 +81,9 @@ func (s *Set) ShardFor(key string) int { return s.router.ShardFor(key) }
 // A backend failure is returned as a *ShardError.
 func (s *Set) Put(ctx context.Context, key string, data []byte) (int, error) {
 	shard := s.router.ShardFor(key)
+	if s.closed.Load() {
+		return shard, &ShardError{Shard: shard, Err: ErrClosed}
+	}
 	if err := s.backends[shard].Put(ctx, key, data); err != nil {
 		return shard, &ShardError{Shard: shard, Err: err}
 	}
@@ -88,6 +94,9 @@ func (s *Set) Put(ctx context.Context, key string, data []byte) (int, error) {
 // gives an error wrapping ErrNotFound; a backend failure a *ShardError.
 func (s *Set) Get(ctx context.Context, key string) ([]byte, int, error) {
 	shard := s.router.ShardFor(key)
+	if s.closed.Load() {
+		return nil, shard, &ShardError{Shard: shard, Err: ErrClosed}
+	}
 	data, err := s.backends[shard].Get(ctx, key)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
@@ -104,6 +113,11 @@ func (s *Set) Counts(ctx context.Context) ([]int64, error) {
 	counts := make([]int64, len(s.backends))
 	var errs []error
 	for i, b := range s.backends {
+		if s.closed.Load() {
+			counts[i] = -1
+			errs = append(errs, &ShardError{Shard: i, Err: ErrClosed})
+			continue
+		}
 		n, err := b.Count(ctx)
 		if err != nil {
 			counts[i] = -1
@@ -119,6 +133,10 @@ func (s *Set) Counts(ctx context.Context) ([]int64, error) {
 func (s *Set) Health(ctx context.Context) []error {
 	out := make([]error, len(s.backends))
 	for i, b := range s.backends {
+		if s.closed.Load() {
+			out[i] = ErrClosed
+			continue
+		}
 		out[i] = b.Ping(ctx)
 	}
 	return out
@@ -126,6 +144,9 @@ func (s *Set) Health(ctx context.Context) []error {
 
 // Close closes every backend and returns the first error. Calling it again returns nil.
 func (s *Set) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
 	var first error
 	for i, b := range s.backends {
 		if err := b.Close(); err != nil && first == nil {
