@@ -344,7 +344,7 @@ func TestHealthzStatsMetrics(t *testing.T) {
 	}
 	l.get(t, "missing1")
 	l.get(t, "missing2")
-	l.do(t, "GET", "/get", "", nil)                                    // client error
+	l.do(t, "GET", "/get", "", nil)                                   // client error
 	l.do(t, "POST", "/insert", "application/json", []byte(`{"x":1}`)) // client error
 
 	a := l.do(t, "GET", "/healthz", "", nil)

@@ -1,0 +1,251 @@
+package loadgencli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"shardlab/internal/loadgencli"
+	"shardlab/resultscsv"
+	"shardlab/routing"
+	"shardlab/server"
+	"shardlab/shardset"
+	"shardlab/sqlite"
+)
+
+// demoServer serves the real API over n real SQLite shards on loopback.
+func demoServer(t *testing.T, n int) string {
+	t.Helper()
+	stores, err := sqlite.OpenShards(context.Background(), t.TempDir(), n, sqlite.Options{ReadConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backends := make([]shardset.Backend, n)
+	for i, s := range stores {
+		backends[i] = s
+	}
+	router, _ := routing.NewCRC32(n)
+	set, err := shardset.New(router, backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode := "sharded"
+	if n == 1 {
+		mode = "single"
+	}
+	srv, err := server.New(server.Config{Set: set, Mode: mode, Backend: "sqlite", Sync: "normal", PoolSize: 2, SQLiteVersion: "3.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		ts.Close()
+		set.Close()
+	})
+	return ts.URL
+}
+
+func run(args ...string) (stdout, stderr string, err error) {
+	var o, e bytes.Buffer
+	err = loadgencli.Run(context.Background(), args, &o, &e)
+	return o.String(), e.String(), err
+}
+
+func TestRunWritesResultRowAndTimeseries(t *testing.T) {
+	target := demoServer(t, 2)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "results", "r.csv")
+	tsPath := filepath.Join(dir, "ts", "t.csv")
+	stdout, stderr, err := run("--target", target, "--ops", "400", "--concurrency", "4", "--writeRatio", "0.5",
+		"--keys", "100", "--preload", "--scenario", "unit", "--run-id", "run1", "--trial", "2", "--seed", "5",
+		"--git-commit", "abc123", "--out", out, "--timeseries", tsPath)
+	if err != nil {
+		t.Fatalf("Run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	for _, want := range []string{"ops          400", "throughput", "p99", "errors       0 (none)", "read hits    100.00%"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("summary lacks %q:\n%s", want, stdout)
+		}
+	}
+
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	header, _, _ := strings.Cut(string(raw), "\n")
+	if header != strings.Join(resultscsv.Columns, ",") {
+		t.Errorf("CSV header %q, want the documented columns", header)
+	}
+	rows, err := resultscsv.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1", len(rows))
+	}
+	r := rows[0]
+	if r.Scenario != "unit" || r.Mode != "sharded" || r.Shards != 2 || r.Ops != 400 || r.Concurrency != 4 ||
+		r.WriteRatio != 0.5 || r.Errors != 0 || r.RunID != "run1" || r.Trial != 2 || r.Seed != 5 ||
+		r.GitCommit != "abc123" || r.Backend != "sqlite" || r.Router != "crc32" || r.Sync != "normal" ||
+		r.PoolSize != 2 || r.SQLiteVer != "3.test" || r.Keys != 100 || r.Dist != "uniform" || r.Rate != 0 ||
+		r.ReadHitRate != 1 || r.CPUs < 1 || r.GoVersion == "" || r.Timestamp.IsZero() {
+		t.Errorf("row %+v", r)
+	}
+	if r.ThroughputOpsS <= 0 || r.DurationS <= 0 || r.P50Ms <= 0 || r.P50Ms > r.P95Ms || r.P95Ms > r.P99Ms || r.P99Ms > r.P999Ms || r.P999Ms > r.MaxMs*1.001 {
+		t.Errorf("inconsistent measurements in row %+v", r)
+	}
+
+	f, err := os.Open(tsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"t_s", "ops", "errors", "throughput_ops_s", "p50_ms", "p99_ms", "max_ms"}
+	if len(recs) < 2 || !slices.Equal(recs[0], want) || !slices.Equal(loadgencli.TimeseriesColumns, want) {
+		t.Fatalf("timeseries file:\n%v", recs)
+	}
+	var total int64
+	for i, rec := range recs[1:] {
+		if rec[0] != strconv.Itoa(i) {
+			t.Errorf("row %d is for second %s", i, rec[0])
+		}
+		n, err := strconv.ParseInt(rec[1], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	if total != 400 {
+		t.Errorf("timeseries holds %d ops, want 400", total)
+	}
+
+	// A second run appends one row under the same header.
+	if _, _, err := run("--target", target, "--ops", "50", "--concurrency", "2", "--quiet", "--out", out, "--mode", "single", "--shards", "1"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err = resultscsv.ReadFile(out)
+	if err != nil || len(rows) != 2 || rows[1].Mode != "single" || rows[1].Shards != 1 || rows[1].Ops != 50 {
+		t.Fatalf("after a second run: %d rows, %v", len(rows), err)
+	}
+}
+
+func TestHelpAndUsageErrors(t *testing.T) {
+	_, stderr, err := run("--help")
+	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr, "Usage: loadgen") || !strings.Contains(stderr, "-rate") {
+		t.Errorf("--help: %v\n%s", err, stderr)
+	}
+	for _, args := range [][]string{
+		{"--no-such-flag"},
+		{"--ops", "many"},
+		{"--ops", "0"},
+		{"--concurrency", "0"},
+		{"--writeRatio", "2"},
+		{"--dist", "pareto"},
+		{"--target", "ftp://127.0.0.1"},
+		{"--rate", "-5"},
+		{"--arrival", "burst"},
+		{"--mode", "both"},
+		{"--shards", "-1"},
+		{"--trial", "0"},
+		{"--data-size", "70000"},
+		{"stray-argument"},
+	} {
+		_, _, err := run(args...)
+		if !errors.Is(err, loadgencli.ErrUsage) {
+			t.Errorf("%v: %v, want ErrUsage", args, err)
+		}
+		if errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%v: a mistake is not a help request", args)
+		}
+	}
+}
+
+func TestUnreachableTarget(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	url := dead.URL
+	dead.Close()
+	_, _, err := run("--target", url, "--ops", "10")
+	if err == nil || !strings.Contains(err.Error(), "cannot reach the demo-server at "+url) {
+		t.Errorf("unreachable target: %v", err)
+	}
+	_, _, err = run("--target", url, "--ops", "10", "--wait-ready", "200ms")
+	if err == nil || !strings.Contains(err.Error(), "not ready after 200ms") {
+		t.Errorf("--wait-ready on an unreachable target: %v", err)
+	}
+}
+
+// failingServer answers /stats like the demo-server and refuses every write with a 503.
+func failingServer(t *testing.T) string {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"mode":"single","backend":"sqlite","router":"crc32","shards":1}`))
+	})
+	mux.HandleFunc("POST /insert", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"error":"shard 0 unavailable"}`))
+	})
+	mux.HandleFunc("GET /get", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		w.Write([]byte(`{"error":"user_id not found"}`))
+	})
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+func TestFailedRequests(t *testing.T) {
+	target := failingServer(t)
+	out := filepath.Join(t.TempDir(), "r.csv")
+	stdout, _, err := run("--target", target, "--ops", "100", "--concurrency", "2", "--writeRatio", "0.5", "--out", out)
+	if !errors.Is(err, loadgencli.ErrRequestsFailed) {
+		t.Fatalf("Run = %v, want ErrRequestsFailed", err)
+	}
+	if !strings.Contains(stdout, "http_503=") {
+		t.Errorf("summary does not break errors down by kind:\n%s", stdout)
+	}
+	rows, err := resultscsv.ReadFile(out)
+	if err != nil || len(rows) != 1 || rows[0].Errors == 0 {
+		t.Fatalf("the failed run must still be recorded: %v %+v", err, rows)
+	}
+	if _, _, err := run("--target", target, "--ops", "100", "--concurrency", "2", "--writeRatio", "0.5", "--allow-errors"); err != nil {
+		t.Errorf("--allow-errors: %v", err)
+	}
+	// Reads that miss are answers, not failures.
+	if _, _, err := run("--target", target, "--ops", "50", "--writeRatio", "0"); err != nil {
+		t.Errorf("read-only run against misses: %v", err)
+	}
+}
+
+func TestOpenLoopSummary(t *testing.T) {
+	target := demoServer(t, 1)
+	stdout, _, err := run("--target", target, "--rate", "200", "--duration", "500ms", "--concurrency", "2", "--keys", "50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"open loop at 200 req/s", "service ms", "late starts"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("open-loop summary lacks %q:\n%s", want, stdout)
+		}
+	}
+	stdout, _, err = run("--target", target, "--ops", "20", "--quiet", "--scenario", "q")
+	if err != nil || strings.Count(stdout, "\n") != 1 || !strings.HasPrefix(stdout, "q: ") {
+		t.Errorf("--quiet prints %q, %v; want one summary line", stdout, err)
+	}
+}
