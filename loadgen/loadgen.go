@@ -141,6 +141,7 @@ func (c *Config) Validate() error {
 // Sample is one second of a run.
 type Sample struct {
 	Second int     // seconds since the measured phase started
+	Span   float64 // seconds the sample covers: 1, less for the run's last, partial second
 	Ops    int64   // requests completed in that second
 	Errors int64   // of which failed
 	P50Ms  float64 // response-time percentiles of the second
@@ -361,7 +362,15 @@ func (t *timeseries) add(sec int, ops, errs int64, h *hdrhistogram.Histogram) {
 	a.hist.Merge(h)
 }
 
-func (t *timeseries) samples() []Sample {
+// Throughput returns the sample's completed requests per second of the time it covers.
+func (s Sample) Throughput() float64 {
+	if s.Span <= 0 {
+		return 0
+	}
+	return float64(s.Ops) / s.Span
+}
+
+func (t *timeseries) samples(elapsed time.Duration) []Sample {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	last := -1
@@ -370,7 +379,7 @@ func (t *timeseries) samples() []Sample {
 	}
 	out := make([]Sample, 0, last+1)
 	for s := 0; s <= last; s++ {
-		smp := Sample{Second: s}
+		smp := Sample{Second: s, Span: min(1, elapsed.Seconds()-float64(s))}
 		if a, ok := t.secs[s]; ok {
 			smp.Ops, smp.Errors = a.ops, a.errors
 			smp.P50Ms = Ms(a.hist.ValueAtQuantile(50))
@@ -564,6 +573,6 @@ func (r *runner) measure(ctx context.Context, seed int64) (*Result, error) {
 			res.ErrorsByKind[k] += v
 		}
 	}
-	res.Samples = ts.samples()
+	res.Samples = ts.samples(elapsed)
 	return res, ctx.Err()
 }

@@ -14,6 +14,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -29,9 +30,11 @@ import (
 
 // Limits on client input. They are part of the lab's documented interface (README).
 const (
-	MaxUserIDBytes = 128       // longest user_id accepted, in bytes of UTF-8
-	MaxDataBytes   = 64 << 10  // longest data value accepted, in bytes
-	MaxBodyBytes   = 128 << 10 // longest request body read; JSON escaping can double a value's size
+	MaxUserIDBytes = 128      // longest user_id accepted, in bytes of UTF-8
+	MaxDataBytes   = 64 << 10 // longest data value accepted, in bytes (after JSON unescaping)
+	// MaxBodyBytes is the longest request body read. JSON escaping can make a byte six
+	// bytes long (\u0001), so the body limit leaves room for fully escaped values.
+	MaxBodyBytes = 6*(MaxDataBytes+MaxUserIDBytes) + 1024
 )
 
 // Config describes what the server fronts.
@@ -88,7 +91,15 @@ func New(cfg Config) (*Server, error) {
 	s.handle("/get", http.MethodGet, s.get)
 	s.handle("/healthz", http.MethodGet, s.healthz)
 	s.handle("/stats", http.MethodGet, s.statsHandler)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	metrics := promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})
+	s.mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", http.MethodGet)
+			WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on /metrics; use GET", r.Method))
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	})
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s", r.URL.Path))
 	})
@@ -120,7 +131,8 @@ func (s *Server) handle(path, method string, h func(w http.ResponseWriter, r *ht
 		} else {
 			code = h(w, r)
 		}
-		if code >= 400 && code < 500 {
+		// A 404 from /get is a miss, counted apart; every other 4xx is a client mistake.
+		if code >= 400 && code < 500 && !(code == http.StatusNotFound && path == "/get") {
 			s.stats.clientErrors.Add(1)
 		}
 		s.requests.WithLabelValues(endpoint, fmt.Sprint(code)).Inc()
@@ -172,6 +184,13 @@ func DecodeJSONBody(w http.ResponseWriter, r *http.Request, maxBytes int64, dst 
 		// encoding/json would silently replace invalid bytes, breaking byte-for-byte storage.
 		return WriteError(w, http.StatusBadRequest, "request body is not valid UTF-8")
 	}
+	if hasLoneSurrogate(body) {
+		// The same goes for a \uD800-\uDFFF escape that is not half of a valid pair.
+		return WriteError(w, http.StatusBadRequest, "malformed JSON: unpaired UTF-16 surrogate escape")
+	}
+	if msg := checkFieldNames(body, dst); msg != "" {
+		return WriteError(w, http.StatusBadRequest, msg)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
@@ -187,6 +206,106 @@ func DecodeJSONBody(w http.ResponseWriter, r *http.Request, maxBytes int64, dst 
 		return WriteError(w, http.StatusBadRequest, "malformed JSON: unexpected data after the object")
 	}
 	return 0
+}
+
+// hasLoneSurrogate reports whether a JSON text holds a \u escape of a UTF-16 surrogate
+// that is not a high surrogate followed by a low one. encoding/json turns such escapes
+// into U+FFFD, which would store something other than what was sent.
+func hasLoneSurrogate(body []byte) bool {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(body) || body[i] != '\\' || body[i+1] != 'u' {
+			return 0, false
+		}
+		var r rune
+		for _, c := range body[i+2 : i+6] {
+			switch {
+			case c >= '0' && c <= '9':
+				r = r<<4 | rune(c-'0')
+			case c >= 'a' && c <= 'f':
+				r = r<<4 | rune(c-'a'+10)
+			case c >= 'A' && c <= 'F':
+				r = r<<4 | rune(c-'A'+10)
+			default:
+				return 0, false
+			}
+		}
+		return r, true
+	}
+	inString := false
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if !inString {
+			inString = c == '"'
+			continue
+		}
+		switch c {
+		case '"':
+			inString = false
+		case '\\':
+			r, ok := hex4(i)
+			if !ok {
+				i++ // a two-character escape such as \" or \\
+				continue
+			}
+			switch {
+			case r >= 0xD800 && r <= 0xDBFF:
+				if low, ok := hex4(i + 6); ok && low >= 0xDC00 && low <= 0xDFFF {
+					i += 11
+					continue
+				}
+				return true
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return true
+			}
+			i += 5
+		}
+	}
+	return false
+}
+
+// checkFieldNames walks the top-level object of a JSON body and returns a message when a
+// field name is not one of dst's JSON field names exactly (encoding/json would match it
+// case-insensitively) or appears twice (encoding/json would keep the last). It returns ""
+// when the names are fine or the body is not an object (the decoder then says why).
+func checkFieldNames(body []byte, dst any) string {
+	allowed := map[string]bool{}
+	t := reflect.TypeOf(dst)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return ""
+	}
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			allowed[name] = true
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		name, _ := tok.(string)
+		switch {
+		case !allowed[name]:
+			return fmt.Sprintf("unknown field %q", name)
+		case seen[name]:
+			return fmt.Sprintf("field %q given twice", name)
+		}
+		seen[name] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return ""
+		}
+	}
+	return ""
 }
 
 // ErrBadUserID is wrapped by ValidateUserID's errors.

@@ -44,12 +44,12 @@ Flags:
 `
 
 type options struct {
-	cfg                                loadgen.Config
-	out, timeseries, scenario, mode    string
-	runID, gitCommit                   string
-	shards, trial                      int
-	waitReady                          time.Duration
-	allowErrors, quiet, progress, help bool
+	cfg                             loadgen.Config
+	out, timeseries, scenario, mode string
+	runID, gitCommit                string
+	shards, trial                   int
+	waitReady                       time.Duration
+	allowErrors, quiet, progress    bool
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -375,7 +375,7 @@ func writeTimeseries(path string, samples []loadgen.Sample) error {
 	ff := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 	for _, s := range samples {
 		w.Write([]string{strconv.Itoa(s.Second), strconv.FormatInt(s.Ops, 10), strconv.FormatInt(s.Errors, 10),
-			ff(float64(s.Ops)), ff(s.P50Ms), ff(s.P99Ms), ff(s.MaxMs)})
+			ff(s.Throughput()), ff(s.P50Ms), ff(s.P99Ms), ff(s.MaxMs)})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
