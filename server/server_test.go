@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"shardlab/counters"
 	"shardlab/routing"
 	"shardlab/server"
 	"shardlab/shardset"
@@ -26,7 +27,10 @@ type lab struct {
 	url string
 }
 
-func newLab(tb testing.TB) *lab {
+func newLab(tb testing.TB) *lab { return newLabWith(tb, nil) }
+
+// newLabWith is newLab with a counter store behind the counter endpoints (nil for none).
+func newLabWith(tb testing.TB, counter counters.Counter) *lab {
 	tb.Helper()
 	ctx := context.Background()
 	stores, err := sqlite.OpenShards(ctx, tb.TempDir(), 3, sqlite.Options{ReadConns: 2})
@@ -45,7 +49,7 @@ func newLab(tb testing.TB) *lab {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Set: set, Mode: "sharded", Backend: "sqlite", Sync: sqlite.SyncNormal, PoolSize: 2})
+	srv, err := server.New(server.Config{Set: set, Mode: "sharded", Backend: "sqlite", Sync: sqlite.SyncNormal, PoolSize: 2, Counter: counter})
 	if err != nil {
 		tb.Fatal(err)
 	}
