@@ -150,6 +150,10 @@ func writeMeta(ctx context.Context, cfg Config, tg target, args []string) error 
 	fmt.Fprintf(&b, "backend: %s\n", tg.version(ctx))
 	fmt.Fprintf(&b, "cpus: %d (%s)\n", runtime.NumCPU(), cpuModel())
 	fmt.Fprintf(&b, "go: %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		// Other work on the machine is the main source of noise; say how much.
+		fmt.Fprintf(&b, "loadavg at start: %s", la)
+	}
 	fmt.Fprintf(&b, "workers: %d, pool: %d, ops: %d, duration: %s, warmup: %s, trials: %d\n",
 		cfg.Workers, cfg.Pool, cfg.Ops, cfg.Duration, cfg.Warmup, cfg.Trials)
 	return os.WriteFile(filepath.Join(cfg.Out, "meta_"+cfg.Backend+".txt"), []byte(b.String()), 0o644)
