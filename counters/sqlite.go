@@ -258,7 +258,10 @@ func (c *SQLiteCounter) Close() error {
 		return c.mu.err
 	}
 	c.mu.closed = true
-	c.mu.err = errors.Join(closeDB(c.write), closeDB(c.read))
+	c.mu.err = closeDB(c.write)
+	if err := closeDB(c.read); c.mu.err == nil {
+		c.mu.err = err
+	}
 	return c.mu.err
 }
 
