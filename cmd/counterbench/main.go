@@ -10,28 +10,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"shardlab/counters/bench"
+	"shardlab/internal/cli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := bench.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	switch {
-	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
-	case errors.Is(err, bench.ErrNotExact):
-		fmt.Fprintln(os.Stderr, "counterbench:", err)
-		os.Exit(3)
-	default:
-		fmt.Fprintln(os.Stderr, "counterbench:", err)
-		os.Exit(1)
-	}
+	cli.Main("counterbench", func(ctx context.Context, args []string) error {
+		return bench.Run(ctx, args, os.Stdout, os.Stderr)
+	}, cli.Code{Err: bench.ErrUsage, Exit: 2}, cli.Code{Err: bench.ErrNotExact, Exit: 3})
 }

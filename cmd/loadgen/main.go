@@ -4,27 +4,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"shardlab/internal/cli"
 	"shardlab/internal/loadgencli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := loadgencli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	switch {
-	case err == nil || errors.Is(err, flag.ErrHelp):
-	case errors.Is(err, loadgencli.ErrUsage):
-		fmt.Fprintln(os.Stderr, "loadgen:", err)
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "loadgen:", err)
-		os.Exit(1)
-	}
+	cli.Main("loadgen", func(ctx context.Context, args []string) error {
+		return loadgencli.Run(ctx, args, os.Stdout, os.Stderr)
+	}, cli.Code{Err: loadgencli.ErrUsage, Exit: 2})
 }

@@ -4,26 +4,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
 
+	"shardlab/internal/cli"
 	"shardlab/report/reportcli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := reportcli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-	case errors.Is(err, reportcli.ErrUsage):
-		fmt.Fprintln(os.Stderr, "report:", err)
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "report:", err)
-		os.Exit(1)
-	}
+	cli.Main("report", func(ctx context.Context, args []string) error {
+		return reportcli.Run(ctx, args, os.Stdout, os.Stderr)
+	}, cli.Code{Err: reportcli.ErrUsage, Exit: 2})
 }

@@ -4,23 +4,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
 
+	"shardlab/internal/cli"
 	"shardlab/usl/uslcli"
 )
 
 func main() {
-	err := uslcli.Run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-	case errors.Is(err, uslcli.ErrUsage):
-		fmt.Fprintln(os.Stderr, "usl:", err)
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "usl:", err)
-		os.Exit(1)
-	}
+	cli.Main("usl", func(ctx context.Context, args []string) error {
+		return uslcli.Run(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+	}, cli.Code{Err: uslcli.ErrUsage, Exit: 2})
 }

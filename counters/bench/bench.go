@@ -33,6 +33,9 @@ import (
 // differed from the number of acknowledged increments.
 var ErrNotExact = errors.New("counterbench: count differs from acknowledged increments")
 
+// ErrUsage is wrapped by Run's errors about the command line.
+var ErrUsage = errors.New("usage")
+
 // Config is a parsed command line.
 type Config struct {
 	// Backend is "postgres" or "sqlite".
@@ -209,12 +212,16 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 // Run parses args and runs the experiments, writing a summary table to
 // stdout, progress to stderr and CSV files and charts to --out. Cancelling
 // ctx stops the runs; the database the benchmark created is dropped anyway.
-// It returns flag.ErrHelp for --help and an error wrapping [ErrNotExact] if
+// It returns flag.ErrHelp for --help, an error wrapping [ErrUsage] for a bad
+// command line and an error wrapping [ErrNotExact] if
 // any run lost or doubled an increment.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := ParseArgs(args, stderr)
-	if err != nil {
+	if errors.Is(err, flag.ErrHelp) {
 		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return err
