@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"shardlab/counters"
-	"shardlab/counters/internal/pgtemp"
+	"shardlab/internal/pgtest"
 )
 
 // backend opens counters on one database; each test gets its own database.
@@ -25,17 +25,17 @@ type backend struct {
 	open func(t *testing.T, o counters.Options) counters.Counter
 }
 
-// backends returns SQLite and, when SHARDLAB_PG_DSN is set, PostgreSQL.
-// The PostgreSQL backend is reported as skipped otherwise.
+// backends returns SQLite and, when SHARDLAB_PG_DSN is set, PostgreSQL. Without it the
+// PostgreSQL cases are left out with a note, unless SHARDLAB_REQUIRE_PG is set (as in
+// CI): then the missing server fails the test.
 func backends(t *testing.T) []backend {
 	t.Helper()
 	bs := []backend{{name: "sqlite", open: sqliteOpener(t)}}
-	if os.Getenv(pgtemp.EnvDSN) != "" {
-		bs = append(bs, backend{name: "postgres", open: postgresOpener(t)})
-	} else {
-		t.Logf("%s is unset: PostgreSQL cases skipped", pgtemp.EnvDSN)
+	if os.Getenv(pgtest.EnvDSN) == "" && os.Getenv(pgtest.EnvRequire) == "" {
+		t.Logf("%s is unset: PostgreSQL cases left out", pgtest.EnvDSN)
+		return bs
 	}
-	return bs
+	return append(bs, backend{name: "postgres", open: postgresOpener(t)})
 }
 
 func sqliteOpener(t *testing.T) func(*testing.T, counters.Options) counters.Counter {
@@ -55,20 +55,8 @@ func sqliteOpener(t *testing.T) func(*testing.T, counters.Options) counters.Coun
 // a pool of 16 connections on it.
 func pgPool(t *testing.T) (*pgxpool.Pool, string) {
 	t.Helper()
-	dsn := os.Getenv(pgtemp.EnvDSN)
-	if dsn == "" {
-		t.Skipf("%s is unset", pgtemp.EnvDSN)
-	}
-	db, err := pgtemp.Create(t.Context(), dsn, "shardlab_test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := db.Drop(context.Background()); err != nil {
-			t.Errorf("drop test database: %v", err)
-		}
-	})
-	cfg, err := pgxpool.ParseConfig(db.DSN)
+	dsn := pgtest.NewDatabase(t, "shardlab_counters")
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +66,7 @@ func pgPool(t *testing.T) (*pgxpool.Pool, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close) // registered after Drop, so it runs before it
-	return pool, db.DSN
+	return pool, dsn
 }
 
 func postgresOpener(t *testing.T) func(*testing.T, counters.Options) counters.Counter {

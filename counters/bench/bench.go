@@ -26,12 +26,17 @@ import (
 	"time"
 
 	"shardlab/counters"
-	"shardlab/counters/internal/pgtemp"
 )
 
 // ErrNotExact is returned by [Run] when, after some run, the count read back
 // differed from the number of acknowledged increments.
 var ErrNotExact = errors.New("counterbench: count differs from acknowledged increments")
+
+// EnvDSN names the environment variable holding the default PostgreSQL server.
+const EnvDSN = "SHARDLAB_PG_DSN"
+
+// DefaultDSN is the server used when EnvDSN is unset.
+const DefaultDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // ErrUsage is wrapped by Run's errors about the command line.
 var ErrUsage = errors.New("usage")
@@ -129,12 +134,12 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	var c Config
 	fs := flag.NewFlagSet("counterbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	defDSN := os.Getenv(pgtemp.EnvDSN)
+	defDSN := os.Getenv(EnvDSN)
 	if defDSN == "" {
-		defDSN = pgtemp.DefaultDSN
+		defDSN = DefaultDSN
 	}
 	fs.StringVar(&c.Backend, "backend", "postgres", "database: postgres or sqlite")
-	fs.StringVar(&c.DSN, "dsn", defDSN, "PostgreSQL server (default from $"+pgtemp.EnvDSN+"); a database is created on it and dropped at the end")
+	fs.StringVar(&c.DSN, "dsn", defDSN, "PostgreSQL server (default from $"+EnvDSN+"); a database is created on it and dropped at the end")
 	fs.StringVar(&c.SQLiteDir, "sqlite-dir", "", "directory for the SQLite files (default: a temporary directory, removed at the end)")
 	fs.IntVar(&c.Workers, "workers", 20, "concurrent writers hammering the one key")
 	fs.IntVar(&c.Pool, "pool", 20, "database connections (SQLite: read connections; writes use one)")

@@ -3,7 +3,9 @@ package bench
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"shardlab/counters"
-	"shardlab/counters/internal/pgtemp"
+	"shardlab/postgres"
 )
 
 // target is a database the benchmark owns; every open returns a counter on
@@ -35,19 +37,22 @@ func openTarget(ctx context.Context, cfg Config, stderr io.Writer) (target, erro
 }
 
 type pgTarget struct {
-	db   *pgtemp.DB
-	pool *pgxpool.Pool
-	runs int
+	adminDSN, name string // the server the database was made on, and its name
+	pool           *pgxpool.Pool
+	runs           int
 }
 
 func openPGTarget(ctx context.Context, cfg Config, stderr io.Writer) (*pgTarget, error) {
-	db, err := pgtemp.Create(ctx, cfg.DSN, "shardlab_counterbench")
+	var r [6]byte
+	rand.Read(r[:])
+	name := "shardlab_counterbench_" + hex.EncodeToString(r[:])
+	dsn, err := postgres.CreateDatabase(ctx, cfg.DSN, name)
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(stderr, "counterbench: created database %s\n", db.Name)
-	t := &pgTarget{db: db}
-	pcfg, err := pgxpool.ParseConfig(db.DSN)
+	fmt.Fprintf(stderr, "counterbench: created database %s\n", name)
+	t := &pgTarget{adminDSN: cfg.DSN, name: name}
+	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, t.failed(ctx, err)
 	}
@@ -103,7 +108,7 @@ func (t *pgTarget) close(ctx context.Context) error {
 	if t.pool != nil {
 		t.pool.Close()
 	}
-	return t.db.Drop(ctx)
+	return postgres.DropDatabase(ctx, t.adminDSN, t.name)
 }
 
 type sqliteTarget struct {
