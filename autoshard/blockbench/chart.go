@@ -160,7 +160,7 @@ func RenderCharts(dir string) error {
 	colorOf := func(t int64) color.Color { return plotutil.Color(slices.Index(thresholds, t)) }
 
 	rate := plot.New()
-	rate.Title.Text = "Ingest rate per batch (triangles: a new level was created)"
+	rate.Title.Text = "Ingest rate per batch (bold: median over rounds; triangles: a new level began)"
 	rate.X.Label.Text = "blocks in store (millions)"
 	rate.Y.Label.Text = "blocks/s (this batch)"
 	rate.Y.Min = 0
@@ -169,43 +169,73 @@ func RenderCharts(dir string) error {
 	progress.Title.Text = "Blocks written over time"
 	progress.X.Label.Text = "time (s)"
 	progress.Y.Label.Text = "blocks in store (millions)"
+	// Every run as a faint line, and the median over rounds at each batch
+	// as a bold line: runs of one threshold write identical batch sizes, so
+	// batch i holds the same block count in every round.
 	for _, c := range curves {
 		rateXY := make(plotter.XYs, len(c.rows))
 		progXY := make(plotter.XYs, len(c.rows))
-		var jumps plotter.XYs
 		for i, r := range c.rows {
 			rateXY[i] = plotter.XY{X: float64(r.Blocks) / 1e6, Y: r.BlocksPerS}
 			progXY[i] = plotter.XY{X: r.TimeS, Y: float64(r.Blocks) / 1e6}
-			if i > 0 && r.Level != c.rows[i-1].Level {
-				jumps = append(jumps, rateXY[i])
-			}
 		}
 		col := colorOf(c.threshold)
-		for _, p := range []struct {
-			plot *plot.Plot
-			xy   plotter.XYs
-		}{{rate, rateXY}, {progress, progXY}} {
-			l, err := plotter.NewLine(p.xy)
-			if err != nil {
-				return err
-			}
-			l.Color = col
-			l.Width = vg.Points(1.2)
-			if c.round > 1 {
-				l.Dashes = []vg.Length{vg.Points(3), vg.Points(2)}
-			}
-			p.plot.Add(l)
-			if c.round == 1 {
-				p.plot.Legend.Add("T="+ThresholdLabel(c.threshold), l)
+		faint, err := plotter.NewLine(rateXY)
+		if err != nil {
+			return err
+		}
+		r, g, b, _ := col.RGBA()
+		faint.Color = color.NRGBA{R: uint8(r >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: 70}
+		faint.Width = vg.Points(0.8)
+		rate.Add(faint)
+		prog, err := plotter.NewLine(progXY)
+		if err != nil {
+			return err
+		}
+		prog.Color = col
+		prog.Width = vg.Points(1.2)
+		if c.round > 1 {
+			prog.Dashes = []vg.Length{vg.Points(3), vg.Points(2)}
+		} else {
+			progress.Legend.Add("T="+ThresholdLabel(c.threshold), prog)
+		}
+		progress.Add(prog)
+	}
+	for _, t := range thresholds {
+		var runs [][]BatchRow
+		for _, c := range curves {
+			if c.threshold == t {
+				runs = append(runs, c.rows)
 			}
 		}
+		n := slices.MinFunc(runs, func(a, b []BatchRow) int { return len(a) - len(b) })
+		medXY := make(plotter.XYs, len(n))
+		var jumps plotter.XYs
+		for i := range n {
+			var ys []float64
+			for _, rows := range runs {
+				ys = append(ys, rows[i].BlocksPerS)
+			}
+			medXY[i] = plotter.XY{X: float64(runs[0][i].Blocks) / 1e6, Y: median(ys)}
+			if i > 0 && runs[0][i].Level != runs[0][i-1].Level {
+				jumps = append(jumps, medXY[i])
+			}
+		}
+		l, err := plotter.NewLine(medXY)
+		if err != nil {
+			return err
+		}
+		l.Color = colorOf(t)
+		l.Width = vg.Points(2.2)
+		rate.Add(l)
+		rate.Legend.Add(fmt.Sprintf("T=%s (median of %d)", ThresholdLabel(t), len(runs)), l)
 		if len(jumps) > 0 {
 			sc, err := plotter.NewScatter(jumps)
 			if err != nil {
 				return err
 			}
-			sc.GlyphStyle.Color = col
-			sc.GlyphStyle.Shape = draw.TriangleGlyph{}
+			sc.GlyphStyle.Color = colorOf(t)
+			sc.GlyphStyle.Shape = draw.PyramidGlyph{}
 			sc.GlyphStyle.Radius = vg.Points(4)
 			rate.Add(sc)
 		}
