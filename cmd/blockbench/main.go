@@ -1,28 +1,21 @@
 // Command blockbench benchmarks the autoshard block store: an ingest of files
 // of random blocks with one CSV row per batch, and a threshold sweep with
 // charts. See "blockbench help" and docs/autoshard.md.
+//
+//	blockbench --threshold 250000 --target-blocks 3000000 --out ingest.csv
+//	blockbench sweep --thresholds never,125k,250k,500k,1M --rounds 3
 package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"shardlab/autoshard/blockbench"
+	"shardlab/internal/cli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := blockbench.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "blockbench:", err)
-		if errors.Is(err, blockbench.ErrUsage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
+	cli.Main("blockbench", func(ctx context.Context, args []string) error {
+		return blockbench.Run(ctx, args, os.Stdout, os.Stderr)
+	}, cli.Code{Err: blockbench.ErrUsage, Exit: 2})
 }
