@@ -29,16 +29,19 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/shardlab-ceiling.XXXXXX")
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
-start() { # name cmd...
+url=""
+start() { # name cmd... ; sets url (not a subshell, so cleanup knows the pid)
 	local name=$1; shift
 	"$@" --addr 127.0.0.1:0 --addr-file "$work/$name.addr" >"$work/$name.log" 2>&1 &
 	pids+=($!)
 	for _ in $(seq 1 200); do [[ -s $work/$name.addr ]] && break; sleep 0.05; done
 	[[ -s $work/$name.addr ]] || { cat "$work/$name.log" >&2; echo "http_ceiling.sh: $name did not start" >&2; exit 1; }
-	echo "http://$(cat "$work/$name.addr")"
+	url="http://$(cat "$work/$name.addr")"
 }
-ceiling=$(start ceiling "$root/bin/http-ceiling")
-demo=$(start demo "$root/bin/demo-server" --mode single --data "$work/data")
+start ceiling "$root/bin/http-ceiling"
+ceiling=$url
+start demo "$root/bin/demo-server" --mode single --data "$work/data"
+demo=$url
 "$root/bin/loadgen" --target "$demo" --wait-ready 10s --ops 1 --keys 10000 --preload --concurrency "$conc" --quiet >/dev/null
 load=(--ops "$ops" --concurrency "$conc" --writeRatio 0 --keys 10000 --dist uniform --quiet --warmup 1s)
 ratios=()
