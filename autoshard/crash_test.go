@@ -61,7 +61,9 @@ func crashWriter(dir, stop string) error {
 			seen++
 			if seen == n {
 				fmt.Println("KILLME")
-				select {}
+				// Sleep rather than block on select{}: the runtime would
+				// call a process whose goroutines all block a deadlock.
+				time.Sleep(time.Hour)
 			}
 		}
 		if p == "planned" && point == "random" {
