@@ -166,7 +166,8 @@ func RenderCharts(dir string) error {
 	rate.Y.Min = 0
 	rate.Y.Tick.Marker = thousands{}
 	progress := plot.New()
-	progress.Title.Text = "Blocks written over time"
+	progress.Title.Text = "Blocks written over time (solid: round 1, dashed: later rounds)"
+	progress.X.Min, progress.Y.Min = 0, 0
 	progress.X.Label.Text = "time (s)"
 	progress.Y.Label.Text = "blocks in store (millions)"
 	// Every run as a faint line, and the median over rounds at each batch
