@@ -14,8 +14,8 @@ const (
 	DistHotspot = "hotspot" // YCSB's hotspot: 80% of requests go to 20% of the keys
 )
 
-// Dists lists the distribution names, default first.
-var Dists = []string{DistUniform, DistZipfian, DistHotspot}
+// Dists returns the distribution names, default first.
+func Dists() []string { return []string{DistUniform, DistZipfian, DistHotspot} }
 
 // ZipfianConstant is YCSB's default skew. Go's rand.Zipf needs s > 1, so it cannot
 // produce this distribution; the generator below follows Gray et al., "Quickly generating
@@ -41,7 +41,7 @@ func NewKeyChooser(dist string, n int) (KeyChooser, error) {
 	case DistHotspot:
 		return newHotspot(n, 0.2, 0.8), nil
 	}
-	return nil, fmt.Errorf("unknown distribution %q (want %s)", dist, strings.Join(Dists, ", "))
+	return nil, fmt.Errorf("unknown distribution %q (want %s)", dist, strings.Join(Dists(), ", "))
 }
 
 type uniform struct{ n int }

@@ -108,7 +108,7 @@ func TestHotspotSends80PercentToTheFirst20Percent(t *testing.T) {
 }
 
 func TestNewKeyChooserEdges(t *testing.T) {
-	for _, dist := range loadgen.Dists {
+	for _, dist := range loadgen.Dists() {
 		counts := draw(t, dist, 1, 100)
 		if counts[0] != 100 {
 			t.Errorf("%s over one key: %v", dist, counts)

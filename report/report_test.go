@@ -186,7 +186,7 @@ func TestGenerateNoChartsHasNoChartSection(t *testing.T) {
 func TestGenerateErrors(t *testing.T) {
 	dir := t.TempDir()
 	empty := filepath.Join(dir, "empty.csv")
-	if err := os.WriteFile(empty, []byte(strings.Join(resultscsv.Columns, ",")+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(empty, []byte(strings.Join(resultscsv.Columns(), ",")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	zero := filepath.Join(dir, "zero.csv")

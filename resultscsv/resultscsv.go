@@ -61,15 +61,27 @@ type Row struct {
 	CPUs        int     // logical CPUs of the machine
 	CPUModel    string  // CPU model name
 	SQLiteVer   string  // SQLite library version (sqlite backend)
+
+	// What the run was asked to do, beyond the columns above, so it can be rerun exactly.
+	RequestedOps       int64   // --ops asked for (0 when the run was timed)
+	RequestedDurationS float64 // --duration asked for, seconds (0 when counted in ops)
+	WarmupS            float64 // unmeasured warm-up, seconds
+	Preload            bool    // every key written once before measuring
+	Arrival            string  // open-loop spacing: constant or poisson (empty in closed loop)
+	DataSize           int     // bytes of data per write
+	Command            string  // the script command line that produced the row, when a script ran it
 }
 
-// Columns is the CSV header, in order. The first fourteen are the seed lab's columns.
-var Columns = []string{
+// Columns returns the CSV header, in order. The first fourteen are the seed lab's columns.
+func Columns() []string { return slices.Clone(columns) }
+
+var columns = []string{
 	"timestamp", "scenario", "mode", "shards", "ops", "concurrency", "write_ratio",
 	"throughput_ops_s", "avg_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms", "errors",
 	"p999_ms", "run_id", "trial", "backend", "router", "sync", "pool_size", "keys", "dist",
 	"rate", "late", "svc_p50_ms", "svc_p99_ms", "read_hit_rate", "duration_s", "seed",
 	"git_commit", "go_version", "cpus", "cpu_model", "sqlite_version",
+	"requested_ops", "requested_duration_s", "warmup_s", "preload", "arrival", "data_size", "command",
 }
 
 func ftoa(f float64, prec int) string { return strconv.FormatFloat(f, 'f', prec, 64) }
@@ -86,6 +98,8 @@ func (r Row) record() []string {
 		strconv.FormatInt(r.Late, 10), ftoa(r.SvcP50Ms, 3), ftoa(r.SvcP99Ms, 3),
 		ftoa(r.ReadHitRate, 4), ftoa(r.DurationS, 3), strconv.FormatInt(r.Seed, 10),
 		r.GitCommit, r.GoVersion, strconv.Itoa(r.CPUs), r.CPUModel, r.SQLiteVer,
+		strconv.FormatInt(r.RequestedOps, 10), ftoa(r.RequestedDurationS, 3), ftoa(r.WarmupS, 3),
+		strconv.FormatBool(r.Preload), r.Arrival, strconv.Itoa(r.DataSize), r.Command,
 	}
 }
 
@@ -105,13 +119,13 @@ func Append(path string, rows ...Row) error {
 	var b strings.Builder
 	w := csv.NewWriter(&b)
 	if st.Size() == 0 {
-		w.Write(Columns)
+		w.Write(columns)
 	} else {
 		header, err := csv.NewReader(f).Read()
 		if err != nil {
 			return fmt.Errorf("resultscsv: read header of %s: %w", path, err)
 		}
-		if !slices.Equal(header, Columns) {
+		if !slices.Equal(header, columns) {
 			return fmt.Errorf("%w: %s (move it aside to start a new file)", ErrHeaderMismatch, path)
 		}
 	}
@@ -189,7 +203,10 @@ func Read(r io.Reader) ([]Row, error) {
 			SvcP99Ms: p.float("svc_p99_ms"), ReadHitRate: p.float("read_hit_rate"),
 			DurationS: p.float("duration_s"), Seed: p.int("seed"), GitCommit: p.str("git_commit"),
 			GoVersion: p.str("go_version"), CPUs: int(p.int("cpus")), CPUModel: p.str("cpu_model"),
-			SQLiteVer: p.str("sqlite_version"),
+			SQLiteVer: p.str("sqlite_version"), RequestedOps: p.int("requested_ops"),
+			RequestedDurationS: p.float("requested_duration_s"), WarmupS: p.float("warmup_s"),
+			Preload: p.bool("preload"), Arrival: p.str("arrival"), DataSize: int(p.int("data_size")),
+			Command: p.str("command"),
 		}
 		if p.err != nil {
 			return nil, fmt.Errorf("line %d: %w", line, p.err)
@@ -231,6 +248,18 @@ func (p *parser) float(col string) float64 {
 		return 0
 	}
 	v, err := strconv.ParseFloat(s, 64)
+	if err != nil && p.err == nil {
+		p.err = fmt.Errorf("column %s: %w", col, err)
+	}
+	return v
+}
+
+func (p *parser) bool(col string) bool {
+	s := p.str(col)
+	if s == "" {
+		return false
+	}
+	v, err := strconv.ParseBool(s)
 	if err != nil && p.err == nil {
 		p.err = fmt.Errorf("column %s: %w", col, err)
 	}

@@ -43,8 +43,8 @@ const (
 	StrategyJump  = "jump"
 )
 
-// Strategies lists the names New accepts, default first.
-var Strategies = []string{StrategyCRC32, StrategyJump}
+// Strategies returns the names New accepts, default first.
+func Strategies() []string { return []string{StrategyCRC32, StrategyJump} }
 
 // New returns the router for the named strategy over n shards.
 func New(strategy string, n int) (Router, error) {
@@ -54,7 +54,7 @@ func New(strategy string, n int) (Router, error) {
 	case StrategyJump:
 		return NewJump(n)
 	default:
-		return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnknownStrategy, strategy, strings.Join(Strategies, ", "))
+		return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnknownStrategy, strategy, strings.Join(Strategies(), ", "))
 	}
 }
 

@@ -95,7 +95,7 @@ func TestJumpMatchesReference(t *testing.T) {
 
 func TestShardsInRangeAndBalanced(t *testing.T) {
 	const keys = 60000
-	for _, strategy := range routing.Strategies {
+	for _, strategy := range routing.Strategies() {
 		for _, n := range []int{1, 2, 3, 5, 8} {
 			r, err := routing.New(strategy, n)
 			if err != nil {
@@ -183,7 +183,7 @@ func BenchmarkShardFor(b *testing.B) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("user%d", i)
 	}
-	for _, strategy := range routing.Strategies {
+	for _, strategy := range routing.Strategies() {
 		r, err := routing.New(strategy, 5)
 		if err != nil {
 			b.Fatal(err)

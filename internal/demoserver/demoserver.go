@@ -77,7 +77,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen address; port 0 picks a free port")
 	fs.StringVar(&c.addrFile, "addr-file", "", "write the address actually bound to this file once listening")
 	fs.StringVar(&c.data, "data", "./data", "data directory (one SQLite file per shard)")
-	fs.StringVar(&c.router, "router", routing.StrategyCRC32, "routing strategy: "+strings.Join(routing.Strategies, " or "))
+	fs.StringVar(&c.router, "router", routing.StrategyCRC32, "routing strategy: "+strings.Join(routing.Strategies(), " or "))
 	fs.StringVar(&c.backend, "backend", "sqlite", "storage backend: sqlite or postgres")
 	var dsns dsnList
 	fs.Var(&dsns, "dsn", "postgres: connection URL of a shard; repeat once per shard, in shard order")

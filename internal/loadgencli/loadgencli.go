@@ -67,7 +67,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&c.Concurrency, "concurrency", 50, "concurrent workers (simulated users)")
 	fs.Float64Var(&c.WriteRatio, "writeRatio", 0.5, "share of requests that are writes, 0..1")
 	fs.IntVar(&c.Keys, "keys", 10000, "key-space size (user0 .. user{keys-1})")
-	fs.StringVar(&c.Dist, "dist", loadgen.DistUniform, "key distribution: "+strings.Join(loadgen.Dists, ", ")+" (zipfian uses YCSB's 0.99)")
+	fs.StringVar(&c.Dist, "dist", loadgen.DistUniform, "key distribution: "+strings.Join(loadgen.Dists(), ", ")+" (zipfian uses YCSB's 0.99)")
 	fs.BoolVar(&c.Preload, "preload", false, "write every key once before measuring, so reads hit")
 	fs.DurationVar(&c.Warmup, "warmup", 0, "unmeasured closed-loop load before the measured phase, e.g. 2s")
 	fs.Int64Var(&c.Seed, "seed", 1, "random seed")
@@ -358,8 +358,10 @@ func cpuModel() string {
 	return runtime.GOARCH
 }
 
-// TimeseriesColumns is the header of the per-second samples CSV.
-var TimeseriesColumns = []string{"t_s", "ops", "errors", "throughput_ops_s", "p50_ms", "p99_ms", "max_ms"}
+// TimeseriesColumns returns the header of the per-second samples CSV.
+func TimeseriesColumns() []string {
+	return []string{"t_s", "ops", "errors", "throughput_ops_s", "p50_ms", "p99_ms", "max_ms"}
+}
 
 func writeTimeseries(path string, samples []loadgen.Sample) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -371,7 +373,7 @@ func writeTimeseries(path string, samples []loadgen.Sample) error {
 	}
 	defer f.Close()
 	w := csv.NewWriter(f)
-	w.Write(TimeseriesColumns)
+	w.Write(TimeseriesColumns())
 	ff := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 	for _, s := range samples {
 		w.Write([]string{strconv.Itoa(s.Second), strconv.FormatInt(s.Ops, 10), strconv.FormatInt(s.Errors, 10),

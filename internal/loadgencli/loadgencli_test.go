@@ -83,7 +83,7 @@ func TestRunWritesResultRowAndTimeseries(t *testing.T) {
 		t.Fatal(err)
 	}
 	header, _, _ := strings.Cut(string(raw), "\n")
-	if header != strings.Join(resultscsv.Columns, ",") {
+	if header != strings.Join(resultscsv.Columns(), ",") {
 		t.Errorf("CSV header %q, want the documented columns", header)
 	}
 	rows, err := resultscsv.ReadFile(out)
@@ -115,7 +115,7 @@ func TestRunWritesResultRowAndTimeseries(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"t_s", "ops", "errors", "throughput_ops_s", "p50_ms", "p99_ms", "max_ms"}
-	if len(recs) < 2 || !slices.Equal(recs[0], want) || !slices.Equal(loadgencli.TimeseriesColumns, want) {
+	if len(recs) < 2 || !slices.Equal(recs[0], want) || !slices.Equal(loadgencli.TimeseriesColumns(), want) {
 		t.Fatalf("timeseries file:\n%v", recs)
 	}
 	var total int64
