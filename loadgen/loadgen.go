@@ -142,8 +142,8 @@ func (c *Config) Validate() error {
 type Sample struct {
 	Second int     // seconds since the measured phase started
 	Span   float64 // seconds the sample covers: 1, less for the run's last, partial second
-	Ops    int64   // requests completed in that second
-	Errors int64   // of which failed
+	Ops    int64   // successful requests completed in that second
+	Errors int64   // failed requests in that second
 	P50Ms  float64 // response-time percentiles of the second
 	P99Ms  float64
 	MaxMs  float64
@@ -151,13 +151,13 @@ type Sample struct {
 
 // Result is what a run measured.
 type Result struct {
-	Ops          int64            // completed requests in the measured phase (including errors)
-	Errors       int64            // failed requests
-	ErrorsByKind map[string]int64 // e.g. "http_503", "timeout", "connection"
-	Reads        int64
-	ReadHits     int64 // reads answered 200
-	ReadMisses   int64 // reads answered 404
-	Writes       int64
+	Ops          int64                   // successful requests in the measured phase (a read's 404 is a success: a miss)
+	Errors       int64                   // failed requests, kept out of Ops, the throughput and the histograms
+	ErrorsByKind map[string]int64        // e.g. "http_503", "timeout", "connection"
+	Reads        int64                   // successful reads
+	ReadHits     int64                   // reads answered 200
+	ReadMisses   int64                   // reads answered 404
+	Writes       int64                   // successful writes
 	Elapsed      time.Duration           // length of the measured phase
 	Response     *hdrhistogram.Histogram // microseconds from intended start to answer
 	Service      *hdrhistogram.Histogram // microseconds from actual send to answer
@@ -165,7 +165,7 @@ type Result struct {
 	Samples      []Sample
 }
 
-// Throughput returns completed requests per second.
+// Throughput returns successful requests per second.
 func (r *Result) Throughput() float64 {
 	if r.Elapsed <= 0 {
 		return 0
@@ -316,22 +316,23 @@ func clampUs(d time.Duration) int64 {
 }
 
 func (w *worker) record(sinceStart time.Duration, response, service time.Duration, failed bool) {
-	w.response.RecordValue(clampUs(response))
-	w.service.RecordValue(clampUs(service))
 	sec := int(sinceStart / time.Second)
 	if sec != w.second {
 		w.flushSecond()
 		w.second = sec
 	}
-	w.secHist.RecordValue(clampUs(response))
-	w.secOps++
 	if failed {
 		w.secErrors++
+		return
 	}
+	w.response.RecordValue(clampUs(response))
+	w.service.RecordValue(clampUs(service))
+	w.secHist.RecordValue(clampUs(response))
+	w.secOps++
 }
 
 func (w *worker) flushSecond() {
-	if w.secOps > 0 {
+	if w.secOps > 0 || w.secErrors > 0 {
 		w.timeseries.add(w.second, w.secOps, w.secErrors, w.secHist)
 	}
 	w.secHist.Reset()
@@ -509,21 +510,23 @@ func (r *runner) measure(ctx context.Context, seed int64) (*Result, error) {
 					return // stopped mid-request: neither a success nor a server error
 				}
 				failed := err != nil || (status != http.StatusOK && !(status == http.StatusNotFound && !write))
-				w.ops++
-				if write {
-					w.writes++
-				} else {
-					w.reads++
-					switch status {
-					case http.StatusOK:
-						w.hits++
-					case http.StatusNotFound:
-						w.misses++
-					}
-				}
+				// Failed requests are counted apart and kept out of the latency histograms
+				// and the throughput: a shard failing fast must not look like a fast shard.
 				if failed {
 					w.errors++
 					w.errs[classify(status, err)]++
+				} else {
+					w.ops++
+					if write {
+						w.writes++
+					} else {
+						w.reads++
+						if status == http.StatusOK {
+							w.hits++
+						} else {
+							w.misses++
+						}
+					}
 				}
 				w.record(done.Sub(start), done.Sub(intended), done.Sub(sent), failed)
 				completed.Add(1)

@@ -318,8 +318,14 @@ func TestFailedRequestsAreCountedByKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Errors != res.Writes || res.ErrorsByKind["http_503"] != res.Writes || res.Writes == 0 {
-		t.Errorf("errors %d %v for %d failed writes", res.Errors, res.ErrorsByKind, res.Writes)
+	// Every write failed: the failures are counted by kind and kept out of Ops, the
+	// throughput and the latency histograms, which hold the successful reads only.
+	if res.Errors == 0 || res.ErrorsByKind["http_503"] != res.Errors || res.Writes != 0 {
+		t.Errorf("errors %d %v, successful writes %d; want only 503s and no write counted", res.Errors, res.ErrorsByKind, res.Writes)
+	}
+	if res.Ops != res.Reads || res.Ops+res.Errors != 300 || res.Response.TotalCount() != res.Ops {
+		t.Errorf("ops %d (reads %d) + errors %d, histogram %d; want 300 in all and only successes in the histogram",
+			res.Ops, res.Reads, res.Errors, res.Response.TotalCount())
 	}
 
 	// Nobody listens: every request is a connection error, and the run still ends.

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"golang.org/x/sync/errgroup"
+
 	"shardlab/routing"
 )
 
@@ -107,38 +109,56 @@ func (s *Set) Get(ctx context.Context, key string) ([]byte, int, error) {
 	return data, shard, nil
 }
 
-// Counts returns the number of records in each shard. A shard that fails gives -1 and
-// its error is joined into the returned error; the other counts are still filled in.
+// fanOutLimit bounds how many shards Counts and Health ask at once.
+const fanOutLimit = 16
+
+// eachShard runs fn for every shard, up to fanOutLimit at a time, and waits for all.
+// Shards are asked concurrently so that one that hangs costs its own time only, not
+// every other shard's.
+func (s *Set) eachShard(fn func(i int, b Backend)) {
+	var g errgroup.Group
+	g.SetLimit(fanOutLimit)
+	for i, b := range s.backends {
+		g.Go(func() error {
+			fn(i, b)
+			return nil
+		})
+	}
+	g.Wait()
+}
+
+// Counts returns the number of records in each shard, asking the shards concurrently.
+// A shard that fails gives -1 and its error is joined into the returned error; the other
+// counts are still filled in. Cancelling ctx fails the shards that have not answered.
 func (s *Set) Counts(ctx context.Context) ([]int64, error) {
 	counts := make([]int64, len(s.backends))
-	var errs []error
-	for i, b := range s.backends {
+	errs := make([]error, len(s.backends))
+	s.eachShard(func(i int, b Backend) {
+		var err error
 		if s.closed.Load() {
-			counts[i] = -1
-			errs = append(errs, &ShardError{Shard: i, Err: ErrClosed})
-			continue
+			err = ErrClosed
+		} else {
+			counts[i], err = b.Count(ctx)
 		}
-		n, err := b.Count(ctx)
 		if err != nil {
 			counts[i] = -1
-			errs = append(errs, &ShardError{Shard: i, Err: err})
-			continue
+			errs[i] = &ShardError{Shard: i, Err: err}
 		}
-		counts[i] = n
-	}
+	})
 	return counts, errors.Join(errs...)
 }
 
-// Health pings every shard and returns one entry per shard: nil when it answered.
+// Health pings every shard concurrently and returns one entry per shard: nil when it
+// answered. A shard that hangs is reported when ctx ends, without delaying the others.
 func (s *Set) Health(ctx context.Context) []error {
 	out := make([]error, len(s.backends))
-	for i, b := range s.backends {
+	s.eachShard(func(i int, b Backend) {
 		if s.closed.Load() {
 			out[i] = ErrClosed
-			continue
+			return
 		}
 		out[i] = b.Ping(ctx)
-	}
+	})
 	return out
 }
 

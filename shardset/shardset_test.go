@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"shardlab/routing"
 	"shardlab/shardset"
@@ -325,5 +326,44 @@ func TestClosedSet(t *testing.T) {
 		if !errors.Is(err, shardset.ErrClosed) {
 			t.Errorf("Health[%d] after Close = %v, want ErrClosed", i, err)
 		}
+	}
+}
+
+// hanging answers nothing until its context ends, like a frozen database server.
+type hanging struct{ broken }
+
+func (hanging) Ping(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (hanging) Count(ctx context.Context) (int64, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// TestHangingShardDoesNotTaintOthers: a shard that hangs must be the only one reported
+// unhealthy, even though it uses up the whole deadline of the health check.
+func TestHangingShardDoesNotTaintOthers(t *testing.T) {
+	_, stores := sqliteSet(t, 2)
+	router, err := routing.NewCRC32(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := shardset.New(router, []shardset.Backend{hanging{}, stores[0], stores[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	health := set.Health(ctx)
+	if health[0] == nil || health[1] != nil || health[2] != nil {
+		t.Errorf("Health = %v, want only shard 0 unhealthy", health)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel2()
+	counts, err := set.Counts(ctx2)
+	if err == nil || counts[0] != -1 || counts[1] != 0 || counts[2] != 0 {
+		t.Errorf("Counts = %v, %v; want [-1 0 0] and an error", counts, err)
 	}
 }

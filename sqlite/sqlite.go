@@ -97,7 +97,9 @@ func dsn(path string, o Options, readOnly bool) string {
 	} else {
 		q.Set("_txlock", "immediate")
 	}
-	return "file:" + path + "?" + q.Encode()
+	// The path is escaped: SQLite reads "file:" names as URIs, so a raw '#' or '?' in a
+	// directory name would cut the path short and put the shard somewhere else.
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
 
 // Open opens (creating if needed) the shard database at path.

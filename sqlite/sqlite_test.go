@@ -291,3 +291,32 @@ func TestVersion(t *testing.T) {
 		t.Errorf("Version = %q, %v", v, err)
 	}
 }
+
+// TestPathWithURICharacters: a data directory whose name holds characters that mean
+// something in a URI ('#', '?', '%', space) must still get its shard file inside it.
+func TestPathWithURICharacters(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "we ird#x?y%20z")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := sqlite.ShardFile(dir, 0)
+	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(context.Background(), "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("shard file not where it belongs: %v", err)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(dir))
+	for _, e := range entries {
+		if e.Name() != filepath.Base(dir) {
+			t.Errorf("stray file %q next to the data directory", e.Name())
+		}
+	}
+}

@@ -46,7 +46,7 @@ Flags:
 type options struct {
 	cfg                             loadgen.Config
 	out, timeseries, scenario, mode string
-	runID, gitCommit                string
+	runID, gitCommit, command       string
 	shards, trial                   int
 	waitReady                       time.Duration
 	allowErrors, quiet, progress    bool
@@ -83,6 +83,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.runID, "run-id", "", "groups rows of one experiment in the CSV (default: a timestamp)")
 	fs.IntVar(&o.trial, "trial", 1, "trial number within the run, for the CSV")
 	fs.StringVar(&o.gitCommit, "git-commit", "", "commit of the lab, for the CSV (default: from the build)")
+	fs.StringVar(&o.command, "command", "", "the script command line that ran this, for the CSV")
 	fs.BoolVar(&o.allowErrors, "allow-errors", false, "exit 0 even when some requests failed")
 	fs.BoolVar(&o.quiet, "quiet", false, "print only the summary line")
 	fs.DurationVar(&o.waitReady, "wait-ready", 0, "wait up to this long for the server's /healthz to answer 200 before starting")
@@ -144,6 +145,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runErr
 	}
 	printSummary(stdout, o, res)
+	if runErr != nil {
+		// An interrupted run measured less than it was asked to: reporting it as a normal
+		// row would put a partial measurement beside complete ones.
+		if o.out != "" {
+			fmt.Fprintf(stderr, "loadgen: run interrupted (%v): no row appended to %s\n", runErr, o.out)
+		}
+		return runErr
+	}
 	row := buildRow(o, info, res)
 	if o.out != "" {
 		if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
@@ -158,11 +167,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("write --timeseries: %w", err)
 		}
 	}
-	if runErr != nil {
-		return runErr
-	}
 	if res.Errors > 0 && !o.allowErrors {
-		return fmt.Errorf("%w: %d of %d", ErrRequestsFailed, res.Errors, res.Ops)
+		return fmt.Errorf("%w: %d of %d", ErrRequestsFailed, res.Errors, res.Ops+res.Errors)
 	}
 	return nil
 }
@@ -264,8 +270,8 @@ func progressBar(w io.Writer, c loadgen.Config) func(int64, time.Duration) {
 func printSummary(w io.Writer, o *options, r *loadgen.Result) {
 	h := r.Response
 	if !o.quiet {
-		fmt.Fprintf(w, "ops          %d in %.2fs (%d reads, %d writes)\n", r.Ops, r.Elapsed.Seconds(), r.Reads, r.Writes)
-		fmt.Fprintf(w, "throughput   %.1f ops/s\n", r.Throughput())
+		fmt.Fprintf(w, "ops          %d successful in %.2fs (%d reads, %d writes), %d failed\n", r.Ops, r.Elapsed.Seconds(), r.Reads, r.Writes, r.Errors)
+		fmt.Fprintf(w, "throughput   %.1f successful ops/s\n", r.Throughput())
 		fmt.Fprintf(w, "latency ms   avg %.3f  p50 %.3f  p95 %.3f  p99 %.3f  p99.9 %.3f  max %.3f\n",
 			h.Mean()/1000, loadgen.Ms(h.ValueAtQuantile(50)), loadgen.Ms(h.ValueAtQuantile(95)),
 			loadgen.Ms(h.ValueAtQuantile(99)), loadgen.Ms(h.ValueAtQuantile(99.9)), loadgen.Ms(h.Max()))
@@ -328,7 +334,24 @@ func buildRow(o *options, info serverInfo, r *loadgen.Result) resultscsv.Row {
 		ReadHitRate: r.ReadHitRate(), DurationS: r.Elapsed.Seconds(), Seed: o.cfg.Seed,
 		GitCommit: commit, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 		CPUModel: cpuModel(), SQLiteVer: info.SQLiteVer,
+		RequestedOps: requestedOps(o.cfg), RequestedDurationS: o.cfg.Duration.Seconds(),
+		WarmupS: o.cfg.Warmup.Seconds(), Preload: o.cfg.Preload, Arrival: arrival(o.cfg),
+		DataSize: o.cfg.DataSize, Command: o.command,
 	}
+}
+
+func requestedOps(c loadgen.Config) int64 {
+	if c.Duration > 0 {
+		return 0
+	}
+	return c.Ops
+}
+
+func arrival(c loadgen.Config) string {
+	if c.Rate == 0 {
+		return ""
+	}
+	return c.Arrival
 }
 
 func buildCommit() string {

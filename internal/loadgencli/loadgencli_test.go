@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"shardlab/internal/loadgencli"
 	"shardlab/resultscsv"
@@ -247,5 +248,25 @@ func TestOpenLoopSummary(t *testing.T) {
 	stdout, _, err = run("--target", target, "--ops", "20", "--quiet", "--scenario", "q")
 	if err != nil || strings.Count(stdout, "\n") != 1 || !strings.HasPrefix(stdout, "q: ") {
 		t.Errorf("--quiet prints %q, %v; want one summary line", stdout, err)
+	}
+}
+
+// TestInterruptedRunWritesNoRow: a run stopped early measured less than it was asked to,
+// so it must not be appended as if it were complete.
+func TestInterruptedRunWritesNoRow(t *testing.T) {
+	url := demoServer(t, 1)
+	out := filepath.Join(t.TempDir(), "results.csv")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	var stdout, stderr strings.Builder
+	err := loadgencli.Run(ctx, []string{"--target", url, "--duration", "30s", "--concurrency", "2", "--out", out}, &stdout, &stderr)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want the context's error", err)
+	}
+	if _, statErr := os.Stat(out); !errors.Is(statErr, os.ErrNotExist) {
+		t.Errorf("an interrupted run wrote %s (stat: %v)", out, statErr)
+	}
+	if !strings.Contains(stderr.String(), "no row appended") {
+		t.Errorf("stderr does not say the row was skipped: %q", stderr.String())
 	}
 }
