@@ -29,7 +29,7 @@ func (s *Store) CheckLayout(ctx context.Context, shard int, l shardset.Layout) e
 		shard, shards   int
 		router, backend string
 	}
-	err := s.do(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+	err := s.do(ctx, true, func(ctx context.Context, c *pgxpool.Conn) error {
 		if _, err := c.Exec(ctx, layoutSchema); err != nil && !isAlreadyExists(err) {
 			return err
 		}

@@ -234,9 +234,12 @@ func (s *Store) Stat() *pgxpool.Stat { return s.pool.Stat() }
 // session), the other idle connections are almost certainly dead too, so the pool is
 // reset and fn is tried once more on a fresh connection: after a restart the first
 // call succeeds instead of tripping over a stale connection, and while the server is
-// down the retry fails at once with the dial error. Every fn here is safe to run twice:
-// reads, and Put's upsert, which leaves the same record whether it ran once or twice.
-func (s *Store) do(ctx context.Context, fn func(ctx context.Context, c *pgxpool.Conn) error) error {
+// down the retry fails at once with the dial error.
+//
+// Reads are always safe to run twice. A write is retried only when pgx says nothing of
+// it reached the server (pgconn.SafeToRetry): had the first attempt committed before the
+// connection died, running it again could overwrite a newer write from another client.
+func (s *Store) do(ctx context.Context, write bool, fn func(ctx context.Context, c *pgxpool.Conn) error) error {
 	if s.closed.Load() {
 		return shardset.ErrClosed
 	}
@@ -256,7 +259,7 @@ func (s *Store) do(ctx context.Context, fn func(ctx context.Context, c *pgxpool.
 			return err
 		}
 		s.pool.Reset()
-		if attempt == 2 {
+		if attempt == 2 || (write && !pgconn.SafeToRetry(err)) {
 			return err
 		}
 	}
@@ -276,7 +279,7 @@ func (s *Store) Put(ctx context.Context, key string, data []byte) error {
 	if data == nil {
 		data = []byte{} // the column is NOT NULL; an empty value is still a value
 	}
-	err := s.do(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+	err := s.do(ctx, true, func(ctx context.Context, c *pgxpool.Conn) error {
 		_, err := c.Exec(ctx, putSQL, key, data)
 		return err
 	})
@@ -292,7 +295,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, shardset.ErrNotFound
 	}
 	var data []byte
-	err := s.do(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+	err := s.do(ctx, false, func(ctx context.Context, c *pgxpool.Conn) error {
 		return c.QueryRow(ctx, getSQL, key).Scan(&data)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -311,7 +314,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 // tests, not for hot paths.
 func (s *Store) Count(ctx context.Context) (int64, error) {
 	var n int64
-	err := s.do(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+	err := s.do(ctx, false, func(ctx context.Context, c *pgxpool.Conn) error {
 		return c.QueryRow(ctx, countSQL).Scan(&n)
 	})
 	if err != nil {
@@ -330,7 +333,7 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 func (s *Store) ping(ctx context.Context) error {
-	return s.do(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+	return s.do(ctx, false, func(ctx context.Context, c *pgxpool.Conn) error {
 		return c.Ping(ctx)
 	})
 }
@@ -338,7 +341,7 @@ func (s *Store) ping(ctx context.Context) error {
 // ServerVersion returns the shard server's version, e.g. "15.20 (Debian 15.20-0+deb12u1)".
 func (s *Store) ServerVersion(ctx context.Context) (string, error) {
 	var v string
-	err := s.do(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+	err := s.do(ctx, false, func(ctx context.Context, c *pgxpool.Conn) error {
 		return c.QueryRow(ctx, "SHOW server_version").Scan(&v)
 	})
 	if err != nil {
