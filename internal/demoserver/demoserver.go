@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -24,6 +25,9 @@ import (
 	"shardlab/sqlite"
 )
 
+// dbPrefixRE is what --db-prefix accepts: a safe start of a PostgreSQL database name.
+var dbPrefixRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`)
+
 // ErrUsage marks a command-line mistake; the command exits with status 2 for it.
 var ErrUsage = errors.New("usage")
 
@@ -32,7 +36,8 @@ type config struct {
 	mode, addr, addrFile, data, router, sync, backend string
 	shards, readConns, pool                           int
 	dsns                                              []string
-	create, reset                                     bool
+	create, reset, lazy                               bool
+	dbPrefix                                          string
 	counter, bucketBy                                 string
 	buckets                                           int
 	shutdownTimeout                                   time.Duration
@@ -84,6 +89,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.create, "create", false, "postgres: create databases shardlab_shard_0..N-1 from the single base --dsn")
 	fs.BoolVar(&c.reset, "reset", false, "postgres with --create: drop and recreate those databases first (DELETES their data)")
 	fs.IntVar(&c.pool, "pool", 0, "postgres: connections per shard (default 8)")
+	fs.StringVar(&c.dbPrefix, "db-prefix", postgres.DefaultDatabasePrefix, "postgres with --create: shard databases are named <prefix>0..N-1")
+	fs.BoolVar(&c.lazy, "lazy", false, "postgres: start even when a shard is down (it answers 503 until it comes back) instead of refusing to start")
 	fs.StringVar(&c.counter, "counter", string(counters.StrategyBucket), "hot-row counter strategy: row, append or bucket")
 	fs.IntVar(&c.buckets, "buckets", 100, "counter buckets per key (bucket strategy)")
 	fs.StringVar(&c.bucketBy, "bucket-by", string(counters.BucketWorker), "how an increment picks its bucket: random, time or worker")
@@ -123,8 +130,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	switch c.backend {
 	case "sqlite":
-		if len(c.dsns) > 0 || c.create || c.reset || c.pool != 0 {
-			return c, fmt.Errorf("%w: --dsn, --create, --reset and --pool are for --backend postgres", ErrUsage)
+		if len(c.dsns) > 0 || c.create || c.reset || c.lazy || c.pool != 0 || c.dbPrefix != postgres.DefaultDatabasePrefix {
+			return c, fmt.Errorf("%w: --dsn, --create, --reset, --lazy, --pool and --db-prefix are for --backend postgres", ErrUsage)
 		}
 		if c.data == "" {
 			return c, fmt.Errorf("%w: --data must not be empty", ErrUsage)
@@ -139,6 +146,10 @@ func parse(args []string, stderr io.Writer) (config, error) {
 			return c, fmt.Errorf("%w: %d shard(s) need %d --dsn, got %d (or give one base --dsn with --create)", ErrUsage, c.shards, c.shards, len(c.dsns))
 		case c.reset && !c.create:
 			return c, fmt.Errorf("%w: --reset only works with --create", ErrUsage)
+		case c.reset && c.lazy:
+			return c, fmt.Errorf("%w: --reset needs every shard up; it cannot be combined with --lazy", ErrUsage)
+		case !dbPrefixRE.MatchString(c.dbPrefix):
+			return c, fmt.Errorf("%w: --db-prefix must be lower-case letters, digits and _, starting with a letter (at most 40), got %q", ErrUsage, c.dbPrefix)
 		case c.pool < 0 || c.pool > 1000:
 			return c, fmt.Errorf("%w: --pool must be 1..1000", ErrUsage)
 		}
@@ -180,14 +191,18 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			cfg.SQLiteVersion, err = sqlite.Version(ctx)
 		}
 	case "postgres":
-		cfg.Set, counterDSN, cfg.PoolSize, err = openPostgres(ctx, c, router)
+		cfg.Set, counterDSN, cfg.PoolSize, err = openPostgres(ctx, c, router, stderr)
 	}
 	if err != nil {
 		return err
 	}
 	defer cfg.Set.Close()
 	if cfg.Counter, err = openCounter(ctx, c, counterDSN); err != nil {
-		return fmt.Errorf("open counter store: %w", err)
+		if !c.lazy {
+			return fmt.Errorf("open counter store: %w", err)
+		}
+		fmt.Fprintf(stderr, "demo-server: warning: counter store unavailable (its shard is down), the counter endpoints answer 503 until a restart: %v\n", err)
+		cfg.Counter = unavailableCounter{err: err}
 	}
 	defer cfg.Counter.Close()
 	set := cfg.Set
@@ -275,20 +290,20 @@ func openCounter(ctx context.Context, c config, dsn string) (counters.Counter, e
 
 // openPostgres opens one PostgreSQL database per shard and checks that they were made for
 // this layout. It returns the set, the DSN of shard 0 and the pool size per shard.
-func openPostgres(ctx context.Context, c config, router routing.Router) (*shardset.Set, string, int, error) {
+func openPostgres(ctx context.Context, c config, router routing.Router, stderr io.Writer) (*shardset.Set, string, int, error) {
 	dsns := c.dsns
 	if c.create {
 		if c.reset {
-			if err := postgres.DropShardDatabases(ctx, dsns[0], c.shards); err != nil {
+			if err := postgres.DropShardDatabasesWithPrefix(ctx, dsns[0], c.dbPrefix, c.shards); err != nil {
 				return nil, "", 0, fmt.Errorf("reset shard databases: %w", err)
 			}
 		}
 		var err error
-		if dsns, err = postgres.CreateShardDatabases(ctx, dsns[0], c.shards); err != nil {
+		if dsns, err = postgres.CreateShardDatabasesWithPrefix(ctx, dsns[0], c.dbPrefix, c.shards); err != nil {
 			return nil, "", 0, fmt.Errorf("create shard databases: %w", err)
 		}
 	}
-	stores, err := postgres.OpenShards(ctx, dsns, postgres.Options{PoolSize: int32(c.pool)})
+	stores, err := postgres.OpenShards(ctx, dsns, postgres.Options{PoolSize: int32(c.pool), Lazy: c.lazy})
 	if err != nil {
 		if errors.Is(err, postgres.ErrBadOptions) || errors.Is(err, postgres.ErrBadDSN) {
 			return nil, "", 0, fmt.Errorf("%w: %v", ErrUsage, err)
@@ -301,9 +316,18 @@ func openPostgres(ctx context.Context, c config, router routing.Router) (*shards
 		}
 	}
 	layout := shardset.Layout{Backend: c.backend, Shards: c.shards, Router: c.router}
-	if err := postgres.CheckLayouts(ctx, stores, layout); err != nil {
-		closeAll()
-		return nil, "", 0, err
+	for i, st := range stores {
+		err := st.CheckLayout(ctx, i, layout)
+		switch {
+		case err == nil:
+		case c.lazy && !errors.Is(err, shardset.ErrLayoutMismatch):
+			// Down at start: its layout is checked by nobody until a restart, but a
+			// mismatch is still refused for every shard that answers.
+			fmt.Fprintf(stderr, "demo-server: warning: shard %d is unreachable at start, serving without it until it answers: %v\n", i, err)
+		default:
+			closeAll()
+			return nil, "", 0, fmt.Errorf("shard %d: %w", i, err)
+		}
 	}
 	backends := make([]shardset.Backend, len(stores))
 	for i, s := range stores {
@@ -343,3 +367,17 @@ func writeFileAtomic(path, content string) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// unavailableCounter stands in for a counter store that could not be opened at start
+// under --lazy: every call fails, so the counter endpoints answer 503.
+type unavailableCounter struct{ err error }
+
+func (u unavailableCounter) Incr(context.Context, string, int64) error {
+	return fmt.Errorf("counter store unavailable: %w", u.err)
+}
+
+func (u unavailableCounter) Get(context.Context, string) (counters.Value, error) {
+	return counters.Value{}, fmt.Errorf("counter store unavailable: %w", u.err)
+}
+
+func (u unavailableCounter) Close() error { return nil }

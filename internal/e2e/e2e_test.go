@@ -374,9 +374,18 @@ func TestCommandsHelpAndBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--mode", "weird"}, {"--mode", "sharded", "--shards", "0"}, {"--router", "md5"},
 		{"--sync", "sometimes"}, {"--mode", "single", "--shards", "3"},
+		{"--backend", "postgres"}, {"--backend", "postgres", "--dsn", "postgres://x/y", "--shards", "2", "--mode", "sharded"},
+		{"--backend", "postgres", "--dsn", "a", "--dsn", "b", "--create"}, {"--dsn", "postgres://x/y"},
+		{"--backend", "postgres", "--dsn", "postgres://x/y", "--create", "--db-prefix", "Bad-Name"},
+		{"--backend", "postgres", "--dsn", "postgres://x/y", "--reset"}, {"--counter", "tree"},
+		{"--counter", "bucket", "--buckets", "0"}, {"--bucket-by", "moon"},
 	} {
-		c := exec.Command(filepath.Join(binDir, "demo-server"), append(args, "--data", t.TempDir())...)
+		// A free port and a deadline: should a bad flag be accepted, the server must not
+		// hold the default port or hang the test.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		c := exec.CommandContext(ctx, filepath.Join(binDir, "demo-server"), append(args, "--data", t.TempDir(), "--addr", "127.0.0.1:0")...)
 		out, _ := c.CombinedOutput()
+		cancel()
 		if c.ProcessState.ExitCode() != 2 {
 			t.Errorf("demo-server %v: want exit 2, got %d\n%s", args, c.ProcessState.ExitCode(), out)
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -219,4 +221,52 @@ func TestCounterEndpointsExact(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestPostgresLazyStart: with --lazy the server starts while shard 1's server is down,
+// serves shards 0 and 2, answers 503 for shard 1, and serves it once it is up.
+func TestPostgresLazyStart(t *testing.T) {
+	dsn0 := pgtest.NewDatabase(t, "e2e_lazy0")
+	dsn2 := pgtest.NewDatabase(t, "e2e_lazy2")
+	cluster := pgtest.StartCluster(t)
+	dsn1 := cluster.NewDatabase("e2e_lazy1")
+	cluster.Stop()
+	args := []string{"--mode", "sharded", "--shards", "3", "--backend", "postgres", "--dsn", dsn0, "--dsn", dsn1, "--dsn", dsn2}
+
+	// Without --lazy the server refuses to start, naming the dead shard.
+	refuse := exec.Command(filepath.Join(binDir, "demo-server"), append(args, "--data", t.TempDir(), "--addr", "127.0.0.1:0")...)
+	out, err := refuse.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "shard 1") {
+		t.Fatalf("started with shard 1 down and no --lazy, or did not name it: %v\n%s", err, out)
+	}
+
+	srv := startServer(t, t.TempDir(), append(args, "--lazy")...)
+	router, _ := routing.NewCRC32(3)
+	keys := keysPerShard(router, 1)
+	for s, ks := range keys {
+		code, body := postJSON(t, srv.url+"/insert", fmt.Sprintf(`{"user_id":%q,"data":"x"}`, ks[0]))
+		want := http.StatusOK
+		if s == 1 {
+			want = http.StatusServiceUnavailable
+		}
+		if code != want {
+			t.Errorf("insert on shard %d with shard 1 down: %d %s, want %d", s, code, body, want)
+		}
+	}
+	cluster.Start()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := postJSON(t, srv.url+"/insert", fmt.Sprintf(`{"user_id":%q,"data":"y"}`, keys[1][0]))
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shard 1 never served after it came up: %d %s", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if status, data, _ := getRecord(t, srv.url, keys[1][0]); status != http.StatusOK || data != "y" {
+		t.Errorf("read back from shard 1: %d %q", status, data)
+	}
+	srv.stop(syscall.SIGTERM)
 }
