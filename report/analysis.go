@@ -70,6 +70,7 @@ const (
 	VerdictNoBaseline = "no single baseline in this run"
 	VerdictOneTrial   = "1 trial: spread unknown"
 	VerdictOverlap    = "no clear difference"
+	VerdictNoPairs    = "no trial number in common with single"
 )
 
 // Finding is one row of the findings table: a configuration's trials summarised, and
@@ -81,12 +82,17 @@ type Finding struct {
 	AvgMs      Stat
 	P99Ms      Stat
 	Errors     int64 // failed requests over all trials
-	Ops        int64 // completed requests over all trials
+	Ops        int64 // successful requests over all trials
 
 	// Ratio is throughput over the single baseline's, per trial (trial k of this
-	// configuration against trial k of single); zero N when there is no baseline.
-	Ratio   Stat
-	Verdict string // one of the Verdict constants, or "1.92x faster" / "1.15x slower"
+	// configuration against single's trial k, matched by trial number); zero N when
+	// there is no baseline.
+	Ratio Stat
+	// Unpaired lists the trial numbers, of this configuration or of its baseline, that
+	// have no partner with the same number on the other side and so are left out of
+	// Ratio; increasing, nil when every trial is paired.
+	Unpaired []int
+	Verdict  string // one of the Verdict constants, or "1.92x faster" / "1.15x slower"
 	// Baseline is the single configuration compared against, nil for none.
 	Baseline *Finding
 }
@@ -237,13 +243,11 @@ func Analyze(rows []resultscsv.Row, runID string) (*Analysis, error) {
 		}
 		f.Baseline = base
 		var ratios []float64
-		for i := 0; i < len(f.Trials) && i < len(base.Trials); i++ {
-			if b := base.Trials[i].ThroughputOpsS; b > 0 {
-				ratios = append(ratios, f.Trials[i].ThroughputOpsS/b)
-			}
-		}
+		ratios, f.Unpaired = pairRatios(f.Trials, base.Trials)
 		f.Ratio = newStat(ratios)
 		switch {
+		case f.Ratio.N == 0 && len(f.Unpaired) > 0:
+			f.Verdict = VerdictNoPairs
 		case f.Ratio.N == 0 || f.Ratio.Median == 0:
 			f.Verdict = "no throughput to compare"
 		case f.Throughput.N < 2 || base.Throughput.N < 2:
@@ -259,6 +263,40 @@ func Analyze(rows []resultscsv.Row, runID string) (*Analysis, error) {
 	a.Sweeps = sweeps(a.Findings)
 	a.MultiBackend = strings.Contains(distinct(a.Rows, func(r resultscsv.Row) string { return r.Backend }), ",")
 	return a, nil
+}
+
+// pairRatios divides the throughput of each trial by that of the baseline trial with the
+// same trial number, so that a missing trial on either side drops that one pair instead
+// of shifting every later one. A trial whose number has no partner (or appears again on
+// its side) is returned in unpaired; a baseline of zero throughput gives no ratio.
+func pairRatios(trials, base []resultscsv.Row) (ratios []float64, unpaired []int) {
+	baseByTrial := map[int]resultscsv.Row{}
+	used := map[int]bool{}
+	for _, b := range base {
+		if _, dup := baseByTrial[b.Trial]; dup {
+			unpaired = append(unpaired, b.Trial)
+			continue
+		}
+		baseByTrial[b.Trial] = b
+	}
+	for _, r := range trials {
+		b, ok := baseByTrial[r.Trial]
+		if !ok || used[r.Trial] {
+			unpaired = append(unpaired, r.Trial)
+			continue
+		}
+		used[r.Trial] = true
+		if b.ThroughputOpsS > 0 {
+			ratios = append(ratios, r.ThroughputOpsS/b.ThroughputOpsS)
+		}
+	}
+	for t := range baseByTrial {
+		if !used[t] {
+			unpaired = append(unpaired, t)
+		}
+	}
+	slices.Sort(unpaired)
+	return ratios, slices.Compact(unpaired)
 }
 
 // sweeps collects, per scenario and backend, the throughput of every trial against its

@@ -10,6 +10,11 @@ import (
 	"shardlab/usl"
 )
 
+// MinDurationS is the length of the measured phase, in seconds, under which the report
+// flags a row as too short to compare: start-up, connection set-up and the first
+// checkpoint weigh more than the steady state in such a run.
+const MinDurationS = 1
+
 // ChartFile is a chart written next to the report, for the markdown to link.
 type ChartFile struct {
 	Kind  string // "scaling", "latency" or "timeline"
@@ -57,25 +62,42 @@ func conclusion(f *Finding, multiBackend bool) string {
 	}
 	b := f.Baseline
 	var s strings.Builder
-	fmt.Fprintf(&s, "%s: %s %s single", name, shardsText(f), ratio(f.Ratio.Median))
-	if f.Ratio.N > 1 {
-		fmt.Fprintf(&s, " (per-trial ratios %s-%s)", ratio(f.Ratio.Min), ratio(f.Ratio.Max))
+	if f.Ratio.N == 0 {
+		fmt.Fprintf(&s, "%s: %s at %s ops/s, single at %s ops/s; %s, so no ratio", name, shardsText(f),
+			thousands(f.Throughput.Median), thousands(b.Throughput.Median), f.Verdict)
 	} else {
-		fmt.Fprintf(&s, " (%s vs %s ops/s)", thousands(f.Throughput.Median), thousands(b.Throughput.Median))
-	}
-	switch f.Verdict {
-	case VerdictOneTrial:
-		s.WriteString(", 1 trial: spread unknown")
-	case VerdictOverlap:
-		gain := "gain"
-		if f.Ratio.Median < 1 {
-			gain = "loss"
+		fmt.Fprintf(&s, "%s: %s %s single", name, shardsText(f), ratio(f.Ratio.Median))
+		if f.Ratio.N > 1 {
+			fmt.Fprintf(&s, " (per-trial ratios %s-%s)", ratio(f.Ratio.Min), ratio(f.Ratio.Max))
+		} else {
+			fmt.Fprintf(&s, " (%s vs %s ops/s)", thousands(f.Throughput.Median), thousands(b.Throughput.Median))
 		}
-		fmt.Fprintf(&s, ", spread overlaps: no clear %s", gain)
-	default:
-		fmt.Fprintf(&s, ", ranges do not overlap: %s", f.Verdict)
+		switch f.Verdict {
+		case VerdictOneTrial:
+			s.WriteString(", 1 trial: spread unknown")
+		case VerdictOverlap:
+			gain := "gain"
+			if f.Ratio.Median < 1 {
+				gain = "loss"
+			}
+			fmt.Fprintf(&s, ", spread overlaps: no clear %s", gain)
+		default:
+			fmt.Fprintf(&s, ", ranges do not overlap: %s", f.Verdict)
+		}
 	}
-	fmt.Fprintf(&s, "; p99 %s ms vs %s ms single.", ms(f.P99Ms.Median), ms(b.P99Ms.Median))
+	fmt.Fprintf(&s, "; p99 %s ms vs %s ms single", ms(f.P99Ms.Median), ms(b.P99Ms.Median))
+	if len(f.Unpaired) > 0 {
+		nums := make([]string, len(f.Unpaired))
+		for i, t := range f.Unpaired {
+			nums[i] = fmt.Sprint(t)
+		}
+		word := "trial"
+		if len(nums) > 1 {
+			word = "trials"
+		}
+		fmt.Fprintf(&s, "; %s %s measured on one side only (or twice), left out of the ratio", word, strings.Join(nums, ", "))
+	}
+	s.WriteString(".")
 	return s.String()
 }
 
@@ -101,12 +123,26 @@ func sweepLine(s *Sweep) string {
 			best, bestX = c, m
 		}
 	}
-	peak := "no peak (kappa about 0): throughput keeps rising towards lambda/sigma"
-	if n, ok := s.Model.Peak(); ok {
-		peak = fmt.Sprintf("throughput peaks at N* = %d shards", n)
+	bestText := fmt.Sprintf("best measured %d shards at %s ops/s", best, thousands(bestX))
+	m := s.Model
+	if !m.Meaningful() {
+		return fmt.Sprintf("%s: the USL fit does not describe these points (R² = %.3f, below %g): no recommendation; %s.",
+			s.Scenario, m.R2, usl.MinR2, bestText)
 	}
-	return fmt.Sprintf("%s: USL sigma=%.4g (contention), kappa=%.4g (coherency), %s; best measured %d shards at %s ops/s (R² %.3f).",
-		s.Scenario, s.Model.Sigma, s.Model.Kappa, peak, best, thousands(bestX), s.Model.R2)
+	var peak string
+	n, ok := m.Peak()
+	switch {
+	case m.Sigma == 1 && m.Kappa == 0:
+		peak = "sigma = 1: more shards do not raise throughput, so the peak is N* = 1"
+	case m.Sigma >= 1:
+		peak = "sigma >= 1: more shards only lower throughput, so the peak is N* = 1"
+	case ok:
+		peak = fmt.Sprintf("throughput peaks at N* = %d shards", n)
+	default:
+		peak = "no peak (kappa about 0): throughput keeps rising towards lambda/sigma"
+	}
+	return fmt.Sprintf("%s: USL sigma=%.4g (contention), kappa=%.4g (coherency), %s; %s (R² %.3f).",
+		s.Scenario, m.Sigma, m.Kappa, peak, bestText, m.R2)
 }
 
 // WriteMarkdown writes the report for a to w.
@@ -135,7 +171,7 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 			ms(f.AvgMs.Median), ms(f.P99Ms.Median), vs, f.Verdict)
 	}
 	p("\nThroughput: median of the trials, min-max in brackets. Avg and p99: median over the trials. ")
-	p("vs single: throughput of trial k over that of single's trial k, median (min-max). ")
+	p("vs single: throughput of trial k over that of single's trial k (matched by trial number), median (min-max). ")
 	p("A configuration is only called faster or slower when the min-max ranges of throughput do not overlap.\n\n")
 
 	p("## Conclusions\n\n")
@@ -153,20 +189,30 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 	if n == 0 {
 		p("- Only single-database runs: nothing to compare.\n")
 	}
-	var failed []string
+	var failed, short []string
 	for _, f := range a.Findings {
 		for _, r := range f.Trials {
 			if r.Errors > 0 {
-				failed = append(failed, fmt.Sprintf("%s %s trial %d: %d failed requests (%d completed)",
+				failed = append(failed, fmt.Sprintf("%s %s trial %d: %d failed requests (%d successful)",
 					f.Scenario, f.Label(), r.Trial, r.Errors, r.Ops))
+			}
+			// Zero is an old row without the column, not a zero-length run.
+			if r.DurationS > 0 && r.DurationS < MinDurationS {
+				short = append(short, fmt.Sprintf("%s %s trial %d (%.2f s)", f.Scenario, f.Label(), r.Trial, r.DurationS))
 			}
 		}
 	}
 	if len(failed) == 0 {
 		p("- No request failed in this run.\n")
 	} else {
-		p("- Runs with failed requests (their throughput counts completed requests only):\n")
+		p("- Runs with failed requests (their throughput counts successful requests only):\n")
 		for _, s := range failed {
+			p("  - %s\n", s)
+		}
+	}
+	if len(short) > 0 {
+		p("- Measured phase under %g s: too short to compare, the numbers are mostly noise (a `--quick` run is a smoke test):\n", float64(MinDurationS))
+		for _, s := range short {
 			p("  - %s\n", s)
 		}
 	}
@@ -175,7 +221,8 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 	if len(a.Sweeps) > 0 {
 		p("## Scalability (Universal Scalability Law)\n\n")
 		p("X(N) = lambda*N / (1 + sigma*(N-1) + kappa*N*(N-1)), fitted by non-linear least squares to every trial; ")
-		p("N* = floor(sqrt((1-sigma)/kappa)).\n\n")
+		p("N* = floor(sqrt((1-sigma)/kappa)), or 1 when sigma >= 1 (more shards then only lower throughput). ")
+		p("A fit with R² under %g does not describe its points: it gets no N* and no conclusion.\n\n", usl.MinR2)
 		p("| Scenario | Shard counts | Points | sigma | kappa | lambda ops/s | N* | R² |\n")
 		p("|---|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range a.Sweeps {
@@ -191,8 +238,13 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 			if n, ok := s.Model.Peak(); ok {
 				nstar = fmt.Sprint(n)
 			}
-			p("| %s | %s | %d | %.4g | %.4g | %s | %s | %.3f |\n", s.Scenario, strings.Join(counts, ", "), len(s.Points),
-				s.Model.Sigma, s.Model.Kappa, thousands(s.Model.Lambda), nstar, s.Model.R2)
+			r2 := fmt.Sprintf("%.3f", s.Model.R2)
+			if !s.Model.Meaningful() {
+				nstar = "-"
+				r2 += " (fit does not describe the points)"
+			}
+			p("| %s | %s | %d | %.4g | %.4g | %s | %s | %s |\n", s.Scenario, strings.Join(counts, ", "), len(s.Points),
+				s.Model.Sigma, s.Model.Kappa, thousands(s.Model.Lambda), nstar, r2)
 		}
 		p("\n")
 	} else {
@@ -280,44 +332,31 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 			spread(rows, func(r resultscsv.Row) float64 { return float64(r.Seed) }, func(x float64) string { return fmt.Sprintf("%.0f", x) }),
 			trialsOf(sc))
 	}
-	// Reconstruct the command: scenarios measured at six or more shard counts came from
-	// scripts/sweep.sh, the others from scripts/run_all_scenarios.sh.
-	var cmds []string
-	var rest []string
-	for _, sc := range scenarios {
-		swept := false
-		for _, s := range a.Sweeps {
-			if s.Scenario == sc && len(s.Counts) >= usl.MinDistinctN {
-				counts := make([]string, len(s.Counts))
-				for i, c := range s.Counts {
-					counts[i] = fmt.Sprint(c)
-				}
-				cmds = append(cmds, fmt.Sprintf("scripts/sweep.sh --scenario %s --shards %s --trials %d", sc, strings.Join(counts, ","), trialsOf(sc)))
-				swept = true
-				break
-			}
-		}
-		if !swept {
-			rest = append(rest, sc)
-		}
+	p("\nRequests per trial: the `ops` column, the successful requests of a trial's measured phase.\n\n")
+	commit := distinct(a.Rows, func(r resultscsv.Row) string { return r.GitCommit })
+	dirty := ""
+	if strings.Contains(commit, "-dirty") {
+		dirty = " (it had uncommitted changes, which a checkout does not bring back)"
 	}
-	if len(rest) > 0 {
-		maxTrials := 0
-		var only strings.Builder
-		for _, sc := range rest {
-			maxTrials = max(maxTrials, trialsOf(sc))
-			fmt.Fprintf(&only, " --only %s", sc)
-		}
-		first := a.Rows[0]
-		cmd := fmt.Sprintf("scripts/run_all_scenarios.sh --trials %d%s --backend %s --router %s",
-			maxTrials, only.String(), cmpOr(first.Backend, "sqlite"), cmpOr(first.Router, "crc32"))
-		if first.Sync != "" {
-			cmd += " --sync " + first.Sync
-		}
-		cmds = append(cmds, cmd)
+	rc := buildRerun(a.Rows)
+	switch {
+	case rc.Verbatim:
+		p("To rerun, check out commit %s%s and run the command that produced this run:\n\n", commit, dirty)
+	case rc.Exact:
+		p("To rerun, check out commit %s%s and run (built from the parameters each row recorded):\n\n", commit, dirty)
+	default:
+		p("The rows of this run predate the CSV columns that record what a run was asked to do (requested_ops, warmup_s, preload, command, ...), ")
+		p("so the command cannot be reconstructed exactly. An **approximate** command, at commit %s%s: ", commit, dirty)
+		p("`--ops` is the largest request count a trial recorded, warm-up and preloading are unknown and left out (scripts/scenarios.conf at that commit says which scenarios preload).\n\n")
 	}
-	p("\nRequests per trial counts completed requests. To rerun, check out commit %s and, with the scenario definitions of scripts/scenarios.conf at that commit, run:\n\n```sh\n%s\n```\n\n",
-		distinct(a.Rows, func(r resultscsv.Row) string { return r.GitCommit }), strings.Join(cmds, "\n"))
+	p("```sh\n")
+	if !rc.Exact {
+		p("# approximate: the rows do not record the exact command\n")
+	}
+	p("%s\n```\n\n", strings.Join(rc.Lines, "\n"))
+	for _, n := range rc.Notes {
+		p("%s\n\n", n)
+	}
 	p("Regenerate this report with `go run ./cmd/report --run-id %s`.\n", a.RunID)
 
 	if len(a.Others) > 0 {
@@ -349,11 +388,4 @@ func spread(rows []resultscsv.Row, field func(resultscsv.Row) float64, format fu
 		return format(lo)
 	}
 	return format(lo) + "-" + format(hi)
-}
-
-func cmpOr(s, fallback string) string {
-	if s == "" {
-		return fallback
-	}
-	return s
 }

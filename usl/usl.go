@@ -30,6 +30,12 @@ const MinDistinctN = 6
 // is a statement about rounding rather than about the system.
 const KappaZero = 1e-6
 
+// MinR2 is the coefficient of determination below which a fit is not used for
+// conclusions: under 0.5 the curve explains less than half of the spread of the measured
+// throughput around its mean, so trial-to-trial noise (or a shape the law does not have)
+// dominates and sigma, kappa and N* would describe that noise, not the system.
+const MinR2 = 0.5
+
 // ErrTooFewPoints is returned by Fit when the points span fewer than MinDistinctN
 // distinct values of N.
 var ErrTooFewPoints = errors.New("usl: too few points")
@@ -65,19 +71,27 @@ func (m Model) Throughput(n float64) float64 {
 	return m.Lambda * n / (1 + m.Sigma*(n-1) + m.Kappa*n*(n-1))
 }
 
-// Peak returns N* = floor(sqrt((1-sigma)/kappa)), the load beyond which throughput
-// falls, and ok=false when kappa is below KappaZero (the curve only flattens towards
-// lambda/sigma and has no peak). N* is at least 1: with sigma >= 1 adding units never
-// helps.
+// Peak returns N*, the load of peak throughput, and ok=false when there is no peak.
+//
+// With sigma >= 1 the peak is N* = 1 whatever kappa: X(N) = lambda*N/(1+sigma*(N-1)+...)
+// then never rises above X(1), and falls from N = 1 on when sigma > 1, so more units
+// only lower throughput. Otherwise N* = floor(sqrt((1-sigma)/kappa)), at least 1, and
+// ok=false when kappa is below KappaZero (the curve only flattens towards lambda/sigma).
+// Peak says nothing about whether the fit describes the data; see Meaningful.
 func (m Model) Peak() (nstar int, ok bool) {
-	if m.Kappa < KappaZero {
-		return 0, false
-	}
+	// Sigma first: a zero kappa would otherwise read as "rises for ever".
 	if m.Sigma >= 1 {
 		return 1, true
 	}
+	if m.Kappa < KappaZero {
+		return 0, false
+	}
 	return max(1, int(math.Floor(math.Sqrt((1-m.Sigma)/m.Kappa)))), true
 }
+
+// Meaningful reports whether the fit describes its points well enough (R² >= MinR2) for
+// sigma, kappa and N* to be read as findings about the system.
+func (m Model) Meaningful() bool { return m.R2 >= MinR2 }
 
 // String renders the model as the command-line tool prints it.
 func (m Model) String() string {

@@ -191,10 +191,51 @@ func TestPeak(t *testing.T) {
 		{usl.Model{Sigma: 0.1, Kappa: usl.KappaZero / 2}, 0, false, "below KappaZero"},
 		{usl.Model{Sigma: 1.5, Kappa: 0.01}, 1, true, "sigma above 1"},
 		{usl.Model{Sigma: 0.9, Kappa: 0.5}, 1, true, "at least 1"},
+		// With sigma >= 1, X(N) = lambda*N/(1+sigma*(N-1)) never rises above X(1), whatever
+		// kappa: the peak is N = 1 even when kappa is about 0.
+		{usl.Model{Sigma: 1.5, Kappa: 0}, 1, true, "sigma above 1, kappa 0"},
+		{usl.Model{Sigma: 1, Kappa: usl.KappaZero / 2}, 1, true, "sigma 1, kappa below KappaZero"},
 	} {
 		if n, ok := tc.m.Peak(); n != tc.n || ok != tc.ok {
 			t.Errorf("%s: Peak() = %d, %v; want %d, %v", tc.name, n, ok, tc.n, tc.ok)
 		}
+	}
+}
+
+// TestFitSigmaAboveOne fits a curve that falls from N = 1 on: the peak is N = 1.
+func TestFitSigmaAboveOne(t *testing.T) {
+	m, err := usl.Fit(synthetic(1.5, 0, 1000, []float64{1, 2, 3, 4, 5, 6, 8}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Sigma < 1 {
+		t.Fatalf("fit = %v, want sigma about 1.5", m)
+	}
+	if n, ok := m.Peak(); !ok || n != 1 {
+		t.Errorf("Peak() = %d, %v; want 1, true (%v)", n, ok, m)
+	}
+}
+
+func TestMeaningful(t *testing.T) {
+	for _, tc := range []struct {
+		r2   float64
+		want bool
+	}{{0.99, true}, {usl.MinR2, true}, {usl.MinR2 - 0.01, false}, {0, false}, {-0.3, false}} {
+		if got := (usl.Model{R2: tc.r2}).Meaningful(); got != tc.want {
+			t.Errorf("R2 %g: Meaningful() = %v, want %v", tc.r2, got, tc.want)
+		}
+	}
+	// Points without any trend: the curve explains nothing of their spread.
+	var pts []usl.Point
+	for i, x := range []float64{100, 80, 120, 90, 115, 85, 110, 95} {
+		pts = append(pts, usl.Point{N: float64(i + 1), X: x})
+	}
+	m, err := usl.Fit(pts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Meaningful() {
+		t.Errorf("fit of trendless points is meaningful: %v", m)
 	}
 }
 

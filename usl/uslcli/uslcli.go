@@ -31,8 +31,11 @@ trial). At least %d distinct values of n are needed.
 It prints one line:
     sigma=... kappa=... lambda=... nstar=N|none r2=...
 sigma is contention, kappa coherency cost, lambda the throughput at n=1 without
-either, nstar = floor(sqrt((1-sigma)/kappa)) the n of peak throughput ("none"
-when kappa < %g, i.e. no peak), r2 the goodness of fit.
+either, nstar = floor(sqrt((1-sigma)/kappa)) the n of peak throughput (1 when
+sigma >= 1: more load only lowers throughput; "none" when kappa < %g, i.e. no
+peak), r2 the goodness of fit. When r2 is below %g the curve does not describe
+the points: the line is still printed, with a warning on standard error, and the
+chart marks no peak.
 
 Flags:
 `
@@ -47,7 +50,7 @@ func Run(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Wr
 	chart := fs.String("chart", "", "also draw the points and fitted curve to these comma-separated `files` (.png, .svg)")
 	title := fs.String("title", "", "chart title (default: the input file name)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), usage, usl.MinDistinctN, usl.KappaZero)
+		fmt.Fprintf(fs.Output(), usage, usl.MinDistinctN, usl.KappaZero, usl.MinR2)
 		fs.PrintDefaults()
 	}
 	// Accept flags before and after the file name.
@@ -98,6 +101,10 @@ func Run(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Wr
 		return fmt.Errorf("%s: %w", displayName(name), err)
 	}
 	fmt.Fprintln(stdout, m)
+	if !m.Meaningful() {
+		fmt.Fprintf(stderr, "usl: warning: %s: r2=%.4f is below %g: the USL fit does not describe these points; do not draw conclusions from sigma, kappa or nstar\n",
+			displayName(name), m.R2, usl.MinR2)
+	}
 
 	if len(chartPaths) > 0 {
 		t := *title
@@ -114,13 +121,18 @@ func Run(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Wr
 }
 
 // ScalingChart builds the chart of points (median and min-max per n) with m's curve and
-// peak.
+// peak. A fit that is not Meaningful is drawn, so the reader sees how badly it fits, but
+// labelled so and without a peak.
 func ScalingChart(title string, points []usl.Point, m usl.Model) charts.ScalingChart {
 	c := charts.ScalingChart{
 		Title:      title,
 		Points:     Spreads(points),
 		Curve:      m.Throughput,
 		CurveLabel: fmt.Sprintf("USL fit (R² %.3f)", m.R2),
+	}
+	if !m.Meaningful() {
+		c.CurveLabel = fmt.Sprintf("USL fit (R² %.3f: does not describe the points)", m.R2)
+		return c
 	}
 	if n, ok := m.Peak(); ok {
 		c.PeakN = n

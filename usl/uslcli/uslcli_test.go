@@ -61,6 +61,38 @@ func TestRunStdinNoPeak(t *testing.T) {
 	}
 }
 
+// TestRunLowR2Warns: a fit that does not describe the points still prints its
+// coefficients, warns on stderr and marks no N* on the chart.
+func TestRunLowR2Warns(t *testing.T) {
+	dir := t.TempDir()
+	svg := filepath.Join(dir, "c.svg")
+	out, errOut, err := run(t, "n,throughput\n1,100\n2,80\n3,120\n4,90\n5,115\n6,85\n7,110\n8,95\n", "-", "--chart", svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out, "sigma=") || strings.Count(out, "\n") != 1 {
+		t.Errorf("stdout %q, want the coefficients line", out)
+	}
+	if !strings.Contains(errOut, "warning") || !strings.Contains(errOut, "does not describe") {
+		t.Errorf("stderr %q, want a warning", errOut)
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(b, []byte("N* =")) {
+		t.Error("chart marks N* for a fit that does not describe the points")
+	}
+}
+
+// TestRunGoodFitNoWarning: a good fit writes nothing on stderr.
+func TestRunGoodFitNoWarning(t *testing.T) {
+	_, errOut, err := run(t, "", "../testdata/specsdm91.csv")
+	if err != nil || errOut != "" {
+		t.Errorf("err %v, stderr %q", err, errOut)
+	}
+}
+
 func TestRunErrors(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
