@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -104,14 +105,19 @@ func (r Row) record() []string {
 }
 
 // Append adds rows to the CSV file at path, writing the header first when the file is
-// new or empty. The rows are written with one write call and synced, so a crash leaves
-// either the whole rows or none of them.
+// new or empty. The file is locked (flock) while the header is checked and the rows are
+// appended with one write in O_APPEND mode, then synced: several loadgens appending to
+// one file do not overwrite each other, and a crash leaves whole rows or none.
 func Append(path string, rows ...Row) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("resultscsv: open %s: %w", path, err)
 	}
 	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("resultscsv: lock %s: %w", path, err)
+	}
+	// Closing the file releases the lock.
 	st, err := f.Stat()
 	if err != nil {
 		return fmt.Errorf("resultscsv: stat %s: %w", path, err)
@@ -135,9 +141,6 @@ func Append(path string, rows ...Row) error {
 	w.Flush()
 	if err := w.Error(); err != nil {
 		return fmt.Errorf("resultscsv: encode: %w", err)
-	}
-	if _, err := f.Seek(0, io.SeekEnd); err != nil {
-		return fmt.Errorf("resultscsv: seek %s: %w", path, err)
 	}
 	if _, err := f.WriteString(b.String()); err != nil {
 		return fmt.Errorf("resultscsv: append to %s: %w", path, err)

@@ -2,10 +2,12 @@ package resultscsv_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,5 +102,41 @@ func TestReadErrors(t *testing.T) {
 	}
 	if !slices.Contains(resultscsv.Columns(), "run_id") {
 		t.Fatal("run_id column missing")
+	}
+}
+
+// TestConcurrentAppendsKeepEveryRow: writers appending to one file at once must neither
+// overwrite each other's rows nor write the header twice.
+func TestConcurrentAppendsKeepEveryRow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "results.csv")
+	const writers, each = 8, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				errs <- resultscsv.Append(path, resultscsv.Row{Scenario: fmt.Sprintf("w%d-%d", w, i), Mode: "single", Shards: 1})
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := resultscsv.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, r := range rows {
+		seen[r.Scenario] = true
+	}
+	if len(rows) != writers*each || len(seen) != writers*each {
+		t.Fatalf("%d rows (%d distinct), want %d", len(rows), len(seen), writers*each)
 	}
 }

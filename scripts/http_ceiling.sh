@@ -5,26 +5,30 @@
 set -euo pipefail
 usage() {
 	cat <<'USAGE'
-Usage: scripts/http_ceiling.sh [--trials N] [--ops N] [--concurrency N]
+Usage: scripts/http_ceiling.sh [--trials N] [--ops N] [--concurrency N] [--no-build]
   --trials N        interleaved trials (default 5)
   --ops N           read requests per measurement (default 30000)
   --concurrency N   loadgen workers (default 32)
+  --no-build        use the binaries already in bin/
 USAGE
 }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-trials=5 ops=30000 conc=32
+trials=5 ops=30000 conc=32 build=1
 need() { [[ $# -ge 2 && -n "$2" ]] || { echo "http_ceiling.sh: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--trials) need "$@"; trials=$2; shift 2 ;;
 	--ops) need "$@"; ops=$2; shift 2 ;;
 	--concurrency) need "$@"; conc=$2; shift 2 ;;
+	--no-build) build=0; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) echo "http_ceiling.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
 for v in "$trials" "$ops" "$conc"; do [[ $v =~ ^[1-9][0-9]*$ ]] || { echo "http_ceiling.sh: numbers must be positive integers" >&2; exit 2; }; done
-(cd "$root" && mkdir -p bin && go build -o bin/ ./cmd/demo-server ./cmd/loadgen ./cmd/http-ceiling)
+if ((build)); then
+	(cd "$root" && mkdir -p bin && go build -o bin/ ./cmd/demo-server ./cmd/loadgen ./cmd/http-ceiling)
+fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/shardlab-ceiling.XXXXXX")
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every scenario of scripts/scenarios.conf at each of its shard counts, repeated
-# --trials times with the configurations interleaved (single, sharded, single, sharded...)
-# so that machine drift hits every side alike, appends the rows to results/results.csv,
-# then regenerates results/report.md from the CSV.
+# --trials times with the configurations interleaved, in alternating order (1,3 then 3,1
+# then 1,3 ...) so that machine drift hits every side alike, appends the rows to
+# results/results.csv, then regenerates results/report.md from the CSV.
 set -euo pipefail
 
 usage() {
@@ -10,26 +10,32 @@ usage() {
 Usage: scripts/run_all_scenarios.sh [options]
 
   --trials N        repetitions of every configuration, interleaved (default 3)
-  --quick           a fast smoke run: ops / 10, 1 trial (under a minute)
+  --warmup D        unmeasured warm-up before each measurement (default 1s)
+  --quick           a fast smoke run: ops / 10, keys / 5, 1 trial, warm-up 0.3s (under a minute)
   --scenarios FILE  scenario definitions (default scripts/scenarios.conf)
   --only NAME       run only this scenario (repeatable)
   --out FILE        results CSV (default results/results.csv)
   --report FILE     report to regenerate (default results/report.md; "none" to skip)
   --sync S          SQLite durability: normal or full (default normal)
   --router R        crc32 or jump (default crc32)
-  --backend B       sqlite (default) or postgres; postgres uses SHARDLAB_PG_DSN with --create
+  --backend B       sqlite (default) or postgres: postgres creates databases shardlab_lab_s<N>_*
+                    on the server SHARDLAB_PG_DSN names and DROPS and recreates them before
+                    every measurement, for a fresh start
+  --no-build        use the binaries already in bin/
   -h, --help        this help
 USAGE
 }
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-trials=3 quick=0 scenarios="$root/scripts/scenarios.conf" only=() out="$root/results/results.csv"
+cmdline="scripts/run_all_scenarios.sh$(printf ' %q' "$@")"
+build=1 trials=3 warmup=1s quick=0 scenarios="$root/scripts/scenarios.conf" only=() out="$root/results/results.csv"
 report="$root/results/report.md" sync=normal router=crc32 backend=sqlite
 need() { [[ $# -ge 2 && -n "$2" ]] || { echo "run_all_scenarios.sh: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--trials) need "$@"; trials=$2; shift 2 ;;
 	--quick) quick=1; shift ;;
+	--warmup) need "$@"; warmup=$2; shift 2 ;;
 	--scenarios) need "$@"; scenarios=$2; shift 2 ;;
 	--only) need "$@"; only+=("$2"); shift 2 ;;
 	--out) need "$@"; out=$2; shift 2 ;;
@@ -37,13 +43,14 @@ while [[ $# -gt 0 ]]; do
 	--sync) need "$@"; sync=$2; shift 2 ;;
 	--router) need "$@"; router=$2; shift 2 ;;
 	--backend) need "$@"; backend=$2; shift 2 ;;
+	--no-build) build=0; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) echo "run_all_scenarios.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
 [[ $trials =~ ^[0-9]+$ ]] && ((trials >= 1)) || { echo "run_all_scenarios.sh: --trials must be a positive integer" >&2; exit 2; }
 [[ -r $scenarios ]] || { echo "run_all_scenarios.sh: cannot read $scenarios" >&2; exit 2; }
-((quick)) && trials=1
+if ((quick)); then trials=1 warmup=0.3s; fi
 
 # Parse and check the scenario file before running anything.
 names=() lines=()
@@ -57,6 +64,8 @@ while IFS= read -r line || [[ -n $line ]]; do
 		exit 2
 	fi
 	[[ $ops =~ ^[0-9]+$ && $conc =~ ^[0-9]+$ && $keys =~ ^[0-9]+$ ]] || { echo "run_all_scenarios.sh: $scenarios:$lineno: ops, concurrency and keys must be integers" >&2; exit 2; }
+	[[ $wr =~ ^[0-9]+([.][0-9]+)?$ ]] && awk -v w="$wr" 'BEGIN { exit !(w <= 1) }' || { echo "run_all_scenarios.sh: $scenarios:$lineno: write_ratio must be between 0 and 1" >&2; exit 2; }
+	[[ $dist == uniform || $dist == zipfian || $dist == hotspot ]] || { echo "run_all_scenarios.sh: $scenarios:$lineno: dist must be uniform, zipfian or hotspot" >&2; exit 2; }
 	[[ $preload == yes || $preload == no ]] || { echo "run_all_scenarios.sh: $scenarios:$lineno: preload must be yes or no" >&2; exit 2; }
 	[[ $shards =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "run_all_scenarios.sh: $scenarios:$lineno: shards must be a list like 1,3,5" >&2; exit 2; }
 	if ((${#only[@]})); then
@@ -70,11 +79,15 @@ done <"$scenarios"
 ((${#lines[@]})) || { echo "run_all_scenarios.sh: no scenario to run" >&2; exit 2; }
 
 run_id=$(date -u +%Y%m%dT%H%M%SZ)
-(cd "$root" && mkdir -p bin && go build -o bin/demo-server ./cmd/demo-server && go build -o bin/loadgen ./cmd/loadgen && go build -o bin/report ./cmd/report)
-extra_args=(--sync "$sync" --router "$router" --backend "$backend" --out "$out" --run-id "$run_id" --no-build)
+if ((build)); then
+	(cd "$root" && mkdir -p bin && go build -o bin/ ./cmd/demo-server ./cmd/loadgen ./cmd/report)
+fi
+extra_args=(--sync "$sync" --router "$router" --backend "$backend" --out "$out" --run-id "$run_id"
+	--warmup "$warmup" --command "$cmdline" --no-build)
 if [[ $backend == postgres ]]; then
 	[[ -n ${SHARDLAB_PG_DSN:-} ]] || { echo "run_all_scenarios.sh: --backend postgres needs SHARDLAB_PG_DSN" >&2; exit 2; }
-	extra_args+=(--dsn "$SHARDLAB_PG_DSN" --create)
+	extra_args=(--sync "$sync" --router "$router" --backend postgres --dsn "$SHARDLAB_PG_DSN" --create --reset
+		--out "$out" --run-id "$run_id" --warmup "$warmup" --command "$cmdline" --no-build)
 fi
 
 echo "run $run_id: ${#lines[@]} scenario(s), $trials trial(s) each, configurations interleaved" >&2
@@ -86,6 +99,11 @@ for ((trial = 1; trial <= trials; trial++)); do
 		pre=()
 		[[ $preload == yes ]] && pre=(--preload)
 		IFS=, read -r -a shard_list <<<"$shards"
+		if ((trial % 2 == 0)); then # alternate the order: no configuration always goes first
+			reversed=()
+			for ((i = ${#shard_list[@]} - 1; i >= 0; i--)); do reversed+=("${shard_list[i]}"); done
+			shard_list=("${reversed[@]}")
+		fi
 		for n in "${shard_list[@]}"; do
 			"$root/scripts/run_scenario.sh" --scenario "$name" --ops "$ops" --concurrency "$conc" \
 				--writeRatio "$wr" --keys "$keys" --dist "$dist" --shards "$n" --seed "$trial" \

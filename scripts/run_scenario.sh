@@ -31,8 +31,13 @@ More options:
   --router R         crc32 or jump (default crc32)
   --read-conns N     read connections per shard (default: server default)
   --backend B        sqlite (default) or postgres
-  --dsn URL          postgres: one per shard, repeat the option (or set SHARDLAB_PG_DSN and use --create)
-  --create           postgres: create databases shardlab_shard_0..N-1 from the base DSN
+  --dsn URL          postgres: one per shard, repeat the option; or one base DSN with --create.
+                     Without --dsn, SHARDLAB_PG_DSN is the base DSN and --create is implied
+  --create           postgres: create (or reuse) databases <prefix>0..N-1 from the base DSN
+  --db-prefix P      postgres with --create: database name prefix (default shardlab_lab_s<N>_,
+                     one set per shard count)
+  --reset            postgres with --create: DROP those databases first for a fresh start
+                     (destroys their data and ends other sessions on them)
   --pool N           postgres: connections per shard
   --trials N         repeat the run N times (default 1)
   --first-trial K    number the trials from K (default 1), for interleaved runs
@@ -40,6 +45,7 @@ More options:
   --run-id ID        groups rows in the CSV (default: a timestamp)
   --out FILE         results CSV (default results/results.csv)
   --timeseries-dir D write per-second samples under D (default: timeseries/ next to --out)
+  --command STR      the command line recorded in the CSV (default: this script's own)
   --no-build         use the binaries already in bin/
   -h, --help         this help
 USAGE
@@ -48,8 +54,9 @@ USAGE
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ops=10000 concurrency=50 write_ratio=0.5 shards=1 scenario=adhoc dist=uniform keys=10000
 preload=0 warmup=0s duration="" rate=0 arrival=constant sync=normal router=crc32 read_conns=0
-backend=sqlite dsns=() create=0 pool=0 trials=1 first_trial=1 seed=1 run_id="" out="$root/results/results.csv"
-ts_dir="" build=1
+backend=sqlite dsns=() create=0 reset=0 db_prefix="" pool=0 trials=1 first_trial=1 seed=1 run_id="" out="$root/results/results.csv"
+ts_dir="" build=1 command=""
+self_command="scripts/run_scenario.sh$(printf ' %q' "$@")"
 
 need() { [[ $# -ge 2 && -n "$2" ]] || { echo "run_scenario.sh: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
@@ -72,6 +79,9 @@ while [[ $# -gt 0 ]]; do
 	--backend) need "$@"; backend=$2; shift 2 ;;
 	--dsn) need "$@"; dsns+=("$2"); shift 2 ;;
 	--create) create=1; shift ;;
+	--reset) reset=1; shift ;;
+	--db-prefix) need "$@"; db_prefix=$2; shift 2 ;;
+	--command) need "$@"; command=$2; shift 2 ;;
 	--pool) need "$@"; pool=$2; shift 2 ;;
 	--trials) need "$@"; trials=$2; shift 2 ;;
 	--first-trial) need "$@"; first_trial=$2; shift 2 ;;
@@ -85,8 +95,41 @@ while [[ $# -gt 0 ]]; do
 	esac
 done
 
+die() { echo "run_scenario.sh: $*" >&2; exit 2; }
 is_int() { [[ $1 =~ ^[0-9]+$ ]]; }
-is_int "$shards" && ((shards >= 1)) || { echo "run_scenario.sh: --shards must be a positive integer, got '$shards'" >&2; exit 2; }
+is_num() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]]; }
+is_dur() { [[ $1 =~ ^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$ || $1 == 0 ]]; }
+is_int "$shards" && ((shards >= 1)) || die "--shards must be a positive integer, got '$shards'"
+is_int "$ops" && ((ops >= 1)) || die "--ops must be a positive integer, got '$ops'"
+is_int "$concurrency" && ((concurrency >= 1)) || die "--concurrency must be a positive integer, got '$concurrency'"
+is_int "$keys" && ((keys >= 1)) || die "--keys must be a positive integer, got '$keys'"
+is_num "$write_ratio" && awk -v w="$write_ratio" 'BEGIN { exit !(w <= 1) }' || die "--writeRatio must be a number between 0 and 1, got '$write_ratio'"
+is_num "$rate" || die "--rate must be a non-negative number, got '$rate'"
+is_int "$read_conns" || die "--read-conns must be a positive integer, got '$read_conns'"
+is_int "$pool" || die "--pool must be a positive integer, got '$pool'"
+is_int "$seed" || die "--seed must be a non-negative integer, got '$seed'"
+is_dur "$warmup" || die "--warmup must be a duration such as 2s, got '$warmup'"
+[[ -z $duration ]] || is_dur "$duration" || die "--duration must be a duration such as 30s, got '$duration'"
+[[ $dist == uniform || $dist == zipfian || $dist == hotspot ]] || die "--dist must be uniform, zipfian or hotspot, got '$dist'"
+[[ $arrival == constant || $arrival == poisson ]] || die "--arrival must be constant or poisson, got '$arrival'"
+[[ $sync == normal || $sync == full ]] || die "--sync must be normal or full, got '$sync'"
+[[ $router == crc32 || $router == jump ]] || die "--router must be crc32 or jump, got '$router'"
+case $backend in
+sqlite)
+	((${#dsns[@]} == 0 && !create && !reset)) && [[ -z $db_prefix ]] || die "--dsn, --create, --reset and --db-prefix are for --backend postgres"
+	;;
+postgres)
+	if ((${#dsns[@]} == 0)); then
+		[[ -n ${SHARDLAB_PG_DSN:-} ]] || die "--backend postgres needs --dsn (or SHARDLAB_PG_DSN)"
+		dsns=("$SHARDLAB_PG_DSN")
+		create=1
+	fi
+	((!reset || create)) || die "--reset only works with --create"
+	[[ -n $db_prefix ]] || db_prefix="shardlab_lab_s${shards}_"
+	;;
+*) die "--backend must be sqlite or postgres, got '$backend'" ;;
+esac
+[[ -n $command ]] || command=$self_command
 is_int "$trials" && ((trials >= 1)) || { echo "run_scenario.sh: --trials must be a positive integer, got '$trials'" >&2; exit 2; }
 is_int "$first_trial" && ((first_trial >= 1)) || { echo "run_scenario.sh: --first-trial must be a positive integer" >&2; exit 2; }
 [[ $scenario =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "run_scenario.sh: --scenario may hold letters, digits, _ . - only" >&2; exit 2; }
@@ -108,12 +151,14 @@ if [[ $backend == sqlite ]]; then
 	((read_conns > 0)) && server_args+=(--read-conns "$read_conns")
 else
 	for d in "${dsns[@]}"; do server_args+=(--dsn "$d"); done
-	((create)) && server_args+=(--create --reset)
+	((create)) && server_args+=(--create --db-prefix "$db_prefix")
+	((reset)) && server_args+=(--reset)
 	((pool > 0)) && server_args+=(--pool "$pool")
 fi
 load_args=(--ops "$ops" --concurrency "$concurrency" --writeRatio "$write_ratio" --keys "$keys" --dist "$dist"
 	--warmup "$warmup" --rate "$rate" --arrival "$arrival" --seed "$seed" --scenario "$scenario"
-	--mode "$mode" --shards "$shards" --run-id "$run_id" --git-commit "$commit" --out "$out" --quiet)
+	--mode "$mode" --shards "$shards" --run-id "$run_id" --git-commit "$commit" --out "$out" --quiet
+	--command "$command")
 [[ -n $duration ]] && load_args+=(--duration "$duration")
 ((preload)) && load_args+=(--preload)
 

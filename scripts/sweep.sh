@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs one scenario of scripts/scenarios.conf over a list of shard counts, trials
-# interleaved (1,2,3,...,8, then again), fits the Universal Scalability Law to the measured
+# interleaved in alternating order (1,2,...,8 then 8,...,2,1 ...), fits the Universal Scalability Law to the measured
 # throughput and writes a report of the sweep with its chart.
 #
 #   scripts/sweep.sh --scenario shard_scaling_base [--shards 1,2,3,4,5,6,8] [--trials 3]
@@ -13,15 +13,18 @@ Usage: scripts/sweep.sh --scenario NAME [options]
   --shards LIST     shard counts, comma-separated (default 1,2,3,4,5,6,8; at least 6 for the fit)
   --trials N        interleaved repetitions (default 3)
   --ops N           override the scenario's request count
+  --warmup D        unmeasured warm-up before each measurement (default 1s)
   --scenarios FILE  scenario definitions (default scripts/scenarios.conf)
   --out FILE        results CSV (default results/results.csv)
   --report FILE     sweep report (default results/sweep_<scenario>.md)
   --sync S          SQLite durability: normal or full (default normal)
+  --no-build        use the binaries already in bin/
   -h, --help        this help
 USAGE
 }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-scenario="" shards=1,2,3,4,5,6,8 trials=3 ops_override="" scenarios="$root/scripts/scenarios.conf"
+cmdline="scripts/sweep.sh$(printf ' %q' "$@")"
+build=1 scenario="" shards=1,2,3,4,5,6,8 warmup=1s trials=3 ops_override="" scenarios="$root/scripts/scenarios.conf"
 out="$root/results/results.csv" report="" sync=normal
 need() { [[ $# -ge 2 && -n "$2" ]] || { echo "sweep.sh: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
@@ -30,10 +33,12 @@ while [[ $# -gt 0 ]]; do
 	--shards) need "$@"; shards=$2; shift 2 ;;
 	--trials) need "$@"; trials=$2; shift 2 ;;
 	--ops) need "$@"; ops_override=$2; shift 2 ;;
+	--warmup) need "$@"; warmup=$2; shift 2 ;;
 	--scenarios) need "$@"; scenarios=$2; shift 2 ;;
 	--out) need "$@"; out=$2; shift 2 ;;
 	--report) need "$@"; report=$2; shift 2 ;;
 	--sync) need "$@"; sync=$2; shift 2 ;;
+	--no-build) build=0; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) echo "sweep.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
 	esac
@@ -57,13 +62,21 @@ pre=()
 [[ $preload == yes ]] && pre=(--preload)
 
 run_id="sweep-$(date -u +%Y%m%dT%H%M%SZ)"
-(cd "$root" && mkdir -p bin && go build -o bin/ ./cmd/demo-server ./cmd/loadgen ./cmd/report ./cmd/usl)
+if ((build)); then
+	(cd "$root" && mkdir -p bin && go build -o bin/ ./cmd/demo-server ./cmd/loadgen ./cmd/report ./cmd/usl)
+fi
 echo "sweep $run_id: $scenario at shards $shards, $trials trial(s), interleaved" >&2
 for ((trial = 1; trial <= trials; trial++)); do
-	for n in "${shard_list[@]}"; do
+	order=("${shard_list[@]}")
+	if ((trial % 2 == 0)); then
+		order=()
+		for ((i = ${#shard_list[@]} - 1; i >= 0; i--)); do order+=("${shard_list[i]}"); done
+	fi
+	for n in "${order[@]}"; do
 		"$root/scripts/run_scenario.sh" --scenario "$name" --ops "$ops" --concurrency "$conc" \
 			--writeRatio "$wr" --keys "$keys" --dist "$dist" --shards "$n" --seed "$trial" \
-			--first-trial "$trial" --sync "$sync" --out "$out" --run-id "$run_id" --no-build "${pre[@]}"
+			--first-trial "$trial" --sync "$sync" --out "$out" --run-id "$run_id" --warmup "$warmup" \
+			--command "$cmdline" --no-build "${pre[@]}"
 	done
 done
 

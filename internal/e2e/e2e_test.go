@@ -27,6 +27,9 @@ import (
 
 var binDir string
 
+// builtCommands are the binaries TestMain builds for the tests.
+var builtCommands = []string{"demo-server", "loadgen", "report", "usl", "http-ceiling"}
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "shardlab-e2e-bin")
 	if err != nil {
@@ -34,7 +37,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	for _, cmd := range []string{"demo-server", "loadgen"} {
+	for _, cmd := range builtCommands {
 		build := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "shardlab/cmd/"+cmd)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
@@ -360,7 +363,7 @@ func TestRestartWithOtherLayoutRefused(t *testing.T) {
 }
 
 func TestCommandsHelpAndBadFlags(t *testing.T) {
-	for _, cmd := range []string{"demo-server", "loadgen"} {
+	for _, cmd := range builtCommands {
 		out, err := exec.Command(filepath.Join(binDir, cmd), "--help").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "Usage:") {
 			t.Errorf("%s --help: err=%v\n%s", cmd, err, out)
