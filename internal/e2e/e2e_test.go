@@ -365,7 +365,7 @@ func TestRestartWithOtherLayoutRefused(t *testing.T) {
 func TestCommandsHelpAndBadFlags(t *testing.T) {
 	for _, cmd := range builtCommands {
 		out, err := exec.Command(filepath.Join(binDir, cmd), "--help").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "Usage:") {
+		if err != nil || !strings.Contains(strings.ToLower(string(out)), "usage:") {
 			t.Errorf("%s --help: err=%v\n%s", cmd, err, out)
 		}
 		c := exec.Command(filepath.Join(binDir, cmd), "--no-such-flag")
