@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 
@@ -101,6 +102,24 @@ func conclusion(f *Finding, multiBackend bool) string {
 	return s.String()
 }
 
+// FlatShare is how far (as a share of one shard's throughput) the fitted curve may move
+// over the measured shard counts for a sweep to be called flat.
+const FlatShare = 0.10
+
+// flatWithin returns the largest relative distance of the model's throughput from X(1)
+// over 1..maxN.
+func flatWithin(m usl.Model, maxN int) float64 {
+	x1 := m.Throughput(1)
+	if x1 <= 0 {
+		return math.Inf(1)
+	}
+	worst := 0.0
+	for n := 2; n <= maxN; n++ {
+		worst = max(worst, math.Abs(m.Throughput(float64(n))/x1-1))
+	}
+	return worst
+}
+
 // sweepLine is one computed sentence about a sweep.
 func sweepLine(s *Sweep) string {
 	counts := make([]string, len(s.Counts))
@@ -126,12 +145,16 @@ func sweepLine(s *Sweep) string {
 	bestText := fmt.Sprintf("best measured %d shards at %s ops/s", best, thousands(bestX))
 	m := s.Model
 	if !m.Meaningful() {
-		return fmt.Sprintf("%s: the USL fit does not describe these points (R² = %.3f, below %g): no recommendation; %s.",
-			s.Scenario, m.R2, usl.MinR2, bestText)
+		return fmt.Sprintf("%s: the USL fit does not describe these points (R² = %.3f, below %g, and residuals over %.0f%% of the mean): no recommendation; %s.",
+			s.Scenario, m.R2, usl.MinR2, usl.MaxFlatRMSE*100, bestText)
 	}
 	var peak string
 	n, ok := m.Peak()
+	maxN := s.Counts[len(s.Counts)-1]
 	switch {
+	case flatWithin(m, maxN) <= FlatShare:
+		peak = fmt.Sprintf("flat: from 1 to %d shards the fitted throughput stays within %.0f%% of one shard's, so more shards do not pay here",
+			maxN, flatWithin(m, maxN)*100)
 	case m.Sigma == 1 && m.Kappa == 0:
 		peak = "sigma = 1: more shards do not raise throughput, so the peak is N* = 1"
 	case m.Sigma >= 1:

@@ -279,3 +279,20 @@ func TestRerunCommand(t *testing.T) {
 		}
 	})
 }
+
+// TestSweepFlatIsAFinding: throughput that does not move with the shard count (within a
+// few percent of noise) has a near-zero R² by construction, yet the fit passes close to
+// every point: the report must call it flat, not meaningless, and recommend no sharding.
+func TestSweepFlatIsAFinding(t *testing.T) {
+	wobble := []float64{1.00, 0.98, 1.02, 0.99, 1.01, 0.97, 1.03}
+	md := markdown(t, sweepRows(func(n, trial int) float64 {
+		return 20000 * wobble[(n+trial)%len(wobble)]
+	}))
+	concl := section(md, "## Conclusions")
+	if !strings.Contains(concl, "flat:") || !strings.Contains(concl, "more shards do not pay") {
+		t.Errorf("a flat sweep is not called flat:\n%s", concl)
+	}
+	if strings.Contains(concl, "does not describe these points") {
+		t.Errorf("a flat sweep is called meaningless:\n%s", concl)
+	}
+}

@@ -36,6 +36,13 @@ const KappaZero = 1e-6
 // dominates and sigma, kappa and N* would describe that noise, not the system.
 const MinR2 = 0.5
 
+// MaxFlatRMSE is the residual, as a share of the mean throughput, under which a fit is
+// used even with a low R². When throughput hardly changes with N there is almost no
+// spread for the curve to explain, so R² is near 0 by construction even for a curve that
+// passes within a few percent of every point: such a flat curve is a finding (sigma near
+// 1: more units add nothing), not noise.
+const MaxFlatRMSE = 0.05
+
 // ErrTooFewPoints is returned by Fit when the points span fewer than MinDistinctN
 // distinct values of N.
 var ErrTooFewPoints = errors.New("usl: too few points")
@@ -62,6 +69,7 @@ type Model struct {
 
 	R2        float64 // coefficient of determination of the throughput fit, 1 is perfect
 	RMSE      float64 // root mean square residual, in throughput units
+	MeanX     float64 // mean measured throughput of the points
 	Points    int     // number of points fitted
 	DistinctN int     // number of distinct N among them
 }
@@ -89,9 +97,12 @@ func (m Model) Peak() (nstar int, ok bool) {
 	return max(1, int(math.Floor(math.Sqrt((1-m.Sigma)/m.Kappa)))), true
 }
 
-// Meaningful reports whether the fit describes its points well enough (R² >= MinR2) for
-// sigma, kappa and N* to be read as findings about the system.
-func (m Model) Meaningful() bool { return m.R2 >= MinR2 }
+// Meaningful reports whether the fit describes its points well enough for sigma, kappa
+// and N* to be read as findings about the system: R² >= MinR2, or a residual within
+// MaxFlatRMSE of the mean throughput (a flat curve, where R² says nothing).
+func (m Model) Meaningful() bool {
+	return m.R2 >= MinR2 || (m.MeanX > 0 && m.RMSE <= MaxFlatRMSE*m.MeanX)
+}
 
 // String renders the model as the command-line tool prints it.
 func (m Model) String() string {
@@ -169,13 +180,12 @@ func Fit(points []Point) (Model, error) {
 		}
 	}
 	m := Model{Sigma: best[0], Kappa: best[1], Lambda: best[2] * scale, Points: len(points), DistinctN: d}
-	m.R2, m.RMSE = goodness(m, points)
+	m.R2, m.RMSE, m.MeanX = goodness(m, points)
 	return m, nil
 }
 
-// goodness computes R² and the RMSE of m on points.
-func goodness(m Model, points []Point) (r2, rmse float64) {
-	mean := 0.0
+// goodness computes R², the RMSE of m on points and their mean throughput.
+func goodness(m Model, points []Point) (r2, rmse, mean float64) {
 	for _, p := range points {
 		mean += p.X
 	}
@@ -189,11 +199,11 @@ func goodness(m Model, points []Point) (r2, rmse float64) {
 	rmse = math.Sqrt(sse / float64(len(points)))
 	if sst == 0 {
 		if sse == 0 {
-			return 1, rmse
+			return 1, rmse, mean
 		}
-		return 0, rmse
+		return 0, rmse, mean
 	}
-	return 1 - sse/sst, rmse
+	return 1 - sse/sst, rmse, mean
 }
 
 // linearGuess estimates the parameters from the quadratic regression

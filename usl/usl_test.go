@@ -307,3 +307,29 @@ func FuzzReadCSV(f *testing.F) {
 		}
 	})
 }
+
+// TestFlatFitIsMeaningful: points scattered a few percent around one level give R² near
+// 0, but the fitted curve passes within the noise: Meaningful must accept it, and the
+// curve must be nearly flat (sigma near 1).
+func TestFlatFitIsMeaningful(t *testing.T) {
+	wobble := []float64{1.00, 0.98, 1.02, 0.99, 1.01, 0.97, 1.03}
+	var pts []usl.Point
+	for i, n := range []float64{1, 2, 3, 4, 5, 6, 8} {
+		for trial := range 3 {
+			pts = append(pts, usl.Point{N: n, X: 20000 * wobble[(i+trial)%len(wobble)]})
+		}
+	}
+	m, err := usl.Fit(pts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.R2 >= usl.MinR2 {
+		t.Fatalf("R² = %.3f; the test wants a low-R² flat set", m.R2)
+	}
+	if !m.Meaningful() {
+		t.Errorf("flat fit (RMSE %.0f of mean %.0f) judged not meaningful", m.RMSE, m.MeanX)
+	}
+	if m.Sigma < 0.8 {
+		t.Errorf("sigma = %.3f, want near 1 for a flat curve", m.Sigma)
+	}
+}
