@@ -180,9 +180,37 @@ func getRecord(t *testing.T, base, key string) (int, string, int) {
 	return resp.StatusCode, rec.Data, rec.Shard
 }
 
+// lastIfOneWriter returns the last of a key's acknowledged values when a single loadgen
+// worker wrote them all (a worker's writes are sequential, so its last acknowledged write
+// must be the one stored). Values start with "key:worker:seq:".
+func lastIfOneWriter(values map[string]bool) (string, bool) {
+	worker, last, lastSeq := "", "", -1
+	for v := range values {
+		parts := strings.SplitN(v, ":", 4)
+		if len(parts) < 4 {
+			return "", false
+		}
+		if worker != "" && parts[1] != worker {
+			return "", false
+		}
+		worker = parts[1]
+		var seq int
+		if _, err := fmt.Sscan(parts[2], &seq); err != nil {
+			return "", false
+		}
+		if seq > lastSeq {
+			last, lastSeq = v, seq
+		}
+	}
+	return last, worker != ""
+}
+
 // checkThroughAPI proves every acknowledged write is readable through /get, on the shard
 // the router names, with one of the values acknowledged for it.
-func checkThroughAPI(t *testing.T, base string, router routing.Router, acks *ackLog) {
+//
+// With exactLast, a key written by one worker only must hold that worker's last write.
+// Not after a crash: a write in flight at the kill may have committed unacknowledged.
+func checkThroughAPI(t *testing.T, base string, router routing.Router, acks *ackLog, exactLast bool) {
 	t.Helper()
 	for key, values := range acks.values {
 		status, data, shard := getRecord(t, base, key)
@@ -192,6 +220,9 @@ func checkThroughAPI(t *testing.T, base string, router routing.Router, acks *ack
 		}
 		if !values[data] {
 			t.Errorf("key %s: stored value %q was never acknowledged", key, data)
+		}
+		if last, ok := lastIfOneWriter(values); exactLast && ok && data != last {
+			t.Errorf("key %s: one worker wrote it in sequence, stored %q is not its last acknowledged write %q", key, data, last)
 		}
 		if want := router.ShardFor(key); shard != want || acks.shard[key] != want {
 			t.Errorf("key %s: read from shard %d, acknowledged on %d, router says %d", key, shard, acks.shard[key], want)
@@ -260,7 +291,7 @@ func TestNothingLostNothingMisplaced(t *testing.T) {
 	if len(acks.values) < 500 {
 		t.Fatalf("only %d keys written; the test would prove little", len(acks.values))
 	}
-	checkThroughAPI(t, srv.url, router, acks)
+	checkThroughAPI(t, srv.url, router, acks, true)
 	if err := srv.stop(syscall.SIGTERM); err != nil {
 		t.Fatalf("clean shutdown failed: %v\n%s", err, srv.logs)
 	}
@@ -271,7 +302,7 @@ func TestNothingLostNothingMisplaced(t *testing.T) {
 
 	// Restart on the same data directory: everything is still there.
 	again := startServer(t, dataDir, "--mode", "sharded", "--shards", "3")
-	checkThroughAPI(t, again.url, router, acks)
+	checkThroughAPI(t, again.url, router, acks, true)
 	if err := again.stop(syscall.SIGINT); err != nil {
 		t.Fatalf("clean shutdown after SIGINT failed: %v", err)
 	}
@@ -315,7 +346,7 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 		t.Fatal(strings.Join(acks.bad, "\n"))
 	}
 	again := startServer(t, dataDir, "--mode", "sharded", "--shards", "3", "--router", "jump")
-	checkThroughAPI(t, again.url, router, acks)
+	checkThroughAPI(t, again.url, router, acks, false)
 	again.stop(syscall.SIGTERM)
 	// Unacknowledged writes in flight at the kill may or may not be stored, so the files
 	// may hold a few more records than were acknowledged; check placement key by key.
