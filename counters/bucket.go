@@ -3,6 +3,7 @@ package counters
 import (
 	"context"
 	"math/rand/v2"
+	"sync"
 	"time"
 )
 
@@ -42,31 +43,57 @@ func (n timePicker) pick(context.Context) (int, func(), error) {
 
 // workerPicker hands out bucket ids from a pool of free ones, so that no two
 // increments in flight at the same time hold the same bucket. The pool is a
-// buffered channel holding every free id: taking an id is a receive, giving
-// it back a send, and an increment that finds the pool empty waits (or
-// gives up when its context is cancelled). The channel is FIFO, so every
-// bucket gets used in turn.
-type workerPicker struct{ free chan int }
+// stack (last released, first reused): with W concurrent writers only about W
+// buckets stay in use, so the rows they update stay hot in the database's cache
+// instead of cycling through all N. An increment that finds the pool empty
+// waits for a release (or gives up when its context is cancelled).
+type workerPicker struct {
+	mu struct {
+		sync.Mutex
+		free []int
+	}
+	released chan struct{} // a token per release, to wake one waiter
+}
 
 func newWorkerPicker(n int) *workerPicker {
-	w := &workerPicker{free: make(chan int, n)}
+	w := &workerPicker{released: make(chan struct{}, n)}
+	w.mu.free = make([]int, n)
 	for b := range n {
-		w.free <- b
+		w.mu.free[b] = n - 1 - b // bucket 0 on top
 	}
 	return w
 }
 
-func (w *workerPicker) pick(ctx context.Context) (int, func(), error) {
-	// Fast path: a free bucket is available without blocking.
+func (w *workerPicker) take() (int, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.mu.free) == 0 {
+		return 0, false
+	}
+	b := w.mu.free[len(w.mu.free)-1]
+	w.mu.free = w.mu.free[:len(w.mu.free)-1]
+	return b, true
+}
+
+func (w *workerPicker) give(b int) {
+	w.mu.Lock()
+	w.mu.free = append(w.mu.free, b)
+	w.mu.Unlock()
 	select {
-	case b := <-w.free:
-		return b, func() { w.free <- b }, nil
+	case w.released <- struct{}{}:
 	default:
 	}
-	select {
-	case b := <-w.free:
-		return b, func() { w.free <- b }, nil
-	case <-ctx.Done():
-		return 0, nil, ctx.Err()
+}
+
+func (w *workerPicker) pick(ctx context.Context) (int, func(), error) {
+	for {
+		if b, ok := w.take(); ok {
+			return b, func() { w.give(b) }, nil
+		}
+		select {
+		case <-w.released:
+		case <-ctx.Done():
+			return 0, nil, ctx.Err()
+		}
 	}
 }

@@ -45,8 +45,8 @@ func TestWorkerPickerNeverSharesABucket(t *testing.T) {
 	if total != writers*rounds {
 		t.Errorf("%d picks, want %d", total, writers*rounds)
 	}
-	if len(p.free) != buckets {
-		t.Errorf("%d buckets free after the run, want %d", len(p.free), buckets)
+	if len(p.mu.free) != buckets {
+		t.Errorf("%d buckets free after the run, want %d", len(p.mu.free), buckets)
 	}
 }
 

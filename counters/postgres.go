@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -22,6 +23,7 @@ type PostgresCounter struct {
 	picker  bucketPicker
 
 	incrSQL, incrManySQL, getSQL string
+	bumpSQL                      string // bucket: plain UPDATE of an existing bucket row
 
 	mu struct {
 		sync.Mutex
@@ -88,6 +90,7 @@ ON CONFLICT (key) DO UPDATE SET count = t.count + EXCLUDED.count, last_seen = GR
 		c.incrSQL = fmt.Sprintf(`INSERT INTO %[1]s AS t (key, bucket, count, last_seen) VALUES ($1, $2, $3, $4)
 ON CONFLICT (key, bucket) DO UPDATE SET count = t.count + EXCLUDED.count, last_seen = GREATEST(t.last_seen, EXCLUDED.last_seen)`, t.bucket)
 		c.getSQL = fmt.Sprintf(`SELECT sum(count)::bigint, max(last_seen) FROM %s WHERE key = $1`, t.bucket)
+		c.bumpSQL = fmt.Sprintf(`UPDATE %s SET count = count + $3, last_seen = GREATEST(last_seen, $4) WHERE key = $1 AND bucket = $2`, t.bucket)
 	}
 }
 
@@ -172,7 +175,16 @@ func (c *PostgresCounter) Incr(ctx context.Context, key string, by int64) error 
 		if perr != nil {
 			return fmt.Errorf("counters: incr %q: wait for a bucket: %w", key, perr)
 		}
-		_, err = c.pool.Exec(ctx, c.incrSQL, key, bucket, by, now())
+		// Once a bucket row exists (every call but the first per bucket), a plain
+		// UPDATE by primary key does less work than INSERT ... ON CONFLICT, which
+		// first tries the insert. When the row is missing the UPDATE touches nothing
+		// and the upsert creates it, so the count stays exact either way.
+		var tag pgconn.CommandTag
+		t := now()
+		tag, err = c.pool.Exec(ctx, c.bumpSQL, key, bucket, by, t)
+		if err == nil && tag.RowsAffected() == 0 {
+			_, err = c.pool.Exec(ctx, c.incrSQL, key, bucket, by, t)
+		}
 		release()
 	}
 	if err != nil {
