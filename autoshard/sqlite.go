@@ -24,7 +24,10 @@ func openSQLite(ctx context.Context, path string, sync SyncMode, schema string) 
 		wq[k] = v
 	}
 	wq.Set("_txlock", "immediate")
-	w, err = sql.Open("sqlite", "file:"+path+"?"+wq.Encode())
+	// Escape the path: a raw '?', '#' or '%' in it would end or alter the
+	// file name SQLite opens.
+	uri := "file:" + (&url.URL{Path: path}).EscapedPath() + "?"
+	w, err = sql.Open("sqlite", uri+wq.Encode())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -34,7 +37,7 @@ func openSQLite(ctx context.Context, path string, sync SyncMode, schema string) 
 	if _, err := w.ExecContext(ctx, schema); err != nil {
 		return nil, nil, errors.Join(fmt.Errorf("create schema in %s: %w", path, err), w.Close())
 	}
-	r, err = sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	r, err = sql.Open("sqlite", uri+q.Encode())
 	if err != nil {
 		return nil, nil, errors.Join(err, w.Close())
 	}

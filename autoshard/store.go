@@ -443,12 +443,15 @@ func (s *Store) WriteBatch(ctx context.Context, id string, blocks []Block) (Batc
 // level order. It asks one shard per level (see ShardFor). Cancelling ctx
 // aborts the query in progress.
 func (s *Store) Lookup(ctx context.Context, hash []byte) ([]Match, error) {
-	levels, err := s.levels()
-	if err != nil {
-		return nil, err
+	// Hold the read lock throughout: Close takes the write lock, so it
+	// cannot close a shard under a running query.
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.mu.closed {
+		return nil, ErrClosed
 	}
 	var out []Match
-	for l, shards := range levels {
+	for l, shards := range s.mu.levels {
 		m, err := shards[ShardFor(hash, l)].lookup(ctx, hash)
 		if err != nil {
 			return nil, fmt.Errorf("lookup in level %d: %w", l, err)
@@ -461,8 +464,10 @@ func (s *Store) Lookup(ctx context.Context, hash []byte) ([]Match, error) {
 // PendingBatches returns the ids of batches that were started but not
 // completed, oldest id first; each should be retried with its blocks.
 func (s *Store) PendingBatches(ctx context.Context) ([]string, error) {
-	if _, err := s.levels(); err != nil {
-		return nil, err
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.mu.closed {
+		return nil, ErrClosed
 	}
 	rows, err := s.manifestR.QueryContext(ctx, `SELECT id FROM batches WHERE state = 'pending' ORDER BY id`)
 	if err != nil {
