@@ -47,15 +47,29 @@ func TestBadFlagsAreRefused(t *testing.T) {
 		{[]string{"frobnicate"}, true, `unknown command "frobnicate"`},
 		{[]string{"sweep", "--thresholds", "1,x"}, true, `threshold "x"`},
 		{[]string{"sweep", "--rounds", "0"}, true, "--rounds 0"},
-		{[]string{"--target-blocks", "0"}, false, "target blocks 0 must be positive"},
-		{[]string{"--max-level", "99", "--threshold", "10"}, false, "max level 99"},
-		{[]string{"--concurrency", "-1"}, false, "concurrency -1"},
+		{[]string{"--target-blocks", "0"}, true, "target blocks 0 must be positive"},
+		{[]string{"--max-duration", "-1s"}, true, "max duration -1s must be positive"},
+		{[]string{"--files-per-batch", "0"}, true, "files per batch (0)"},
+		{[]string{"--lookups", "-1"}, true, "lookups -1 is negative"},
+		{[]string{"--max-level", "99", "--threshold", "10"}, true, "max level 99"},
+		{[]string{"--concurrency", "-1"}, true, "concurrency -1"},
+		{[]string{"sweep", "--target-blocks", "0", "--results", "RESULTS"}, true, "target blocks 0 must be positive"},
+		{[]string{"sweep", "--concurrency", "-1", "--results", "RESULTS"}, true, "concurrency -1"},
 	}
+	results := t.TempDir()
 	for _, tt := range tests {
-		_, _, err := run(t, tt.args...)
+		args := slices.Clone(tt.args)
+		for i := range args {
+			args[i] = strings.ReplaceAll(args[i], "RESULTS", results)
+		}
+		_, _, err := run(t, args...)
 		if err == nil {
 			t.Errorf("%v: accepted", tt.args)
 			continue
+		}
+		// cmd/blockbench prefixes the message with "blockbench: " itself.
+		if strings.Contains(err.Error(), "blockbench:") {
+			t.Errorf("%v: error %q repeats the command name", tt.args, err)
 		}
 		if errors.Is(err, blockbench.ErrUsage) != tt.usage || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: error %q (usage error: %v), want one mentioning %q (usage error: %v)",
@@ -117,11 +131,68 @@ func TestIngestWritesOneRowPerBatch(t *testing.T) {
 		!slices.Equal(shards, want.shards) || !slices.Equal(levels, want.levels) {
 		t.Errorf("files %v blocks %v shards %v levels %v, want %+v", files, blocks, shards, levels, want)
 	}
-	// The store is kept when --data is given, and a second run refuses it.
+	// The store is kept when --data is given, and a second run refuses it
+	// without touching the CSV of the first.
+	before, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, _, err = run(t, "--threshold", "500", "--target-blocks", "500", "--files-per-batch", "5",
 		"--blocks-per-file", "100", "--data", filepath.Join(dir, "store"), "--out", out)
 	if !errors.Is(err, blockbench.ErrDataDirNotEmpty) {
 		t.Errorf("second run on the same data dir: %v, want ErrDataDirNotEmpty", err)
+	}
+	if after, err := os.ReadFile(out); err != nil || !bytes.Equal(after, before) {
+		t.Errorf("refused run changed --out: %d bytes before, %d after (%v)", len(before), len(after), err)
+	}
+}
+
+// A refused sweep leaves the CSVs of an earlier sweep as they were.
+func TestRefusedSweepKeepsEarlierResults(t *testing.T) {
+	results := t.TempDir()
+	files := map[string]string{"summary.csv": "earlier summary\n", blockbench.IngestCSVName(300, 1): "earlier run\n"}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(results, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, bad := range [][]string{{"--target-blocks", "0"}, {"--max-level", "99"}} {
+		args := append([]string{"sweep", "--thresholds", "300", "--results", results, "--data-root", t.TempDir()}, bad...)
+		if _, _, err := run(t, args...); !errors.Is(err, blockbench.ErrUsage) {
+			t.Errorf("%v: %v, want a usage error", bad, err)
+		}
+	}
+	entries, err := os.ReadDir(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != len(files) {
+		t.Errorf("results dir has %d entries, want %d", len(entries), len(files))
+	}
+	for name, body := range files {
+		if got, err := os.ReadFile(filepath.Join(results, name)); err != nil || string(got) != body {
+			t.Errorf("%s: %q, %v; want %q", name, got, err, body)
+		}
+	}
+}
+
+// An interrupted run says so, rather than reporting whatever query the
+// cancellation happened to abort.
+func TestInterruptedRunSaysInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, args := range [][]string{
+		{"--threshold", "100", "--data", filepath.Join(t.TempDir(), "store")},
+		{"sweep", "--thresholds", "100", "--results", t.TempDir(), "--data-root", t.TempDir()},
+	} {
+		var o, e bytes.Buffer
+		err := blockbench.Run(ctx, args, &o, &e)
+		if !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), "interrupted") {
+			t.Errorf("%v: %v, want an error starting with \"interrupted\" that wraps context.Canceled", args, err)
+		}
+		if !strings.Contains(e.String(), "interrupted") {
+			t.Errorf("%v: stderr %q does not say interrupted", args, e.String())
+		}
 	}
 }
 

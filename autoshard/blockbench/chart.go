@@ -83,7 +83,7 @@ func readCurves(dir string) ([]runCurve, error) {
 		curves = append(curves, c)
 	}
 	if len(curves) == 0 {
-		return nil, fmt.Errorf("blockbench: no ingest-T*-r*.csv files in %s", dir)
+		return nil, fmt.Errorf("no ingest-T*-r*.csv files in %s", dir)
 	}
 	sort.Slice(curves, func(i, j int) bool {
 		if curves[i].threshold != curves[j].threshold {

@@ -32,7 +32,7 @@ const (
 
 // ErrDataDirNotEmpty is returned when the ingest would start on an existing
 // store: the rates would not be comparable with a fresh run.
-var ErrDataDirNotEmpty = errors.New("blockbench: data directory is not empty")
+var ErrDataDirNotEmpty = errors.New("data directory is not empty")
 
 // IngestConfig describes one ingest run.
 type IngestConfig struct {
@@ -56,18 +56,20 @@ type IngestConfig struct {
 	ProgressEvery time.Duration
 }
 
+// validate reports a value out of range as ErrUsage: for the command these
+// are flag values.
 func (c *IngestConfig) validate() error {
 	switch {
 	case c.Dir == "":
-		return errors.New("blockbench: no data directory")
+		return fmt.Errorf("%w: no data directory", ErrUsage)
 	case c.TargetBlocks <= 0:
-		return fmt.Errorf("blockbench: target blocks %d must be positive", c.TargetBlocks)
+		return fmt.Errorf("%w: target blocks %d must be positive", ErrUsage, c.TargetBlocks)
 	case c.MaxDuration <= 0:
-		return fmt.Errorf("blockbench: max duration %v must be positive", c.MaxDuration)
+		return fmt.Errorf("%w: max duration %v must be positive", ErrUsage, c.MaxDuration)
 	case c.BlocksPerFile <= 0 || c.FilesPerBatch <= 0:
-		return fmt.Errorf("blockbench: blocks per file (%d) and files per batch (%d) must be positive", c.BlocksPerFile, c.FilesPerBatch)
+		return fmt.Errorf("%w: blocks per file (%d) and files per batch (%d) must be positive", ErrUsage, c.BlocksPerFile, c.FilesPerBatch)
 	case c.Lookups < 0:
-		return fmt.Errorf("blockbench: lookups %d is negative", c.Lookups)
+		return fmt.Errorf("%w: lookups %d is negative", ErrUsage, c.Lookups)
 	}
 	return nil
 }
@@ -168,6 +170,9 @@ func Ingest(ctx context.Context, cfg IngestConfig, csvOut io.Writer) (res Ingest
 		return res, fmt.Errorf("%w: %s", ErrDataDirNotEmpty, cfg.Dir)
 	}
 	store, err := autoshard.Open(ctx, cfg.Dir, cfg.Store)
+	if errors.Is(err, autoshard.ErrInvalidOptions) {
+		return res, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -292,7 +297,7 @@ func measureLookups(ctx context.Context, store *autoshard.Store, s *sampler, res
 				return err
 			}
 			if probe.want && len(m) == 0 {
-				return fmt.Errorf("blockbench: written hash %x not found", probe.hash)
+				return fmt.Errorf("written hash %x not found", probe.hash)
 			}
 			_ = probe.into.RecordValue(max(us, 1))
 		}

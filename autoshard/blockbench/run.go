@@ -16,7 +16,9 @@ import (
 	"shardlab/autoshard"
 )
 
-// ErrUsage wraps every command-line mistake, so main can exit with 2.
+// ErrUsage wraps every command-line mistake, including a value out of range
+// in an IngestConfig, SweepConfig or the store options, so main can exit
+// with 2.
 var ErrUsage = errors.New("usage error")
 
 const usageText = `blockbench measures the autoshard block store.
@@ -137,7 +139,7 @@ func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlagSet("ingest", stderr, usageText)
 	var c commonFlags
 	c.register(fs)
-	threshold := fs.Int64("threshold", 0, "rows per level before writes move to the next level (0 = never split)")
+	threshold := fs.Int64("threshold", 0, "rows per shard database before writes move to the next level; level L holds threshold x 2^L rows (0 = never split)")
 	dataDir := fs.String("data", "", "data directory for the store, must be empty (default: a temporary directory, removed afterwards)")
 	out := fs.String("out", "", "per-batch CSV file (default: stdout)")
 	if done, err := parse(fs, args); done || err != nil {
@@ -162,22 +164,28 @@ func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	w := stdout
 	if *out != "" {
-		f, err := os.Create(*out)
+		f, err := createPending(*out)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
+		defer f.discard()
 		w = f
 	}
 	res, err := Ingest(ctx, cfg, w)
+	if err != nil && ctx.Err() != nil {
+		// Whatever query the cancellation aborted is not the story.
+		fmt.Fprintf(stderr, "interrupted: threshold=%s elapsed_s=%.1f blocks=%d levels=%d shards=%d\n",
+			ThresholdLabel(res.Threshold), res.Elapsed.Seconds(), res.Blocks, res.TopLevel+1, res.Shards)
+		return fmt.Errorf("interrupted: %w", ctx.Err())
+	}
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "done: threshold=%s reached_target=%v time_to_target_s=%.1f elapsed_s=%.1f cpu_s=%.1f blocks=%d levels=%d shards=%d lookup_p50_us=%d lookup_p99_us=%d miss_p50_us=%d miss_p99_us=%d\n",
 		ThresholdLabel(res.Threshold), res.ReachedTarget, res.TimeToTarget.Seconds(), res.Elapsed.Seconds(), res.CPU.Seconds(), res.Blocks,
 		res.TopLevel+1, res.Shards, res.HitP50, res.HitP99, res.MissP50, res.MissP99)
-	if f, ok := w.(*os.File); ok && w != stdout {
-		return f.Close()
+	if f, ok := w.(*pendingFile); ok {
+		return f.commit()
 	}
 	return nil
 }
@@ -237,7 +245,15 @@ func runSweep(ctx context.Context, args []string, stderr io.Writer) error {
 		defer os.RemoveAll(tmp)
 		root = tmp
 	}
-	_, err = Sweep(ctx, SweepConfig{Base: base, Thresholds: ts, Rounds: *rounds, DataRoot: root, ResultsDir: *results}, stderr)
+	done, err := Sweep(ctx, SweepConfig{Base: base, Thresholds: ts, Rounds: *rounds, DataRoot: root, ResultsDir: *results}, stderr)
+	if err != nil && ctx.Err() != nil {
+		if len(done) == 0 {
+			fmt.Fprintln(stderr, "interrupted before any run finished")
+		} else {
+			fmt.Fprintf(stderr, "interrupted after %d finished runs; their rows are in %s/summary.csv\n", len(done), *results)
+		}
+		return fmt.Errorf("interrupted: %w", ctx.Err())
+	}
 	if err == nil {
 		fmt.Fprintf(stderr, "wrote %s/summary.csv and charts\n", *results)
 	}

@@ -52,19 +52,26 @@ func IngestCSVName(threshold int64, round int) string {
 
 // Sweep runs every threshold Rounds times, writes the CSVs and the summary
 // into ResultsDir, then renders the charts. log gets one line per finished
-// run. Cancelling ctx stops the current run; summary rows already written
-// stay.
+// run. Each file is written beside its final name and renamed into place
+// when complete, so a refused or failed run leaves earlier results as they
+// were. Cancelling ctx stops the current run; the summary rows of finished
+// runs stay.
 func Sweep(ctx context.Context, cfg SweepConfig, log io.Writer) ([]IngestResult, error) {
 	if len(cfg.Thresholds) == 0 {
-		return nil, fmt.Errorf("blockbench: no thresholds to sweep")
+		return nil, fmt.Errorf("%w: no thresholds to sweep", ErrUsage)
 	}
 	for _, t := range cfg.Thresholds {
 		if t < 0 {
-			return nil, fmt.Errorf("blockbench: threshold %d is negative", t)
+			return nil, fmt.Errorf("%w: threshold %d is negative", ErrUsage, t)
 		}
 	}
 	if cfg.Rounds <= 0 {
-		return nil, fmt.Errorf("blockbench: rounds %d must be positive", cfg.Rounds)
+		return nil, fmt.Errorf("%w: rounds %d must be positive", ErrUsage, cfg.Rounds)
+	}
+	probe := cfg.Base
+	probe.Dir = cfg.DataRoot
+	if err := probe.validate(); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(cfg.ResultsDir, 0o755); err != nil {
 		return nil, err
@@ -72,18 +79,24 @@ func Sweep(ctx context.Context, cfg SweepConfig, log io.Writer) ([]IngestResult,
 	if err := os.MkdirAll(cfg.DataRoot, 0o755); err != nil {
 		return nil, err
 	}
-	sf, err := os.Create(filepath.Join(cfg.ResultsDir, "summary.csv"))
+	// summary.csv replaces an earlier one only once it holds a row.
+	sf, err := createPending(filepath.Join(cfg.ResultsDir, "summary.csv"))
 	if err != nil {
 		return nil, err
 	}
-	defer sf.Close()
+	var results []IngestResult
+	defer func() {
+		if len(results) > 0 {
+			_ = sf.commit() // keep the rows of finished runs
+		}
+		sf.discard()
+	}()
 	sw := csv.NewWriter(sf)
 	if err := sw.Write(SummaryHeader); err != nil {
 		return nil, err
 	}
 	sw.Flush()
 
-	var results []IngestResult
 	for round := 1; round <= cfg.Rounds; round++ {
 		for i := range cfg.Thresholds {
 			t := cfg.Thresholds[(i+round-1)%len(cfg.Thresholds)]
@@ -103,7 +116,7 @@ func Sweep(ctx context.Context, cfg SweepConfig, log io.Writer) ([]IngestResult,
 				ThresholdLabel(t), round, res.ReachedTarget, res.TimeToTarget.Seconds(), res.CPU.Seconds(), res.Blocks, res.TopLevel+1, res.Shards, res.HitP50, res.HitP99)
 		}
 	}
-	if err := sf.Close(); err != nil {
+	if err := sf.commit(); err != nil {
 		return results, err
 	}
 	return results, RenderCharts(cfg.ResultsDir)
@@ -115,14 +128,14 @@ func sweepOne(ctx context.Context, cfg SweepConfig, threshold int64, round int) 
 	run.Seed = cfg.Base.Seed + uint64(round)
 	run.Dir = filepath.Join(cfg.DataRoot, fmt.Sprintf("T%s-r%d-%d", ThresholdLabel(threshold), round, time.Now().UnixNano()))
 	defer os.RemoveAll(run.Dir)
-	f, err := os.Create(filepath.Join(cfg.ResultsDir, IngestCSVName(threshold, round)))
+	f, err := createPending(filepath.Join(cfg.ResultsDir, IngestCSVName(threshold, round)))
 	if err != nil {
 		return IngestResult{}, err
 	}
-	defer f.Close()
+	defer f.discard()
 	res, err := Ingest(ctx, run, f)
 	if err != nil {
 		return res, err
 	}
-	return res, f.Close()
+	return res, f.commit()
 }

@@ -30,7 +30,8 @@ func TestExitCodes(t *testing.T) {
 		{"--help", 0, "Usage:"},
 		{"--bogus", 2, "blockbench: usage error: flag provided but not defined: -bogus"},
 		{"--threshold -1", 2, "--threshold -1 is negative"},
-		{"--target-blocks 0", 1, "target blocks 0 must be positive"},
+		{"--target-blocks 0", 2, "blockbench: usage error: target blocks 0 must be positive"},
+		{"--max-level 99 --threshold 10", 2, "max level 99"},
 		{"--threshold 100 --target-blocks 200 --files-per-batch 1 --blocks-per-file 100 --lookups 5", 0, "time_s,files,blocks,files_per_s,blocks_per_s,shards,level"},
 	}
 	for _, tt := range tests {
