@@ -264,3 +264,18 @@ func TestParseThresholds(t *testing.T) {
 		}
 	}
 }
+
+// Every bit of the seed changes the data, including those above bit 31.
+func TestSeedUsesAll64Bits(t *testing.T) {
+	seen := map[string]uint64{}
+	for _, seed := range []uint64{1, 1 | 1<<32, 1 | 1<<40, 1 | 1<<63, 2} {
+		h := string(blockbench.FirstHash(seed))
+		if prev, ok := seen[h]; ok {
+			t.Errorf("seeds %#x and %#x give the same data", prev, seed)
+		}
+		seen[h] = seed
+	}
+	if !bytes.Equal(blockbench.FirstHash(7), blockbench.FirstHash(7)) {
+		t.Error("the same seed gives different data")
+	}
+}

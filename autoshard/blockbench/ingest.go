@@ -6,6 +6,7 @@ package blockbench
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -130,9 +131,7 @@ type batchMaker struct {
 
 func newBatchMaker(seed uint64, files, perFile int) *batchMaker {
 	var key [32]byte
-	for i := range 4 {
-		key[i*8] = byte(seed >> (8 * i))
-	}
+	binary.LittleEndian.PutUint64(key[:8], seed)
 	n := files * perFile
 	m := &batchMaker{rng: rand.NewChaCha8(key), blocks: make([]autoshard.Block, n), buf: make([]byte, 32*(n+files))}
 	bl := m.buf[32*n:]
