@@ -25,6 +25,13 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(envFileLimit); spec != "" {
+		if err := fileLimitChild(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if dir := os.Getenv(envWriterDir); dir != "" {
 		if err := crashWriter(dir, os.Getenv(envWriterStop)); err != nil {
 			fmt.Fprintln(os.Stderr, "writer:", err)

@@ -27,15 +27,22 @@ var (
 	ErrCorruptLayout = errors.New("autoshard: corrupt data directory layout")
 )
 
-// Limits on Options.MaxLevel.
+// Limits on Options.MaxLevel. Every shard database of every level stays
+// open, and each holds about 5 file descriptors (up to 7 while lookups run
+// concurrently): a store up to level L has 2^(L+1)-1 shard databases plus the
+// manifest. Open checks the process's open-file limit (RLIMIT_NOFILE) against
+// that worst case, raising the soft limit to the hard limit if that is
+// enough, and refuses with ErrInvalidOptions otherwise.
 const (
 	// DefaultMaxLevel is used when Options.MaxLevel is 0: 1024 shards in
-	// the top level, 2047 databases in all.
+	// the top level, 2047 databases in all, about 10,000 open files (up to
+	// about 14,400).
 	DefaultMaxLevel = 10
-	// MaxMaxLevel is the largest accepted Options.MaxLevel (65536 shards in
-	// the top level); beyond it a store would run out of file handles long
-	// before it ran out of disk.
-	MaxMaxLevel = 16
+	// MaxMaxLevel is the largest accepted Options.MaxLevel: 4096 shards in
+	// the top level, 8191 databases in all, about 41,000 open files (up to
+	// about 57,000). Beyond it a store runs out of file descriptors long
+	// before it runs out of disk.
+	MaxMaxLevel = 12
 )
 
 // SyncMode is SQLite's synchronous setting for every shard and the manifest.
@@ -92,7 +99,9 @@ type Options struct {
 	Threshold int64
 	// MaxLevel is the highest level the store creates (2^MaxLevel shards);
 	// once there, the top level grows without bound. 0 means
-	// DefaultMaxLevel. It must be between 0 and MaxMaxLevel.
+	// DefaultMaxLevel. It must be between 0 and MaxMaxLevel, and the
+	// open-file limit must allow for 2^(MaxLevel+1) databases of about 5
+	// file descriptors each (see MaxMaxLevel).
 	MaxLevel int
 	// Sync is SQLite's synchronous mode.
 	Sync SyncMode

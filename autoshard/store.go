@@ -96,7 +96,8 @@ func shardPath(dir string, level, index int) string {
 	return filepath.Join(levelDir(dir, level), fmt.Sprintf("shard-%04d.db", index))
 }
 
-// Open opens or creates the store in dir. It validates opts, then discovers
+// Open opens or creates the store in dir. It validates opts, checks that the
+// open-file limit fits opts.MaxLevel (see MaxMaxLevel), then discovers
 // the levels from the level-LL folders in dir, so that a reopened store keeps
 // writing to the level where it stopped. Shard files missing from the top
 // level (a crash while the level was being created) are created; missing
@@ -105,6 +106,9 @@ func shardPath(dir string, level, index int) string {
 func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if err := ensureFileLimit(opts.MaxLevel); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
