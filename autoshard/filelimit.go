@@ -46,3 +46,26 @@ func ensureFileLimit(maxLevel int) error {
 	return fmt.Errorf("%w: max level %d needs up to %d open files (%d databases), but the open-file limit is %d (hard limit %d); lower MaxLevel or raise the limit (ulimit -n %d)",
 		ErrInvalidOptions, maxLevel, need, uint64(1)<<(maxLevel+1), lim.Cur, lim.Max, need)
 }
+
+// fitFileLimit returns the highest level up to maxLevel whose worst case fits the
+// open-file limit, after raising the soft limit to the hard one if that helps. It is
+// used for the default MaxLevel, so that a store opened with default options works on
+// any machine instead of being refused where the limit is low; an explicit MaxLevel is
+// checked by ensureFileLimit instead. A limit it cannot read leaves maxLevel as it is.
+func fitFileLimit(maxLevel int) int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return maxLevel
+	}
+	if lim.Cur < fileLimitNeeded(maxLevel) && lim.Max > lim.Cur {
+		raised := lim
+		raised.Cur = min(lim.Max, fileLimitNeeded(maxLevel))
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised) == nil {
+			lim = raised
+		}
+	}
+	for maxLevel > 1 && fileLimitNeeded(maxLevel) > lim.Cur {
+		maxLevel--
+	}
+	return maxLevel
+}

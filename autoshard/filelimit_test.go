@@ -2,6 +2,7 @@ package autoshard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -111,5 +112,30 @@ func TestOpenChecksFileLimit(t *testing.T) {
 				t.Errorf("child: %v; output %q, want it to start with %q", err, out, tt.want)
 			}
 		})
+	}
+}
+
+// TestDefaultMaxLevelFitsALowLimit: with default options a store must open under a low
+// open-file limit, its top level lowered to what fits, instead of being refused.
+func TestDefaultMaxLevelFitsALowLimit(t *testing.T) {
+	if os.Getenv("AUTOSHARD_FIT_CHILD") == "1" {
+		lim := syscall.Rlimit{Cur: 1024, Max: 1024}
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			t.Skipf("cannot lower the open-file limit: %v", err)
+		}
+		s, err := autoshard.Open(context.Background(), t.TempDir(), autoshard.Options{Threshold: 10})
+		if err != nil {
+			t.Fatalf("default options refused under a 1024-file limit: %v", err)
+		}
+		s.Close()
+		if _, err := autoshard.Open(context.Background(), t.TempDir(), autoshard.Options{Threshold: 10, MaxLevel: 10}); !errors.Is(err, autoshard.ErrInvalidOptions) {
+			t.Fatalf("explicit MaxLevel 10 under a 1024-file limit: %v, want ErrInvalidOptions", err)
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDefaultMaxLevelFitsALowLimit$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "AUTOSHARD_FIT_CHILD=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
 	}
 }

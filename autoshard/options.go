@@ -99,7 +99,7 @@ type Options struct {
 	Threshold int64
 	// MaxLevel is the highest level the store creates (2^MaxLevel shards);
 	// once there, the top level grows without bound. 0 means
-	// DefaultMaxLevel. It must be between 0 and MaxMaxLevel, and the
+	// DefaultMaxLevel, lowered if the open-file limit cannot fit it. It must be between 0 and MaxMaxLevel, and the
 	// open-file limit must allow for 2^(MaxLevel+1) databases of about 5
 	// file descriptors each (see MaxMaxLevel).
 	MaxLevel int

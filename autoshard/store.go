@@ -97,16 +97,21 @@ func shardPath(dir string, level, index int) string {
 }
 
 // Open opens or creates the store in dir. It validates opts, checks that the
-// open-file limit fits opts.MaxLevel (see MaxMaxLevel), then discovers
+// open-file limit fits opts.MaxLevel (see MaxMaxLevel; a default MaxLevel is
+// lowered to what the limit fits, an explicit one is refused), then discovers
 // the levels from the level-LL folders in dir, so that a reopened store keeps
 // writing to the level where it stopped. Shard files missing from the top
 // level (a crash while the level was being created) are created; missing
 // files below the top level are ErrCorruptLayout. Cancelling ctx stops Open
 // while it opens databases.
 func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
+	defaultLevel := opts.MaxLevel == 0
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if defaultLevel && opts.MaxLevel > 0 {
+		opts.MaxLevel = fitFileLimit(opts.MaxLevel)
 	}
 	if err := ensureFileLimit(opts.MaxLevel); err != nil {
 		return nil, err

@@ -53,7 +53,7 @@ type commonFlags struct {
 func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&c.targetBlocks, "target-blocks", DefaultTargetBlocks, "stop once this many blocks are written")
 	fs.DurationVar(&c.maxDuration, "max-duration", DefaultMaxDuration, "stop at the first batch boundary after this long")
-	fs.IntVar(&c.maxLevel, "max-level", autoshard.DefaultMaxLevel, fmt.Sprintf("highest level (2^level shards), 0..%d", autoshard.MaxMaxLevel))
+	fs.IntVar(&c.maxLevel, "max-level", 0, fmt.Sprintf("highest level (2^level shards), 0..%d; 0 = %d, lowered to what the open-file limit fits", autoshard.MaxMaxLevel, autoshard.DefaultMaxLevel))
 	fs.StringVar(&c.sync, "sync", "normal", "SQLite synchronous mode: normal, full or off")
 	fs.IntVar(&c.concurrency, "concurrency", 0, "concurrent shard commits per batch (0 = number of CPUs)")
 	fs.IntVar(&c.filesPerBatch, "files-per-batch", DefaultFilesPerBatch, "files per batch")
