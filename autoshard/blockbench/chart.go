@@ -289,51 +289,47 @@ func RenderCharts(dir string) error {
 		p50 = append(p50, median(l50))
 		p99 = append(p99, median(l99))
 	}
-	bars := plot.New()
-	bars.Title.Text = "Time to target (median over rounds; * = not reached, elapsed shown)"
-	bars.Y.Label.Text = "seconds"
-	bWall, err := plotter.NewBarChart(ttt, vg.Points(20))
+	bars, err := pairedBars("Time to target (median over rounds; * = not reached, elapsed shown)", "seconds",
+		names, ttt, "wall time", 0, cpu, "CPU time (user+sys)", 3)
 	if err != nil {
 		return err
 	}
-	bWall.Color = plotutil.Color(0)
-	bWall.Offset = -vg.Points(10)
-	bCPU, err := plotter.NewBarChart(cpu, vg.Points(20))
-	if err != nil {
-		return err
-	}
-	bCPU.Color = plotutil.Color(3)
-	bCPU.Offset = vg.Points(10)
-	bars.Add(bWall, bCPU)
-	bars.Legend.Add("wall time", bWall)
-	bars.Legend.Add("CPU time (user+sys)", bCPU)
-	bars.Legend.Top = true
-	bars.NominalX(names...)
 	if err := saveBoth(bars, dir, "time_to_target", 7, 4); err != nil {
 		return err
 	}
-
-	lat := plot.New()
-	lat.Title.Text = "Lookup latency of a written hash after the ingest (median over rounds)"
-	lat.Y.Label.Text = "microseconds"
-	b50, err := plotter.NewBarChart(p50, vg.Points(20))
+	lat, err := pairedBars("Lookup latency of a written hash after the ingest (median over rounds)", "microseconds",
+		names, p50, "p50", 1, p99, "p99", 2)
 	if err != nil {
 		return err
 	}
-	b50.Color = plotutil.Color(1)
-	b50.Offset = -vg.Points(10)
-	b99, err := plotter.NewBarChart(p99, vg.Points(20))
-	if err != nil {
-		return err
-	}
-	b99.Color = plotutil.Color(2)
-	b99.Offset = vg.Points(10)
-	lat.Add(b50, b99)
-	lat.Legend.Add("p50", b50)
-	lat.Legend.Add("p99", b99)
-	lat.Legend.Top = true
-	lat.NominalX(names...)
 	return saveBoth(lat, dir, "lookup_latency", 7, 4)
+}
+
+// pairedBars draws two bar series side by side for each name, with the given palette
+// colors and legend labels.
+func pairedBars(title, yLabel string, names []string, left []float64, leftLabel string, leftColor int,
+	right []float64, rightLabel string, rightColor int) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = yLabel
+	for _, series := range []struct {
+		values []float64
+		color  int
+		offset vg.Length
+		label  string
+	}{{left, leftColor, -vg.Points(10), leftLabel}, {right, rightColor, vg.Points(10), rightLabel}} {
+		b, err := plotter.NewBarChart(plotter.Values(series.values), vg.Points(20))
+		if err != nil {
+			return nil, err
+		}
+		b.Color = plotutil.Color(series.color)
+		b.Offset = series.offset
+		p.Add(b)
+		p.Legend.Add(series.label, b)
+	}
+	p.Legend.Top = true
+	p.NominalX(names...)
+	return p, nil
 }
 
 func saveBoth(p *plot.Plot, dir, name string, w, h vg.Length) error {
