@@ -26,8 +26,8 @@ type runCurve struct {
 	rows      []BatchRow
 }
 
-// ReadIngestCSV parses a per-batch CSV written by Ingest.
-func ReadIngestCSV(path string) ([]BatchRow, error) {
+// readCSV reads a whole CSV file and checks that its first record is header.
+func readCSV(path string, header []string) ([][]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -37,8 +37,17 @@ func ReadIngestCSV(path string) ([]BatchRow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	if len(recs) == 0 || !slices.Equal(recs[0], CSVHeader) {
-		return nil, fmt.Errorf("%s: header is not %v", path, CSVHeader)
+	if len(recs) == 0 || !slices.Equal(recs[0], header) {
+		return nil, fmt.Errorf("%s: header is not %v", path, header)
+	}
+	return recs, nil
+}
+
+// ReadIngestCSV parses a per-batch CSV written by Ingest.
+func ReadIngestCSV(path string) ([]BatchRow, error) {
+	recs, err := readCSV(path, CSVHeader)
+	if err != nil {
+		return nil, err
 	}
 	rows := make([]BatchRow, 0, len(recs)-1)
 	for i, r := range recs[1:] {
@@ -104,17 +113,9 @@ type summaryRow struct {
 }
 
 func readSummary(path string) ([]summaryRow, error) {
-	f, err := os.Open(path)
+	recs, err := readCSV(path, SummaryHeader)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(recs) == 0 || !slices.Equal(recs[0], SummaryHeader) {
-		return nil, fmt.Errorf("%s: header is not %v", path, SummaryHeader)
 	}
 	var out []summaryRow
 	for _, r := range recs[1:] {
