@@ -1,4 +1,4 @@
-module shardlab
+module github.com/shardlab/shardlab
 
 go 1.26.0
 

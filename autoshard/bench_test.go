@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"shardlab/autoshard"
+	"github.com/shardlab/shardlab/autoshard"
 )
 
 // BenchmarkWriteBatch writes batches of 25 files x 1234 blocks into a store

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"shardlab/autoshard"
+	"github.com/shardlab/shardlab/autoshard"
 )
 
 // The crash tests re-execute this test binary as a writer process (selected by

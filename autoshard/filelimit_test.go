@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"shardlab/autoshard"
+	"github.com/shardlab/shardlab/autoshard"
 )
 
 // envFileLimit selects fileLimitChild in TestMain: "soft:hard:maxLevel:fill".

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"shardlab/autoshard"
+	"github.com/shardlab/shardlab/autoshard"
 )
 
 // makeBlocks returns deterministic blocks for files [first, first+files),

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"shardlab/autoshard"
+	"github.com/shardlab/shardlab/autoshard"
 )
 
 // A data directory whose name holds URI metacharacters must still get its

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"shardlab/autoshard"
+	"github.com/shardlab/shardlab/autoshard"
 )
 
 func TestOpenRefusesBadOptions(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"shardlab/charts"
+	"github.com/shardlab/shardlab/charts"
 )
 
 // checkPNG fails unless b is a non-empty PNG image of a plausible size.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"shardlab/counters"
-	"shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/counters"
+	"github.com/shardlab/shardlab/internal/pgtest"
 )
 
 // backend opens counters on one database; each test gets its own database.

@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"shardlab/counters"
+	"github.com/shardlab/shardlab/counters"
 )
 
 // An HTTP handler for POST /counter/incr and GET /counter needs little more

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"shardlab/counters"
+	"github.com/shardlab/shardlab/counters"
 )
 
 // FuzzKeyRoundTrip feeds arbitrary keys, as an HTTP client could, to

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"shardlab/counters"
+	"github.com/shardlab/shardlab/counters"
 )
 
 func TestValidateKey(t *testing.T) {

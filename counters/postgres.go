@@ -124,7 +124,7 @@ func (c *PostgresCounter) createSchema(ctx context.Context) error {
 	// (both may try to create the row type), so serialise schema creation
 	// per table prefix with a transaction-scoped advisory lock.
 	h := fnv.New64a()
-	h.Write([]byte("shardlab/counters/" + c.opts.prefix()))
+	h.Write([]byte("github.com/shardlab/shardlab/counters/" + c.opts.prefix()))
 	lockID := int64(h.Sum64())
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockID); err != nil {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"shardlab/loadgen"
+	"github.com/shardlab/shardlab/loadgen"
 )
 
 // draw returns how often each key index came up in samples draws.

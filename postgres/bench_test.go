@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"shardlab/internal/pgtest"
-	"shardlab/postgres"
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/postgres"
 )
 
 // Run with: SHARDLAB_PG_DSN=... go test -run '^$' -bench . ./postgres/

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"shardlab/routing"
+	"github.com/shardlab/shardlab/routing"
 )
 
 // DefaultDatabasePrefix names the databases CreateShardDatabases makes:

@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"shardlab/internal/pgtest"
-	"shardlab/postgres"
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/postgres"
 )
 
 func databaseExists(t *testing.T, baseDSN, name string) bool {

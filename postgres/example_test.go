@@ -7,9 +7,9 @@ import (
 	"log"
 	"time"
 
-	"shardlab/postgres"
-	"shardlab/routing"
-	"shardlab/shardset"
+	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/routing"
+	"github.com/shardlab/shardlab/shardset"
 )
 
 // A server with one DSN per shard (the shards may live on different hosts).

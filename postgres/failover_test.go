@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"shardlab/internal/pgtest"
-	"shardlab/postgres"
-	"shardlab/shardset"
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/shardset"
 )
 
 // noHang runs f with a context that has no deadline (like an HTTP request whose client

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"shardlab/postgres"
+	"github.com/shardlab/shardlab/postgres"
 )
 
 var dsnSeeds = []string{

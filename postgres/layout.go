@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"shardlab/shardset"
+	"github.com/shardlab/shardlab/shardset"
 )
 
 const layoutSchema = `CREATE TABLE IF NOT EXISTS shardlab_layout (

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"testing"
 
-	"shardlab/internal/pgtest"
-	"shardlab/postgres"
-	"shardlab/shardset"
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/shardset"
 )
 
 func TestCheckLayout(t *testing.T) {

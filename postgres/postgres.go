@@ -49,7 +49,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"shardlab/shardset"
+	"github.com/shardlab/shardlab/shardset"
 )
 
 // ErrBadOptions is wrapped by errors about invalid Options.

@@ -13,10 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"shardlab/internal/pgtest"
-	"shardlab/postgres"
-	"shardlab/routing"
-	"shardlab/shardset"
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/routing"
+	"github.com/shardlab/shardlab/shardset"
 )
 
 // hangLimit is how long a call may take before a test calls it hung. It is far above

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"shardlab/resultscsv"
-	"shardlab/usl"
+	"github.com/shardlab/shardlab/resultscsv"
+	"github.com/shardlab/shardlab/usl"
 )
 
 // ErrNoRows is returned when the CSV holds no measured rows.

@@ -13,9 +13,9 @@ import (
 	"strconv"
 	"strings"
 
-	"shardlab/charts"
-	"shardlab/resultscsv"
-	"shardlab/usl/uslcli"
+	"github.com/shardlab/shardlab/charts"
+	"github.com/shardlab/shardlab/resultscsv"
+	"github.com/shardlab/shardlab/usl/uslcli"
 )
 
 // Config says what Generate reads and writes.

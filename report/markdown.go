@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"shardlab/resultscsv"
-	"shardlab/usl"
+	"github.com/shardlab/shardlab/resultscsv"
+	"github.com/shardlab/shardlab/usl"
 )
 
 // MinDurationS is the length of the measured phase, in seconds, under which the report

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"shardlab/report"
-	"shardlab/resultscsv"
+	"github.com/shardlab/shardlab/report"
+	"github.com/shardlab/shardlab/resultscsv"
 )
 
 // markdown analyses rows and returns the report's text.

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"shardlab/report"
-	"shardlab/resultscsv"
+	"github.com/shardlab/shardlab/report"
+	"github.com/shardlab/shardlab/resultscsv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"shardlab/resultscsv"
+	"github.com/shardlab/shardlab/resultscsv"
 )
 
 // defaultDataSize is loadgen's bytes of data per write, the only size

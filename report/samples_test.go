@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"shardlab/report"
+	"github.com/shardlab/shardlab/report"
 )
 
 func TestReadSamples(t *testing.T) {

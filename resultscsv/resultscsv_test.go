@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"shardlab/resultscsv"
+	"github.com/shardlab/shardlab/resultscsv"
 )
 
 func TestAppendWritesHeaderOnceAndRoundTrips(t *testing.T) {

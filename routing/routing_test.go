@@ -7,7 +7,7 @@ import (
 	"hash/fnv"
 	"testing"
 
-	"shardlab/routing"
+	"github.com/shardlab/shardlab/routing"
 )
 
 // goldenVectors pins the shard of known keys. A failure here means data written by an

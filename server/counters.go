@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"shardlab/counters"
+	"github.com/shardlab/shardlab/counters"
 )
 
 // counterIncrRequest is the body of POST /counter/incr. "by" defaults to 1.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"shardlab/counters"
+	"github.com/shardlab/shardlab/counters"
 )
 
 func newCounterLab(t *testing.T) *lab {

@@ -24,8 +24,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"shardlab/counters"
-	"shardlab/shardset"
+	"github.com/shardlab/shardlab/counters"
+	"github.com/shardlab/shardlab/shardset"
 )
 
 // Limits on client input. They are part of the lab's documented interface (README).

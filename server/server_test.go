@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"shardlab/counters"
-	"shardlab/routing"
-	"shardlab/server"
-	"shardlab/shardset"
-	"shardlab/sqlite"
+	"github.com/shardlab/shardlab/counters"
+	"github.com/shardlab/shardlab/routing"
+	"github.com/shardlab/shardlab/server"
+	"github.com/shardlab/shardlab/shardset"
+	"github.com/shardlab/shardlab/sqlite"
 )
 
 // lab is a real server over a real 3-shard SQLite set, on loopback.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"shardlab/server"
+	"github.com/shardlab/shardlab/server"
 )
 
 func TestDataAtLimitAcceptedWhateverItsCharacters(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"shardlab/routing"
+	"github.com/shardlab/shardlab/routing"
 )
 
 // ErrNotFound is returned when a key has no record.

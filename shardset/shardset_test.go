@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"shardlab/routing"
-	"shardlab/shardset"
-	"shardlab/sqlite"
+	"github.com/shardlab/shardlab/routing"
+	"github.com/shardlab/shardlab/shardset"
+	"github.com/shardlab/shardlab/sqlite"
 )
 
 // sqliteSet opens n real SQLite shards in a fresh directory behind a CRC32 router.

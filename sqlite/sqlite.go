@@ -19,7 +19,7 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
-	"shardlab/shardset"
+	"github.com/shardlab/shardlab/shardset"
 )
 
 // Sync modes accepted by Options.Sync.

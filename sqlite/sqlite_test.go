@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"shardlab/shardset"
-	"shardlab/sqlite"
+	"github.com/shardlab/shardlab/shardset"
+	"github.com/shardlab/shardlab/sqlite"
 )
 
 // openStore opens a shard file in a fresh directory and closes it after the test.

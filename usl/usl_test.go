@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"shardlab/usl"
+	"github.com/shardlab/shardlab/usl"
 )
 
 func readPoints(t *testing.T, path string) []usl.Point {

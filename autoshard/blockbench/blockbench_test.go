@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"shardlab/autoshard/blockbench"
+	"github.com/shardlab/shardlab/autoshard/blockbench"
 )
 
 func run(t *testing.T, args ...string) (stdout, stderr string, err error) {

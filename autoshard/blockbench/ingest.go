@@ -19,7 +19,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
-	"shardlab/autoshard"
+	"github.com/shardlab/shardlab/autoshard"
 )
 
 // Defaults sized for a 2-core machine.

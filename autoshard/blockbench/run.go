@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"shardlab/autoshard"
+	"github.com/shardlab/shardlab/autoshard"
 )
 
 // ErrUsage wraps every command-line mistake, including a value out of range

@@ -10,8 +10,8 @@ import (
 	"context"
 	"os"
 
-	"shardlab/autoshard/blockbench"
-	"shardlab/internal/cli"
+	"github.com/shardlab/shardlab/autoshard/blockbench"
+	"github.com/shardlab/shardlab/internal/cli"
 )
 
 func main() {

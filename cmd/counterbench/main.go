@@ -12,8 +12,8 @@ import (
 	"context"
 	"os"
 
-	"shardlab/counters/bench"
-	"shardlab/internal/cli"
+	"github.com/shardlab/shardlab/counters/bench"
+	"github.com/shardlab/shardlab/internal/cli"
 )
 
 func main() {

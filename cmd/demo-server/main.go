@@ -6,8 +6,8 @@ import (
 	"context"
 	"os"
 
-	"shardlab/internal/cli"
-	"shardlab/internal/demoserver"
+	"github.com/shardlab/shardlab/internal/cli"
+	"github.com/shardlab/shardlab/internal/demoserver"
 )
 
 func main() {

@@ -6,8 +6,8 @@ import (
 	"context"
 	"os"
 
-	"shardlab/internal/ceiling"
-	"shardlab/internal/cli"
+	"github.com/shardlab/shardlab/internal/ceiling"
+	"github.com/shardlab/shardlab/internal/cli"
 )
 
 func main() {

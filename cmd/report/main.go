@@ -6,8 +6,8 @@ import (
 	"context"
 	"os"
 
-	"shardlab/internal/cli"
-	"shardlab/report/reportcli"
+	"github.com/shardlab/shardlab/internal/cli"
+	"github.com/shardlab/shardlab/report/reportcli"
 )
 
 func main() {

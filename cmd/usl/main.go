@@ -6,8 +6,8 @@ import (
 	"context"
 	"os"
 
-	"shardlab/internal/cli"
-	"shardlab/usl/uslcli"
+	"github.com/shardlab/shardlab/internal/cli"
+	"github.com/shardlab/shardlab/usl/uslcli"
 )
 
 func main() {

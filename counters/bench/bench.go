@@ -25,7 +25,7 @@ import (
 	"strings"
 	"time"
 
-	"shardlab/counters"
+	"github.com/shardlab/shardlab/counters"
 )
 
 // ErrNotExact is returned by [Run] when, after some run, the count read back

@@ -14,7 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"shardlab/counters/bench"
+	"github.com/shardlab/shardlab/counters/bench"
 )
 
 // readCSV returns the rows of a CSV file, header first.

@@ -12,7 +12,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"golang.org/x/sync/errgroup"
 
-	"shardlab/counters"
+	"github.com/shardlab/shardlab/counters"
 )
 
 // hotKey is the one key every worker increments.

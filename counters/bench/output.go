@@ -15,7 +15,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"shardlab/counters"
+	"github.com/shardlab/shardlab/counters"
 )
 
 // ContentionColumns are the columns of contention_<backend>.csv, one row

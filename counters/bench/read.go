@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"shardlab/counters"
+	"github.com/shardlab/shardlab/counters"
 )
 
 // load adds n increments to key through the public API, in batches of at

@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
-	"shardlab/counters"
-	"shardlab/postgres"
+	"github.com/shardlab/shardlab/counters"
+	"github.com/shardlab/shardlab/postgres"
 )
 
 // target is a database the benchmark owns; every open returns a counter on

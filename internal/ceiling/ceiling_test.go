@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"shardlab/internal/ceiling"
+	"github.com/shardlab/shardlab/internal/ceiling"
 )
 
 // TestAnswersLikeTheDemoServer: loadgen reads /stats and counts a 200 on /get as a hit,

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"shardlab/internal/cli"
+	"github.com/shardlab/shardlab/internal/cli"
 )
 
 func TestExitStatus(t *testing.T) {

@@ -17,12 +17,12 @@ import (
 	"strings"
 	"time"
 
-	"shardlab/counters"
-	"shardlab/postgres"
-	"shardlab/routing"
-	"shardlab/server"
-	"shardlab/shardset"
-	"shardlab/sqlite"
+	"github.com/shardlab/shardlab/counters"
+	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/routing"
+	"github.com/shardlab/shardlab/server"
+	"github.com/shardlab/shardlab/shardset"
+	"github.com/shardlab/shardlab/sqlite"
 )
 
 // dbPrefixRE is what --db-prefix accepts: a safe start of a PostgreSQL database name.

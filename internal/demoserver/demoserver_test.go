@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"shardlab/internal/demoserver"
+	"github.com/shardlab/shardlab/internal/demoserver"
 )
 
 // TestRunServesAndShutsDownInProcess runs the command in-process on a free port, checks it

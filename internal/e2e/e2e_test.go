@@ -20,9 +20,9 @@ import (
 
 	_ "modernc.org/sqlite"
 
-	"shardlab/loadgen"
-	"shardlab/routing"
-	"shardlab/sqlite"
+	"github.com/shardlab/shardlab/loadgen"
+	"github.com/shardlab/shardlab/routing"
+	"github.com/shardlab/shardlab/sqlite"
 )
 
 var binDir string
@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	}
 	binDir = dir
 	for _, cmd := range builtCommands {
-		build := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "shardlab/cmd/"+cmd)
+		build := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "github.com/shardlab/shardlab/cmd/"+cmd)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "build", cmd, err)

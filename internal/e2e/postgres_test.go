@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"shardlab/internal/pgtest"
-	"shardlab/routing"
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/routing"
 )
 
 func postJSON(t *testing.T, url, body string) (int, string) {

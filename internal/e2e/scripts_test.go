@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"shardlab/resultscsv"
+	"github.com/shardlab/shardlab/resultscsv"
 )
 
 // scriptRoot lays out a throwaway lab root for the scenario scripts: scripts/ links to

@@ -24,8 +24,8 @@ import (
 
 	"golang.org/x/term"
 
-	"shardlab/loadgen"
-	"shardlab/resultscsv"
+	"github.com/shardlab/shardlab/loadgen"
+	"github.com/shardlab/shardlab/resultscsv"
 )
 
 // ErrUsage marks a command-line mistake; the command exits with status 2 for it.

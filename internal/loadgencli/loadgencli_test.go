@@ -16,12 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"shardlab/internal/loadgencli"
-	"shardlab/resultscsv"
-	"shardlab/routing"
-	"shardlab/server"
-	"shardlab/shardset"
-	"shardlab/sqlite"
+	"github.com/shardlab/shardlab/internal/loadgencli"
+	"github.com/shardlab/shardlab/resultscsv"
+	"github.com/shardlab/shardlab/routing"
+	"github.com/shardlab/shardlab/server"
+	"github.com/shardlab/shardlab/shardset"
+	"github.com/shardlab/shardlab/sqlite"
 )
 
 // demoServer serves the real API over n real SQLite shards on loopback.

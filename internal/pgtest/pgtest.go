@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"shardlab/postgres"
+	"github.com/shardlab/shardlab/postgres"
 )
 
 // Environment variables read by this package.

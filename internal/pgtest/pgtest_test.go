@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/internal/pgtest"
 )
 
 func ping(t *testing.T, dsn string) error {

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"io"
 
-	"shardlab/report"
+	"github.com/shardlab/shardlab/report"
 )
 
 // ErrUsage is returned for bad command-line arguments; the command exits with status 2.

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"shardlab/report"
-	"shardlab/report/reportcli"
+	"github.com/shardlab/shardlab/report"
+	"github.com/shardlab/shardlab/report/reportcli"
 )
 
 func TestRun(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"shardlab/resultscsv"
+	"github.com/shardlab/shardlab/resultscsv"
 )
 
 func main() {

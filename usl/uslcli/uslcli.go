@@ -13,8 +13,8 @@ import (
 	"slices"
 	"strings"
 
-	"shardlab/charts"
-	"shardlab/usl"
+	"github.com/shardlab/shardlab/charts"
+	"github.com/shardlab/shardlab/usl"
 )
 
 // ErrUsage is returned for bad command-line arguments; the command exits with status 2.

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"shardlab/usl"
-	"shardlab/usl/uslcli"
+	"github.com/shardlab/shardlab/usl"
+	"github.com/shardlab/shardlab/usl/uslcli"
 )
 
 func run(t *testing.T, stdin string, args ...string) (string, string, error) {
