@@ -143,3 +143,13 @@ func fnv1a64(s string) uint64 {
 	}
 	return h
 }
+
+// CRC32Shard is the crc32 strategy for one key over n shards, without building a Router:
+// crc32.ChecksumIEEE(key) % n. n must be at least 1.
+func CRC32Shard(key string, n int) int {
+	return int(crc32.ChecksumIEEE(unsafe.Slice(unsafe.StringData(key), len(key))) % uint32(n))
+}
+
+// JumpShard is the jump strategy for one key over n shards, without building a Router.
+// n must be at least 1.
+func JumpShard(key string, n int) int { return int(JumpHash(fnv1a64(key), int32(n))) }
