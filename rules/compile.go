@@ -501,3 +501,16 @@ func (r *TableRule) ShardsFor(values map[string]Key, types map[string]KeyType) (
 	}
 	return out, nil
 }
+
+// SamePlacement reports whether two sharded tables put equal keys on the same shard:
+// they are in one binding group, or one pattern rule covers both (sbtest1, sbtest2).
+// Rows of such tables that join on equal keys meet inside one shard.
+func SamePlacement(a, b *TableRule) bool {
+	if a.Kind != KindSharded || b.Kind != KindSharded {
+		return false
+	}
+	if a.spec == b.spec {
+		return true
+	}
+	return a.Binding >= 0 && a.Binding == b.Binding
+}

@@ -189,3 +189,20 @@ func (r *TableRule) RangeShards(column string, lo, hi *int64) ([]int, bool) {
 	}
 	return out, true
 }
+
+// Negate returns -k, for a key written with a unary minus: an integer key negated, a key
+// still in text form with its sign flipped. NULL stays NULL.
+func (k Key) Negate() Key {
+	switch {
+	case k.Null:
+		return k
+	case k.typ == TypeText:
+		if strings.HasPrefix(k.Text, "-") {
+			return TextKey(k.Text[1:])
+		}
+		return TextKey("-" + k.Text)
+	case k.typ.IsInteger():
+		return Key{Int: -k.Int, typ: k.typ}
+	}
+	return k
+}

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/shardlab/shardlab/postgres"
 )
 
@@ -409,4 +411,35 @@ func freePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// NewDatabaseWithOptions is NewDatabase with CREATE DATABASE options, such as
+// "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'" for a database whose
+// default collation is ICU's (where text does not sort by its bytes).
+func NewDatabaseWithOptions(t testing.TB, prefix, options string) string {
+	t.Helper()
+	base := DSN(t)
+	name := UniqueName(prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name+" "+options); err != nil {
+		t.Fatalf("pgtest: create database %s %s: %v", name, options, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+		defer cancel()
+		if err := postgres.DropDatabase(ctx, base, name); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
+	})
+	dsn, err := postgres.WithDatabase(base, name)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return dsn
 }

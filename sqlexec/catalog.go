@@ -1,0 +1,264 @@
+package sqlexec
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/rules"
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// AcquireFunc lends a connection to data source ds; release gives it back.
+type AcquireFunc func(ctx context.Context, ds int) (conn *pgconn.PgConn, release func(err error), err error)
+
+// Catalog reads what the sharding rules leave out from the shards' own catalogs: the
+// types and order of columns, which functions are aggregates, and whether text compares
+// byte by byte. Answers are cached until Invalidate (call it after DDL).
+type Catalog struct {
+	rules   *rules.Compiled
+	acquire AcquireFunc
+
+	mu struct {
+		sync.Mutex
+		keyTypes map[string]rules.KeyType // "table.column"
+		columns  map[string][]string
+		aggs     map[string]bool // nil until read
+		dbOrder  map[int]orderAnswer
+		tblOrder map[string]orderAnswer // "ds/table"
+	}
+}
+
+type orderAnswer struct {
+	byteOrder bool
+	collation string
+}
+
+var _ sqlplan.Catalog = (*Catalog)(nil)
+
+// NewCatalog returns a catalog reading the data sources of r through acquire.
+func NewCatalog(r *rules.Compiled, acquire AcquireFunc) *Catalog {
+	c := &Catalog{rules: r, acquire: acquire}
+	c.Invalidate()
+	return c
+}
+
+// Invalidate forgets every cached answer.
+func (c *Catalog) Invalidate() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.keyTypes = map[string]rules.KeyType{}
+	c.mu.columns = map[string][]string{}
+	c.mu.aggs = nil
+	c.mu.dbOrder = map[int]orderAnswer{}
+	c.mu.tblOrder = map[string]orderAnswer{}
+}
+
+// query runs sql on data source ds and returns its rows as text.
+func (c *Catalog) query(ctx context.Context, ds int, sql string, args ...string) ([][]*string, error) {
+	conn, release, err := c.acquire(ctx, ds)
+	if err != nil {
+		return nil, err
+	}
+	params := make([][]byte, len(args))
+	for i, a := range args {
+		params[i] = []byte(a)
+	}
+	rr := conn.ExecParams(ctx, sql, params, nil, nil, nil)
+	var rows [][]*string
+	for rr.NextRow() {
+		var row []*string
+		for _, v := range rr.Values() {
+			if v == nil {
+				row = append(row, nil)
+				continue
+			}
+			s := string(v)
+			row = append(row, &s)
+		}
+		rows = append(rows, row)
+	}
+	_, err = rr.Close()
+	release(err)
+	return rows, err
+}
+
+// KeyType implements sqlplan.Catalog: the type of a sharding column, read on the data
+// source holding the table's first shard.
+func (c *Catalog) KeyType(ctx context.Context, t *rules.TableRule, column string) (rules.KeyType, error) {
+	k := t.Name + "." + column
+	c.mu.Lock()
+	typ, ok := c.mu.keyTypes[k]
+	c.mu.Unlock()
+	if ok {
+		return typ, nil
+	}
+	node := t.Nodes[0]
+	rows, err := c.query(ctx, node.DataSource,
+		`SELECT c.oid::text, format_type(a.atttypid, NULL)
+		   FROM (SELECT to_regclass($1) AS oid) c
+		   LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped`,
+		pgx.Identifier{node.Table}.Sanitize(), column)
+	if err != nil {
+		return "", err
+	}
+	if len(rows) == 0 || rows[0][0] == nil {
+		return "", pgErr(sqlplan.CodeUndefinedTable, "relation %q does not exist", t.Name)
+	}
+	if rows[0][1] == nil {
+		return "", pgErr(sqlplan.CodeUndefinedColumn, "column %q of relation %q does not exist (it is the table's sharding column)", column, t.Name)
+	}
+	typ, err = rules.ParseKeyType(*rows[0][1])
+	if err != nil {
+		return "", unsupported("sharding column %s.%s: %v", t.Name, column, err)
+	}
+	c.mu.Lock()
+	c.mu.keyTypes[k] = typ
+	c.mu.Unlock()
+	return typ, nil
+}
+
+// Columns implements sqlplan.Catalog.
+func (c *Catalog) Columns(ctx context.Context, t *rules.TableRule) ([]string, error) {
+	c.mu.Lock()
+	cols, ok := c.mu.columns[t.Name]
+	c.mu.Unlock()
+	if ok {
+		return cols, nil
+	}
+	node := t.Nodes[0]
+	rows, err := c.query(ctx, node.DataSource,
+		`SELECT a.attname FROM pg_catalog.pg_attribute a
+		  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+		pgx.Identifier{node.Table}.Sanitize())
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, pgErr(sqlplan.CodeUndefinedTable, "relation %q does not exist", t.Name)
+	}
+	for _, r := range rows {
+		cols = append(cols, *r[0])
+	}
+	c.mu.Lock()
+	c.mu.columns[t.Name] = cols
+	c.mu.Unlock()
+	return cols, nil
+}
+
+// IsAggregate implements sqlplan.Catalog, from the default data source's pg_proc.
+func (c *Catalog) IsAggregate(ctx context.Context, name string) (bool, error) {
+	c.mu.Lock()
+	aggs := c.mu.aggs
+	c.mu.Unlock()
+	if aggs == nil {
+		rows, err := c.query(ctx, c.rules.DefaultDataSource(), `SELECT DISTINCT proname::text FROM pg_catalog.pg_proc WHERE prokind = 'a'`)
+		if err != nil {
+			return false, err
+		}
+		aggs = map[string]bool{}
+		for _, r := range rows {
+			aggs[*r[0]] = true
+		}
+		c.mu.Lock()
+		c.mu.aggs = aggs
+		c.mu.Unlock()
+	}
+	return aggs[name], nil
+}
+
+// byteOrderCollation reports whether a collation (by name or locale) orders text as
+// its bytes: C and POSIX, and glibc's C.UTF-8, which orders by code point (UTF-8's
+// byte order).
+func byteOrderCollation(name string) bool {
+	switch strings.ToLower(name) {
+	case "c", "posix", "c.utf-8", "c.utf8", "ucs_basic":
+		return true
+	}
+	return false
+}
+
+// ByteOrder reports whether every text column of tables, and text without a column
+// (the database's default collation), compares byte by byte on data source ds; when
+// not, collation names the first collation that does not.
+func (c *Catalog) ByteOrder(ctx context.Context, ds int, tables []string) (bool, string, error) {
+	c.mu.Lock()
+	db, ok := c.mu.dbOrder[ds]
+	c.mu.Unlock()
+	if !ok {
+		rows, err := c.query(ctx, ds, `SELECT datlocprovider::text, datcollate, coalesce(daticulocale, '')
+		                                 FROM pg_catalog.pg_database WHERE datname = current_database()`)
+		if err != nil {
+			return false, "", err
+		}
+		if len(rows) == 1 {
+			provider, collate, icu := *rows[0][0], *rows[0][1], *rows[0][2]
+			db = orderAnswer{byteOrder: provider == "c" && byteOrderCollation(collate), collation: collate}
+			if provider == "i" {
+				db.collation = icu
+			}
+		}
+		c.mu.Lock()
+		c.mu.dbOrder[ds] = db
+		c.mu.Unlock()
+	}
+	if !db.byteOrder {
+		return false, db.collation, nil
+	}
+	for _, t := range tables {
+		key := strconv.Itoa(ds) + "/" + t
+		c.mu.Lock()
+		ans, ok := c.mu.tblOrder[key]
+		c.mu.Unlock()
+		if !ok {
+			var names []string
+			for _, n := range c.rules.Lookup(t).Nodes {
+				if n.DataSource == ds {
+					names = append(names, pgx.Identifier{n.Table}.Sanitize())
+				}
+			}
+			ans = orderAnswer{byteOrder: true}
+			if len(names) > 0 {
+				rows, err := c.query(ctx, ds,
+					`SELECT co.collname::text, co.collprovider::text, co.collcollate
+					   FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation
+					  WHERE a.attrelid IN (SELECT to_regclass(x) FROM unnest($1::text[]) x)
+					    AND a.attnum > 0 AND NOT a.attisdropped AND a.attcollation NOT IN (0, 100)`,
+					"{"+strings.Join(quoteArray(names), ",")+"}")
+				if err != nil {
+					return false, "", err
+				}
+				for _, r := range rows {
+					name, provider, collate := *r[0], *r[1], ""
+					if r[2] != nil {
+						collate = *r[2]
+					}
+					if !(byteOrderCollation(name) || (provider == "c" && byteOrderCollation(collate))) {
+						ans = orderAnswer{collation: name}
+						break
+					}
+				}
+			}
+			c.mu.Lock()
+			c.mu.tblOrder[key] = ans
+			c.mu.Unlock()
+		}
+		if !ans.byteOrder {
+			return false, ans.collation, nil
+		}
+	}
+	return true, "", nil
+}
+
+// quoteArray quotes elements for a text[] literal.
+func quoteArray(items []string) []string {
+	out := make([]string, len(items))
+	for i, s := range items {
+		out[i] = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+	}
+	return out
+}

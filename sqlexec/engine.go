@@ -1,0 +1,317 @@
+// Package sqlexec runs the plans of package sqlplan on PostgreSQL shards and merges
+// their answers: targets on different data sources run concurrently, their rows are
+// merge-sorted, grouped and aggregated, de-duplicated and limited exactly as one
+// database would, and a statement that writes to several shards outside a transaction
+// gets a transaction on each.
+//
+// The engine does not own connections. A caller (the database/sql driver, the wire
+// proxy, or DB in this package) lends it one connection per data source through Conns,
+// and keeps it for as long as its own transaction lasts.
+package sqlexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardlab/shardlab/rules"
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// Conns lends the engine connections, one per data source for the length of a
+// statement.
+type Conns interface {
+	// Acquire returns the connection to use for data source ds. It is called at most
+	// once per data source per statement, concurrently for different data sources.
+	Acquire(ctx context.Context, ds int) (*pgconn.PgConn, error)
+	// Release gives the connection back after the statement; err is the statement's
+	// error on that data source, if any (a broken connection should not be reused).
+	Release(ds int, conn *pgconn.PgConn, err error)
+	// InTransaction reports whether the caller holds an open transaction on its
+	// connections. Outside one, a statement that writes to several targets is wrapped
+	// in a transaction on each data source.
+	InTransaction() bool
+}
+
+// Result is the answer to one statement.
+type Result struct {
+	Fields []pgconn.FieldDescription
+	Rows   [][][]byte
+	Tag    pgconn.CommandTag
+}
+
+// Engine executes bound plans. It is safe for concurrent use.
+type Engine struct {
+	rules   *rules.Compiled
+	catalog *Catalog
+	// Concurrency bounds how many data sources one statement talks to at once.
+	concurrency int
+}
+
+// NewEngine returns an engine for rules; cat answers collation questions (it may be
+// nil, and then text is never compared across shards).
+func NewEngine(r *rules.Compiled, cat *Catalog) *Engine {
+	return &Engine{rules: r, catalog: cat, concurrency: 16}
+}
+
+// targetResult is what one target answered.
+type targetResult struct {
+	fields []pgconn.FieldDescription
+	rows   [][][]byte
+	tag    pgconn.CommandTag
+}
+
+// Execute runs a bound statement. args are the client's parameters (extended
+// protocol); resultFormats the client's result formats (none: all text; one: for all;
+// else one per column).
+func (e *Engine) Execute(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, resultFormats []int16, conns Conns) (*Result, error) {
+	if len(b.Targets) == 0 {
+		return nil, fmt.Errorf("sqlexec: a %s statement has no targets; the session handles it", b.Plan.Kind)
+	}
+	var shardFormats []int16
+	if b.Merge != nil {
+		shardFormats = b.Merge.ShardFormats(resultFormats)
+	} else {
+		shardFormats = resultFormats
+	}
+	wrap := b.MultiTarget() && b.Plan.Write && !conns.InTransaction() && !b.Plan.NoTransaction
+	results, err := e.run(ctx, b, args, shardFormats, conns, wrap)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case len(results) == 1:
+		r := results[0]
+		return &Result{Fields: r.fields, Rows: r.rows, Tag: r.tag}, nil
+	case b.Broadcast:
+		r := results[0] // every copy answered the same write
+		return &Result{Fields: r.fields, Rows: r.rows, Tag: r.tag}, nil
+	case b.Merge != nil:
+		return e.merge(ctx, b, results, resultFormats)
+	default:
+		return concat(b, results)
+	}
+}
+
+// run executes every target: targets on one data source in order on its connection,
+// data sources concurrently. With wrap, each data source runs its part in a transaction
+// that commits only when every data source succeeded.
+func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16, conns Conns, wrap bool) ([]targetResult, error) {
+	byDS := map[int][]int{}
+	var order []int
+	for i, t := range b.Targets {
+		if _, ok := byDS[t.DataSource]; !ok {
+			order = append(order, t.DataSource)
+		}
+		byDS[t.DataSource] = append(byDS[t.DataSource], i)
+	}
+	slices.Sort(order) // a fixed order: writes to several data sources take them alike
+	results := make([]targetResult, len(b.Targets))
+	held := make([]*pgconn.PgConn, len(order))
+	errs := make([]error, len(order))
+
+	runDS := func(gctx context.Context, k int) error {
+		ds := order[k]
+		conn, err := conns.Acquire(gctx, ds)
+		if err != nil {
+			errs[k] = err
+			return e.shardErr(ds, err)
+		}
+		held[k] = conn
+		if wrap {
+			if err := conn.Exec(gctx, "BEGIN").Close(); err != nil {
+				errs[k] = err
+				return e.shardErr(ds, err)
+			}
+		}
+		for _, i := range byDS[ds] {
+			r, err := execTarget(gctx, conn, b.Targets[i], args, formats)
+			if err != nil {
+				errs[k] = err
+				return e.shardErr(ds, err)
+			}
+			results[i] = r
+		}
+		return nil
+	}
+
+	var err error
+	if len(order) == 1 {
+		err = runDS(ctx, 0)
+	} else {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(e.concurrency)
+		for k := range order {
+			g.Go(func() error { return runDS(gctx, k) })
+		}
+		err = g.Wait()
+	}
+	if wrap {
+		err = e.finish(ctx, order, held, errs, err)
+	}
+	for k, ds := range order {
+		if held[k] != nil {
+			conns.Release(ds, held[k], errs[k])
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// finish commits (or, after an error, rolls back) the transactions run opened, data
+// source by data source in order. Commit is best effort: if a data source fails to
+// commit after an earlier one committed, the error says which committed.
+func (e *Engine) finish(ctx context.Context, order []int, held []*pgconn.PgConn, errs []error, runErr error) error {
+	if runErr != nil {
+		for k := range order {
+			if held[k] != nil && !held[k].IsClosed() {
+				if err := held[k].Exec(ctx, "ROLLBACK").Close(); err != nil && errs[k] == nil {
+					errs[k] = err
+				}
+			}
+		}
+		return runErr
+	}
+	var committed []string
+	for k, ds := range order {
+		if err := held[k].Exec(ctx, "COMMIT").Close(); err != nil {
+			errs[k] = err
+			for j := k + 1; j < len(order); j++ {
+				held[j].Exec(ctx, "ROLLBACK").Close()
+			}
+			if len(committed) > 0 {
+				return e.shardErr(ds, fmt.Errorf("commit failed after data sources %v committed (best-effort commit; their part of the statement stays): %w", committed, err))
+			}
+			return e.shardErr(ds, err)
+		}
+		committed = append(committed, e.name(ds))
+	}
+	return nil
+}
+
+func (e *Engine) name(ds int) string { return e.rules.DataSources()[ds].Name }
+
+func (e *Engine) shardErr(ds int, err error) error {
+	var se *ShardError
+	if errors.As(err, &se) {
+		return err
+	}
+	return &ShardError{DataSource: ds, Name: e.name(ds), Err: err}
+}
+
+// execTarget runs one target's statement on conn.
+func execTarget(ctx context.Context, conn *pgconn.PgConn, t sqlplan.Target, args sqlplan.Args, formats []int16) (targetResult, error) {
+	values, oids, pformats := targetParams(t, args)
+	rr := conn.ExecParams(ctx, t.SQL, values, oids, pformats, formats)
+	var r targetResult
+	r.fields = slices.Clone(rr.FieldDescriptions())
+	for rr.NextRow() {
+		src := rr.Values()
+		row := make([][]byte, len(src))
+		size := 0
+		for _, v := range src {
+			size += len(v)
+		}
+		buf := make([]byte, 0, size)
+		for i, v := range src {
+			if v == nil {
+				continue
+			}
+			start := len(buf)
+			buf = append(buf, v...)
+			row[i] = buf[start:len(buf):len(buf)]
+		}
+		r.rows = append(r.rows, row)
+	}
+	tag, err := rr.Close()
+	r.tag = tag
+	return r, err
+}
+
+// targetParams selects and orders the client's parameters for a target.
+func targetParams(t sqlplan.Target, args sqlplan.Args) ([][]byte, []uint32, []int16) {
+	if t.Params == nil {
+		var oids []uint32
+		if len(args.OIDs) == len(args.Values) {
+			oids = args.OIDs
+		}
+		return args.Values, oids, args.Formats
+	}
+	values := make([][]byte, len(t.Params))
+	var oids []uint32
+	if len(args.OIDs) == len(args.Values) {
+		oids = make([]uint32, len(t.Params))
+	}
+	var formats []int16
+	if len(args.Formats) > 1 {
+		formats = make([]int16, len(t.Params))
+	} else {
+		formats = args.Formats
+	}
+	for i, p := range t.Params {
+		values[i] = args.Values[p]
+		if oids != nil {
+			oids[i] = args.OIDs[p]
+		}
+		if len(args.Formats) > 1 {
+			formats[i] = args.Formats[p]
+		}
+	}
+	return values, oids, formats
+}
+
+// concat combines the answers of a write on several shards: row counts add up, and
+// RETURNING rows of a split INSERT come back in the client's row order.
+func concat(b *sqlplan.Bound, results []targetResult) (*Result, error) {
+	out := &Result{Fields: results[0].fields}
+	var n int64
+	reorder := b.Plan.Kind == sqlplan.KindInsert
+	for i, r := range results {
+		n += r.tag.RowsAffected()
+		if reorder && len(r.rows) != len(b.Targets[i].RowOrder) {
+			reorder = false // ON CONFLICT DO NOTHING returned fewer rows: keep shard order
+		}
+	}
+	if reorder {
+		total := 0
+		for _, t := range b.Targets {
+			total += len(t.RowOrder)
+		}
+		rows := make([][][]byte, total)
+		for i, r := range results {
+			for j, row := range r.rows {
+				rows[b.Targets[i].RowOrder[j]] = row
+			}
+		}
+		out.Rows = rows
+	} else {
+		for _, r := range results {
+			out.Rows = append(out.Rows, r.rows...)
+		}
+	}
+	out.Tag = pgconn.NewCommandTag(commandTag(b.Plan.Kind, results[0].tag, n))
+	return out, nil
+}
+
+// commandTag rebuilds a command tag with a total row count.
+func commandTag(kind sqlplan.Kind, first pgconn.CommandTag, n int64) string {
+	c := strconv.FormatInt(n, 10)
+	switch kind {
+	case sqlplan.KindInsert:
+		return "INSERT 0 " + c
+	case sqlplan.KindUpdate:
+		return "UPDATE " + c
+	case sqlplan.KindDelete:
+		return "DELETE " + c
+	case sqlplan.KindSelect:
+		return "SELECT " + c
+	}
+	return first.String()
+}

@@ -1,0 +1,557 @@
+package sqlexec
+
+import (
+	"container/heap"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/big"
+	"sort"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// merge combines the rows of several targets as b.Merge says.
+func (e *Engine) merge(ctx context.Context, b *sqlplan.Bound, results []targetResult, client []int16) (*Result, error) {
+	m := b.Merge
+	fields := results[0].fields
+	for i, r := range results[1:] {
+		if err := sameShape(fields, r.fields); err != nil {
+			return nil, e.shardErr(b.Targets[i+1].DataSource, err)
+		}
+	}
+	var (
+		cols    []colType // the merged rows' column types
+		outF    []pgconn.FieldDescription
+		streams [][][][]byte // per target, rows (already sorted when not aggregating)
+		err     error
+	)
+	if m.Aggregate {
+		var rows [][][]byte
+		rows, cols, outF, err = aggregate(m, results, client)
+		if err != nil {
+			return nil, err
+		}
+		streams = [][][][]byte{rows}
+	} else {
+		for _, f := range fields {
+			cols = append(cols, colType{oid: f.DataTypeOID, format: f.Format})
+		}
+		outF = fields[:len(fields)-m.Hidden]
+		for _, r := range results {
+			streams = append(streams, r.rows)
+		}
+	}
+	if err := e.checkOrder(ctx, b, cols, m); err != nil {
+		return nil, err
+	}
+	keys := make([]sortCol, len(m.OrderBy))
+	for i, k := range m.OrderBy {
+		keys[i] = sortCol{col: m.SortColumn(k, len(cols)), desc: k.Desc, nullsFirst: k.NullsFirst}
+		if !comparable(cols[keys[i].col].oid) {
+			return nil, errNoOrder(cols[keys[i].col].oid)
+		}
+	}
+	outputs := len(outF)
+
+	var rows [][][]byte
+	switch {
+	case len(keys) > 0 && !m.Aggregate && !m.Distinct:
+		rows, err = mergeSorted(streams, keys, cols, b.Offset, b.Limit)
+	default:
+		for _, s := range streams {
+			rows = append(rows, s...)
+		}
+		if m.Distinct {
+			if rows, err = distinct(rows, cols[:outputs]); err != nil {
+				return nil, err
+			}
+		}
+		if len(keys) > 0 {
+			if rows, err = sortRows(rows, keys, cols); err != nil {
+				return nil, err
+			}
+		}
+		rows = offsetLimit(rows, b.Offset, b.Limit)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range rows {
+		rows[i] = r[:outputs]
+	}
+	return &Result{Fields: outF, Rows: rows, Tag: pgconn.NewCommandTag("SELECT " + strconv.Itoa(len(rows)))}, nil
+}
+
+func sameShape(a, b []pgconn.FieldDescription) error {
+	if len(a) != len(b) {
+		return fmt.Errorf("sqlexec: shards returned %d and %d columns; are their schemas the same?", len(a), len(b))
+	}
+	for i := range a {
+		if a[i].DataTypeOID != b[i].DataTypeOID {
+			return fmt.Errorf("sqlexec: column %s has type %d on one shard and %d on another; are their schemas the same?", a[i].Name, a[i].DataTypeOID, b[i].DataTypeOID)
+		}
+	}
+	return nil
+}
+
+type colType struct {
+	oid    uint32
+	format int16
+}
+
+type sortCol struct {
+	col              int
+	desc, nullsFirst bool
+}
+
+// checkOrder refuses to compare text byte by byte where the collation orders it
+// otherwise: sort keys and min/max over text need a byte-order collation.
+func (e *Engine) checkOrder(ctx context.Context, b *sqlplan.Bound, cols []colType, m *sqlplan.MergeSpec) error {
+	var textual []int
+	for _, k := range m.OrderBy {
+		if c := m.SortColumn(k, len(cols)); isTextual(cols[c].oid) {
+			textual = append(textual, c)
+		}
+	}
+	if m.Aggregate {
+		for j, c := range m.Columns {
+			if (c.Kind == sqlplan.AggMin || c.Kind == sqlplan.AggMax) && isTextual(cols[j].oid) {
+				textual = append(textual, j)
+			}
+		}
+	}
+	if len(textual) == 0 {
+		return nil
+	}
+	if m.Collation != "" {
+		if byteOrderCollation(m.Collation) {
+			return nil
+		}
+		return unsupported("comparing text under collation %q across shards (only byte-order collations such as \"C\" merge exactly)", m.Collation)
+	}
+	if e.catalog == nil {
+		return unsupported("comparing text across shards without a catalog to tell its collation")
+	}
+	dss := map[int]bool{}
+	for _, t := range b.Targets {
+		dss[t.DataSource] = true
+	}
+	for ds := range dss {
+		ok, coll, err := e.catalog.ByteOrder(ctx, ds, m.Tables)
+		if err != nil {
+			return e.shardErr(ds, err)
+		}
+		if !ok {
+			return unsupported("comparing text under collation %q across shards: only byte-order collations (C, POSIX, C.UTF-8) merge exactly; add COLLATE \"C\" or pin one shard", coll)
+		}
+	}
+	return nil
+}
+
+// decodeRow decodes the given columns of a row.
+func decodeCols(row [][]byte, keys []sortCol, cols []colType) ([]value, error) {
+	out := make([]value, len(keys))
+	for i, k := range keys {
+		c := cols[k.col]
+		v, err := decode(c.oid, c.format, row[k.col])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// less orders two rows' decoded keys.
+func cmpKeys(a, b []value, keys []sortCol) int {
+	for i, k := range keys {
+		x, y := a[i], b[i]
+		var c int
+		switch {
+		case x.null && y.null:
+			c = 0
+		case x.null:
+			c = 1
+			if k.nullsFirst {
+				c = -1
+			}
+		case y.null:
+			c = -1
+			if k.nullsFirst {
+				c = 1
+			}
+		default:
+			c = compare(x, y)
+			if k.desc {
+				c = -c
+			}
+		}
+		if c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+type keyedRow struct {
+	row    [][]byte
+	key    []value
+	stream int
+	next   int
+}
+
+type rowHeap struct {
+	items []*keyedRow
+	keys  []sortCol
+}
+
+func (h *rowHeap) Len() int { return len(h.items) }
+func (h *rowHeap) Less(i, j int) bool {
+	c := cmpKeys(h.items[i].key, h.items[j].key, h.keys)
+	if c != 0 {
+		return c < 0
+	}
+	return h.items[i].stream < h.items[j].stream
+}
+func (h *rowHeap) Swap(i, j int) { h.items[i], h.items[j] = h.items[j], h.items[i] }
+func (h *rowHeap) Push(x any)    { h.items = append(h.items, x.(*keyedRow)) }
+func (h *rowHeap) Pop() any {
+	old := h.items
+	x := old[len(old)-1]
+	h.items = old[:len(old)-1]
+	return x
+}
+
+// mergeSorted merges streams each already sorted by keys, skipping offset rows and
+// stopping after limit (-1: none).
+func mergeSorted(streams [][][][]byte, keys []sortCol, cols []colType, offset, limit int64) ([][][]byte, error) {
+	h := &rowHeap{keys: keys}
+	push := func(s, i int) error {
+		if i >= len(streams[s]) {
+			return nil
+		}
+		k, err := decodeCols(streams[s][i], keys, cols)
+		if err != nil {
+			return err
+		}
+		heap.Push(h, &keyedRow{row: streams[s][i], key: k, stream: s, next: i + 1})
+		return nil
+	}
+	for s := range streams {
+		if err := push(s, 0); err != nil {
+			return nil, err
+		}
+	}
+	var out [][][]byte
+	skip := max(offset, 0)
+	for h.Len() > 0 {
+		if limit >= 0 && int64(len(out)) >= limit {
+			break
+		}
+		top := heap.Pop(h).(*keyedRow)
+		if skip > 0 {
+			skip--
+		} else {
+			out = append(out, top.row)
+		}
+		if err := push(top.stream, top.next); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func sortRows(rows [][][]byte, keys []sortCol, cols []colType) ([][][]byte, error) {
+	keyed := make([]keyedRow, len(rows))
+	for i, r := range rows {
+		k, err := decodeCols(r, keys, cols)
+		if err != nil {
+			return nil, err
+		}
+		keyed[i] = keyedRow{row: r, key: k}
+	}
+	sort.SliceStable(keyed, func(i, j int) bool { return cmpKeys(keyed[i].key, keyed[j].key, keys) < 0 })
+	for i := range keyed {
+		rows[i] = keyed[i].row
+	}
+	return rows, nil
+}
+
+func offsetLimit(rows [][][]byte, offset, limit int64) [][][]byte {
+	if offset > 0 {
+		if offset >= int64(len(rows)) {
+			return nil
+		}
+		rows = rows[offset:]
+	}
+	if limit >= 0 && limit < int64(len(rows)) {
+		rows = rows[:limit]
+	}
+	return rows
+}
+
+// rowKey appends the equality key of the first len(cols) columns of row.
+func rowKey(dst []byte, row [][]byte, cols []colType, idx []int) ([]byte, error) {
+	for _, i := range idx {
+		c := cols[i]
+		v, err := decode(c.oid, c.format, row[i])
+		if err != nil {
+			if !comparable(c.oid) {
+				// A type the merge cannot read compares by its bytes, which is exact for
+				// the output format of every deterministic type.
+				if row[i] == nil {
+					dst = append(dst, 0)
+					continue
+				}
+				dst = append(dst, 2)
+				dst = binary.BigEndian.AppendUint32(dst, uint32(len(row[i])))
+				dst = append(dst, row[i]...)
+				continue
+			}
+			return nil, err
+		}
+		dst = v.groupKey(dst)
+	}
+	return dst, nil
+}
+
+// distinct keeps the first row of each set of equal rows.
+func distinct(rows [][][]byte, cols []colType) ([][][]byte, error) {
+	idx := make([]int, len(cols))
+	for i := range idx {
+		idx[i] = i
+	}
+	seen := map[string]bool{}
+	out := rows[:0]
+	var buf []byte
+	for _, r := range rows {
+		var err error
+		buf, err = rowKey(buf[:0], r, cols, idx)
+		if err != nil {
+			return nil, err
+		}
+		if seen[string(buf)] {
+			continue
+		}
+		seen[string(buf)] = true
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// aggregate groups the shards' partial rows and combines each group's columns. It
+// returns the merged rows (one value per MergedColumn, outputs encoded in the client's
+// formats), their column types, and the client's field descriptions.
+func aggregate(m *sqlplan.MergeSpec, results []targetResult, client []int16) ([][][]byte, []colType, []pgconn.FieldDescription, error) {
+	fields := results[0].fields
+	cols := make([]colType, len(m.Columns))
+	var out []pgconn.FieldDescription
+	var groupIdx []int
+	for j, c := range m.Columns {
+		f := fields[c.Shard]
+		ct := colType{oid: f.DataTypeOID, format: f.Format}
+		if c.Kind == sqlplan.AggAvg {
+			ct = colType{oid: oidNumeric, format: 0}
+			if j < m.Outputs {
+				ct.format = sqlplan.ClientFormat(client, j)
+			}
+		}
+		cols[j] = ct
+		if c.Kind == sqlplan.AggGroupKey {
+			groupIdx = append(groupIdx, c.Shard)
+		}
+		if j < m.Outputs {
+			fd := f
+			if c.Kind == sqlplan.AggAvg {
+				fd = pgconn.FieldDescription{Name: c.Name, DataTypeOID: oidNumeric, DataTypeSize: -1, TypeModifier: -1, Format: ct.format}
+			}
+			out = append(out, fd)
+		}
+		switch c.Kind {
+		case sqlplan.AggSum, sqlplan.AggAvg:
+			switch f.DataTypeOID {
+			case oidInt8, oidNumeric, oidInt4, oidInt2:
+			default:
+				return nil, nil, nil, unsupported("%s() of type %s across shards: only integer and numeric sums add up exactly", c.Kind, typeName(f.DataTypeOID))
+			}
+		case sqlplan.AggMin, sqlplan.AggMax:
+			if !comparable(f.DataTypeOID) {
+				return nil, nil, nil, errNoOrder(f.DataTypeOID)
+			}
+		}
+	}
+	shardCols := make([]colType, len(fields))
+	for i, f := range fields {
+		shardCols[i] = colType{oid: f.DataTypeOID, format: f.Format}
+	}
+
+	type acc struct {
+		first  [][]byte
+		vals   [][]byte  // per merged column: the winner (min/max) or first (any, group)
+		cnt    []int64   // count sums; avg counts
+		sums   []numeric // numeric sums (sum, avg)
+		isum   []int64   // bigint sums
+		hasSum []bool
+	}
+	var groups []*acc
+	index := map[string]*acc{}
+	var buf []byte
+	for _, r := range results {
+		for _, row := range r.rows {
+			var err error
+			buf, err = rowKey(buf[:0], row, shardCols, groupIdx)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			g := index[string(buf)]
+			if g == nil {
+				g = &acc{first: row, vals: make([][]byte, len(m.Columns)), cnt: make([]int64, len(m.Columns)),
+					sums: make([]numeric, len(m.Columns)), isum: make([]int64, len(m.Columns)), hasSum: make([]bool, len(m.Columns))}
+				for j, c := range m.Columns {
+					g.vals[j] = row[c.Shard]
+				}
+				index[string(buf)] = g
+				groups = append(groups, g)
+				if len(groupIdx) == 0 && len(groups) > 1 {
+					return nil, nil, nil, fmt.Errorf("sqlexec: more than one group without GROUP BY")
+				}
+			}
+			for j, c := range m.Columns {
+				f := fields[c.Shard]
+				raw := row[c.Shard]
+				switch c.Kind {
+				case sqlplan.AggCount:
+					v, err := decode(f.DataTypeOID, f.Format, raw)
+					if err != nil {
+						return nil, nil, nil, err
+					}
+					if g.cnt[j], err = addInt64(g.cnt[j], v.i); err != nil {
+						return nil, nil, nil, err
+					}
+				case sqlplan.AggSum, sqlplan.AggAvg:
+					if raw == nil {
+						break
+					}
+					v, err := decode(f.DataTypeOID, f.Format, raw)
+					if err != nil {
+						return nil, nil, nil, err
+					}
+					if v.kind == kNumeric {
+						if !g.hasSum[j] {
+							g.sums[j] = v.n
+						} else {
+							g.sums[j] = addNumeric(g.sums[j], v.n)
+						}
+					} else if g.isum[j], err = addInt64(g.isum[j], v.i); err != nil {
+						return nil, nil, nil, err
+					}
+					g.hasSum[j] = true
+					if c.Kind == sqlplan.AggAvg {
+						cf := fields[c.Count]
+						cv, err := decode(cf.DataTypeOID, cf.Format, row[c.Count])
+						if err != nil {
+							return nil, nil, nil, err
+						}
+						g.cnt[j] += cv.i
+					}
+				case sqlplan.AggMin, sqlplan.AggMax:
+					if raw == nil {
+						break
+					}
+					if g.vals[j] == nil {
+						g.vals[j] = raw
+						break
+					}
+					a, err := decode(f.DataTypeOID, f.Format, g.vals[j])
+					if err != nil {
+						return nil, nil, nil, err
+					}
+					b, err := decode(f.DataTypeOID, f.Format, raw)
+					if err != nil {
+						return nil, nil, nil, err
+					}
+					if c := compare(b, a); (c < 0 && m.Columns[j].Kind == sqlplan.AggMin) || (c > 0 && m.Columns[j].Kind == sqlplan.AggMax) {
+						g.vals[j] = raw
+					}
+				}
+			}
+		}
+	}
+	rows := make([][][]byte, 0, len(groups))
+	for _, g := range groups {
+		row := make([][]byte, len(m.Columns))
+		for j, c := range m.Columns {
+			f := fields[c.Shard]
+			switch c.Kind {
+			case sqlplan.AggCount:
+				row[j] = encodeInt8(g.cnt[j], f.Format)
+			case sqlplan.AggSum:
+				switch {
+				case !g.hasSum[j]:
+					row[j] = nil
+				case f.DataTypeOID == oidNumeric:
+					row[j] = encodeNumeric(g.sums[j], f.Format)
+				default:
+					row[j] = encodeInt(g.isum[j], f.DataTypeOID, f.Format)
+				}
+			case sqlplan.AggAvg:
+				if !g.hasSum[j] || g.cnt[j] == 0 {
+					row[j] = nil
+					break
+				}
+				sum := g.sums[j]
+				if f.DataTypeOID != oidNumeric {
+					sum = numeric{int: big.NewInt(g.isum[j])}
+				}
+				row[j] = encodeNumeric(divNumeric(sum, numeric{int: big.NewInt(g.cnt[j])}), cols[j].format)
+			default:
+				row[j] = g.vals[j]
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows, cols, out, nil
+}
+
+func addInt64(a, b int64) (int64, error) {
+	s := a + b
+	if (b > 0 && s < a) || (b < 0 && s > a) {
+		return 0, pgErr("22003", "bigint out of range")
+	}
+	return s, nil
+}
+
+func encodeInt8(v int64, format int16) []byte {
+	if format == 1 {
+		return binary.BigEndian.AppendUint64(nil, uint64(v))
+	}
+	return strconv.AppendInt(nil, v, 10)
+}
+
+func encodeInt(v int64, oid uint32, format int16) []byte {
+	if format == 1 {
+		switch oid {
+		case oidInt2:
+			if v < math.MinInt16 || v > math.MaxInt16 {
+				break
+			}
+			return binary.BigEndian.AppendUint16(nil, uint16(v))
+		case oidInt4:
+			return binary.BigEndian.AppendUint32(nil, uint32(v))
+		}
+		return binary.BigEndian.AppendUint64(nil, uint64(v))
+	}
+	return strconv.AppendInt(nil, v, 10)
+}
+
+func encodeNumeric(n numeric, format int16) []byte {
+	if format == 1 {
+		return n.binary()
+	}
+	return []byte(n.text())
+}

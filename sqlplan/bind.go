@@ -1,0 +1,452 @@
+package sqlplan
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+
+	"github.com/shardlab/shardlab/routing"
+	"github.com/shardlab/shardlab/rules"
+)
+
+// Args are the parameter values of one extended-protocol execution, as the Bind message
+// carries them.
+type Args struct {
+	Values  [][]byte // one per parameter; nil is NULL
+	Formats []int16  // none: every value is text; one: for every value; else one each
+	OIDs    []uint32 // the parameters' types where known (declared or described), else 0
+}
+
+func (a Args) format(i int) int16 {
+	switch len(a.Formats) {
+	case 0:
+		return 0
+	case 1:
+		return a.Formats[0]
+	}
+	if i < len(a.Formats) {
+		return a.Formats[i]
+	}
+	return 0
+}
+
+func (a Args) oid(i int) uint32 {
+	if i < len(a.OIDs) {
+		return a.OIDs[i]
+	}
+	return 0
+}
+
+// Type OIDs the binder decodes binary parameters of.
+const (
+	oidInt2    = 21
+	oidInt4    = 23
+	oidInt8    = 20
+	oidText    = 25
+	oidVarchar = 1043
+	oidBpchar  = 1042
+	oidName    = 19
+	oidUnknown = 705
+	oidUUID    = 2950
+)
+
+// values reads the values of one execution.
+type values struct {
+	sql  string
+	lits []Literal
+	args Args
+}
+
+// key reads a value as a sharding key; the rules convert it to the column's type.
+func (v *values) key(r valueRef) (rules.Key, error) {
+	var k rules.Key
+	switch r.kind {
+	case valueNull:
+		return rules.NullKey(), nil
+	case valueConst:
+		k = rules.TextKey(r.text)
+	case valueLiteral:
+		if r.n < 1 || r.n > len(v.lits) {
+			return k, fmt.Errorf("literal %d missing", r.n)
+		}
+		k = rules.TextKey(literalText(v.sql, v.lits[r.n-1]))
+	case valueParam:
+		i := r.n - 1
+		if i < 0 || i >= len(v.args.Values) {
+			return k, fmt.Errorf("parameter $%d missing", r.n)
+		}
+		raw := v.args.Values[i]
+		if raw == nil {
+			return rules.NullKey(), nil
+		}
+		if v.args.format(i) == 0 {
+			k = rules.TextKey(string(raw))
+			break
+		}
+		var err error
+		if k, err = binaryKey(raw, v.args.oid(i)); err != nil {
+			return k, fmt.Errorf("parameter $%d: %w", r.n, err)
+		}
+	}
+	if r.negate {
+		k = k.Negate()
+	}
+	return k, nil
+}
+
+func binaryKey(raw []byte, oid uint32) (rules.Key, error) {
+	switch {
+	case oid == oidInt2 && len(raw) == 2:
+		return rules.IntKey(int64(int16(binary.BigEndian.Uint16(raw)))), nil
+	case oid == oidInt4 && len(raw) == 4:
+		return rules.IntKey(int64(int32(binary.BigEndian.Uint32(raw)))), nil
+	case oid == oidInt8 && len(raw) == 8:
+		return rules.IntKey(int64(binary.BigEndian.Uint64(raw))), nil
+	case oid == oidText || oid == oidVarchar || oid == oidName || oid == oidUnknown:
+		return rules.TextKey(string(raw)), nil
+	case oid == oidUUID && len(raw) == 16:
+		return rules.UUIDKey([16]byte(raw)), nil
+	}
+	return rules.Key{}, fmt.Errorf("cannot read a binary value of type %d as a sharding key", oid)
+}
+
+// int64 reads a LIMIT or OFFSET value; ok is false for NULL (no limit).
+func (v *values) int64(r valueRef) (int64, bool, error) {
+	if r.kind == valueNull {
+		return 0, false, nil
+	}
+	if r.kind == valueParam {
+		i := r.n - 1
+		if i < 0 || i >= len(v.args.Values) {
+			return 0, false, fmt.Errorf("parameter $%d missing", r.n)
+		}
+		raw := v.args.Values[i]
+		if raw == nil {
+			return 0, false, nil
+		}
+		if v.args.format(i) == 1 {
+			switch len(raw) {
+			case 8:
+				return int64(binary.BigEndian.Uint64(raw)), true, nil
+			case 4:
+				return int64(int32(binary.BigEndian.Uint32(raw))), true, nil
+			case 2:
+				return int64(int16(binary.BigEndian.Uint16(raw))), true, nil
+			}
+			return 0, false, fmt.Errorf("parameter $%d: a binary LIMIT of %d bytes", r.n, len(raw))
+		}
+	}
+	k, err := v.key(r)
+	if err != nil {
+		return 0, false, err
+	}
+	if k.Null {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseInt(k.String(), 10, 64)
+	if err != nil {
+		return 0, false, pgErr("22P02", "invalid input syntax for type bigint: %q", k.String())
+	}
+	return n, true, nil
+}
+
+// Bind fixes the parameter values of one extended-protocol execution.
+func (pl *Plan) Bind(args Args) (*Bound, error) { return pl.bind(pl.SQL, nil, args) }
+
+// BindSimple binds a plan from PlanSimple to the literals of the statement sql.
+func (pl *Plan) BindSimple(sql string, lits []Literal) (*Bound, error) {
+	return pl.bind(sql, lits, Args{})
+}
+
+func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {
+	if pl.refuse != nil {
+		return nil, pl.refuse
+	}
+	if !pl.normalized && len(args.Values) != pl.NumParams && (pl.NumParams > 0 || len(args.Values) > 0) {
+		return nil, pgErr(CodeProtocolViolation, "bind message supplies %d parameters, but prepared statement requires %d", len(args.Values), pl.NumParams)
+	}
+	if pl.normalized && len(lits) != len(pl.litKinds) {
+		return nil, pgErr(CodeInternalError, "shardlab: statement has %d literals, its plan %d", len(lits), len(pl.litKinds))
+	}
+	v := &values{sql: sql, lits: lits, args: args}
+	b := &Bound{Plan: pl, Limit: -1, Offset: -1}
+	switch pl.Kind {
+	case KindSelect, KindUpdate, KindDelete:
+		if err := pl.bindRouted(b, v); err != nil {
+			return nil, err
+		}
+		if pl.Kind == KindUpdate {
+			if err := pl.checkKeyUpdates(b, v); err != nil {
+				return nil, err
+			}
+		}
+		return b, nil
+	case KindLock:
+		return b, pl.bindDDL(b, v)
+	case KindExplain:
+		if err := pl.bindRouted(b, v); err != nil {
+			return nil, err
+		}
+		if b.MultiTarget() {
+			return nil, unsupported("EXPLAIN of a statement that spans %d shards; the route preview shows its plan", len(b.Targets))
+		}
+		return b, nil
+	case KindInsert:
+		return b, pl.bindInsert(b, v)
+	case KindDDL:
+		return b, pl.bindDDL(b, v)
+	case KindShow:
+		b.Targets = []Target{{DataSource: pl.rules.DefaultDataSource(), Shard: -1, SQL: sql}}
+		b.Destination = routing.DestinationAny{}
+		return b, nil
+	}
+	return b, nil // session statements: the caller handles them
+}
+
+// tableNames returns, for each table reference, its physical name on shard node of
+// the given group (or its logical name when it is not in the group).
+type placement map[*group]int
+
+func (pl *Plan) names(place placement) func(int) string {
+	return func(ref int) string {
+		r := pl.refs[ref]
+		if r.sharded() {
+			for g, node := range place {
+				for _, gr := range g.refs {
+					if gr == r {
+						return r.rule.Nodes[node].Table
+					}
+				}
+			}
+		}
+		return r.name
+	}
+}
+
+// render makes one target's SQL; with tmpl nil the client's text goes as it is.
+func (pl *Plan) render(tmpl *template, v *values, tables func(int) string, slot func(int) string) (string, []int) {
+	if tmpl == nil {
+		return v.sql, nil
+	}
+	r := &renderer{sql: v.sql, lits: v.lits, table: tables, slot: slot}
+	sql := r.render(tmpl)
+	if identity(r.params, pl.NumParams) {
+		return sql, nil
+	}
+	if r.params == nil {
+		return sql, []int{}
+	}
+	return sql, r.params
+}
+
+func identity(params []int, n int) bool {
+	if len(params) != n {
+		return false
+	}
+	for i, p := range params {
+		if p != i {
+			return false
+		}
+	}
+	return true
+}
+
+// bindRouted finds the targets of a SELECT, UPDATE, DELETE or LOCK.
+func (pl *Plan) bindRouted(b *Bound, v *values) error {
+	rs := pl.route
+	if !rs.sharded {
+		return pl.bindUnsharded(b, v)
+	}
+	dest := make(map[*group]routing.Destination, len(rs.groups))
+	for _, g := range rs.groups {
+		var d routing.Destination = routing.DestinationAll{}
+		for _, c := range g.conds {
+			d = routing.Intersect(d, evalCond(c, g, v), g.nodes)
+		}
+		dest[g] = d
+	}
+	var anchors []*group
+	for _, g := range rs.groups {
+		if g.anchor {
+			anchors = append(anchors, g)
+		}
+	}
+	if len(anchors) == 1 && len(rs.groups) == 1 {
+		g := anchors[0]
+		nodes := routing.Resolve(dest[g], g.nodes)
+		if len(nodes) == 0 {
+			nodes = []int{0} // no shard can hold a match: any one answers, with no rows
+		}
+		b.Destination = dest[g]
+		if len(nodes) > 1 {
+			if err := pl.refuseMulti(len(nodes)); err != nil {
+				return err
+			}
+		}
+		if len(nodes) > 1 && pl.Kind == KindSelect {
+			if err := pl.bindMerge(b, v); err != nil {
+				return err
+			}
+		}
+		for _, n := range nodes {
+			ds := g.refs[0].rule.Nodes[n].DataSource
+			if err := pl.checkDefaultRefs(ds); err != nil {
+				return err
+			}
+			t := Target{DataSource: ds, Shard: n}
+			tmpl := pl.tmpl
+			if len(nodes) > 1 && pl.mergeTmpl != nil {
+				tmpl = pl.mergeTmpl
+			}
+			t.SQL, t.Params = pl.render(tmpl, v, pl.names(placement{g: n}), pl.slotFunc(b))
+			b.Targets = append(b.Targets, t)
+		}
+		return nil
+	}
+	// Tables that are not joined on their keys: exact only when every one of them is
+	// pinned to a single shard, all on one data source.
+	place := placement{}
+	ds := -1
+	for _, g := range rs.groups {
+		nodes := routing.Resolve(dest[g], g.nodes)
+		if len(nodes) == 0 {
+			nodes = []int{0}
+		}
+		if len(nodes) > 1 {
+			return pl.spanError(g)
+		}
+		d := g.refs[0].rule.Nodes[nodes[0]].DataSource
+		if ds >= 0 && d != ds {
+			return pl.spanError(g)
+		}
+		ds = d
+		place[g] = nodes[0]
+	}
+	if err := pl.checkDefaultRefs(ds); err != nil {
+		return err
+	}
+	t := Target{DataSource: ds, Shard: -1}
+	if len(rs.groups) == 1 {
+		for _, n := range place {
+			t.Shard = n
+		}
+	}
+	t.SQL, t.Params = pl.render(pl.tmpl, v, pl.names(place), pl.slotFunc(b))
+	b.Targets = []Target{t}
+	b.Destination = routing.DestinationShard(t.Shard)
+	return nil
+}
+
+// spanError refuses a statement whose tables are not joined on their sharding keys and
+// whose values do not pin them all to one data source.
+func (pl *Plan) spanError(g *group) error {
+	if len(pl.singleOnly) > 0 {
+		return unsupported("%s across shards", pl.singleOnly[0])
+	}
+	return unsupported("a statement over sharded tables %s that are not all joined on equal sharding keys (or not bound to the same placement), with values that do not pin them to one shard; the join or subquery spans shards", describeGroups(pl.route.groups))
+}
+
+func describeGroups(groups []*group) string {
+	var refs []*tableRef
+	for _, g := range groups {
+		refs = append(refs, g.refs...)
+	}
+	return describeRefs(refs)
+}
+
+// refuseMulti refuses, for a statement spanning n shards, the first construct that is
+// exact only on one.
+func (pl *Plan) refuseMulti(n int) error {
+	if len(pl.singleOnly) > 0 {
+		return unsupported("%s across shards (this statement spans %d shards; a condition on the sharding key that pins one shard makes it exact)", pl.singleOnly[0], n)
+	}
+	if pl.Kind == KindSelect && pl.merge == nil {
+		return unsupported("this SELECT across shards")
+	}
+	return nil
+}
+
+// checkDefaultRefs refuses tables of the default data source on a target elsewhere.
+func (pl *Plan) checkDefaultRefs(ds int) error {
+	for _, r := range pl.route.defaultRefs {
+		if r.rule.Nodes[0].DataSource != ds {
+			return unsupported("a statement joining sharded tables with %s, which lives only on the default data source, where these shards are not", r.name)
+		}
+	}
+	return nil
+}
+
+// bindUnsharded routes statements over broadcast and default tables only.
+func (pl *Plan) bindUnsharded(b *Bound, v *values) error {
+	rs := pl.route
+	def := pl.rules.DefaultDataSource()
+	var dss []int
+	switch {
+	case pl.Write && len(pl.refs) > 0 && pl.refs[0].rule.Kind == rules.KindBroadcast:
+		if len(rs.defaultRefs) > 0 {
+			return unsupported("a write to broadcast table %s that reads %s, which lives only on the default data source", pl.refs[0].name, rs.defaultRefs[0].name)
+		}
+		for d := range pl.rules.NumDataSources() {
+			dss = append(dss, d)
+		}
+		b.Broadcast = true
+		b.Destination = routing.DestinationAll{}
+	default:
+		dss = []int{def}
+		b.Destination = routing.DestinationShard(def)
+		if len(rs.defaultRefs) == 0 {
+			b.Destination = routing.DestinationAny{}
+		}
+	}
+	for _, ds := range dss {
+		t := Target{DataSource: ds, Shard: -1}
+		t.SQL, t.Params = pl.render(pl.tmpl, v, pl.names(nil), pl.slotFunc(b))
+		b.Targets = append(b.Targets, t)
+	}
+	return nil
+}
+
+// slotFunc returns the values of computed slots for b.
+func (pl *Plan) slotFunc(b *Bound) func(int) string {
+	return func(n int) string {
+		if n == slotLimit && b.Limit >= 0 {
+			if b.Offset > 0 {
+				return strconv.FormatInt(b.Limit+b.Offset, 10)
+			}
+			return strconv.FormatInt(b.Limit, 10)
+		}
+		return "ALL"
+	}
+}
+
+// bindMerge reads LIMIT and OFFSET for a merged SELECT, before its targets are
+// rendered with the LIMIT pushed down to each.
+func (pl *Plan) bindMerge(b *Bound, v *values) error {
+	m := pl.merge
+	b.Merge = m
+	if m.limit != nil {
+		n, ok, err := v.int64(*m.limit)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if n < 0 {
+				return pgErr("2201W", "LIMIT must not be negative")
+			}
+			b.Limit = n
+		}
+	}
+	if m.offset != nil {
+		n, ok, err := v.int64(*m.offset)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if n < 0 {
+				return pgErr("2201X", "OFFSET must not be negative")
+			}
+			b.Offset = n
+		}
+	}
+	return nil
+}

@@ -1,0 +1,118 @@
+package sqlplan
+
+import (
+	"container/list"
+	"sync"
+	"sync/atomic"
+)
+
+// planCache is a bounded least-recently-used cache of plans, in three namespaces:
+// 'E' extended-protocol texts, 'N' normalised simple-protocol texts, 'S' simple-protocol
+// texts kept as they are.
+type planCache struct {
+	mu struct {
+		sync.Mutex
+		maps  map[byte]map[string]*list.Element
+		order *list.List // front: most recently used
+	}
+	size         int
+	hits, misses atomic.Int64
+}
+
+type cacheEntry struct {
+	ns   byte
+	key  string
+	plan *Plan
+}
+
+func newPlanCache(size int) *planCache {
+	c := &planCache{size: size}
+	c.mu.maps = map[byte]map[string]*list.Element{'E': {}, 'N': {}, 'S': {}}
+	c.mu.order = list.New()
+	return c
+}
+
+func (c *planCache) get(key string, ns byte) (*Plan, bool) {
+	c.mu.Lock()
+	e, ok := c.mu.maps[ns][key]
+	if ok {
+		c.mu.order.MoveToFront(e)
+	}
+	c.mu.Unlock()
+	return c.result(e, ok)
+}
+
+// getBytes is get without converting key to a string (the map lookup does not copy it).
+func (c *planCache) getBytes(key []byte, ns byte) (*Plan, bool) {
+	c.mu.Lock()
+	e, ok := c.mu.maps[ns][string(key)]
+	if ok {
+		c.mu.order.MoveToFront(e)
+	}
+	c.mu.Unlock()
+	return c.result(e, ok)
+}
+
+func (c *planCache) result(e *list.Element, ok bool) (*Plan, bool) {
+	if !ok {
+		c.misses.Add(1)
+		return nil, false
+	}
+	c.hits.Add(1)
+	return e.Value.(*cacheEntry).plan, true
+}
+
+func (c *planCache) put(key string, ns byte, p *Plan) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.mu.maps[ns]
+	if e, ok := m[key]; ok {
+		e.Value.(*cacheEntry).plan = p
+		c.mu.order.MoveToFront(e)
+		return
+	}
+	m[key] = c.mu.order.PushFront(&cacheEntry{ns: ns, key: key, plan: p})
+	for c.mu.order.Len() > c.size {
+		old := c.mu.order.Back()
+		ent := old.Value.(*cacheEntry)
+		delete(c.mu.maps[ent.ns], ent.key)
+		c.mu.order.Remove(old)
+	}
+}
+
+func (c *planCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for ns := range c.mu.maps {
+		c.mu.maps[ns] = map[string]*list.Element{}
+	}
+	c.mu.order.Init()
+}
+
+func (c *planCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.order.Len()
+}
+
+// CacheStats are the plan cache's counters.
+type CacheStats struct {
+	Plans        int   // plans held
+	Hits, Misses int64 // lookups since the planner was made
+}
+
+// CacheStats returns the plan cache's counters (zero when the cache is off).
+func (p *Planner) CacheStats() CacheStats {
+	if p.cache == nil {
+		return CacheStats{}
+	}
+	return CacheStats{Plans: p.cache.len(), Hits: p.cache.hits.Load(), Misses: p.cache.misses.Load()}
+}
+
+// Invalidate empties the plan cache. Sessions call it after DDL, since a plan may depend
+// on a table's columns (INSERT without a column list) or its key type.
+func (p *Planner) Invalidate() {
+	if p.cache != nil {
+		p.cache.clear()
+	}
+}

@@ -1,0 +1,546 @@
+package sqlplan
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/shardlab/shardlab/routing"
+	"github.com/shardlab/shardlab/rules"
+)
+
+// ddlSpec holds the statements a DDL statement becomes, one per target, fixed at plan
+// time (DDL is planned each time it runs, never cached).
+type ddlSpec struct {
+	targets []Target
+}
+
+func (pl *Plan) bindDDL(b *Bound, _ *values) error {
+	b.Targets = append([]Target(nil), pl.ddl.targets...)
+	b.Destination = routing.DestinationAll{}
+	return nil
+}
+
+// isDDLNode reports whether a statement is planned as DDL (never normalised).
+func isDDLNode(n *pg.Node) bool {
+	switch n.Node.(type) {
+	case *pg.Node_SelectStmt, *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt,
+		*pg.Node_ExplainStmt, *pg.Node_CopyStmt, *pg.Node_TransactionStmt, *pg.Node_VariableSetStmt,
+		*pg.Node_VariableShowStmt, *pg.Node_DiscardStmt, *pg.Node_LockStmt:
+		return false
+	}
+	return true
+}
+
+// allDataSources lists statement types that go to every data source as they are:
+// objects that are not tables (schemas, functions, types, extensions, sequences).
+func allDataSources(n *pg.Node) bool {
+	switch n.Node.(type) {
+	case *pg.Node_CreateSchemaStmt, *pg.Node_CreateFunctionStmt, *pg.Node_CreateExtensionStmt,
+		*pg.Node_CreateSeqStmt, *pg.Node_AlterSeqStmt, *pg.Node_DefineStmt, *pg.Node_CompositeTypeStmt,
+		*pg.Node_CreateEnumStmt, *pg.Node_AlterEnumStmt, *pg.Node_CreateDomainStmt, *pg.Node_AlterFunctionStmt,
+		*pg.Node_AlterExtensionStmt, *pg.Node_CreateRangeStmt, *pg.Node_AlterDefaultPrivilegesStmt,
+		*pg.Node_CreateCastStmt, *pg.Node_CreateOpClassStmt, *pg.Node_CreateOpFamilyStmt,
+		*pg.Node_CreateConversionStmt, *pg.Node_CreateTransformStmt:
+		return true
+	}
+	return false
+}
+
+func (a *analyzer) analyzeDDL(stmt *pg.Node) error {
+	a.plan.Kind, a.plan.Write = KindDDL, true
+	a.plan.ddl = &ddlSpec{}
+	if allDataSources(stmt) {
+		a.everyDataSource(a.sql)
+		return nil
+	}
+	switch n := stmt.Node.(type) {
+	case *pg.Node_CreateStmt:
+		return a.createTable(stmt, n.CreateStmt)
+	case *pg.Node_IndexStmt:
+		a.plan.NoTransaction = n.IndexStmt.Concurrent
+		return a.createIndex(stmt, n.IndexStmt)
+	case *pg.Node_AlterTableStmt:
+		return a.alterTable(stmt, n.AlterTableStmt)
+	case *pg.Node_RenameStmt:
+		return a.rename(stmt, n.RenameStmt)
+	case *pg.Node_DropStmt:
+		a.plan.NoTransaction = n.DropStmt.Concurrent
+		return a.drop(stmt, n.DropStmt)
+	case *pg.Node_TruncateStmt:
+		return a.perDataSource(stmt, n.TruncateStmt.Relations, "TRUNCATE")
+	case *pg.Node_VacuumStmt:
+		a.plan.NoTransaction = true
+		var rels []*pg.Node
+		for _, r := range n.VacuumStmt.Rels {
+			rels = append(rels, &pg.Node{Node: &pg.Node_RangeVar{RangeVar: r.GetVacuumRelation().Relation}})
+		}
+		if len(rels) == 0 {
+			a.everyDataSource(a.sql)
+			return nil
+		}
+		return a.perDataSourceVacuum(stmt, n.VacuumStmt)
+	case *pg.Node_ViewStmt:
+		return a.createView(n.ViewStmt)
+	case *pg.Node_CreateTableAsStmt:
+		return a.createTableAs(n.CreateTableAsStmt)
+	case *pg.Node_CommentStmt, *pg.Node_GrantStmt, *pg.Node_GrantRoleStmt, *pg.Node_CreateRoleStmt,
+		*pg.Node_AlterRoleStmt, *pg.Node_DropRoleStmt, *pg.Node_CreatePolicyStmt, *pg.Node_AlterOwnerStmt,
+		*pg.Node_AlterObjectSchemaStmt, *pg.Node_CreateTrigStmt, *pg.Node_RuleStmt, *pg.Node_CreateStatsStmt:
+		a.everyDataSource(a.sql)
+		return nil
+	}
+	return unsupported("the statement %s", statementName(stmt))
+}
+
+func statementName(n *pg.Node) string {
+	name := fmt.Sprintf("%T", n.Node)
+	name = strings.TrimPrefix(name, "*pg_query.Node_")
+	return name
+}
+
+// everyDataSource sends sql as it is to every data source, in order.
+func (a *analyzer) everyDataSource(sql string) {
+	for d := range a.p.rules.NumDataSources() {
+		a.plan.ddl.targets = append(a.plan.ddl.targets, Target{DataSource: d, Shard: -1, SQL: sql})
+	}
+}
+
+// deparse prints a statement back as SQL.
+func (a *analyzer) deparse(stmt *pg.Node) (string, error) {
+	s, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: stmt}}})
+	if err != nil {
+		return "", unsupported("a statement the rewriter cannot print back as SQL: %v", err)
+	}
+	return s, nil
+}
+
+// ddlRef registers a table named in DDL.
+func (a *analyzer) ddlRef(rv *pg.RangeVar) (*tableRef, error) {
+	r, err := a.addRefNoCatalog(rv)
+	if err != nil {
+		return nil, err
+	}
+	r.inDDL = true
+	return r, nil
+}
+
+// addRefNoCatalog registers a reference without reading key types from the catalog
+// (the table may not exist yet).
+func (a *analyzer) addRefNoCatalog(rv *pg.RangeVar) (*tableRef, error) {
+	r := &tableRef{rule: a.p.rules.Lookup(rv.Relname), name: rv.Relname, schema: rv.Schemaname, index: len(a.plan.refs), rangeVar: rv}
+	a.plan.refs = append(a.plan.refs, r)
+	a.plan.Tables = appendUnique(a.plan.Tables, r.name)
+	return r, nil
+}
+
+// perNode sends the statement once per physical table of ref: renamed when the
+// physical name differs, on the data source that holds it. A broadcast table gets it on
+// every data source; a default table on the default one.
+func (a *analyzer) perNode(stmt *pg.Node, ref *tableRef, rename func(phys string, node int)) error {
+	for i, n := range ref.rule.Nodes {
+		sql := a.sql
+		if n.Table != ref.name {
+			rename(n.Table, i)
+			s, err := a.deparse(stmt)
+			if err != nil {
+				return err
+			}
+			sql = s
+			rename(ref.name, -1)
+		}
+		shard := -1
+		if ref.sharded() {
+			shard = i
+		}
+		a.plan.ddl.targets = append(a.plan.ddl.targets, Target{DataSource: n.DataSource, Shard: shard, SQL: sql})
+	}
+	return nil
+}
+
+func (a *analyzer) createTable(stmt *pg.Node, c *pg.CreateStmt) error {
+	ref, err := a.ddlRef(c.Relation)
+	if err != nil {
+		return err
+	}
+	if ref.sharded() {
+		if c.Partbound != nil || len(c.InhRelations) > 0 {
+			return unsupported("a sharded table %s that is a partition or inherits", ref.name)
+		}
+		keys := ref.rule.KeyColumns()
+		check := func(con *pg.Constraint, column string) error {
+			switch con.Contype {
+			case pg.ConstrType_CONSTR_PRIMARY, pg.ConstrType_CONSTR_UNIQUE:
+				cols := []string{column}
+				if column == "" {
+					cols = nil
+					for _, k := range con.Keys {
+						cols = append(cols, k.GetString_().Sval)
+					}
+				}
+				for _, k := range keys {
+					if !slices.Contains(cols, k) {
+						kind := "UNIQUE"
+						if con.Contype == pg.ConstrType_CONSTR_PRIMARY {
+							kind = "PRIMARY KEY"
+						}
+						return unsupported("a %s constraint on (%s) of sharded table %s without its sharding key %s: uniqueness cannot hold across shards", kind, strings.Join(cols, ", "), ref.name, k)
+					}
+				}
+			case pg.ConstrType_CONSTR_EXCLUSION:
+				return unsupported("an exclusion constraint on sharded table %s", ref.name)
+			}
+			return nil
+		}
+		for _, e := range c.TableElts {
+			if cd := e.GetColumnDef(); cd != nil {
+				for _, con := range cd.Constraints {
+					if err := check(con.GetConstraint(), cd.Colname); err != nil {
+						return err
+					}
+				}
+			}
+			if con := e.GetConstraint(); con != nil {
+				if err := check(con, ""); err != nil {
+					return err
+				}
+			}
+		}
+		for _, con := range c.Constraints {
+			if err := check(con.GetConstraint(), ""); err != nil {
+				return err
+			}
+		}
+	}
+	return a.perNode(stmt, ref, func(phys string, _ int) { c.Relation.Relname = phys })
+}
+
+func (a *analyzer) createIndex(stmt *pg.Node, ix *pg.IndexStmt) error {
+	ref, err := a.ddlRef(ix.Relation)
+	if err != nil {
+		return err
+	}
+	if ref.sharded() && (ix.Unique || ix.Primary) {
+		var cols []string
+		for _, p := range ix.IndexParams {
+			cols = append(cols, p.GetIndexElem().Name)
+		}
+		for _, k := range ref.rule.KeyColumns() {
+			if !slices.Contains(cols, k) {
+				return unsupported("a unique index on (%s) of sharded table %s without its sharding key %s: uniqueness cannot hold across shards", strings.Join(cols, ", "), ref.name, k)
+			}
+		}
+	}
+	name := ix.Idxname
+	return a.perNode(stmt, ref, func(phys string, node int) {
+		ix.Relation.Relname = phys
+		// Index names are per schema: two physical tables in one database need two.
+		if name != "" && node >= 0 {
+			ix.Idxname = name + strings.TrimPrefix(phys, ref.name)
+		} else {
+			ix.Idxname = name
+		}
+	})
+}
+
+func (a *analyzer) alterTable(stmt *pg.Node, at *pg.AlterTableStmt) error {
+	if at.Objtype != pg.ObjectType_OBJECT_TABLE {
+		a.everyDataSource(a.sql)
+		return nil
+	}
+	ref, err := a.ddlRef(at.Relation)
+	if err != nil {
+		return err
+	}
+	if ref.sharded() {
+		keys := ref.rule.KeyColumns()
+		for _, c := range at.Cmds {
+			cmd := c.GetAlterTableCmd()
+			var cons []*pg.Constraint
+			column := ""
+			if con := cmd.Def.GetConstraint(); con != nil {
+				cons = append(cons, con)
+			}
+			if cd := cmd.Def.GetColumnDef(); cd != nil {
+				column = cd.Colname
+				for _, con := range cd.Constraints {
+					cons = append(cons, con.GetConstraint())
+				}
+			}
+			for _, con := range cons {
+				if con.Contype != pg.ConstrType_CONSTR_PRIMARY && con.Contype != pg.ConstrType_CONSTR_UNIQUE {
+					continue
+				}
+				cols := []string{column}
+				if len(con.Keys) > 0 {
+					cols = nil
+					for _, k := range con.Keys {
+						cols = append(cols, k.GetString_().Sval)
+					}
+				}
+				for _, k := range keys {
+					if !slices.Contains(cols, k) {
+						return unsupported("a unique constraint on (%s) of sharded table %s without its sharding key %s: uniqueness cannot hold across shards", strings.Join(cols, ", "), ref.name, k)
+					}
+				}
+			}
+			if cmd.Subtype == pg.AlterTableType_AT_AlterColumnType || cmd.Subtype == pg.AlterTableType_AT_DropColumn {
+				if slices.Contains(keys, cmd.Name) {
+					return unsupported("changing or dropping sharding column %s.%s", ref.name, cmd.Name)
+				}
+			}
+		}
+	}
+	return a.perNode(stmt, ref, func(phys string, _ int) { at.Relation.Relname = phys })
+}
+
+func (a *analyzer) rename(stmt *pg.Node, rn *pg.RenameStmt) error {
+	if rn.Relation == nil {
+		a.everyDataSource(a.sql)
+		return nil
+	}
+	ref, err := a.ddlRef(rn.Relation)
+	if err != nil {
+		return err
+	}
+	if ref.rule.Kind != rules.KindDefault {
+		switch rn.RenameType {
+		case pg.ObjectType_OBJECT_TABLE:
+			return unsupported("renaming %s table %s: the sharding rules name it", ref.rule.Kind, ref.name)
+		case pg.ObjectType_OBJECT_COLUMN:
+			if slices.Contains(ref.rule.KeyColumns(), rn.Subname) {
+				return unsupported("renaming sharding column %s.%s: the sharding rules name it", ref.name, rn.Subname)
+			}
+		}
+	}
+	return a.perNode(stmt, ref, func(phys string, _ int) { rn.Relation.Relname = phys })
+}
+
+// drop handles DROP TABLE (each data source drops the physical tables it holds) and
+// other DROPs (every data source).
+func (a *analyzer) drop(stmt *pg.Node, d *pg.DropStmt) error {
+	if d.RemoveType != pg.ObjectType_OBJECT_TABLE {
+		a.everyDataSource(a.sql)
+		return nil
+	}
+	perDS := map[int][]*pg.Node{}
+	for _, obj := range d.Objects {
+		parts := obj.GetList().Items
+		name := parts[len(parts)-1].GetString_().Sval
+		schema := ""
+		if len(parts) > 1 {
+			schema = parts[len(parts)-2].GetString_().Sval
+		}
+		rule := a.p.rules.Lookup(name)
+		a.plan.Tables = appendUnique(a.plan.Tables, name)
+		for _, n := range rule.Nodes {
+			var items []*pg.Node
+			if schema != "" {
+				items = append(items, pg.MakeStrNode(schema))
+			}
+			items = append(items, pg.MakeStrNode(n.Table))
+			perDS[n.DataSource] = append(perDS[n.DataSource], pg.MakeListNode(items))
+		}
+	}
+	return a.emitPerDataSource(perDS, func(objs []*pg.Node) { d.Objects = objs }, stmt)
+}
+
+// emitPerDataSource makes one statement per data source, in data source order.
+func (a *analyzer) emitPerDataSource(perDS map[int][]*pg.Node, set func([]*pg.Node), stmt *pg.Node) error {
+	for ds := range a.p.rules.NumDataSources() {
+		objs, ok := perDS[ds]
+		if !ok {
+			continue
+		}
+		set(objs)
+		sql, err := a.deparse(stmt)
+		if err != nil {
+			return err
+		}
+		a.plan.ddl.targets = append(a.plan.ddl.targets, Target{DataSource: ds, Shard: -1, SQL: sql})
+	}
+	return nil
+}
+
+// perDataSource handles statements over a list of tables (TRUNCATE): each data source
+// gets the physical tables it holds.
+func (a *analyzer) perDataSource(stmt *pg.Node, rels []*pg.Node, _ string) error {
+	perDS := map[int][]*pg.Node{}
+	for _, r := range rels {
+		rv := r.GetRangeVar()
+		rule := a.p.rules.Lookup(rv.Relname)
+		a.plan.Tables = appendUnique(a.plan.Tables, rv.Relname)
+		for _, n := range rule.Nodes {
+			c := cloneNode(r)
+			c.GetRangeVar().Relname = n.Table
+			perDS[n.DataSource] = append(perDS[n.DataSource], c)
+		}
+	}
+	t := stmt.GetTruncateStmt()
+	return a.emitPerDataSource(perDS, func(objs []*pg.Node) { t.Relations = objs }, stmt)
+}
+
+func (a *analyzer) perDataSourceVacuum(stmt *pg.Node, v *pg.VacuumStmt) error {
+	perDS := map[int][]*pg.Node{}
+	for _, r := range v.Rels {
+		vr := r.GetVacuumRelation()
+		rule := a.p.rules.Lookup(vr.Relation.Relname)
+		a.plan.Tables = appendUnique(a.plan.Tables, vr.Relation.Relname)
+		for _, n := range rule.Nodes {
+			c := cloneNode(r)
+			c.GetVacuumRelation().Relation.Relname = n.Table
+			perDS[n.DataSource] = append(perDS[n.DataSource], c)
+		}
+	}
+	return a.emitPerDataSource(perDS, func(objs []*pg.Node) { v.Rels = objs }, stmt)
+}
+
+func (a *analyzer) createView(v *pg.ViewStmt) error {
+	s, err := a.collectSelect(v.Query.GetSelectStmt(), nil)
+	if err != nil {
+		return err
+	}
+	for _, r := range s.refs {
+		if r.sharded() {
+			return unsupported("a view over sharded table %s: each shard would see only its own rows", r.name)
+		}
+	}
+	if a.p.rules.Lookup(v.View.Relname).Kind != rules.KindDefault {
+		return unsupported("a view named like sharded or broadcast table %s", v.View.Relname)
+	}
+	a.plan.ddl.targets = []Target{{DataSource: a.p.rules.DefaultDataSource(), Shard: -1, SQL: a.sql}}
+	return nil
+}
+
+func (a *analyzer) createTableAs(c *pg.CreateTableAsStmt) error {
+	if rel := c.Into.GetRel(); rel != nil && a.p.rules.Lookup(rel.Relname).Kind != rules.KindDefault {
+		return unsupported("CREATE TABLE ... AS for sharded or broadcast table %s: create it, then INSERT", rel.Relname)
+	}
+	if sel := c.Query.GetSelectStmt(); sel != nil {
+		if _, err := a.collectSelect(sel, nil); err != nil {
+			return err
+		}
+	}
+	for _, r := range a.plan.refs {
+		if r.sharded() || r.rule.Nodes[0].DataSource != a.p.rules.DefaultDataSource() && r.rule.Kind == rules.KindDefault {
+			return unsupported("CREATE TABLE ... AS over sharded table %s", r.name)
+		}
+	}
+	a.plan.ddl.targets = []Target{{DataSource: a.p.rules.DefaultDataSource(), Shard: -1, SQL: a.sql}}
+	return nil
+}
+
+// analyzeLock routes LOCK TABLE to the data sources holding the tables.
+func (a *analyzer) analyzeLock(l *pg.LockStmt) error {
+	a.plan.Kind = KindDDL
+	a.plan.ddl = &ddlSpec{}
+	perDS := map[int][]*pg.Node{}
+	for _, r := range l.Relations {
+		rv := r.GetRangeVar()
+		rule := a.p.rules.Lookup(rv.Relname)
+		for _, n := range rule.Nodes {
+			c := cloneNode(r)
+			c.GetRangeVar().Relname = n.Table
+			perDS[n.DataSource] = append(perDS[n.DataSource], c)
+		}
+	}
+	stmt := &pg.Node{Node: &pg.Node_LockStmt{LockStmt: l}}
+	if err := a.emitPerDataSource(perDS, func(objs []*pg.Node) { l.Relations = objs }, stmt); err != nil {
+		return err
+	}
+	a.plan.Kind = KindLock
+	return nil
+}
+
+// analyzeExplain plans EXPLAIN of a statement that runs on one target.
+func (a *analyzer) analyzeExplain(e *pg.ExplainStmt) error {
+	switch q := e.Query.Node.(type) {
+	case *pg.Node_SelectStmt:
+		if err := a.analyzeSelect(q.SelectStmt); err != nil {
+			return err
+		}
+	case *pg.Node_UpdateStmt:
+		if err := a.analyzeUpdate(q.UpdateStmt); err != nil {
+			return err
+		}
+	case *pg.Node_DeleteStmt:
+		if err := a.analyzeDelete(q.DeleteStmt); err != nil {
+			return err
+		}
+	default:
+		return unsupported("EXPLAIN of this statement type")
+	}
+	a.plan.Kind = KindExplain
+	a.plan.merge, a.plan.mergeTmpl, a.plan.keyUpdates = nil, nil, nil
+	a.plan.tmpl = nil
+	return a.singleTemplate(&pg.Node{Node: &pg.Node_ExplainStmt{ExplainStmt: e}})
+}
+
+// analyzeCopy describes COPY ... FROM STDIN and COPY ... TO STDOUT.
+func (a *analyzer) analyzeCopy(c *pg.CopyStmt) error {
+	a.plan.Kind = KindCopy
+	if c.IsProgram || c.Filename != "" {
+		return unsupported("COPY to or from a server file or program; use STDIN and STDOUT")
+	}
+	spec := &CopySpec{From: c.IsFrom}
+	a.plan.Copy = spec
+	a.plan.Write = c.IsFrom
+	if c.Relation == nil {
+		return unsupported("COPY (query) TO STDOUT")
+	}
+	spec.Table = a.p.rules.Lookup(c.Relation.Relname)
+	a.plan.Tables = appendUnique(a.plan.Tables, c.Relation.Relname)
+	for _, col := range c.Attlist {
+		spec.Columns = append(spec.Columns, col.GetString_().Sval)
+	}
+	for _, o := range c.Options {
+		de := o.GetDefElem()
+		spec.Options = append(spec.Options, CopyOption{Name: de.Defname, Value: defElemValue(de)})
+	}
+	stmt := &pg.Node{Node: &pg.Node_CopyStmt{CopyStmt: c}}
+	name := c.Relation.Relname
+	for _, n := range spec.Table.Nodes {
+		sql := a.sql
+		if n.Table != name {
+			c.Relation.Relname = n.Table
+			s, err := a.deparse(stmt)
+			if err != nil {
+				return err
+			}
+			sql = s
+			c.Relation.Relname = name
+		}
+		spec.SQL = append(spec.SQL, sql)
+	}
+	return nil
+}
+
+// CopyOption is one option of COPY ... WITH (...), such as format csv.
+type CopyOption struct {
+	Name, Value string
+}
+
+func defElemValue(de *pg.DefElem) string {
+	if de.Arg == nil {
+		return ""
+	}
+	switch v := de.Arg.Node.(type) {
+	case *pg.Node_String_:
+		return v.String_.Sval
+	case *pg.Node_Integer:
+		return fmt.Sprint(v.Integer.Ival)
+	case *pg.Node_Boolean:
+		return fmt.Sprint(v.Boolean.Boolval)
+	case *pg.Node_AStar:
+		return "*"
+	case *pg.Node_List:
+		var parts []string
+		for _, item := range v.List.Items {
+			parts = append(parts, item.GetString_().Sval)
+		}
+		return strings.Join(parts, ",")
+	}
+	return ""
+}

@@ -1,0 +1,225 @@
+// Package sqlplan turns SQL written against logical tables into plans that run on the
+// physical shards: which shards, which rewritten SQL, and how to merge their answers.
+//
+// It parses with PostgreSQL's own grammar (pg_query), finds the tables and the
+// sharding-key conditions of SELECT, INSERT, UPDATE and DELETE, routes them with
+// package rules, rewrites table names, and describes cross-shard merges (merge-sort,
+// aggregates, DISTINCT, LIMIT) that package sqlexec carries out.
+//
+// Its rule is the project's: a statement is answered exactly as one database would
+// answer it, or refused with SQLSTATE 0A000 naming the construct. Some refusals depend
+// on values only known at bind time (a window function is fine when the key pins one
+// shard, not when the statement spans several), so Bind can refuse too.
+//
+// Plans are cached, bounded, by statement text. Simple-protocol statements carry their
+// values inline; the cache replaces literals by parameters first (see normalize), so
+// `SELECT c FROM sbtest1 WHERE id=42` and `... id=43` share one plan.
+package sqlplan
+
+import (
+	"context"
+
+	"fmt"
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"strings"
+
+	"github.com/shardlab/shardlab/routing"
+	"github.com/shardlab/shardlab/rules"
+)
+
+// Kind classifies a statement.
+type Kind int
+
+// Statement kinds.
+const (
+	KindEmpty       Kind = iota // nothing but comments
+	KindSelect                  // SELECT, VALUES, TABLE
+	KindInsert                  // INSERT
+	KindUpdate                  // UPDATE
+	KindDelete                  // DELETE
+	KindDDL                     // CREATE, ALTER, DROP, TRUNCATE, VACUUM, ANALYZE, COMMENT, GRANT ...
+	KindTransaction             // BEGIN, COMMIT, ROLLBACK, SAVEPOINT ...: the session handles it
+	KindSet                     // SET, RESET: session state, replayed on every backend the session uses
+	KindShow                    // SHOW: any backend answers
+	KindCopy                    // COPY: the session streams it (see Plan.Copy)
+	KindExplain                 // EXPLAIN of a statement that runs on one target
+	KindDiscard                 // DISCARD
+	KindLock                    // LOCK TABLE
+)
+
+var kindNames = [...]string{"empty", "select", "insert", "update", "delete", "ddl", "transaction", "set", "show", "copy", "explain", "discard", "lock"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// TxKind says which transaction-control statement a KindTransaction plan is.
+type TxKind int
+
+// Transaction statements.
+const (
+	TxNone TxKind = iota
+	TxBegin
+	TxCommit
+	TxRollback
+	TxSavepoint
+	TxRelease
+	TxRollbackTo
+	TxPrepare         // PREPARE TRANSACTION: refused, the sharding layer runs its own 2PC
+	TxCommitPrepared  // COMMIT PREPARED: likewise
+	TxRollbackPrepare // ROLLBACK PREPARED: likewise
+)
+
+// Catalog answers what a plan needs to know about tables that their rules do not say.
+// Implementations cache; package sqlexec has one that reads a shard's catalog.
+type Catalog interface {
+	// KeyType returns the type of a table's sharding column as PostgreSQL declares it
+	// (for rules that leave the type out). It returns a 42P01 *pgconn.PgError for a
+	// table that does not exist.
+	KeyType(ctx context.Context, table *rules.TableRule, column string) (rules.KeyType, error)
+	// Columns returns a table's column names in order (for INSERT without a column list).
+	Columns(ctx context.Context, table *rules.TableRule) ([]string, error)
+	// IsAggregate reports whether an unqualified function name is an aggregate, built in
+	// or user-defined, so that a user's aggregate is not mistaken for a plain function.
+	IsAggregate(ctx context.Context, name string) (bool, error)
+}
+
+// Plan is a planned statement. It is immutable and shared by every execution of the
+// same statement text; Bind fixes the values of one execution.
+type Plan struct {
+	Kind Kind
+	// SQL is the statement as the client sent it (one statement).
+	SQL string
+	// Tables are the logical tables the statement names, in order of appearance.
+	Tables []string
+	// Write is true for statements that change data or schema.
+	Write bool
+	// NoTransaction is set for statements PostgreSQL refuses inside a transaction block
+	// (VACUUM, CREATE INDEX CONCURRENTLY): they are never wrapped in one.
+	NoTransaction bool
+	// Tx is set for KindTransaction.
+	Tx TxKind
+	// NumParams is the number of $n parameters the statement takes.
+	NumParams int
+	// Copy describes a COPY statement (KindCopy).
+	Copy *CopySpec
+
+	rules      *rules.Compiled
+	normalized bool        // values are literals of the statement text (simple protocol)
+	litKinds   []tokKind   // for a normalised plan: the kind of each literal
+	pinned     []pinnedLit // literals whose value the plan depends on
+	refs       []*tableRef // every table reference, in AST order
+	route      *routeSpec
+	merge      *MergeSpec
+	insert     *insertSpec
+	keyUpdates []keyUpdate // assignments to a sharding key (UPDATE, ON CONFLICT)
+	tmpl       *template   // nil: every target runs the client's text unchanged
+	mergeTmpl  *template   // the statement each shard runs when a merge combines them
+	ddl        *ddlSpec
+	// singleOnly lists constructs that are exact only on one target; Bind refuses the
+	// plan, naming the first, when the values make it span several.
+	singleOnly []string
+	// refuse, when set, is returned by every Bind: a construct no target can answer.
+	refuse error
+}
+
+// pinnedLit is a literal whose text the plan was made for (ORDER BY 1 names a column):
+// a statement differing there needs a plan of its own.
+type pinnedLit struct {
+	index int // 0-based literal index
+	text  string
+}
+
+// CopySpec describes COPY ... FROM STDIN or TO STDOUT.
+type CopySpec struct {
+	Table   *rules.TableRule
+	Columns []string // the column list, or nil for every column
+	From    bool     // COPY FROM STDIN (load); false: COPY TO STDOUT
+	// Options are the statement's WITH (...) options.
+	Options []CopyOption
+	// SQL is the statement for each of Table's nodes (physical tables), in node order.
+	SQL []string
+}
+
+// tableRef is one reference to a logical table in a statement.
+type tableRef struct {
+	rule   *rules.TableRule
+	name   string // as written (relname)
+	alias  string // the alias, or "" when none
+	schema string
+	scope  *scope
+	// keyTypes are the sharding columns' types, from the rule or the catalog.
+	keyTypes map[string]rules.KeyType
+	index    int // position in Plan.refs
+	// inDDL is set for references in DDL, which take no alias.
+	inDDL bool
+	// rangeVar is the reference in the parse tree, renamed to a marker for templates.
+	rangeVar *pg.RangeVar
+}
+
+func (r *tableRef) sharded() bool { return r.rule.Kind == rules.KindSharded }
+
+// qualifier is the name a column reference uses for this table.
+func (r *tableRef) qualifier() string {
+	if r.alias != "" {
+		return r.alias
+	}
+	return r.name
+}
+
+// Explain describes the plan: its kind, the tables, and what is known without values.
+func (p *Plan) Explain() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s", p.Kind)
+	for _, r := range p.refs {
+		fmt.Fprintf(&b, " %s(%s)", r.name, r.rule.Kind)
+	}
+	if p.merge != nil {
+		fmt.Fprintf(&b, "; merge: %s", p.merge)
+	}
+	if len(p.singleOnly) > 0 {
+		fmt.Fprintf(&b, "; one shard only: %s", strings.Join(p.singleOnly, ", "))
+	}
+	return b.String()
+}
+
+// Destination is where a bound statement runs: the data sources, with for each the
+// shard (physical table set) it runs against.
+type Target struct {
+	// DataSource is the index of the data source the statement runs on.
+	DataSource int
+	// Shard is the shard (node) index of the statement's sharded tables, or -1 when the
+	// target is a whole data source (broadcast, default or DDL statements).
+	Shard int
+	// SQL is the statement for this target.
+	SQL string
+	// Params maps the target's $1, $2 ... to the client's parameters (0-based indexes);
+	// nil means the client's parameters, unchanged.
+	Params []int
+	// rowOrder is, for a split multi-row INSERT, the client's row index of each row this
+	// target inserts (to put RETURNING rows back in the client's order).
+	RowOrder []int
+}
+
+// Bound is a plan with the values of one execution: the targets and how to merge.
+type Bound struct {
+	Plan    *Plan
+	Targets []Target
+	// Merge is how to combine the targets' rows into the answer; nil when one target
+	// answers alone or rows are simply concatenated (writes with RETURNING).
+	Merge *MergeSpec
+	// Limit and Offset are the values of the statement's LIMIT and OFFSET when Merge
+	// applies them (-1: none).
+	Limit, Offset int64
+	// Broadcast is set when the targets are copies of one table (a write to a
+	// broadcast table): the first target's answer is the client's answer.
+	Broadcast bool
+	// Destination is the routing answer, for explaining.
+	Destination routing.Destination
+}
+
+// MultiTarget reports whether the bound statement runs on more than one target.
+func (b *Bound) MultiTarget() bool { return len(b.Targets) > 1 }

@@ -1,0 +1,227 @@
+package sqlplan
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/shardlab/shardlab/rules"
+)
+
+// Options tunes a Planner. The zero value is usable.
+type Options struct {
+	// CacheSize bounds the plan cache, in plans; default DefaultCacheSize. Negative
+	// turns the cache off.
+	CacheSize int
+}
+
+// DefaultCacheSize is the plan cache's default bound.
+const DefaultCacheSize = 4096
+
+// Planner plans statements against a set of rules. It is safe for concurrent use.
+type Planner struct {
+	rules *rules.Compiled
+	cat   Catalog
+	cache *planCache
+
+	bufs sync.Pool // *[]byte keys for cache lookups
+}
+
+// New returns a planner over compiled rules. cat answers what the rules leave out
+// (column types and order, which functions are aggregates); it may be nil when every
+// sharding column has a declared type, every INSERT names its columns and no query
+// calls a user-defined aggregate across shards.
+func New(r *rules.Compiled, cat Catalog, o Options) *Planner {
+	size := o.CacheSize
+	if size == 0 {
+		size = DefaultCacheSize
+	}
+	p := &Planner{rules: r, cat: cat}
+	if size > 0 {
+		p.cache = newPlanCache(size)
+	}
+	p.bufs.New = func() any { b := make([]byte, 0, 256); return &b }
+	return p
+}
+
+// Rules returns the planner's rules.
+func (p *Planner) Rules() *rules.Compiled { return p.rules }
+
+// Prepare plans one extended-protocol statement: $1, $2 ... are parameters whose values
+// come with Bind. Plans are cached by text.
+func (p *Planner) Prepare(ctx context.Context, sql string) (*Plan, error) {
+	if p.cache != nil {
+		if pl, ok := p.cache.get(sql, 'E'); ok {
+			return pl, nil
+		}
+	}
+	pl, err := p.plan(ctx, sql, sql, false, nil)
+	if err != nil {
+		return nil, err
+	}
+	if p.cache != nil && cacheable(pl) {
+		p.cache.put(sql, 'E', pl)
+	}
+	return pl, nil
+}
+
+// Simple plans and binds one simple-protocol statement, whose values are literals in
+// its text. Statements that differ only in their literal values share a cached plan.
+// A string holding several statements must be split first (SplitStatements).
+func (p *Planner) Simple(ctx context.Context, sql string) (*Bound, error) {
+	pl, lits, err := p.PlanSimple(ctx, sql)
+	if err != nil {
+		return nil, err
+	}
+	return pl.bind(sql, lits, Args{})
+}
+
+// PlanSimple is Simple without the binding: the plan, and the literals of sql to bind
+// it with (BindSimple).
+func (p *Planner) PlanSimple(ctx context.Context, sql string) (*Plan, []Literal, error) {
+	bp := p.bufs.Get().(*[]byte)
+	defer p.bufs.Put(bp)
+	key, lits, ok := normalize((*bp)[:0], sql, nil)
+	*bp = key
+	if !ok {
+		// Not normalisable: plan the text as it is, cached by its full text.
+		if p.cache != nil {
+			if pl, hit := p.cache.get(sql, 'S'); hit {
+				return pl, nil, nil
+			}
+		}
+		pl, err := p.plan(ctx, sql, sql, false, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		if p.cache != nil && cacheable(pl) && len(sql) <= maxCachedText {
+			p.cache.put(sql, 'S', pl)
+		}
+		return pl, nil, nil
+	}
+	if p.cache != nil {
+		if pl, hit := p.cache.getBytes(key, 'N'); hit && pl.pinnedMatch(sql, lits) {
+			return pl, toLiterals(lits), nil
+		}
+	}
+	normalized := string(key[:strings.IndexByte(string(key), 0)])
+	pl, err := p.plan(ctx, sql, normalized, true, lits)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !pl.normalized {
+		// The normalised text did not parse (a literal where the grammar wants a
+		// constant): the plan is for this exact text.
+		if p.cache != nil && cacheable(pl) && len(sql) <= maxCachedText {
+			p.cache.put(sql, 'S', pl)
+		}
+		return pl, nil, nil
+	}
+	if p.cache != nil && cacheable(pl) && len(key) <= maxCachedText {
+		p.cache.put(string(key), 'N', pl)
+	}
+	return pl, toLiterals(lits), nil
+}
+
+// maxCachedText bounds the text of a cached statement; longer ones are planned each time.
+const maxCachedText = 16 << 10
+
+func cacheable(pl *Plan) bool { return pl.Kind != KindDDL }
+
+// Literal is a literal value of a simple-protocol statement: its place in the text.
+type Literal struct {
+	Start, End int
+	String     bool // a quoted string, else a number
+}
+
+func toLiterals(lits []literal) []Literal {
+	out := make([]Literal, len(lits))
+	for i, l := range lits {
+		out[i] = Literal{Start: l.start, End: l.end, String: l.kind == tokString}
+	}
+	return out
+}
+
+// pinnedMatch reports whether sql has the literal values the plan depends on.
+func (pl *Plan) pinnedMatch(sql string, lits []literal) bool {
+	for _, pin := range pl.pinned {
+		if pin.index >= len(lits) {
+			return false
+		}
+		l := lits[pin.index]
+		if sql[l.start:l.end] != pin.text {
+			return false
+		}
+	}
+	return true
+}
+
+// SplitStatements splits a simple-protocol query string into its statements, at
+// semicolons outside quotes and comments.
+func SplitStatements(sql string) []string { return splitStatements(sql) }
+
+// plan parses text (the client's sql, or its normalised form) and analyses it.
+func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, lits []literal) (*Plan, error) {
+	if strings.Contains(text, markerPrefix) {
+		return nil, unsupported("identifiers starting with %q are reserved by the sharding layer", markerPrefix)
+	}
+	tree, err := pg.Parse(text)
+	if err != nil && normalized {
+		// A literal stood where the grammar takes only a constant (SET x = 'y', say):
+		// plan the original text instead.
+		return p.plan(ctx, sql, sql, false, nil)
+	}
+	if err != nil {
+		return nil, syntaxError(err)
+	}
+	if normalized && len(tree.Stmts) == 1 && isDDLNode(tree.Stmts[0].Stmt) {
+		// DDL is planned each time, from its own text.
+		return p.plan(ctx, sql, sql, false, nil)
+	}
+	switch len(tree.Stmts) {
+	case 0:
+		return &Plan{Kind: KindEmpty, SQL: sql, rules: p.rules}, nil
+	case 1:
+	default:
+		return nil, pgErr(CodeSyntaxError, "cannot insert multiple commands into a prepared statement")
+	}
+	a := &analyzer{
+		ctx: ctx, p: p, sql: sql, text: text, normalized: normalized, lits: lits,
+		plan: &Plan{SQL: sql, rules: p.rules, normalized: normalized},
+		tree: tree,
+	}
+	if normalized {
+		for _, l := range lits {
+			a.plan.litKinds = append(a.plan.litKinds, l.kind)
+		}
+	}
+	if err := a.analyze(tree.Stmts[0].Stmt); err != nil {
+		var pe interface{ SQLState() string }
+		if errors.As(err, &pe) {
+			return nil, err
+		}
+		return nil, pgErr(CodeInternalError, "shardlab: %v", err)
+	}
+	a.plan.NumParams = a.maxParam
+	if normalized {
+		a.plan.NumParams = 0
+	}
+	return a.plan, nil
+}
+
+// literalText returns the value of literal i of sql: a string literal unquoted, a
+// number as written.
+func literalText(sql string, l Literal) string {
+	s := sql[l.Start:l.End]
+	if !l.String {
+		return s
+	}
+	s = s[1 : len(s)-1]
+	if strings.Contains(s, "''") {
+		s = strings.ReplaceAll(s, "''", "'")
+	}
+	return s
+}

@@ -1,0 +1,221 @@
+package sqlplan
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// A template is rewritten SQL with holes: the physical name of each table reference,
+// each parameter (renumbered per target, so that a target sends only the parameters
+// its statement uses), each literal of a normalised statement, and computed values
+// (the LIMIT pushed to each shard). It is made once per plan, by renaming tables to
+// markers in the parse tree, deparsing, and cutting the text at the markers; rendering
+// it for a target is string concatenation.
+
+// markerPrefix starts the identifiers that stand for table references in deparsed SQL.
+const markerPrefix = "__sl_t"
+
+// slotBase numbers the parameters that stand for computed values: $1000000 and up.
+const slotBase = 1_000_000
+
+// Computed slots.
+const (
+	slotLimit = iota // LIMIT offset+limit, pushed to each shard
+)
+
+type segKind uint8
+
+const (
+	segText segKind = iota
+	segParam
+	segLiteral
+	segTable
+	segSlot
+)
+
+type segment struct {
+	kind segKind
+	text string
+	n    int // parameter or literal number (1-based), table reference index, or slot
+}
+
+type template struct {
+	segs []segment
+}
+
+// markTables renames every table reference in the parse tree to its marker, adding an
+// alias with the logical name where there was none so that column references such as
+// t_order.id keep working against t_order_0.
+func (a *analyzer) markTables() {
+	for _, r := range a.plan.refs {
+		rv := r.rangeVar
+		if rv == nil {
+			continue
+		}
+		if rv.Alias == nil && !r.inDDL {
+			rv.Alias = &pg.Alias{Aliasname: rv.Relname}
+		}
+		rv.Relname = markerPrefix + strconv.Itoa(r.index)
+	}
+}
+
+// needsRename reports whether some reference's physical name differs from its logical
+// name on some target, so that the client's text cannot be sent as it is.
+func (a *analyzer) needsRename() bool {
+	for _, r := range a.plan.refs {
+		for _, n := range r.rule.Nodes {
+			if n.Table != r.name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// singleTemplate sets the template a statement runs with on one target: none when the
+// client's text can go as it is.
+func (a *analyzer) singleTemplate(stmt *pg.Node) error {
+	if !a.needsRename() {
+		return nil
+	}
+	t, err := a.makeTemplate(stmt)
+	if err != nil {
+		return err
+	}
+	a.plan.tmpl = t
+	return nil
+}
+
+// makeTemplate deparses a (marked) statement and cuts it into segments.
+func (a *analyzer) makeTemplate(stmt *pg.Node) (*template, error) {
+	text, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: stmt}}})
+	if err != nil {
+		return nil, unsupported("a statement the rewriter cannot print back as SQL: %v", err)
+	}
+	return a.cut(text), nil
+}
+
+// cut splits deparsed text at markers and parameters.
+func (a *analyzer) cut(text string) *template {
+	t := &template{}
+	l := lexer{s: text}
+	last := 0
+	flush := func(upto int) {
+		if upto > last {
+			t.segs = append(t.segs, segment{kind: segText, text: text[last:upto]})
+		}
+	}
+	for {
+		tok := l.next()
+		if tok.kind == tokEOF {
+			break
+		}
+		word := text[tok.start:tok.end]
+		switch {
+		case tok.kind == tokIdent && strings.HasPrefix(word, markerPrefix):
+			i, err := strconv.Atoi(word[len(markerPrefix):])
+			if err != nil {
+				continue
+			}
+			flush(tok.start)
+			t.segs = append(t.segs, segment{kind: segTable, n: i})
+			last = tok.end
+		case tok.kind == tokParam:
+			n, _ := strconv.Atoi(word[1:])
+			flush(tok.start)
+			switch {
+			case n >= slotBase:
+				t.segs = append(t.segs, segment{kind: segSlot, n: n - slotBase})
+			case a.normalized:
+				t.segs = append(t.segs, segment{kind: segLiteral, n: n})
+			default:
+				t.segs = append(t.segs, segment{kind: segParam, n: n})
+			}
+			last = tok.end
+		}
+	}
+	flush(len(text))
+	return t
+}
+
+// renderer fills a template's holes for one target.
+type renderer struct {
+	sql     string    // the client's text, for literals
+	lits    []Literal // the client's literals
+	table   func(ref int) string
+	slot    func(n int) string
+	params  []int // collected: target parameter i+1 is client parameter params[i]
+	renumOf map[int]int
+}
+
+func (r *renderer) render(t *template) string {
+	var b strings.Builder
+	for _, s := range t.segs {
+		switch s.kind {
+		case segText:
+			b.WriteString(s.text)
+		case segTable:
+			b.WriteString(quoteIdent(r.table(s.n)))
+		case segLiteral:
+			l := r.lits[s.n-1]
+			b.WriteString(r.sql[l.Start:l.End])
+		case segSlot:
+			b.WriteString(r.slot(s.n))
+		case segParam:
+			if r.renumOf == nil {
+				r.renumOf = map[int]int{}
+			}
+			k, ok := r.renumOf[s.n]
+			if !ok {
+				r.params = append(r.params, s.n-1)
+				k = len(r.params)
+				r.renumOf[s.n] = k
+			}
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(k))
+		}
+	}
+	return b.String()
+}
+
+// quoteIdent quotes a physical table name unless it is a plain lower-case identifier
+// that is not a keyword we know to be reserved.
+func quoteIdent(name string) string {
+	if plainIdent(name) && !reserved[name] {
+		return name
+	}
+	return pgx.Identifier{name}.Sanitize()
+}
+
+func plainIdent(s string) bool {
+	if s == "" || !(s[0] == '_' || (s[0] >= 'a' && s[0] <= 'z')) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) {
+			return false
+		}
+	}
+	return true
+}
+
+// reserved are PostgreSQL's reserved key words (and those reserved in table names),
+// which a table name must quote.
+var reserved = map[string]bool{}
+
+func init() {
+	for _, w := range strings.Fields(`all analyse analyze and any array as asc asymmetric authorization binary both
+		case cast check collate collation column concurrently constraint create cross current_catalog current_date
+		current_role current_schema current_time current_timestamp current_user default deferrable desc distinct do
+		else end except false fetch for foreign freeze from full grant group having ilike in initially inner
+		intersect into is isnull join lateral leading left like limit localtime localtimestamp natural not notnull
+		null offset on only or order outer overlaps placing primary references returning right select
+		session_user similar some symmetric system_user table tablesample then to trailing true union unique user
+		using variadic verbose when where window with`) {
+		reserved[w] = true
+	}
+}
