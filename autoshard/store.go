@@ -15,7 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sync/errgroup"
+	"github.com/shardlab/shardlab/routing"
+	"github.com/shardlab/shardlab/shardset"
 )
 
 // Block is one row of the block table: the block with hash Hash is block Idx
@@ -393,11 +394,12 @@ func (s *Store) WriteBatch(ctx context.Context, id string, blocks []Block) (Batc
 	s.fire("planned")
 
 	// Create the levels the plan needs, then route every block to its shard.
-	type task struct {
-		sh     *shard
-		blocks []Block
+	type levelTask struct {
+		level   int
+		buckets [][]Block // buckets[i] goes to shard i of the level
+		shards  []int     // the shards with a non-empty bucket
 	}
-	var tasks []task
+	var tasks []levelTask
 	for _, seg := range entry.plan {
 		for len(levels) <= seg.Level {
 			if err := s.openLevel(ctx, len(levels), true); err != nil {
@@ -408,37 +410,40 @@ func (s *Store) WriteBatch(ctx context.Context, id string, blocks []Block) (Batc
 			}
 		}
 		res.Levels = append(res.Levels, seg.Level)
-		buckets := make([][]Block, len(levels[seg.Level]))
+		lt := levelTask{level: seg.Level, buckets: make([][]Block, len(levels[seg.Level]))}
 		for _, b := range uniq[seg.Start:seg.End] {
 			i := ShardFor(b.Hash, seg.Level)
-			buckets[i] = append(buckets[i], b)
+			lt.buckets[i] = append(lt.buckets[i], b)
 		}
-		for i, bs := range buckets {
+		for i, bs := range lt.buckets {
 			if len(bs) > 0 {
-				tasks = append(tasks, task{sh: levels[seg.Level][i], blocks: bs})
+				lt.shards = append(lt.shards, i)
 			}
 		}
+		tasks = append(tasks, lt)
 	}
 
+	// One level after the other, each level's shards concurrently (shardset.Do); the
+	// first failure cancels the shard transactions not yet committed.
 	var inserted atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(s.opts.Concurrency)
-	for _, t := range tasks {
-		g.Go(func() error {
-			n, repeat, err := t.sh.apply(gctx, id, t.blocks)
+	for _, lt := range tasks {
+		shards := levels[lt.level]
+		err := shardset.Do(ctx, routing.NewShards(lt.shards...), len(shards), func(ctx context.Context, i int) error {
+			sh := shards[i]
+			n, repeat, err := sh.apply(ctx, id, lt.buckets[i])
 			if err != nil {
-				return fmt.Errorf("batch %q: level %d shard %d: %w", id, t.sh.level, t.sh.index, err)
+				return err
 			}
 			if !repeat {
-				atomic.AddInt64(&t.sh.rows, n)
+				atomic.AddInt64(&sh.rows, n)
 			}
 			inserted.Add(n)
 			s.fire("shard-committed")
 			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return res, err
+		}, shardset.WithLimit(s.opts.Concurrency), shardset.FailFast())
+		if err != nil {
+			return res, fmt.Errorf("batch %q: level %d: %w", id, lt.level, err)
+		}
 	}
 	s.fire("before-done")
 	res.Inserted = inserted.Load()

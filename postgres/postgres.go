@@ -49,6 +49,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/shardset"
 )
 
@@ -360,10 +361,10 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// OpenShards opens one Store per DSN, shard i at dsns[i], concurrently (at most 16
-// dials at a time) so that a few unreachable hosts cost one connect timeout, not one
-// each. When any shard fails, the others are closed and the error names every failed
-// shard: "open shard 1: postgres: postgres://u:xxxxx@host:5432/db: ...".
+// OpenShards opens one Store per DSN, shard i at dsns[i], concurrently (shardset.Do, at
+// most shardset.DefaultLimit dials at a time) so that a few unreachable hosts cost one
+// connect timeout, not one each. When any shard fails, the others are closed and the
+// error names every failed shard: "open shard 1: postgres: postgres://u:xxxxx@host:5432/db: ...".
 func OpenShards(ctx context.Context, dsns []string, opts Options) ([]*Store, error) {
 	if len(dsns) == 0 {
 		return nil, fmt.Errorf("%w: no DSNs", ErrBadDSN)
@@ -372,29 +373,29 @@ func OpenShards(ctx context.Context, dsns []string, opts Options) ([]*Store, err
 		return nil, err
 	}
 	stores := make([]*Store, len(dsns))
-	errs := make([]error, len(dsns))
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for i, dsn := range dsns {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			st, err := Open(ctx, dsn, opts)
-			if err != nil {
-				errs[i] = fmt.Errorf("open shard %d: %w", i, err)
-				return
-			}
-			stores[i] = st
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := shardset.Do(ctx, routing.DestinationAll{}, len(dsns), func(ctx context.Context, i int) error {
+		st, err := Open(ctx, dsns[i], opts)
+		if err != nil {
+			return err
+		}
+		stores[i] = st
+		return nil
+	})
+	if err != nil {
 		for _, st := range stores {
 			if st != nil {
 				st.Close()
 			}
 		}
-		return nil, err
+		var errs shardset.Errors
+		if !errors.As(err, &errs) {
+			return nil, err
+		}
+		failed := make([]error, len(errs))
+		for i, se := range errs {
+			failed[i] = fmt.Errorf("open shard %d: %w", se.Shard, se.Err)
+		}
+		return nil, errors.Join(failed...)
 	}
 	return stores, nil
 }
