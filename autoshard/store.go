@@ -17,6 +17,7 @@ import (
 
 	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/shardset"
+	"github.com/shardlab/shardlab/sqlite"
 )
 
 // Block is one row of the block table: the block with hash Hash is block Idx
@@ -70,7 +71,8 @@ type Store struct {
 	dir  string
 	opts Options
 
-	manifestW, manifestR *sql.DB
+	manifest             *sqlite.DB
+	manifestW, manifestR *sql.DB // manifest's writer and read pool
 
 	// writeMu serialises WriteBatch and Close; shard row counters change
 	// only under it.
@@ -121,10 +123,11 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	s := &Store{dir: dir, opts: opts}
-	s.manifestW, s.manifestR, err = openSQLite(ctx, filepath.Join(dir, "manifest.db"), opts.Sync, manifestSchema)
+	s.manifest, err = openSQLite(ctx, filepath.Join(dir, "manifest.db"), opts.Sync, manifestSchema)
 	if err != nil {
 		return nil, fmt.Errorf("open manifest: %w", err)
 	}
+	s.manifestW, s.manifestR = s.manifest.Writer(), s.manifest.Reader()
 	top, err := discoverTopLevel(dir)
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
@@ -514,8 +517,8 @@ func (s *Store) Close() error {
 	for _, shards := range s.mu.levels {
 		errs = append(errs, closeShards(shards))
 	}
-	if s.manifestW != nil {
-		errs = append(errs, s.manifestR.Close(), s.manifestW.Close())
+	if s.manifest != nil {
+		errs = append(errs, s.manifest.Close())
 	}
 	s.mu.closeErr = errors.Join(errs...)
 	return s.mu.closeErr

@@ -19,6 +19,7 @@ import (
 
 	"github.com/shardlab/shardlab/counters"
 	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/sqlite"
 )
 
 // target is a database the benchmark owns; every open returns a counter on
@@ -129,7 +130,8 @@ func openSQLiteTarget(cfg Config) (*sqliteTarget, error) {
 func (t *sqliteTarget) open(ctx context.Context, o counters.Options) (counters.Counter, error) {
 	t.runs++
 	path := filepath.Join(t.dir, fmt.Sprintf("run%d.db", t.runs))
-	return counters.OpenSQLite(ctx, path, o, counters.SQLiteOptions{ReadConns: t.readers})
+	// Full sync, as writeMeta reports: every measured increment waits for the disk.
+	return counters.OpenSQLite(ctx, path, o, counters.SQLiteOptions{Sync: sqlite.SyncFull, ReadConns: t.readers})
 }
 
 func (t *sqliteTarget) version(ctx context.Context) string {
