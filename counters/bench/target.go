@@ -53,11 +53,11 @@ func openPGTarget(ctx context.Context, cfg Config, stderr io.Writer) (*pgTarget,
 	}
 	fmt.Fprintf(stderr, "counterbench: created database %s\n", name)
 	t := &pgTarget{adminDSN: cfg.DSN, name: name}
-	pcfg, err := pgxpool.ParseConfig(dsn)
+	pcfg, err := postgres.PoolConfig(dsn, postgres.Options{PoolSize: int32(cfg.Pool)})
 	if err != nil {
 		return nil, t.failed(ctx, err)
 	}
-	pcfg.MaxConns = int32(cfg.Pool)
+	// Keep every connection open, so that no run pays for connecting.
 	pcfg.MinConns = int32(cfg.Pool)
 	if t.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return nil, t.failed(ctx, err)

@@ -283,7 +283,7 @@ func openCounter(ctx context.Context, c config, dsn string) (counters.Counter, e
 		return nil, err
 	}
 	if c.backend == "postgres" {
-		return counters.OpenPostgres(ctx, dsn, opts)
+		return counters.OpenPostgres(ctx, dsn, opts, postgres.Options{PoolSize: int32(c.pool)})
 	}
 	return counters.OpenSQLite(ctx, filepath.Join(c.data, "counters.db"), opts, counters.SQLiteOptions{})
 }
