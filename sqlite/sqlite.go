@@ -51,6 +51,10 @@ type Options struct {
 	ForeignKeys bool
 }
 
+// WithDefaults returns o with the defaults filled in, or an error wrapping ErrBadOptions,
+// so that a caller can check options before it creates anything.
+func (o Options) WithDefaults() (Options, error) { return o.withDefaults() }
+
 func (o Options) withDefaults() (Options, error) {
 	if o.Sync == "" {
 		o.Sync = SyncNormal
