@@ -193,27 +193,36 @@ func discoverTopLevel(dir string) (int, error) {
 	return top, nil
 }
 
-// openLevel opens (and, if create, creates) the 2^level shards of a level
-// and appends them to s.mu.levels. Callers open levels in order.
+// openLevel opens (and, if create, creates) the 2^level shards of a level,
+// Concurrency at a time, and appends them to s.mu.levels. Callers open levels
+// in order.
 func (s *Store) openLevel(ctx context.Context, level int, create bool) error {
 	if err := os.MkdirAll(levelDir(s.dir, level), 0o755); err != nil {
 		return fmt.Errorf("create level %d: %w", level, err)
 	}
-	n := 1 << level
-	shards := make([]*shard, 0, n)
-	for i := 0; i < n; i++ {
+	shards := make([]*shard, 1<<level)
+	err := shardset.Do(ctx, routing.DestinationAll{}, len(shards), func(ctx context.Context, i int) error {
 		p := shardPath(s.dir, level, i)
 		if !create {
 			if _, err := os.Stat(p); err != nil {
-				err = errors.Join(fmt.Errorf("%w: level %d shard %d: %w", ErrCorruptLayout, level, i, err), closeShards(shards))
-				return err
+				return fmt.Errorf("%w: %w", ErrCorruptLayout, err)
 			}
 		}
 		sh, err := openShard(ctx, p, level, i, s.opts.Sync)
 		if err != nil {
-			return errors.Join(fmt.Errorf("open level %d shard %d: %w", level, i, err), closeShards(shards))
+			return err
 		}
-		shards = append(shards, sh)
+		shards[i] = sh
+		return nil
+	}, shardset.WithLimit(s.opts.Concurrency), shardset.FailFast())
+	if err != nil {
+		var opened []*shard
+		for _, sh := range shards {
+			if sh != nil {
+				opened = append(opened, sh)
+			}
+		}
+		return errors.Join(fmt.Errorf("open level %d: %w", level, err), closeShards(opened))
 	}
 	s.mu.Lock()
 	s.mu.levels = append(s.mu.levels, shards)

@@ -152,16 +152,20 @@ func (s *Set) Health(ctx context.Context) []error {
 	return out
 }
 
-// Close closes every backend and returns the first error. Calling it again returns nil.
+// Close closes every backend, concurrently (see Do), and returns the first error in
+// shard order. Calling it again returns nil.
 func (s *Set) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	var first error
-	for i, b := range s.backends {
-		if err := b.Close(); err != nil && first == nil {
-			first = fmt.Errorf("close shard %d: %w", i, err)
-		}
+	// Closing a pool waits for its connections in use; one slow shard need not hold up
+	// the others.
+	err := Do(context.Background(), routing.DestinationAll{}, len(s.backends), func(_ context.Context, i int) error {
+		return s.backends[i].Close()
+	})
+	var errs Errors
+	if errors.As(err, &errs) {
+		return fmt.Errorf("close shard %d: %w", errs[0].Shard, errs[0].Err)
 	}
-	return first
+	return err
 }

@@ -22,6 +22,7 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
+	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/shardset"
 )
 
@@ -206,19 +207,40 @@ func ShardFile(dir string, i int) string {
 	return filepath.Join(dir, fmt.Sprintf("shard-%d.db", i))
 }
 
-// OpenShards opens n shard files in dir (created if needed), shard i at ShardFile(dir, i).
-// On error the shards already opened are closed.
+// OpenShards opens n shard files in dir (created if needed), shard i at ShardFile(dir, i),
+// concurrently (shardset.Do). On error the shards already opened are closed and the
+// error names every shard that failed: "open shard 1: ...".
 func OpenShards(ctx context.Context, dir string, n int, opts Options) ([]*Store, error) {
-	stores := make([]*Store, 0, n)
-	for i := range n {
+	if _, err := opts.withDefaults(); err != nil {
+		return nil, err
+	}
+	if n < 1 {
+		return nil, fmt.Errorf("%w: shard count must be at least 1, got %d", ErrBadOptions, n)
+	}
+	stores := make([]*Store, n)
+	err := shardset.Do(ctx, routing.DestinationAll{}, n, func(ctx context.Context, i int) error {
 		st, err := Open(ctx, ShardFile(dir, i), opts)
 		if err != nil {
-			for _, s := range stores {
-				s.Close()
-			}
-			return nil, fmt.Errorf("open shard %d: %w", i, err)
+			return err
 		}
-		stores = append(stores, st)
+		stores[i] = st
+		return nil
+	})
+	if err != nil {
+		for _, st := range stores {
+			if st != nil {
+				st.Close()
+			}
+		}
+		var errs shardset.Errors
+		if !errors.As(err, &errs) {
+			return nil, err
+		}
+		failed := make([]error, len(errs))
+		for i, se := range errs {
+			failed[i] = fmt.Errorf("open shard %d: %w", se.Shard, se.Err)
+		}
+		return nil, errors.Join(failed...)
 	}
 	return stores, nil
 }
