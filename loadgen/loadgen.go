@@ -42,7 +42,8 @@ const (
 	histMaxUs = 60_000_000
 )
 
-// ErrBadConfig is wrapped by Config.Validate's errors.
+// ErrBadConfig is wrapped by the errors about a configuration: Config.Validate's and
+// ValidateLoad's, and those of the target constructors.
 var ErrBadConfig = errors.New("loadgen: invalid configuration")
 
 // Config describes one load run.
@@ -51,7 +52,7 @@ type Config struct {
 	Ops         int64         // requests in the measured phase (used when Duration is 0)
 	Duration    time.Duration // length of the measured phase (instead of Ops)
 	Concurrency int           // workers (simulated users)
-	WriteRatio  float64       // share of requests that are /insert, 0..1
+	WriteRatio  float64       // share of requests that are writes (HTTP: /insert), 0..1
 	Keys        int           // key-space size: keys user0 .. user{Keys-1}
 	Dist        string        // DistUniform, DistZipfian or DistHotspot
 	Preload     bool          // write every key once before measuring, so reads hit
