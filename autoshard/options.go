@@ -72,10 +72,6 @@ func (m SyncMode) String() string {
 	return fmt.Sprintf("SyncMode(%d)", int(m))
 }
 
-func (m SyncMode) pragma() string {
-	return strings.ToUpper(m.String())
-}
-
 // ParseSyncMode parses "normal", "full" or "off".
 func ParseSyncMode(s string) (SyncMode, error) {
 	switch strings.ToLower(s) {

@@ -72,3 +72,26 @@ func TestLookupRacingCloseReportsErrClosed(t *testing.T) {
 		}
 	}
 }
+
+// The sync mode of Options reaches every database the store opens, read back
+// from the connections that commit.
+func TestSyncModeReachesEveryDatabase(t *testing.T) {
+	for _, mode := range []autoshard.SyncMode{autoshard.SyncNormal, autoshard.SyncFull, autoshard.SyncOff} {
+		t.Run(mode.String(), func(t *testing.T) {
+			s := openStore(t, t.TempDir(), autoshard.Options{Threshold: 10, MaxLevel: 1, Sync: mode})
+			mustWrite(t, s, "b1", makeBlocks("sync", 0, 1, 30)) // spills into level 1
+			got, err := autoshard.Synchronous(context.Background(), s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 4 { // the manifest, level 0's shard and level 1's two
+				t.Fatalf("%d databases: %v", len(got), got)
+			}
+			for i, v := range got {
+				if v != mode.String() {
+					t.Errorf("database %d: synchronous %s, want %s", i, v, mode)
+				}
+			}
+		})
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/shardlab/shardlab/sqlite"
 )
 
 const shardSchema = `
@@ -32,25 +34,26 @@ CREATE TABLE IF NOT EXISTS shard_meta (
 type shard struct {
 	level, index int
 	path         string
-	w, r         *sql.DB
-	rows         int64 // rows stored; guarded by Store.writeMu
+	db           *sqlite.DB
+	w, r         *sql.DB // db's writer and read pool
+	rows         int64   // rows stored; guarded by Store.writeMu
 }
 
 func openShard(ctx context.Context, path string, level, index int, sync SyncMode) (*shard, error) {
-	w, r, err := openSQLite(ctx, path, sync, shardSchema)
+	db, err := openSQLite(ctx, path, sync, shardSchema)
 	if err != nil {
 		return nil, err
 	}
-	s := &shard{level: level, index: index, path: path, w: w, r: r}
-	if _, err := w.ExecContext(ctx, `INSERT OR IGNORE INTO shard_meta (id, level, shard, rows) VALUES (0, ?, ?, 0)`, level, index); err != nil {
+	s := &shard{level: level, index: index, path: path, db: db, w: db.Writer(), r: db.Reader()}
+	if _, err := s.w.ExecContext(ctx, `INSERT OR IGNORE INTO shard_meta (id, level, shard, rows) VALUES (0, ?, ?, 0)`, level, index); err != nil {
 		return nil, errors.Join(fmt.Errorf("init %s: %w", path, err), s.close())
 	}
 	// Open the read connection now, so the first lookup does not pay for it.
-	if err := r.PingContext(ctx); err != nil {
+	if err := s.r.PingContext(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("open %s for reading: %w", path, err), s.close())
 	}
 	var gotLevel, gotIndex int
-	if err := w.QueryRowContext(ctx, `SELECT level, shard, rows FROM shard_meta WHERE id = 0`).Scan(&gotLevel, &gotIndex, &s.rows); err != nil {
+	if err := s.w.QueryRowContext(ctx, `SELECT level, shard, rows FROM shard_meta WHERE id = 0`).Scan(&gotLevel, &gotIndex, &s.rows); err != nil {
 		return nil, errors.Join(fmt.Errorf("read meta of %s: %w", path, err), s.close())
 	}
 	if gotLevel != level || gotIndex != index {
@@ -127,5 +130,5 @@ func (s *shard) lookup(ctx context.Context, hash []byte) ([]Match, error) {
 }
 
 func (s *shard) close() error {
-	return errors.Join(s.r.Close(), s.w.Close())
+	return s.db.Close()
 }

@@ -2,46 +2,31 @@ package autoshard
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
+	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"github.com/shardlab/shardlab/sqlite"
 )
 
-// openSQLite opens path twice: a single-connection pool for writes (so one
-// shard never has two writers fighting over its lock) and a small pool for
-// reads, which WAL mode lets run beside the writer.
-func openSQLite(ctx context.Context, path string, sync SyncMode, schema string) (w, r *sql.DB, err error) {
-	q := url.Values{}
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "busy_timeout(10000)")
-	q.Add("_pragma", "synchronous("+sync.pragma()+")")
-	q.Add("_pragma", "foreign_keys(OFF)")
-	wq := url.Values{}
-	for k, v := range q {
-		wq[k] = v
-	}
-	wq.Set("_txlock", "immediate")
-	// Escape the path: a raw '?', '#' or '%' in it would end or alter the
-	// file name SQLite opens.
-	uri := "file:" + (&url.URL{Path: path}).EscapedPath() + "?"
-	w, err = sql.Open("sqlite", uri+wq.Encode())
+// openSQLite opens path the way all of shardlab opens SQLite (sqlite.OpenDB): a
+// single-connection pool for writes, so one shard never has two writers
+// fighting over its lock, and a small read-only pool, which WAL mode lets run
+// beside the writer. Foreign keys stay off: the schema has none.
+func openSQLite(ctx context.Context, path string, sync SyncMode, schema string) (*sqlite.DB, error) {
+	db, err := sqlite.OpenDB(ctx, path, sqlite.Options{
+		Sync:        sync.String(),
+		BusyTimeout: 10 * time.Second,
+		ReadConns:   2,
+	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	w.SetMaxOpenConns(1)
-	w.SetMaxIdleConns(1)
-	w.SetConnMaxLifetime(0)
-	if _, err := w.ExecContext(ctx, schema); err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("create schema in %s: %w", path, err), w.Close())
+	// One idle reader at rest: filesPerDatabase counts on it, and a store keeps
+	// thousands of databases open.
+	db.Reader().SetMaxIdleConns(1)
+	if _, err := db.Writer().ExecContext(ctx, schema); err != nil {
+		return nil, errors.Join(fmt.Errorf("create schema in %s: %w", path, err), db.Close())
 	}
-	r, err = sql.Open("sqlite", uri+q.Encode())
-	if err != nil {
-		return nil, nil, errors.Join(err, w.Close())
-	}
-	r.SetMaxOpenConns(2)
-	r.SetMaxIdleConns(1)
-	return w, r, nil
+	return db, nil
 }

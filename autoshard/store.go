@@ -15,7 +15,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sync/errgroup"
+	"github.com/shardlab/shardlab/routing"
+	"github.com/shardlab/shardlab/shardset"
+	"github.com/shardlab/shardlab/sqlite"
 )
 
 // Block is one row of the block table: the block with hash Hash is block Idx
@@ -69,7 +71,8 @@ type Store struct {
 	dir  string
 	opts Options
 
-	manifestW, manifestR *sql.DB
+	manifest             *sqlite.DB
+	manifestW, manifestR *sql.DB // manifest's writer and read pool
 
 	// writeMu serialises WriteBatch and Close; shard row counters change
 	// only under it.
@@ -120,10 +123,11 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	s := &Store{dir: dir, opts: opts}
-	s.manifestW, s.manifestR, err = openSQLite(ctx, filepath.Join(dir, "manifest.db"), opts.Sync, manifestSchema)
+	s.manifest, err = openSQLite(ctx, filepath.Join(dir, "manifest.db"), opts.Sync, manifestSchema)
 	if err != nil {
 		return nil, fmt.Errorf("open manifest: %w", err)
 	}
+	s.manifestW, s.manifestR = s.manifest.Writer(), s.manifest.Reader()
 	top, err := discoverTopLevel(dir)
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
@@ -189,27 +193,36 @@ func discoverTopLevel(dir string) (int, error) {
 	return top, nil
 }
 
-// openLevel opens (and, if create, creates) the 2^level shards of a level
-// and appends them to s.mu.levels. Callers open levels in order.
+// openLevel opens (and, if create, creates) the 2^level shards of a level,
+// Concurrency at a time, and appends them to s.mu.levels. Callers open levels
+// in order.
 func (s *Store) openLevel(ctx context.Context, level int, create bool) error {
 	if err := os.MkdirAll(levelDir(s.dir, level), 0o755); err != nil {
 		return fmt.Errorf("create level %d: %w", level, err)
 	}
-	n := 1 << level
-	shards := make([]*shard, 0, n)
-	for i := 0; i < n; i++ {
+	shards := make([]*shard, 1<<level)
+	err := shardset.Do(ctx, routing.DestinationAll{}, len(shards), func(ctx context.Context, i int) error {
 		p := shardPath(s.dir, level, i)
 		if !create {
 			if _, err := os.Stat(p); err != nil {
-				err = errors.Join(fmt.Errorf("%w: level %d shard %d: %w", ErrCorruptLayout, level, i, err), closeShards(shards))
-				return err
+				return fmt.Errorf("%w: %w", ErrCorruptLayout, err)
 			}
 		}
 		sh, err := openShard(ctx, p, level, i, s.opts.Sync)
 		if err != nil {
-			return errors.Join(fmt.Errorf("open level %d shard %d: %w", level, i, err), closeShards(shards))
+			return err
 		}
-		shards = append(shards, sh)
+		shards[i] = sh
+		return nil
+	}, shardset.WithLimit(s.opts.Concurrency), shardset.FailFast())
+	if err != nil {
+		var opened []*shard
+		for _, sh := range shards {
+			if sh != nil {
+				opened = append(opened, sh)
+			}
+		}
+		return errors.Join(fmt.Errorf("open level %d: %w", level, err), closeShards(opened))
 	}
 	s.mu.Lock()
 	s.mu.levels = append(s.mu.levels, shards)
@@ -393,11 +406,12 @@ func (s *Store) WriteBatch(ctx context.Context, id string, blocks []Block) (Batc
 	s.fire("planned")
 
 	// Create the levels the plan needs, then route every block to its shard.
-	type task struct {
-		sh     *shard
-		blocks []Block
+	type levelTask struct {
+		level   int
+		buckets [][]Block // buckets[i] goes to shard i of the level
+		shards  []int     // the shards with a non-empty bucket
 	}
-	var tasks []task
+	var tasks []levelTask
 	for _, seg := range entry.plan {
 		for len(levels) <= seg.Level {
 			if err := s.openLevel(ctx, len(levels), true); err != nil {
@@ -408,37 +422,40 @@ func (s *Store) WriteBatch(ctx context.Context, id string, blocks []Block) (Batc
 			}
 		}
 		res.Levels = append(res.Levels, seg.Level)
-		buckets := make([][]Block, len(levels[seg.Level]))
+		lt := levelTask{level: seg.Level, buckets: make([][]Block, len(levels[seg.Level]))}
 		for _, b := range uniq[seg.Start:seg.End] {
 			i := ShardFor(b.Hash, seg.Level)
-			buckets[i] = append(buckets[i], b)
+			lt.buckets[i] = append(lt.buckets[i], b)
 		}
-		for i, bs := range buckets {
+		for i, bs := range lt.buckets {
 			if len(bs) > 0 {
-				tasks = append(tasks, task{sh: levels[seg.Level][i], blocks: bs})
+				lt.shards = append(lt.shards, i)
 			}
 		}
+		tasks = append(tasks, lt)
 	}
 
+	// One level after the other, each level's shards concurrently (shardset.Do); the
+	// first failure cancels the shard transactions not yet committed.
 	var inserted atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(s.opts.Concurrency)
-	for _, t := range tasks {
-		g.Go(func() error {
-			n, repeat, err := t.sh.apply(gctx, id, t.blocks)
+	for _, lt := range tasks {
+		shards := levels[lt.level]
+		err := shardset.Do(ctx, routing.NewShards(lt.shards...), len(shards), func(ctx context.Context, i int) error {
+			sh := shards[i]
+			n, repeat, err := sh.apply(ctx, id, lt.buckets[i])
 			if err != nil {
-				return fmt.Errorf("batch %q: level %d shard %d: %w", id, t.sh.level, t.sh.index, err)
+				return err
 			}
 			if !repeat {
-				atomic.AddInt64(&t.sh.rows, n)
+				atomic.AddInt64(&sh.rows, n)
 			}
 			inserted.Add(n)
 			s.fire("shard-committed")
 			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return res, err
+		}, shardset.WithLimit(s.opts.Concurrency), shardset.FailFast())
+		if err != nil {
+			return res, fmt.Errorf("batch %q: level %d: %w", id, lt.level, err)
+		}
 	}
 	s.fire("before-done")
 	res.Inserted = inserted.Load()
@@ -509,8 +526,8 @@ func (s *Store) Close() error {
 	for _, shards := range s.mu.levels {
 		errs = append(errs, closeShards(shards))
 	}
-	if s.manifestW != nil {
-		errs = append(errs, s.manifestR.Close(), s.manifestW.Close())
+	if s.manifest != nil {
+		errs = append(errs, s.manifest.Close())
 	}
 	s.mu.closeErr = errors.Join(errs...)
 	return s.mu.closeErr

@@ -17,6 +17,7 @@ import (
 
 	"github.com/shardlab/shardlab/counters"
 	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/postgres"
 )
 
 // backend opens counters on one database; each test gets its own database.
@@ -269,12 +270,15 @@ func TestIncrCancelled(t *testing.T) {
 }
 
 // TestOpenPostgresOwnsPool uses the DSN constructor, whose Close closes the
-// pool it made.
+// pool it made, sized as the shards' pools are.
 func TestOpenPostgresOwnsPool(t *testing.T) {
 	_, dsn := pgPool(t)
-	c, err := counters.OpenPostgres(t.Context(), dsn, counters.Options{Strategy: counters.StrategyRow})
+	c, err := counters.OpenPostgres(t.Context(), dsn, counters.Options{Strategy: counters.StrategyRow}, postgres.Options{PoolSize: 3})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := c.Stat().MaxConns(); got != 3 {
+		t.Errorf("pool of %d connections, want the 3 asked for", got)
 	}
 	if err := c.Incr(t.Context(), "k", 3); err != nil {
 		t.Fatal(err)
@@ -283,7 +287,18 @@ func TestOpenPostgresOwnsPool(t *testing.T) {
 		t.Errorf("Get = %+v, %v; want 3", v, err)
 	}
 	closeTwice(t, c)
-	if _, err := counters.OpenPostgres(t.Context(), "postgres://nobody@127.0.0.1:1/x?connect_timeout=1", counters.Options{}); !errors.Is(err, counters.ErrInvalidOptions) {
+	if _, err := counters.OpenPostgres(t.Context(), "postgres://nobody@127.0.0.1:1/x?connect_timeout=1", counters.Options{}, postgres.Options{}); !errors.Is(err, counters.ErrInvalidOptions) {
 		t.Errorf("OpenPostgres with zero Options = %v, want ErrInvalidOptions", err)
 	}
+	if _, err := counters.OpenPostgres(t.Context(), dsn, counters.Options{Strategy: counters.StrategyRow}, postgres.Options{PoolSize: -1}); !errors.Is(err, counters.ErrInvalidOptions) || !errors.Is(err, postgres.ErrBadOptions) {
+		t.Errorf("OpenPostgres with a negative pool size = %v, want ErrInvalidOptions wrapping postgres.ErrBadOptions", err)
+	}
+	c, err = counters.OpenPostgres(t.Context(), dsn, counters.Options{Strategy: counters.StrategyRow}, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Stat().MaxConns(); got != postgres.DefaultPoolSize {
+		t.Errorf("default pool of %d connections, want postgres.DefaultPoolSize %d", got, postgres.DefaultPoolSize)
+	}
+	closeTwice(t, c)
 }

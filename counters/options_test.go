@@ -2,10 +2,12 @@ package counters_test
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/shardlab/shardlab/counters"
+	"github.com/shardlab/shardlab/sqlite"
 )
 
 func TestValidateKey(t *testing.T) {
@@ -110,5 +112,43 @@ func TestOptionsString(t *testing.T) {
 	}
 	if got := (counters.Options{Strategy: counters.StrategyAppend, Buckets: 3}).String(); got != "append" {
 		t.Errorf("String() = %q", got)
+	}
+}
+
+// TestOpenSQLiteSettings reads the settings back from the counter's own
+// connections: the sync mode asked for is the one its commits run with, and
+// a counter keeps full sync unless told otherwise, as before the options were
+// shared with package sqlite.
+func TestOpenSQLiteSettings(t *testing.T) {
+	opts := counters.Options{Strategy: counters.StrategyRow}
+	for _, tt := range []struct {
+		so   counters.SQLiteOptions
+		sync string
+		read int
+	}{
+		{counters.SQLiteOptions{}, sqlite.SyncFull, 4},
+		{counters.SQLiteOptions{Sync: sqlite.SyncNormal, ReadConns: 2}, sqlite.SyncNormal, 2},
+		{counters.SQLiteOptions{Sync: sqlite.SyncFull}, sqlite.SyncFull, 4},
+	} {
+		t.Run(tt.sync, func(t *testing.T) {
+			c, err := counters.OpenSQLite(t.Context(), filepath.Join(t.TempDir(), "c.db"), opts, tt.so)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := c.Incr(t.Context(), "k", 1); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := c.DB().Synchronous(t.Context()); err != nil || got != tt.sync {
+				t.Errorf("synchronous = %q, %v; want %q", got, err, tt.sync)
+			}
+			if got := c.DB().Reader().Stats().MaxOpenConnections; got != tt.read {
+				t.Errorf("read pool of %d, want %d", got, tt.read)
+			}
+		})
+	}
+	_, err := counters.OpenSQLite(t.Context(), filepath.Join(t.TempDir(), "c.db"), opts, counters.SQLiteOptions{Sync: "sometimes"})
+	if !errors.Is(err, counters.ErrInvalidOptions) || !errors.Is(err, sqlite.ErrBadOptions) {
+		t.Errorf("bad sync mode: %v, want ErrInvalidOptions wrapping sqlite.ErrBadOptions", err)
 	}
 }

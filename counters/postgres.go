@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardlab/shardlab/postgres"
 )
 
 // PostgresCounter is a [Counter] stored in PostgreSQL through a pgx pool.
@@ -21,6 +23,9 @@ type PostgresCounter struct {
 	ownPool bool
 	opts    Options
 	picker  bucketPicker
+	// queryTimeout bounds every Incr and Get on top of the caller's context; 0 for a
+	// borrowed pool, whose owner decides.
+	queryTimeout time.Duration
 
 	incrSQL, incrManySQL, getSQL string
 	bumpSQL                      string // bucket: plain UPDATE of an existing bucket row
@@ -54,16 +59,24 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Postgr
 	return c, nil
 }
 
-// OpenPostgres connects a new pool to dsn (a pgx connection string, where
-// pool_max_conns sets the pool size) and returns a counter that owns it:
-// Close closes the pool. Cancelling ctx aborts connecting and schema
-// creation.
-func OpenPostgres(ctx context.Context, dsn string, opts Options) (*PostgresCounter, error) {
+// OpenPostgres connects a new pool to dsn with po, exactly as the shards'
+// pools are made (postgres.NewPool: po.PoolSize connections at most, the
+// connect timeout), and returns a counter that owns it: Close closes the
+// pool. Every Incr and Get is bounded by po.QueryTimeout on top of its own
+// context. Cancelling ctx aborts connecting and schema creation.
+func OpenPostgres(ctx context.Context, dsn string, opts Options, po postgres.Options) (*PostgresCounter, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	pool, err := pgxpool.New(ctx, dsn)
+	eff, err := po.WithDefaults()
 	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	pool, err := postgres.NewPool(ctx, dsn, po)
+	if err != nil {
+		if errors.Is(err, postgres.ErrBadOptions) {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
 		return nil, fmt.Errorf("counters: connect to postgres: %w", err)
 	}
 	c, err := NewPostgres(ctx, pool, opts)
@@ -72,7 +85,19 @@ func OpenPostgres(ctx context.Context, dsn string, opts Options) (*PostgresCount
 		return nil, err
 	}
 	c.ownPool = true
+	c.queryTimeout = eff.QueryTimeout
 	return c, nil
+}
+
+// Stat returns a snapshot of the pool's counters, for instance to check its size.
+func (c *PostgresCounter) Stat() *pgxpool.Stat { return c.pool.Stat() }
+
+// bound applies the query timeout, if any, to ctx.
+func (c *PostgresCounter) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c.queryTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.queryTimeout)
 }
 
 func (c *PostgresCounter) prepareSQL() {
@@ -160,6 +185,8 @@ func (c *PostgresCounter) Incr(ctx context.Context, key string, by int64) error 
 	if err := c.checkOpen(); err != nil {
 		return err
 	}
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
 	var err error
 	switch c.opts.Strategy {
 	case StrategyRow:
@@ -201,6 +228,8 @@ func (c *PostgresCounter) Get(ctx context.Context, key string) (Value, error) {
 	if err := c.checkOpen(); err != nil {
 		return Value{}, err
 	}
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
 	var (
 		count    *int64
 		lastSeen *time.Time

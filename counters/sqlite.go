@@ -5,25 +5,23 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"github.com/shardlab/shardlab/sqlite"
 )
 
 // SQLiteCounter is a [Counter] stored in one SQLite file.
 //
-// SQLite has a single writer, so the counter keeps two database/sql pools
-// on the file: a write pool of exactly one connection, whose transactions
-// begin with BEGIN IMMEDIATE, so increments from this process queue in Go
-// instead of failing with SQLITE_BUSY; and a read pool, which in WAL mode
-// reads concurrently with the writer. busy_timeout covers writers in other
-// processes.
+// SQLite has a single writer, so the file is opened with [sqlite.OpenDB]: a
+// write pool of exactly one connection, whose transactions begin with BEGIN
+// IMMEDIATE, so increments from this process queue in Go instead of failing
+// with SQLITE_BUSY; and a read pool, which in WAL mode reads concurrently with
+// the writer. busy_timeout covers writers in other processes.
 type SQLiteCounter struct {
-	write, read *sql.DB
-	opts        Options
-	picker      bucketPicker
+	db     *sqlite.DB
+	opts   Options
+	picker bucketPicker
 
 	incrSQL, incrManySQL, getSQL string
 
@@ -36,14 +34,12 @@ type SQLiteCounter struct {
 
 var _ Counter = (*SQLiteCounter)(nil)
 
-// SQLiteOptions tunes [OpenSQLite]. The zero value is fine.
-type SQLiteOptions struct {
-	// BusyTimeout is how long a write waits for another process's write
-	// lock before failing. Zero means 10 seconds.
-	BusyTimeout time.Duration
-	// ReadConns is the size of the read pool. Zero means 4.
-	ReadConns int
-}
+// SQLiteOptions tunes [OpenSQLite]: the options every SQLite file of shardlab is
+// opened with. The zero value is fine. A counter fills zero fields with its own
+// defaults, which differ from package sqlite's: Sync defaults to
+// [sqlite.SyncFull] (an acknowledged increment survives power loss unless the
+// caller chooses otherwise), BusyTimeout to 10 seconds and ReadConns to 4.
+type SQLiteOptions = sqlite.Options
 
 // OpenSQLite opens (creating if needed) the SQLite database at path in WAL
 // mode and returns a counter on it, creating its tables if they do not
@@ -55,51 +51,36 @@ func OpenSQLite(ctx context.Context, path string, opts Options, so SQLiteOptions
 	if path == "" {
 		return nil, fmt.Errorf("%w: empty SQLite path", ErrInvalidOptions)
 	}
+	if so.Sync == "" {
+		so.Sync = sqlite.SyncFull
+	}
 	if so.BusyTimeout <= 0 {
 		so.BusyTimeout = 10 * time.Second
 	}
 	if so.ReadConns <= 0 {
 		so.ReadConns = 4
 	}
-	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", so.BusyTimeout.Milliseconds()))
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Set("_txlock", "immediate")
-	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
-
-	write, err := sql.Open("sqlite", dsn)
+	db, err := sqlite.OpenDB(ctx, path, so)
 	if err != nil {
-		return nil, fmt.Errorf("counters: open sqlite %s: %w", path, err)
+		if errors.Is(err, sqlite.ErrBadOptions) {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
+		return nil, fmt.Errorf("counters: %w", err)
 	}
-	write.SetMaxOpenConns(1)
-	write.SetMaxIdleConns(1)
-	write.SetConnMaxIdleTime(0)
-	write.SetConnMaxLifetime(0)
-
-	c := &SQLiteCounter{write: write, opts: opts}
+	c := &SQLiteCounter{db: db, opts: opts}
 	if opts.Strategy == StrategyBucket {
 		c.picker = newBucketPicker(opts)
 	}
 	c.prepareSQL()
-	// Create the schema (and switch the file to WAL) before opening the
-	// read pool, so that readers never see a half-made file.
 	if err := c.createSchema(ctx); err != nil {
-		write.Close()
-		return nil, err
+		return nil, errors.Join(err, db.Close())
 	}
-	rq := url.Values{}
-	rq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", so.BusyTimeout.Milliseconds()))
-	rq.Add("_pragma", "query_only(1)")
-	read, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+rq.Encode())
-	if err != nil {
-		write.Close()
-		return nil, fmt.Errorf("counters: open sqlite %s for reading: %w", path, err)
-	}
-	read.SetMaxOpenConns(so.ReadConns)
-	read.SetMaxIdleConns(so.ReadConns)
-	c.read = read
 	return c, nil
 }
+
+// DB returns the counter's database, for inspection (its settings, its file).
+// Writing to the counter's tables behind its back is not supported.
+func (c *SQLiteCounter) DB() *sqlite.DB { return c.db }
 
 func (c *SQLiteCounter) prepareSQL() {
 	t := c.opts.tables()
@@ -166,7 +147,7 @@ func (c *SQLiteCounter) createSchema(ctx context.Context) error {
 
 // inTx runs fn in a write transaction (BEGIN IMMEDIATE, thanks to _txlock).
 func (c *SQLiteCounter) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := c.write.BeginTx(ctx, nil)
+	tx, err := c.db.Writer().BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -238,7 +219,7 @@ func (c *SQLiteCounter) Get(ctx context.Context, key string) (Value, error) {
 		return Value{}, err
 	}
 	var count, lastSeen sql.NullInt64
-	err := c.read.QueryRowContext(ctx, c.getSQL, key).Scan(&count, &lastSeen)
+	err := c.db.Reader().QueryRowContext(ctx, c.getSQL, key).Scan(&count, &lastSeen)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && (!count.Valid || count.Int64 == 0 || !lastSeen.Valid)) {
 		return Value{}, fmt.Errorf("%w: %q", ErrNotFound, key)
 	}
@@ -258,16 +239,6 @@ func (c *SQLiteCounter) Close() error {
 		return c.mu.err
 	}
 	c.mu.closed = true
-	c.mu.err = closeDB(c.write)
-	if err := closeDB(c.read); c.mu.err == nil {
-		c.mu.err = err
-	}
+	c.mu.err = c.db.Close()
 	return c.mu.err
-}
-
-func closeDB(db *sql.DB) error {
-	if db == nil {
-		return nil
-	}
-	return db.Close()
 }

@@ -1,5 +1,7 @@
-// Package loadgen drives the demo-server's HTTP API with simulated users and measures
-// what they see.
+// Package loadgen drives a key-value target with simulated users and measures what they
+// see. A Target is the demo-server's HTTP API (HTTPTarget, what Run drives), a
+// database/sql handle (SQLTarget), or anything else that can read and write a key
+// (RunTarget); one engine measures them all alike.
 //
 // Closed loop (the default, as in the seed lab): each of Concurrency workers sends a
 // request, waits for the answer, and sends the next. Open loop (Rate > 0): requests are
@@ -10,16 +12,11 @@
 package loadgen
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -45,16 +42,17 @@ const (
 	histMaxUs = 60_000_000
 )
 
-// ErrBadConfig is wrapped by Config.Validate's errors.
+// ErrBadConfig is wrapped by the errors about a configuration: Config.Validate's and
+// ValidateLoad's, and those of the target constructors.
 var ErrBadConfig = errors.New("loadgen: invalid configuration")
 
 // Config describes one load run.
 type Config struct {
-	Target      string        // base URL of the demo-server, e.g. http://127.0.0.1:8080
+	Target      string        // Run: base URL of the demo-server, e.g. http://127.0.0.1:8080 (RunTarget ignores it)
 	Ops         int64         // requests in the measured phase (used when Duration is 0)
 	Duration    time.Duration // length of the measured phase (instead of Ops)
 	Concurrency int           // workers (simulated users)
-	WriteRatio  float64       // share of requests that are /insert, 0..1
+	WriteRatio  float64       // share of requests that are writes (HTTP: /insert), 0..1
 	Keys        int           // key-space size: keys user0 .. user{Keys-1}
 	Dist        string        // DistUniform, DistZipfian or DistHotspot
 	Preload     bool          // write every key once before measuring, so reads hit
@@ -63,33 +61,44 @@ type Config struct {
 	DataSize    int           // bytes of data per write
 	Rate        float64       // open loop: target requests per second (0 = closed loop)
 	Arrival     string        // open loop: ArrivalConstant or ArrivalPoisson
-	Timeout     time.Duration // per-request timeout
+	Timeout     time.Duration // per-request timeout, applied to every call through its context
 	Progress    func(done int64, elapsed time.Duration)
 
-	// OnResult, when set, is called after every measured request with what the server
+	// OnResult, when set, is called after every measured request with what the target
 	// answered; tests use it to check that acknowledged writes are stored.
 	OnResult func(Outcome)
 }
 
 // Outcome is one measured request as seen by the client.
 type Outcome struct {
-	Write  bool
-	Key    string
-	Data   string // the value written (writes only)
-	Status int    // HTTP status, 0 when the request failed before an answer
-	Body   []byte // the response body
+	Write bool
+	Key   string
+	Data  string // the value written (writes only)
+	Found bool   // reads: the key was there
+	Err   error  // the failure, nil when the target answered (a read's miss included)
+	// Status and Body are the answer of a target that is a Replier (HTTP: the status,
+	// 0 when the request failed before an answer, and the response body); zero for
+	// other targets.
+	Status int
+	Body   []byte
 }
 
-// Validate checks c and fills defaults.
+// Validate checks c for Run, which drives the demo-server at c.Target, and fills
+// defaults.
 func (c *Config) Validate() error {
+	u, err := url.Parse(c.Target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%w: target must be an http:// URL, got %q", ErrBadConfig, c.Target)
+	}
+	c.Target = strings.TrimRight(c.Target, "/")
+	return c.ValidateLoad()
+}
+
+// ValidateLoad checks everything in c but Target, as RunTarget does, and fills defaults.
+func (c *Config) ValidateLoad() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrBadConfig, fmt.Sprintf(format, args...))
 	}
-	u, err := url.Parse(c.Target)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return bad("target must be an http:// URL, got %q", c.Target)
-	}
-	c.Target = strings.TrimRight(c.Target, "/")
 	if c.Duration < 0 {
 		return bad("duration must not be negative")
 	}
@@ -151,12 +160,12 @@ type Sample struct {
 
 // Result is what a run measured.
 type Result struct {
-	Ops          int64                   // successful requests in the measured phase (a read's 404 is a success: a miss)
+	Ops          int64                   // successful requests in the measured phase (a read that misses is a success)
 	Errors       int64                   // failed requests, kept out of Ops, the throughput and the histograms
-	ErrorsByKind map[string]int64        // e.g. "http_503", "timeout", "connection"
+	ErrorsByKind map[string]int64        // e.g. "http_503", "sqlstate_40001", "timeout", "connection"
 	Reads        int64                   // successful reads
-	ReadHits     int64                   // reads answered 200
-	ReadMisses   int64                   // reads answered 404
+	ReadHits     int64                   // reads that found their key (HTTP 200)
+	ReadMisses   int64                   // reads that did not (HTTP 404)
 	Writes       int64                   // successful writes
 	Elapsed      time.Duration           // length of the measured phase
 	Response     *hdrhistogram.Histogram // microseconds from intended start to answer
@@ -173,6 +182,27 @@ func (r *Result) Throughput() float64 {
 	return float64(r.Ops) / r.Elapsed.Seconds()
 }
 
+// AchievedRate returns the requests completed per second, failed ones included: in an
+// open-loop run, how much of the target rate the run kept up.
+func (r *Result) AchievedRate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Ops+r.Errors) / r.Elapsed.Seconds()
+}
+
+// RateReachedShare is the share of its target rate an open-loop run must complete to
+// count as having reached it (see RateReached). The margin covers what costs a run that
+// kept its schedule a little: the last request's latency at the end of the run.
+const RateReachedShare = 0.95
+
+// RateReached reports whether a run completed at least RateReachedShare of rate
+// requests per second. A run that did not was limited by its workers or by the target,
+// not by its schedule, and its latencies describe a lower load than the one asked for.
+func (r *Result) RateReached(rate float64) bool {
+	return r.AchievedRate() >= RateReachedShare*rate
+}
+
 // ReadHitRate returns the share of reads that found their key (0 when there were none).
 func (r *Result) ReadHitRate() float64 {
 	if r.Reads == 0 {
@@ -184,33 +214,41 @@ func (r *Result) ReadHitRate() float64 {
 // Ms converts a histogram value in microseconds to milliseconds.
 func Ms(us int64) float64 { return float64(us) / 1000 }
 
-// NewHTTPClient returns a keep-alive client sized for concurrency connections.
-func NewHTTPClient(concurrency int, timeout time.Duration) *http.Client {
-	tr := &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        concurrency * 2,
-		MaxIdleConnsPerHost: concurrency * 2,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	}
-	return &http.Client{Transport: tr, Timeout: timeout}
-}
-
-// Run executes the load described by cfg: preload, warmup, then the measured phase.
-// Cancelling ctx stops the run early; the result then covers what was measured so far
-// and the error is ctx's.
+// Run drives the demo-server at cfg.Target (an HTTPTarget) with the load cfg describes:
+// preload, warmup, then the measured phase. Cancelling ctx stops the run early; the
+// result then covers what was measured so far and the error is ctx's.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	client := NewHTTPClient(cfg.Concurrency, cfg.Timeout)
 	defer client.CloseIdleConnections()
+	target, err := NewHTTPTarget(cfg.Target, client)
+	if err != nil {
+		return nil, err
+	}
+	return run(ctx, target, cfg)
+}
+
+// RunTarget is Run against any Target; cfg.Target is not used. The engine is the same:
+// HDR histograms per worker, closed or open loop, warm-up, per-second samples, OnResult.
+// The target stays open; the caller closes it.
+func RunTarget(ctx context.Context, target Target, cfg Config) (*Result, error) {
+	if target == nil {
+		return nil, fmt.Errorf("%w: nil target", ErrBadConfig)
+	}
+	if err := cfg.ValidateLoad(); err != nil {
+		return nil, err
+	}
+	return run(ctx, target, cfg)
+}
+
+func run(ctx context.Context, target Target, cfg Config) (*Result, error) {
 	keys, err := NewKeyChooser(cfg.Dist, cfg.Keys)
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: cfg, client: client, keys: keys}
+	r := newRunner(cfg, target, keys)
 	if cfg.Preload {
 		if err := r.preload(ctx); err != nil {
 			return nil, err
@@ -219,8 +257,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Warmup > 0 {
 		warm := cfg
 		warm.Rate, warm.Ops, warm.Duration, warm.OnResult, warm.Progress = 0, 0, cfg.Warmup, nil, nil
-		wr := &runner{cfg: warm, client: client, keys: keys}
-		if _, err := wr.measure(ctx, cfg.Seed+1_000_003); err != nil {
+		if _, err := newRunner(warm, target, keys).measure(ctx, cfg.Seed+1_000_003); err != nil {
 			return nil, fmt.Errorf("warmup: %w", err)
 		}
 	}
@@ -228,9 +265,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 }
 
 type runner struct {
-	cfg    Config
-	client *http.Client
-	keys   KeyChooser
+	cfg     Config
+	target  Target
+	replier Replier // the target's, when OnResult wants its replies
+	keys    KeyChooser
+}
+
+func newRunner(cfg Config, target Target, keys KeyChooser) *runner {
+	r := &runner{cfg: cfg, target: target, keys: keys}
+	if rp, ok := target.(Replier); ok && cfg.OnResult != nil {
+		r.replier = rp
+	}
+	return r
 }
 
 // preload writes every key once, Concurrency requests at a time.
@@ -245,12 +291,8 @@ func (r *runner) preload(ctx context.Context) error {
 				if i >= int64(r.cfg.Keys) {
 					return nil
 				}
-				status, _, err := r.do(ctx, true, KeyName(int(i)), data)
-				if err != nil {
+				if _, _, err := r.call(ctx, true, KeyName(int(i)), data); err != nil {
 					return fmt.Errorf("preload %s: %w", KeyName(int(i)), err)
-				}
-				if status != http.StatusOK {
-					return fmt.Errorf("preload %s: server answered %d", KeyName(int(i)), status)
 				}
 			}
 		})
@@ -258,37 +300,21 @@ func (r *runner) preload(ctx context.Context) error {
 	return g.Wait()
 }
 
-// do sends one request and returns the status and body.
-func (r *runner) do(ctx context.Context, write bool, key, data string) (int, []byte, error) {
-	var req *http.Request
-	var err error
-	if write {
-		body, _ := json.Marshal(struct {
-			UserID string `json:"user_id"`
-			Data   string `json:"data"`
-		}{key, data})
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.Target+"/insert", bytes.NewReader(body))
-		if err == nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-	} else {
-		req, err = http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.Target+"/get?user_id="+url.QueryEscape(key), nil)
+// call runs one request against the target, bounded by the per-request timeout.
+func (r *runner) call(ctx context.Context, write bool, key, value string) (found bool, reply Reply, err error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	switch {
+	case r.replier != nil && write:
+		reply, err = r.replier.WriteReply(ctx, key, value)
+	case r.replier != nil:
+		found, reply, err = r.replier.ReadReply(ctx, key)
+	case write:
+		err = r.target.Write(ctx, key, value)
+	default:
+		found, err = r.target.Read(ctx, key)
 	}
-	if err != nil {
-		return 0, nil, err
-	}
-	resp, err := r.client.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	var body []byte
-	if r.cfg.OnResult != nil {
-		body, err = io.ReadAll(resp.Body)
-	} else {
-		_, err = io.Copy(io.Discard, resp.Body) // drain so the connection is reused
-	}
-	return resp.StatusCode, body, err
+	return found, reply, err
 }
 
 // worker holds one goroutine's measurements; nothing in it is shared.
@@ -392,25 +418,6 @@ func (t *timeseries) samples(elapsed time.Duration) []Sample {
 	return out
 }
 
-// classify names a failed request's error kind.
-func classify(status int, err error) string {
-	if err == nil {
-		return fmt.Sprintf("http_%d", status)
-	}
-	var ne net.Error
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return "timeout"
-	case errors.Is(err, context.Canceled):
-		return "cancelled"
-	}
-	var oe *net.OpError
-	if errors.As(err, &oe) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return "connection"
-	}
-	return "other"
-}
-
 // measure runs the measured phase.
 func (r *runner) measure(ctx context.Context, seed int64) (*Result, error) {
 	cfg := r.cfg
@@ -504,24 +511,24 @@ func (r *runner) measure(ctx context.Context, seed int64) (*Result, error) {
 				} else if sent.Sub(intended) > LateThreshold {
 					w.late++
 				}
-				status, body, err := r.do(runCtx, write, key, value)
+				found, reply, err := r.call(runCtx, write, key, value)
 				done := time.Now()
 				if runCtx.Err() != nil && err != nil {
 					return // stopped mid-request: neither a success nor a server error
 				}
-				failed := err != nil || (status != http.StatusOK && !(status == http.StatusNotFound && !write))
+				failed := err != nil
 				// Failed requests are counted apart and kept out of the latency histograms
 				// and the throughput: a shard failing fast must not look like a fast shard.
 				if failed {
 					w.errors++
-					w.errs[classify(status, err)]++
+					w.errs[classify(r.target, err)]++
 				} else {
 					w.ops++
 					if write {
 						w.writes++
 					} else {
 						w.reads++
-						if status == http.StatusOK {
+						if found {
 							w.hits++
 						} else {
 							w.misses++
@@ -531,7 +538,7 @@ func (r *runner) measure(ctx context.Context, seed int64) (*Result, error) {
 				w.record(done.Sub(start), done.Sub(intended), done.Sub(sent), failed)
 				completed.Add(1)
 				if cfg.OnResult != nil {
-					cfg.OnResult(Outcome{Write: write, Key: key, Data: value, Status: status, Body: body})
+					cfg.OnResult(Outcome{Write: write, Key: key, Data: value, Found: found, Err: err, Status: reply.Status, Body: reply.Body})
 				}
 				if cfg.Rate > 0 {
 					gap := perWorkerGap

@@ -48,46 +48,62 @@ func CreateShardDatabases(ctx context.Context, baseDSN string, n int) ([]string,
 // Creating concurrently with another process is safe: losing the race counts as
 // "already exists". Cancelling ctx stops between databases; those created stay.
 func CreateShardDatabasesWithPrefix(ctx context.Context, baseDSN, prefix string, n int) ([]string, error) {
+	dsns, _, err := CreateMissingShardDatabases(ctx, baseDSN, prefix, n)
+	return dsns, err
+}
+
+// CreateMissingShardDatabases is CreateShardDatabasesWithPrefix that also returns the
+// names of the databases this call created, on success and on failure alike, so that a
+// caller that then refuses to start can drop what it made and leave the server as it
+// found it. A database another session created first is not in the list.
+func CreateMissingShardDatabases(ctx context.Context, baseDSN, prefix string, n int) (dsns, created []string, err error) {
 	if err := checkShardDatabases(prefix, n); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	dsns := make([]string, n)
+	dsns = make([]string, n)
 	for i := range n {
 		var err error
 		if dsns[i], err = WithDatabase(baseDSN, ShardDatabaseName(prefix, i)); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	conn, err := connectAdmin(ctx, baseDSN)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	for i := range n {
 		name := ShardDatabaseName(prefix, i)
-		if err := createDatabase(ctx, conn, name); err != nil {
-			return nil, err
+		made, err := createDatabase(ctx, conn, name)
+		if made {
+			created = append(created, name)
+		}
+		if err != nil {
+			return nil, created, err
 		}
 	}
-	return dsns, nil
+	return dsns, created, nil
 }
 
-// createDatabase creates name unless it exists. Losing a race with another session
-// counts as success.
-func createDatabase(ctx context.Context, conn *pgx.Conn, name string) error {
+// createDatabase creates name unless it exists and says whether it did. Losing a race
+// with another session counts as success, but not as created.
+func createDatabase(ctx context.Context, conn *pgx.Conn, name string) (created bool, err error) {
 	var exists bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
-		return fmt.Errorf("postgres: look up database %s: %w", name, err)
+		return false, fmt.Errorf("postgres: look up database %s: %w", name, err)
 	}
 	if exists {
-		return nil
+		return false, nil
 	}
 	// CREATE DATABASE cannot run inside a transaction block; Exec without arguments
 	// sends it as a simple query, outside any.
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil && !isAlreadyExists(err) {
-		return fmt.Errorf("postgres: create database %s: %w", name, err)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		if isAlreadyExists(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("postgres: create database %s: %w", name, err)
 	}
-	return nil
+	return true, nil
 }
 
 // CreateDatabase creates the database name on the server baseDSN points at, unless it
@@ -102,7 +118,7 @@ func CreateDatabase(ctx context.Context, baseDSN, name string) (string, error) {
 		return "", err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if err := createDatabase(ctx, conn, name); err != nil {
+	if _, err := createDatabase(ctx, conn, name); err != nil {
 		return "", err
 	}
 	return dsn, nil

@@ -188,3 +188,35 @@ func TestShardDatabasesBadArguments(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateMissingShardDatabasesSaysWhatItCreated: only databases this call made are
+// listed, so a caller that backs out drops those and nothing it found.
+func TestCreateMissingShardDatabasesSaysWhatItCreated(t *testing.T) {
+	ctx := testCtx(t)
+	base := pgtest.DSN(t)
+	prefix := pgtest.UniqueName("missing") + "_s"
+	t.Cleanup(func() {
+		ctx, cancel := cleanupCtx()
+		defer cancel()
+		if err := postgres.DropShardDatabasesWithPrefix(ctx, base, prefix, 3); err != nil {
+			t.Error(err)
+		}
+	})
+	_, created, err := postgres.CreateMissingShardDatabases(ctx, base, prefix, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{prefix + "0", prefix + "1"}; fmt.Sprint(created) != fmt.Sprint(want) {
+		t.Errorf("first call created %v, want %v", created, want)
+	}
+	dsns, created, err := postgres.CreateMissingShardDatabases(ctx, base, prefix, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dsns) != 3 || len(created) != 1 || created[0] != prefix+"2" {
+		t.Errorf("second call: %d DSNs, created %v; want 3 and only %s2", len(dsns), created, prefix)
+	}
+	if _, created, err := postgres.CreateMissingShardDatabases(ctx, base, prefix, 3); err != nil || len(created) != 0 {
+		t.Errorf("third call created %v, %v; want nothing", created, err)
+	}
+}

@@ -2,11 +2,11 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/shardset"
 )
 
@@ -52,14 +52,13 @@ func (s *Store) CheckLayout(ctx context.Context, shard int, l shardset.Layout) e
 	return nil
 }
 
-// CheckLayouts runs CheckLayout on every shard, stores[i] being shard i, and joins the
-// errors, each naming its shard.
+// CheckLayouts runs CheckLayout on every shard concurrently (shardset.Do), stores[i]
+// being shard i, and returns a shardset.Errors naming each shard that failed.
 func CheckLayouts(ctx context.Context, stores []*Store, l shardset.Layout) error {
-	var errs []error
-	for i, s := range stores {
-		if err := s.CheckLayout(ctx, i, l); err != nil {
-			errs = append(errs, &shardset.ShardError{Shard: i, Err: err})
-		}
+	if len(stores) == 0 {
+		return nil
 	}
-	return errors.Join(errs...)
+	return shardset.Do(ctx, routing.DestinationAll{}, len(stores), func(ctx context.Context, i int) error {
+		return stores[i].CheckLayout(ctx, i, l)
+	})
 }

@@ -8,6 +8,10 @@
 // databases made for another shard index, count or router). The Stores are then
 // handed to shardset.New.
 //
+// Every pgx pool of shardlab is made by PoolConfig or NewPool from Options (pool size,
+// connect timeout; the query timeout is applied per call), so the shards' pools, the
+// hot-row counters' pool and the benchmarks' pools behave alike.
+//
 // # A shard that is down
 //
 // Open checks that the shard answers and fails, naming the shard's host, when it does
@@ -49,6 +53,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/shardset"
 )
 
@@ -87,6 +92,11 @@ type Options struct {
 	// shard down. See the package documentation.
 	Lazy bool
 }
+
+// WithDefaults returns o with the defaults above filled in, or an error wrapping
+// ErrBadOptions. A zero ConnectTimeout stays zero: it means the DSN's connect_timeout,
+// which only PoolConfig can read.
+func (o Options) WithDefaults() (Options, error) { return o.withDefaults() }
 
 func (o Options) withDefaults() (Options, error) {
 	if o.PoolSize == 0 {
@@ -137,13 +147,18 @@ const (
 	countSQL = `SELECT count(*) FROM records`
 )
 
-// Open returns the shard stored in the database named by dsn, a postgres:// URL or a
-// keyword/value string. Parameters such as sslmode or default_query_exec_mode are
-// honoured; the pool size always comes from opts. Unless opts.Lazy is set, Open
-// connects, creating the records table if absent, and fails, naming the server, when
-// it cannot; cancelling ctx abandons that check. Errors show the DSN with its password
-// redacted.
-func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+// PoolConfig parses dsn, a postgres:// URL or a keyword/value string, and applies opts:
+// it is the one place where shardlab turns Options into a pgx pool configuration, so
+// the shards, the counters and the benchmarks get the same pool size and timeouts.
+//
+// The pool opens at most opts.PoolSize connections and none in advance; each dial,
+// TLS and authentication included, is bounded by opts.ConnectTimeout, else the DSN's
+// connect_timeout, else DefaultConnectTimeout. Other DSN parameters (sslmode,
+// default_query_exec_mode, ...) are honoured, but the pool size always comes from opts.
+// The query timeout is not a property of a pool: callers bound each call with
+// opts.QueryTimeout (see Options.WithDefaults), as Store does. Errors wrap ErrBadDSN or
+// ErrBadOptions.
+func PoolConfig(dsn string, opts Options) (*pgxpool.Config, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -162,6 +177,48 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		cfg.ConnConfig.ConnectTimeout = o.ConnectTimeout
 	} else if cfg.ConnConfig.ConnectTimeout <= 0 {
 		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	return cfg, nil
+}
+
+// NewPool returns a pgx pool on the database dsn names, configured by PoolConfig. Unless
+// opts.Lazy is set it makes one round trip, bounded by ctx and opts.QueryTimeout, and
+// fails naming the server (password redacted) when it cannot; cancelling ctx abandons
+// that check. The caller closes the pool.
+func NewPool(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, error) {
+	cfg, err := PoolConfig(dsn, opts)
+	if err != nil {
+		return nil, err
+	}
+	o, _ := opts.withDefaults() // PoolConfig checked them
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %s: %w", RedactDSN(dsn), err)
+	}
+	if o.Lazy {
+		return pool, nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, o.QueryTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %s: %w", RedactDSN(dsn), err)
+	}
+	return pool, nil
+}
+
+// Open returns the shard stored in the database named by dsn, through a pool configured
+// by PoolConfig. Unless opts.Lazy is set, Open connects, creating the records table if
+// absent, and fails, naming the server, when it cannot; cancelling ctx abandons that
+// check. Errors show the DSN with its password redacted.
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := PoolConfig(dsn, o)
+	if err != nil {
+		return nil, err
 	}
 	o.ConnectTimeout = cfg.ConnConfig.ConnectTimeout
 
@@ -360,10 +417,10 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// OpenShards opens one Store per DSN, shard i at dsns[i], concurrently (at most 16
-// dials at a time) so that a few unreachable hosts cost one connect timeout, not one
-// each. When any shard fails, the others are closed and the error names every failed
-// shard: "open shard 1: postgres: postgres://u:xxxxx@host:5432/db: ...".
+// OpenShards opens one Store per DSN, shard i at dsns[i], concurrently (shardset.Do, at
+// most shardset.DefaultLimit dials at a time) so that a few unreachable hosts cost one
+// connect timeout, not one each. When any shard fails, the others are closed and the
+// error names every failed shard: "open shard 1: postgres: postgres://u:xxxxx@host:5432/db: ...".
 func OpenShards(ctx context.Context, dsns []string, opts Options) ([]*Store, error) {
 	if len(dsns) == 0 {
 		return nil, fmt.Errorf("%w: no DSNs", ErrBadDSN)
@@ -372,29 +429,29 @@ func OpenShards(ctx context.Context, dsns []string, opts Options) ([]*Store, err
 		return nil, err
 	}
 	stores := make([]*Store, len(dsns))
-	errs := make([]error, len(dsns))
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for i, dsn := range dsns {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			st, err := Open(ctx, dsn, opts)
-			if err != nil {
-				errs[i] = fmt.Errorf("open shard %d: %w", i, err)
-				return
-			}
-			stores[i] = st
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := shardset.Do(ctx, routing.DestinationAll{}, len(dsns), func(ctx context.Context, i int) error {
+		st, err := Open(ctx, dsns[i], opts)
+		if err != nil {
+			return err
+		}
+		stores[i] = st
+		return nil
+	})
+	if err != nil {
 		for _, st := range stores {
 			if st != nil {
 				st.Close()
 			}
 		}
-		return nil, err
+		var errs shardset.Errors
+		if !errors.As(err, &errs) {
+			return nil, err
+		}
+		failed := make([]error, len(errs))
+		for i, se := range errs {
+			failed[i] = fmt.Errorf("open shard %d: %w", se.Shard, se.Err)
+		}
+		return nil, errors.Join(failed...)
 	}
 	return stores, nil
 }

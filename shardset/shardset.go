@@ -3,7 +3,9 @@
 // Single mode is simply a set of one shard, so the baseline runs the very same code.
 //
 // Backends are adapters over a real database: package sqlite (one file per shard) and
-// package postgres (one database per shard, possibly on different hosts).
+// package postgres (one database per shard, possibly on different hosts). A Backend is
+// one kind of shard handle; Do, the fan-out every multi-shard call goes through, works
+// on shard indexes and so serves any other kind (a SQL connection pool per shard) too.
 package shardset
 
 import (
@@ -11,8 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/shardlab/shardlab/routing"
 )
@@ -109,69 +109,63 @@ func (s *Set) Get(ctx context.Context, key string) ([]byte, int, error) {
 	return data, shard, nil
 }
 
-// fanOutLimit bounds how many shards Counts and Health ask at once.
-const fanOutLimit = 16
-
-// eachShard runs fn for every shard, up to fanOutLimit at a time, and waits for all.
-// Shards are asked concurrently so that one that hangs costs its own time only, not
-// every other shard's.
-func (s *Set) eachShard(fn func(i int, b Backend)) {
-	var g errgroup.Group
-	g.SetLimit(fanOutLimit)
-	for i, b := range s.backends {
-		g.Go(func() error {
-			fn(i, b)
-			return nil
-		})
-	}
-	g.Wait()
-}
-
-// Counts returns the number of records in each shard, asking the shards concurrently.
-// A shard that fails gives -1 and its error is joined into the returned error; the other
-// counts are still filled in. Cancelling ctx fails the shards that have not answered.
+// Counts returns the number of records in each shard, asking the shards concurrently
+// (see Do). A shard that fails gives -1 and its error is in the returned Errors; the
+// other counts are still filled in. Cancelling ctx fails the shards that have not
+// answered.
 func (s *Set) Counts(ctx context.Context) ([]int64, error) {
 	counts := make([]int64, len(s.backends))
-	errs := make([]error, len(s.backends))
-	s.eachShard(func(i int, b Backend) {
-		var err error
+	for i := range counts {
+		counts[i] = -1
+	}
+	err := Do(ctx, routing.DestinationAll{}, len(s.backends), func(ctx context.Context, i int) error {
 		if s.closed.Load() {
-			err = ErrClosed
-		} else {
-			counts[i], err = b.Count(ctx)
+			return ErrClosed
 		}
+		n, err := s.backends[i].Count(ctx)
 		if err != nil {
-			counts[i] = -1
-			errs[i] = &ShardError{Shard: i, Err: err}
+			return err
 		}
+		counts[i] = n
+		return nil
 	})
-	return counts, errors.Join(errs...)
+	return counts, err
 }
 
-// Health pings every shard concurrently and returns one entry per shard: nil when it
-// answered. A shard that hangs is reported when ctx ends, without delaying the others.
+// Health pings every shard concurrently (see Do) and returns one entry per shard: nil
+// when it answered, else what its backend said. A shard that hangs is reported when ctx
+// ends, without delaying the others.
 func (s *Set) Health(ctx context.Context) []error {
 	out := make([]error, len(s.backends))
-	s.eachShard(func(i int, b Backend) {
+	err := Do(ctx, routing.DestinationAll{}, len(s.backends), func(ctx context.Context, i int) error {
 		if s.closed.Load() {
-			out[i] = ErrClosed
-			return
+			return ErrClosed
 		}
-		out[i] = b.Ping(ctx)
+		return s.backends[i].Ping(ctx)
 	})
+	var errs Errors
+	if errors.As(err, &errs) {
+		for _, se := range errs {
+			out[se.Shard] = se.Err
+		}
+	}
 	return out
 }
 
-// Close closes every backend and returns the first error. Calling it again returns nil.
+// Close closes every backend, concurrently (see Do), and returns the first error in
+// shard order. Calling it again returns nil.
 func (s *Set) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	var first error
-	for i, b := range s.backends {
-		if err := b.Close(); err != nil && first == nil {
-			first = fmt.Errorf("close shard %d: %w", i, err)
-		}
+	// Closing a pool waits for its connections in use; one slow shard need not hold up
+	// the others.
+	err := Do(context.Background(), routing.DestinationAll{}, len(s.backends), func(_ context.Context, i int) error {
+		return s.backends[i].Close()
+	})
+	var errs Errors
+	if errors.As(err, &errs) {
+		return fmt.Errorf("close shard %d: %w", errs[0].Shard, errs[0].Err)
 	}
-	return first
+	return err
 }

@@ -4,6 +4,10 @@
 // baseline is honest: WAL journal, a busy timeout, one writer connection that opens every
 // write transaction with BEGIN IMMEDIATE (no lock upgrade deadlocks), a separate pool of
 // read-only connections, and prepared statements.
+//
+// OpenDB is the one place where shardlab opens a SQLite file: the shards here, the
+// hot-row counters (package counters) and the auto-splitting block store (package
+// autoshard) all go through it with the same Options.
 package sqlite
 
 import (
@@ -11,7 +15,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -19,6 +22,7 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
+	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/shardset"
 )
 
@@ -29,24 +33,35 @@ const (
 	SyncNormal = "normal"
 	// SyncFull waits for the disk on every commit; a committed write survives power loss.
 	SyncFull = "full"
+	// SyncOff hands commits to the OS without any sync: a crash of the machine can
+	// corrupt the file. It is for throwaway benchmarks only.
+	SyncOff = "off"
 )
 
 // ErrBadOptions is wrapped by errors about invalid Options.
 var ErrBadOptions = errors.New("sqlite: invalid options")
 
-// Options tunes one shard. The zero value is usable: it gets the defaults below.
+// Options tunes one database file. The zero value is usable: it gets the defaults below.
 type Options struct {
-	Sync        string        // SyncNormal (default) or SyncFull
-	ReadConns   int           // read-only connections per shard; default max(4, GOMAXPROCS)
+	Sync        string        // SyncNormal (default), SyncFull or SyncOff
+	ReadConns   int           // read-only connections; default max(4, GOMAXPROCS)
 	BusyTimeout time.Duration // how long a connection waits for a lock; default 5s
+	// ForeignKeys turns on the enforcement of FOREIGN KEY constraints (PRAGMA
+	// foreign_keys). Off by default, as in SQLite itself; it is set explicitly either
+	// way so that a driver built with another default changes nothing.
+	ForeignKeys bool
 }
+
+// WithDefaults returns o with the defaults filled in, or an error wrapping ErrBadOptions,
+// so that a caller can check options before it creates anything.
+func (o Options) WithDefaults() (Options, error) { return o.withDefaults() }
 
 func (o Options) withDefaults() (Options, error) {
 	if o.Sync == "" {
 		o.Sync = SyncNormal
 	}
-	if o.Sync != SyncNormal && o.Sync != SyncFull {
-		return o, fmt.Errorf("%w: sync must be %q or %q, got %q", ErrBadOptions, SyncNormal, SyncFull, o.Sync)
+	if o.Sync != SyncNormal && o.Sync != SyncFull && o.Sync != SyncOff {
+		return o, fmt.Errorf("%w: sync must be %q, %q or %q, got %q", ErrBadOptions, SyncNormal, SyncFull, SyncOff, o.Sync)
 	}
 	if o.ReadConns == 0 {
 		o.ReadConns = DefaultReadConns()
@@ -68,12 +83,10 @@ func DefaultReadConns() int { return max(4, runtime.GOMAXPROCS(0)) }
 
 // Store is one shard's database file.
 type Store struct {
-	path   string
-	writer *sql.DB
-	reader *sql.DB
-	put    *sql.Stmt
-	get    *sql.Stmt
-	count  *sql.Stmt
+	db    *DB
+	put   *sql.Stmt
+	get   *sql.Stmt
+	count *sql.Stmt
 
 	closeOnce sync.Once
 	closeErr  error
@@ -87,48 +100,16 @@ const schema = `CREATE TABLE IF NOT EXISTS records (
 	updated_at INTEGER NOT NULL
 ) WITHOUT ROWID`
 
-func dsn(path string, o Options, readOnly bool) string {
-	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", o.BusyTimeout.Milliseconds()))
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous("+o.Sync+")")
-	if readOnly {
-		q.Add("_pragma", "query_only(1)")
-	} else {
-		q.Set("_txlock", "immediate")
-	}
-	// The path is escaped: SQLite reads "file:" names as URIs, so a raw '#' or '?' in a
-	// directory name would cut the path short and put the shard somewhere else.
-	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
-}
-
-// Open opens (creating if needed) the shard database at path.
+// Open opens (creating if needed) the shard database at path (see OpenDB).
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
-	o, err := opts.withDefaults()
+	db, err := OpenDB(ctx, path, opts)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{path: path}
-	if s.writer, err = sql.Open("sqlite", dsn(path, o, false)); err != nil {
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	if _, err := db.Writer().ExecContext(ctx, schema); err != nil {
+		return nil, errors.Join(fmt.Errorf("sqlite: create schema in %s: %w", path, err), db.Close())
 	}
-	s.writer.SetMaxOpenConns(1)
-	s.writer.SetMaxIdleConns(1)
-	s.writer.SetConnMaxLifetime(0)
-	s.writer.SetConnMaxIdleTime(0)
-	if _, err := s.writer.ExecContext(ctx, schema); err != nil {
-		s.writer.Close()
-		return nil, fmt.Errorf("sqlite: create schema in %s: %w", path, err)
-	}
-	if s.reader, err = sql.Open("sqlite", dsn(path, o, true)); err != nil {
-		s.writer.Close()
-		return nil, fmt.Errorf("sqlite: open %s for reading: %w", path, err)
-	}
-	s.reader.SetMaxOpenConns(o.ReadConns)
-	s.reader.SetMaxIdleConns(o.ReadConns)
-	s.reader.SetConnMaxLifetime(0)
-	s.reader.SetConnMaxIdleTime(0)
-
+	s := &Store{db: db}
 	prepare := func(db *sql.DB, q string) *sql.Stmt {
 		if err != nil {
 			return nil
@@ -137,10 +118,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		st, err = db.PrepareContext(ctx, q)
 		return st
 	}
-	s.put = prepare(s.writer, `INSERT INTO records (user_id, data, updated_at) VALUES (?, ?, ?)
+	s.put = prepare(db.Writer(), `INSERT INTO records (user_id, data, updated_at) VALUES (?, ?, ?)
 		ON CONFLICT (user_id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`)
-	s.get = prepare(s.reader, `SELECT data FROM records WHERE user_id = ?`)
-	s.count = prepare(s.reader, `SELECT count(*) FROM records`)
+	s.get = prepare(db.Reader(), `SELECT data FROM records WHERE user_id = ?`)
+	s.count = prepare(db.Reader(), `SELECT count(*) FROM records`)
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlite: prepare statements for %s: %w", path, err)
@@ -149,12 +130,16 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 }
 
 // Path returns the database file's path.
-func (s *Store) Path() string { return s.path }
+func (s *Store) Path() string { return s.db.Path() }
+
+// DB returns the shard's database, for inspection (its settings, its file); writing to
+// the records table behind the Store's back is not supported.
+func (s *Store) DB() *DB { return s.db }
 
 // Put implements shardset.Backend. The upsert runs in its own BEGIN IMMEDIATE transaction
 // on the shard's single writer connection.
 func (s *Store) Put(ctx context.Context, key string, data []byte) error {
-	tx, err := s.writer.BeginTx(ctx, nil)
+	tx, err := s.db.Writer().BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -192,7 +177,7 @@ func (s *Store) Count(ctx context.Context) (int64, error) {
 }
 
 // Ping implements shardset.Backend.
-func (s *Store) Ping(ctx context.Context) error { return s.reader.PingContext(ctx) }
+func (s *Store) Ping(ctx context.Context) error { return s.db.Reader().PingContext(ctx) }
 
 // Close closes the statements and both pools; a second call returns nil.
 func (s *Store) Close() error {
@@ -209,12 +194,7 @@ func (s *Store) Close() error {
 				first(st.Close())
 			}
 		}
-		if s.reader != nil {
-			first(s.reader.Close())
-		}
-		if s.writer != nil {
-			first(s.writer.Close())
-		}
+		first(s.db.Close())
 	})
 	if !done {
 		return nil
@@ -227,19 +207,40 @@ func ShardFile(dir string, i int) string {
 	return filepath.Join(dir, fmt.Sprintf("shard-%d.db", i))
 }
 
-// OpenShards opens n shard files in dir (created if needed), shard i at ShardFile(dir, i).
-// On error the shards already opened are closed.
+// OpenShards opens n shard files in dir (created if needed), shard i at ShardFile(dir, i),
+// concurrently (shardset.Do). On error the shards already opened are closed and the
+// error names every shard that failed: "open shard 1: ...".
 func OpenShards(ctx context.Context, dir string, n int, opts Options) ([]*Store, error) {
-	stores := make([]*Store, 0, n)
-	for i := range n {
+	if _, err := opts.withDefaults(); err != nil {
+		return nil, err
+	}
+	if n < 1 {
+		return nil, fmt.Errorf("%w: shard count must be at least 1, got %d", ErrBadOptions, n)
+	}
+	stores := make([]*Store, n)
+	err := shardset.Do(ctx, routing.DestinationAll{}, n, func(ctx context.Context, i int) error {
 		st, err := Open(ctx, ShardFile(dir, i), opts)
 		if err != nil {
-			for _, s := range stores {
-				s.Close()
-			}
-			return nil, fmt.Errorf("open shard %d: %w", i, err)
+			return err
 		}
-		stores = append(stores, st)
+		stores[i] = st
+		return nil
+	})
+	if err != nil {
+		for _, st := range stores {
+			if st != nil {
+				st.Close()
+			}
+		}
+		var errs shardset.Errors
+		if !errors.As(err, &errs) {
+			return nil, err
+		}
+		failed := make([]error, len(errs))
+		for i, se := range errs {
+			failed[i] = fmt.Errorf("open shard %d: %w", se.Shard, se.Err)
+		}
+		return nil, errors.Join(failed...)
 	}
 	return stores, nil
 }

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/shardlab/shardlab/counters"
+	"github.com/shardlab/shardlab/postgres"
 )
 
 // ErrNotExact is returned by [Run] when, after some run, the count read back
@@ -198,8 +199,8 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 		return c, fmt.Errorf("--backend: %q is neither postgres nor sqlite", c.Backend)
 	case c.Workers < 1:
 		return c, fmt.Errorf("--workers: %d, want at least 1", c.Workers)
-	case c.Pool < 1:
-		return c, fmt.Errorf("--pool: %d, want at least 1", c.Pool)
+	case c.Pool < 1 || c.Pool > postgres.MaxPoolSize:
+		return c, fmt.Errorf("--pool: %d, want 1..%d", c.Pool, postgres.MaxPoolSize)
 	case c.Trials < 1:
 		return c, fmt.Errorf("--trials: %d, want at least 1", c.Trials)
 	case c.Ops < 0 || c.Duration < 0 || c.Warmup < 0:

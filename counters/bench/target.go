@@ -19,6 +19,7 @@ import (
 
 	"github.com/shardlab/shardlab/counters"
 	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/sqlite"
 )
 
 // target is a database the benchmark owns; every open returns a counter on
@@ -52,11 +53,11 @@ func openPGTarget(ctx context.Context, cfg Config, stderr io.Writer) (*pgTarget,
 	}
 	fmt.Fprintf(stderr, "counterbench: created database %s\n", name)
 	t := &pgTarget{adminDSN: cfg.DSN, name: name}
-	pcfg, err := pgxpool.ParseConfig(dsn)
+	pcfg, err := postgres.PoolConfig(dsn, postgres.Options{PoolSize: int32(cfg.Pool)})
 	if err != nil {
 		return nil, t.failed(ctx, err)
 	}
-	pcfg.MaxConns = int32(cfg.Pool)
+	// Keep every connection open, so that no run pays for connecting.
 	pcfg.MinConns = int32(cfg.Pool)
 	if t.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return nil, t.failed(ctx, err)
@@ -129,7 +130,8 @@ func openSQLiteTarget(cfg Config) (*sqliteTarget, error) {
 func (t *sqliteTarget) open(ctx context.Context, o counters.Options) (counters.Counter, error) {
 	t.runs++
 	path := filepath.Join(t.dir, fmt.Sprintf("run%d.db", t.runs))
-	return counters.OpenSQLite(ctx, path, o, counters.SQLiteOptions{ReadConns: t.readers})
+	// Full sync, as writeMeta reports: every measured increment waits for the disk.
+	return counters.OpenSQLite(ctx, path, o, counters.SQLiteOptions{Sync: sqlite.SyncFull, ReadConns: t.readers})
 }
 
 func (t *sqliteTarget) version(ctx context.Context) string {

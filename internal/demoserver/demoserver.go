@@ -12,12 +12,12 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/shardlab/shardlab/counters"
+	"github.com/shardlab/shardlab/lab"
 	"github.com/shardlab/shardlab/postgres"
 	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/server"
@@ -130,6 +130,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	switch c.backend {
 	case "sqlite":
+		if c.sync != sqlite.SyncNormal && c.sync != sqlite.SyncFull {
+			return c, fmt.Errorf("%w: --sync must be %s or %s, got %q", ErrUsage, sqlite.SyncNormal, sqlite.SyncFull, c.sync)
+		}
 		if len(c.dsns) > 0 || c.create || c.reset || c.lazy || c.pool != 0 || c.dbPrefix != postgres.DefaultDatabasePrefix {
 			return c, fmt.Errorf("%w: --dsn, --create, --reset, --lazy, --pool and --db-prefix are for --backend postgres", ErrUsage)
 		}
@@ -174,30 +177,19 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	router, err := routing.New(c.router, c.shards)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	cfg := server.Config{Mode: c.mode, Backend: c.backend}
-	var counterDSN string
-	switch c.backend {
-	case "sqlite":
-		cfg.Set, err = openSQLite(ctx, c, router)
-		cfg.Sync, cfg.PoolSize = c.sync, c.readConns
-		if cfg.PoolSize == 0 {
-			cfg.PoolSize = sqlite.DefaultReadConns()
-		}
-		if err == nil {
-			cfg.SQLiteVersion, err = sqlite.Version(ctx)
-		}
-	case "postgres":
-		cfg.Set, counterDSN, cfg.PoolSize, err = openPostgres(ctx, c, router, stderr)
-	}
+	shards, err := openShards(ctx, c, stderr)
 	if err != nil {
 		return err
 	}
-	defer cfg.Set.Close()
-	if cfg.Counter, err = openCounter(ctx, c, counterDSN); err != nil {
+	defer shards.Close()
+	cfg := server.Config{Mode: c.mode, Backend: c.backend, Set: shards.Set, PoolSize: shards.PoolSize}
+	if c.backend == lab.BackendSQLite {
+		cfg.Sync = c.sync
+		if cfg.SQLiteVersion, err = sqlite.Version(ctx); err != nil {
+			return err
+		}
+	}
+	if cfg.Counter, err = openCounter(ctx, c, shards); err != nil {
 		if !c.lazy {
 			return fmt.Errorf("open counter store: %w", err)
 		}
@@ -275,89 +267,50 @@ func (c config) counterOptions() (counters.Options, error) {
 	return o, o.Validate()
 }
 
-// openCounter opens the hot-row counter store: counters.db in the data directory for
-// SQLite, the first shard's database for PostgreSQL.
-func openCounter(ctx context.Context, c config, dsn string) (counters.Counter, error) {
+// labConfig describes the shard set of the command line.
+func (c config) labConfig() lab.Config {
+	return lab.Config{
+		Backend: c.backend, Shards: c.shards, Router: c.router,
+		Dir:    c.data,
+		SQLite: sqlite.Options{Sync: c.sync, ReadConns: c.readConns},
+		DSNs:   c.dsns, Create: c.create, Reset: c.reset, DatabasePrefix: c.dbPrefix,
+		Postgres: postgres.Options{PoolSize: int32(c.pool), Lazy: c.lazy},
+	}
+}
+
+// openShards opens the shards with lab.Open. It turns option errors into usage errors,
+// says on a layout mismatch which flags lead out of it, and warns about shards that are
+// down at a --lazy start.
+func openShards(ctx context.Context, c config, stderr io.Writer) (*lab.Shards, error) {
+	shards, err := lab.Open(ctx, c.labConfig())
+	switch {
+	case err == nil:
+	case errors.Is(err, lab.ErrBadConfig), errors.Is(err, sqlite.ErrBadOptions),
+		errors.Is(err, postgres.ErrBadOptions), errors.Is(err, postgres.ErrBadDSN):
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	case errors.Is(err, shardset.ErrLayoutMismatch) && c.create:
+		return nil, fmt.Errorf("%w\nthe databases %s* were made for another layout: start with --reset to drop and recreate them (DELETES their data), or choose other databases with --db-prefix",
+			err, c.dbPrefix)
+	case errors.Is(err, shardset.ErrLayoutMismatch) && c.backend == lab.BackendSQLite:
+		return nil, fmt.Errorf("%w\nthe data directory %s holds another layout: give another --data directory to start afresh", err, c.data)
+	default:
+		return nil, err
+	}
+	for _, se := range shards.Down {
+		fmt.Fprintf(stderr, "demo-server: warning: shard %d is unreachable at start, serving without it until it answers: %v\n", se.Shard, se.Err)
+	}
+	return shards, nil
+}
+
+// openCounter opens the hot-row counter store beside the shards, with their settings:
+// counters.db in the data directory (the same --sync) for SQLite, the first shard's
+// database (a pool of --pool connections) for PostgreSQL.
+func openCounter(ctx context.Context, c config, shards *lab.Shards) (counters.Counter, error) {
 	opts, err := c.counterOptions()
 	if err != nil {
 		return nil, err
 	}
-	if c.backend == "postgres" {
-		return counters.OpenPostgres(ctx, dsn, opts)
-	}
-	return counters.OpenSQLite(ctx, filepath.Join(c.data, "counters.db"), opts, counters.SQLiteOptions{})
-}
-
-// openPostgres opens one PostgreSQL database per shard and checks that they were made for
-// this layout. It returns the set, the DSN of shard 0 and the pool size per shard.
-func openPostgres(ctx context.Context, c config, router routing.Router, stderr io.Writer) (*shardset.Set, string, int, error) {
-	dsns := c.dsns
-	if c.create {
-		if c.reset {
-			if err := postgres.DropShardDatabasesWithPrefix(ctx, dsns[0], c.dbPrefix, c.shards); err != nil {
-				return nil, "", 0, fmt.Errorf("reset shard databases: %w", err)
-			}
-		}
-		var err error
-		if dsns, err = postgres.CreateShardDatabasesWithPrefix(ctx, dsns[0], c.dbPrefix, c.shards); err != nil {
-			return nil, "", 0, fmt.Errorf("create shard databases: %w", err)
-		}
-	}
-	stores, err := postgres.OpenShards(ctx, dsns, postgres.Options{PoolSize: int32(c.pool), Lazy: c.lazy})
-	if err != nil {
-		if errors.Is(err, postgres.ErrBadOptions) || errors.Is(err, postgres.ErrBadDSN) {
-			return nil, "", 0, fmt.Errorf("%w: %v", ErrUsage, err)
-		}
-		return nil, "", 0, err
-	}
-	closeAll := func() {
-		for _, s := range stores {
-			s.Close()
-		}
-	}
-	layout := shardset.Layout{Backend: c.backend, Shards: c.shards, Router: c.router}
-	for i, st := range stores {
-		err := st.CheckLayout(ctx, i, layout)
-		switch {
-		case err == nil:
-		case c.lazy && !errors.Is(err, shardset.ErrLayoutMismatch):
-			// Down at start: its layout is checked by nobody until a restart, but a
-			// mismatch is still refused for every shard that answers.
-			fmt.Fprintf(stderr, "demo-server: warning: shard %d is unreachable at start, serving without it until it answers: %v\n", i, err)
-		default:
-			closeAll()
-			return nil, "", 0, fmt.Errorf("shard %d: %w", i, err)
-		}
-	}
-	backends := make([]shardset.Backend, len(stores))
-	for i, s := range stores {
-		backends[i] = s
-	}
-	set, err := shardset.New(router, backends)
-	if err != nil {
-		closeAll()
-		return nil, "", 0, err
-	}
-	return set, dsns[0], int(stores[0].Options().PoolSize), nil
-}
-
-func openSQLite(ctx context.Context, c config, router routing.Router) (*shardset.Set, error) {
-	layout := shardset.Layout{Backend: c.backend, Shards: c.shards, Router: c.router}
-	if err := shardset.EnsureLayout(c.data, layout); err != nil {
-		return nil, err
-	}
-	stores, err := sqlite.OpenShards(ctx, c.data, c.shards, sqlite.Options{Sync: c.sync, ReadConns: c.readConns})
-	if err != nil {
-		if errors.Is(err, sqlite.ErrBadOptions) {
-			return nil, fmt.Errorf("%w: %v", ErrUsage, err)
-		}
-		return nil, err
-	}
-	backends := make([]shardset.Backend, len(stores))
-	for i, s := range stores {
-		backends[i] = s
-	}
-	return shardset.New(router, backends)
+	return shards.OpenCounter(ctx, opts)
 }
 
 func writeFileAtomic(path, content string) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,7 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/shardlab/shardlab/internal/demoserver"
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/shardset"
 )
 
 // TestRunServesAndShutsDownInProcess runs the command in-process on a free port, checks it
@@ -70,5 +76,104 @@ func TestRunRefusesBadArguments(t *testing.T) {
 	var out bytes.Buffer
 	if err := demoserver.Run(context.Background(), []string{"--help"}, &out, &out); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "Usage:") {
 		t.Errorf("--help: %v\n%s", err, out.String())
+	}
+}
+
+// startRun runs the command in-process until the returned function stops it, which
+// reports how Run ended.
+func startRun(t *testing.T, args ...string) func() error {
+	t.Helper()
+	addrFile := filepath.Join(t.TempDir(), "addr")
+	ctx, cancel := context.WithCancel(context.Background())
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- demoserver.Run(ctx, append(args, "--addr", "127.0.0.1:0", "--addr-file", addrFile), io.Discard, &out)
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(addrFile); err == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("demo-server %v did not start: %v", args, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("demo-server %v did not start in 30s", args)
+		}
+	}
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
+func databaseExists(t *testing.T, name string) bool {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var exists bool
+	if err := conn.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	return exists
+}
+
+// TestCreateRefusedStartLeavesNoDatabase: a --create start refused because the databases
+// hold another layout drops the database it had just made, says which flags lead out,
+// and the way out it names works.
+func TestCreateRefusedStartLeavesNoDatabase(t *testing.T) {
+	base := pgtest.DSN(t)
+	prefix := pgtest.UniqueName("demo_refused") + "_s"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := postgres.DropShardDatabasesWithPrefix(ctx, base, prefix, 3); err != nil {
+			t.Error(err)
+		}
+	})
+	args := func(shards string, more ...string) []string {
+		return append([]string{"--mode", "sharded", "--shards", shards, "--backend", "postgres", "--dsn", base,
+			"--create", "--db-prefix", prefix}, more...)
+	}
+	if err := startRun(t, args("2")...)(); err != nil {
+		t.Fatalf("first start: %v", err)
+	}
+
+	var out bytes.Buffer
+	err := demoserver.Run(t.Context(), append(args("3"), "--addr", "127.0.0.1:0"), &out, &out)
+	if !errors.Is(err, shardset.ErrLayoutMismatch) {
+		t.Fatalf("3 shards over a 2-shard layout: %v, want a layout mismatch", err)
+	}
+	for _, want := range []string{"--reset", "--db-prefix"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal does not name %s as a way out:\n%v", want, err)
+		}
+	}
+	if databaseExists(t, prefix+"2") {
+		t.Errorf("the refused start left database %s2 behind", prefix)
+	}
+	if !databaseExists(t, prefix+"0") || !databaseExists(t, prefix+"1") {
+		t.Error("the refused start dropped the databases it found")
+	}
+
+	// The ways out: another prefix, or --reset.
+	if err := startRun(t, "--mode", "sharded", "--shards", "3", "--backend", "postgres", "--dsn", base,
+		"--create", "--db-prefix", prefix+"x")(); err != nil {
+		t.Errorf("start with another --db-prefix: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		postgres.DropShardDatabasesWithPrefix(ctx, base, prefix+"x", 3)
+	})
+	if err := startRun(t, args("3", "--reset")...)(); err != nil {
+		t.Errorf("start with --reset: %v", err)
 	}
 }

@@ -3,9 +3,11 @@ package loadgencli_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/csv"
 	"errors"
 	"flag"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/shardlab/shardlab/internal/loadgencli"
+	"github.com/shardlab/shardlab/internal/pgtest"
 	"github.com/shardlab/shardlab/resultscsv"
 	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/server"
@@ -268,5 +271,108 @@ func TestInterruptedRunWritesNoRow(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "no row appended") {
 		t.Errorf("stderr does not say the row was skipped: %q", stderr.String())
+	}
+}
+
+// slowServer answers /stats like the demo-server and every read after delay.
+func slowServer(t *testing.T, delay time.Duration) string {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"mode":"single","backend":"sqlite","router":"crc32","shards":1}`))
+	})
+	mux.HandleFunc("GET /get", func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(delay)
+		w.Write([]byte(`{"data":"x"}`))
+	})
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+// TestRateNotReachedIsSaid: an open-loop run whose workers cannot keep the asked-for
+// rate says so on a line of its own; one that keeps it says nothing.
+func TestRateNotReachedIsSaid(t *testing.T) {
+	// Two workers against 20 ms answers manage about 100 requests/s, not 400.
+	slow := slowServer(t, 20*time.Millisecond)
+	args := []string{"--target", slow, "--rate", "400", "--duration", "300ms", "--concurrency", "2", "--writeRatio", "0", "--keys", "10"}
+	stdout, _, err := run(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for l := range strings.SplitSeq(stdout, "\n") {
+		if strings.HasPrefix(l, "target rate 400/s not reached: achieved ") {
+			line = l
+		}
+	}
+	if line == "" {
+		t.Fatalf("no line saying the rate was missed:\n%s", stdout)
+	}
+	var achieved float64
+	if _, err := fmt.Sscanf(strings.TrimPrefix(line, "target rate 400/s not reached: achieved "), "%f/s", &achieved); err != nil || achieved <= 0 || achieved > 150 {
+		t.Errorf("%q: achieved %v (%v), want about 100", line, achieved, err)
+	}
+	// Under --quiet stdout stays the one summary line scripts parse; the notice goes to stderr.
+	stdout, stderr, err := run(append(args, "--quiet")...)
+	if err != nil || strings.Count(stdout, "\n") != 1 || !strings.Contains(stderr, "target rate 400/s not reached") {
+		t.Errorf("--quiet: %v\nstdout %q\nstderr %q", err, stdout, stderr)
+	}
+
+	fast := slowServer(t, 0)
+	stdout, _, err = run("--target", fast, "--rate", "100", "--duration", "1s", "--concurrency", "4", "--writeRatio", "0", "--keys", "10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stdout, "not reached") {
+		t.Errorf("a run that kept its rate says it did not:\n%s", stdout)
+	}
+}
+
+// TestPostgresTarget drives a PostgreSQL table directly: same summary, same CSV row,
+// and the table holds what was written.
+func TestPostgresTarget(t *testing.T) {
+	dsn := pgtest.NewDatabase(t, "loadgencli_sql")
+	out := filepath.Join(t.TempDir(), "r.csv")
+	stdout, stderr, err := run("--target", dsn, "--table", "kv", "--ops", "400", "--concurrency", "4", "--writeRatio", "0.5",
+		"--keys", "60", "--preload", "--scenario", "sql", "--out", out)
+	if err != nil {
+		t.Fatalf("Run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	for _, want := range []string{"table kv (database/sql, pgx)", "ops          400", "errors       0 (none)", "read hits    100.00%"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("summary lacks %q:\n%s", want, stdout)
+		}
+	}
+	rows, err := resultscsv.ReadFile(out)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("%d rows, %v", len(rows), err)
+	}
+	if r := rows[0]; r.Backend != "postgres" || r.Mode != "single" || r.Shards != 1 || r.PoolSize != 4 || r.Ops != 400 || r.ReadHitRate != 1 || r.Scenario != "sql" {
+		t.Errorf("row %+v", r)
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM kv WHERE value <> ''`).Scan(&n); err != nil || n != 60 {
+		t.Errorf("kv holds %d rows, %v; want the 60 preloaded keys", n, err)
+	}
+}
+
+func TestPostgresTargetUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--table", "kv"}, // the default target is a demo-server
+		{"--target", "postgres://u@127.0.0.1:1/db", "--table", "kv; DROP TABLE x"},
+		{"--target", "postgres://u@127.0.0.1:1/db", "--concurrency", "0"},
+	} {
+		if _, _, err := run(args...); !errors.Is(err, loadgencli.ErrUsage) {
+			t.Errorf("%v: %v, want ErrUsage", args, err)
+		}
+	}
+	_, _, err := run("--target", "postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=2", "--ops", "10")
+	if err == nil || !strings.Contains(err.Error(), "cannot reach the database at postgres://u:xxxxx@127.0.0.1:1/db") || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("unreachable database: %v", err)
 	}
 }

@@ -1,0 +1,133 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+)
+
+// DB is one SQLite database file opened the way every part of shardlab opens SQLite (the
+// key-value shards, the hot-row counters, the auto-splitting block store):
+//
+//   - WAL journal, so that readers never block the writer nor each other;
+//   - the busy timeout, synchronous mode and foreign-key enforcement of Options;
+//   - a writer pool of exactly one connection whose transactions begin with
+//     BEGIN IMMEDIATE, so that writers of this process queue in Go instead of failing
+//     with SQLITE_BUSY when a read transaction tries to upgrade its lock;
+//   - a pool of Options.ReadConns read-only connections (PRAGMA query_only).
+//
+// Callers create their schema through Writer and read through Reader.
+type DB struct {
+	path   string
+	opts   Options
+	writer *sql.DB
+	reader *sql.DB
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// uri returns the database/sql name of path for the modernc driver with o's settings.
+func uri(path string, o Options, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", o.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous("+o.Sync+")")
+	fk := "OFF"
+	if o.ForeignKeys {
+		fk = "ON"
+	}
+	q.Add("_pragma", "foreign_keys("+fk+")")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Set("_txlock", "immediate")
+	}
+	// The path is escaped: SQLite reads "file:" names as URIs, so a raw '#', '?' or '%'
+	// in a directory name would cut the path short or alter it and put the database
+	// somewhere else.
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+// OpenDB opens (creating if needed) the SQLite database at path with opts, after
+// validating them: bad options create no file and give an error wrapping ErrBadOptions.
+// It connects the writer before returning, so the file exists and is in WAL mode before
+// any reader connects; read connections are opened when first used. Cancelling ctx
+// abandons that first connection. Close releases both pools.
+func OpenDB(ctx context.Context, path string, opts Options) (*DB, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	d := &DB{path: path, opts: o}
+	if d.writer, err = sql.Open("sqlite", uri(path, o, false)); err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	// One connection, never recycled: it is the file's only writer in this process.
+	d.writer.SetMaxOpenConns(1)
+	d.writer.SetMaxIdleConns(1)
+	d.writer.SetConnMaxLifetime(0)
+	d.writer.SetConnMaxIdleTime(0)
+	if err := d.writer.PingContext(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("sqlite: open %s: %w", path, err), d.writer.Close())
+	}
+	if d.reader, err = sql.Open("sqlite", uri(path, o, true)); err != nil {
+		return nil, errors.Join(fmt.Errorf("sqlite: open %s for reading: %w", path, err), d.writer.Close())
+	}
+	d.reader.SetMaxOpenConns(o.ReadConns)
+	d.reader.SetMaxIdleConns(o.ReadConns)
+	d.reader.SetConnMaxLifetime(0)
+	d.reader.SetConnMaxIdleTime(0)
+	return d, nil
+}
+
+// Writer returns the pool of the one write connection. Every transaction begun on it
+// starts with BEGIN IMMEDIATE.
+func (d *DB) Writer() *sql.DB { return d.writer }
+
+// Reader returns the pool of read-only connections; a write through it fails.
+func (d *DB) Reader() *sql.DB { return d.reader }
+
+// Path returns the database file's path.
+func (d *DB) Path() string { return d.path }
+
+// Options returns the options in effect, defaults filled in.
+func (d *DB) Options() Options { return d.opts }
+
+// Synchronous returns the synchronous mode in effect on the writer connection, the one
+// whose commits it governs, as SQLite reports it: "off", "normal", "full" or "extra".
+// It exists so that tests and operators can check that a setting really arrived.
+func (d *DB) Synchronous(ctx context.Context) (string, error) {
+	var n int
+	if err := d.writer.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&n); err != nil {
+		return "", fmt.Errorf("sqlite: %s: read synchronous: %w", d.path, err)
+	}
+	switch n {
+	case 0:
+		return SyncOff, nil
+	case 1:
+		return SyncNormal, nil
+	case 2:
+		return SyncFull, nil
+	case 3:
+		return "extra", nil
+	}
+	return fmt.Sprint(n), nil
+}
+
+// Close closes the read pool, then the writer, waiting for statements in flight, and
+// returns their errors joined. A second call returns nil.
+func (d *DB) Close() error {
+	done := false
+	d.closeOnce.Do(func() {
+		done = true
+		d.closeErr = errors.Join(d.reader.Close(), d.writer.Close())
+	})
+	if !done {
+		return nil
+	}
+	return d.closeErr
+}
