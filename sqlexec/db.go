@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardlab/shardlab/postgres"
 	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/sqlplan"
 )
@@ -24,11 +25,14 @@ type DB struct {
 	engine  *Engine
 }
 
-// Open connects a pool to every data source of r (connections are made on demand).
-func Open(ctx context.Context, r *rules.Compiled) (*DB, error) {
+// Open makes a pool for every data source of r, with postgres.Options (pool size and
+// timeouts; the zero value gets the defaults). Connections are made on demand, so a data
+// source that is down fails only the statements that need it.
+func Open(ctx context.Context, r *rules.Compiled, opts postgres.Options) (*DB, error) {
 	db := &DB{rules: r}
+	opts.Lazy = true
 	for _, ds := range r.DataSources() {
-		pool, err := pgxpool.New(ctx, ds.DSN)
+		pool, err := postgres.NewPool(ctx, ds.DSN, opts)
 		if err != nil {
 			db.Close()
 			return nil, fmt.Errorf("sqlexec: data source %s: %w", ds.Name, err)

@@ -17,9 +17,10 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"golang.org/x/sync/errgroup"
 
+	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/rules"
+	"github.com/shardlab/shardlab/shardset"
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
@@ -112,44 +113,45 @@ func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, f
 	}
 	slices.Sort(order) // a fixed order: writes to several data sources take them alike
 	results := make([]targetResult, len(b.Targets))
-	held := make([]*pgconn.PgConn, len(order))
-	errs := make([]error, len(order))
+	nds := e.rules.NumDataSources()
+	heldBy := make([]*pgconn.PgConn, nds)
+	errsBy := make([]error, nds)
 
-	runDS := func(gctx context.Context, k int) error {
-		ds := order[k]
+	runDS := func(gctx context.Context, ds int) error {
 		conn, err := conns.Acquire(gctx, ds)
 		if err != nil {
-			errs[k] = err
-			return e.shardErr(ds, err)
+			errsBy[ds] = err
+			return err
 		}
-		held[k] = conn
+		heldBy[ds] = conn
 		if wrap {
 			if err := conn.Exec(gctx, "BEGIN").Close(); err != nil {
-				errs[k] = err
-				return e.shardErr(ds, err)
+				errsBy[ds] = err
+				return err
 			}
 		}
 		for _, i := range byDS[ds] {
 			r, err := execTarget(gctx, conn, b.Targets[i], args, formats)
 			if err != nil {
-				errs[k] = err
-				return e.shardErr(ds, err)
+				errsBy[ds] = err
+				return err
 			}
 			results[i] = r
 		}
 		return nil
 	}
-
-	var err error
-	if len(order) == 1 {
-		err = runDS(ctx, 0)
-	} else {
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(e.concurrency)
-		for k := range order {
-			g.Go(func() error { return runDS(gctx, k) })
-		}
-		err = g.Wait()
+	// Every data source the statement needs, concurrently; the first failure cancels the
+	// rest, since a merge or a multi-shard write is useless without every part.
+	err := shardset.Do(ctx, routing.NewShards(order...), nds, runDS,
+		shardset.FailFast(), shardset.WithLimit(e.concurrency))
+	var failed shardset.Errors
+	if errors.As(err, &failed) && len(failed) > 0 {
+		err = e.shardErr(failed[0].Shard, failed[0].Err)
+	}
+	held := make([]*pgconn.PgConn, len(order))
+	errs := make([]error, len(order))
+	for k, ds := range order {
+		held[k], errs[k] = heldBy[ds], errsBy[ds]
 	}
 	if wrap {
 		err = e.finish(ctx, order, held, errs, err)

@@ -33,6 +33,8 @@ type token struct {
 type lexer struct {
 	s   string
 	pos int
+	// bad is set when a string, identifier or comment runs to the end of the input.
+	bad bool
 }
 
 func isIdentStart(c byte) bool {
@@ -176,6 +178,7 @@ func (l *lexer) quoted(from int, q byte, backslashes bool) {
 		}
 	}
 	l.pos = len(s)
+	l.bad = true
 }
 
 func (l *lexer) number() {
@@ -262,6 +265,9 @@ func normalize(key []byte, sql string, lits []literal) ([]byte, []literal, bool)
 			last = t.end
 		}
 		prev = t
+	}
+	if l.bad {
+		return key, lits, false // let the parser report the unterminated literal
 	}
 	key = append(key, sql[last:]...)
 	key = append(key, 0)

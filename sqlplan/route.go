@@ -1,6 +1,7 @@
 package sqlplan
 
 import (
+	"math"
 	"strconv"
 	"strings"
 
@@ -104,12 +105,12 @@ type condKey struct {
 	values []valueRef
 }
 
-// condRange: lo <= ref.col <= hi (either may be absent; strict bounds are widened,
-// which can only add shards).
+// condRange: lo <= ref.col <= hi (either may be absent), or < and > when strict.
 type condRange struct {
-	ref    *tableRef
-	col    string
-	lo, hi *valueRef
+	ref                *tableRef
+	col                string
+	lo, hi             *valueRef
+	loStrict, hiStrict bool
 }
 
 func (condAnd) isCond()   {}
@@ -177,9 +178,9 @@ func (a *analyzer) exprCond(e *pg.A_Expr, s *scope, group map[*tableRef]bool) co
 		case "=":
 			return condKey{ref: ref, col: col, values: []valueRef{v}}
 		case "<", "<=":
-			return condRange{ref: ref, col: col, hi: &v}
+			return condRange{ref: ref, col: col, hi: &v, hiStrict: op == "<"}
 		case ">", ">=":
-			return condRange{ref: ref, col: col, lo: &v}
+			return condRange{ref: ref, col: col, lo: &v, loStrict: op == ">"}
 		}
 	case pg.A_Expr_Kind_AEXPR_IN:
 		if op != "=" {
@@ -484,9 +485,10 @@ func evalCond(c cond, g *group, vals *values) routing.Destination {
 	case condRange:
 		var lo, hi *int64
 		for _, pair := range []struct {
-			v   *valueRef
-			dst **int64
-		}{{c.lo, &lo}, {c.hi, &hi}} {
+			v      *valueRef
+			dst    **int64
+			strict int64 // for integer keys, x > v is x >= v+1 and x < v is x <= v-1
+		}{{c.lo, &lo, b2i(c.loStrict)}, {c.hi, &hi, -b2i(c.hiStrict)}} {
 			if pair.v == nil {
 				continue
 			}
@@ -499,6 +501,9 @@ func evalCond(c cond, g *group, vals *values) routing.Destination {
 				return routing.DestinationAll{}
 			}
 			x := iv.Int
+			if (pair.strict > 0 && x < math.MaxInt64) || (pair.strict < 0 && x > math.MinInt64) {
+				x += pair.strict
+			}
 			*pair.dst = &x
 		}
 		if shards, ok := c.ref.rule.RangeShards(c.col, lo, hi); ok {
@@ -507,6 +512,13 @@ func evalCond(c cond, g *group, vals *values) routing.Destination {
 		return routing.DestinationAll{}
 	}
 	return routing.DestinationAll{}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func describeRefs(refs []*tableRef) string {
