@@ -514,3 +514,18 @@ func SamePlacement(a, b *TableRule) bool {
 	}
 	return a.Binding >= 0 && a.Binding == b.Binding
 }
+
+// ShardOf places one key of a table with a single strategy (no separate database and
+// table strategies): the shard, without the maps ShardsFor takes. ok is false for
+// tables that need ShardsFor.
+func (r *TableRule) ShardOf(column string, k Key, typ KeyType) (shard int, ok bool, err error) {
+	if r.spec == nil || r.spec.single == nil || r.spec.single.Column != column {
+		return 0, false, nil
+	}
+	s := r.spec.single
+	if s.Type != TypeUnknown {
+		typ = s.Type
+	}
+	i, err := shardOf(s, typ, k, len(r.Nodes))
+	return i, true, err
+}

@@ -18,7 +18,7 @@ type analyzer struct {
 	sql        string // the client's text
 	text       string // the text that was parsed (normalised or the client's)
 	normalized bool
-	lits       []literal
+	lits       []Literal
 	plan       *Plan
 	tree       *pg.ParseResult
 	maxParam   int

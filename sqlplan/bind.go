@@ -170,6 +170,7 @@ func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {
 	}
 	v := &values{sql: sql, lits: lits, args: args}
 	b := &Bound{Plan: pl, Limit: -1, Offset: -1}
+	b.Targets = b.one[:0]
 	switch pl.Kind {
 	case KindSelect, KindUpdate, KindDelete:
 		if err := pl.bindRouted(b, v); err != nil {
@@ -203,18 +204,24 @@ func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {
 	return b, nil // session statements: the caller handles them
 }
 
-// tableNames returns, for each table reference, its physical name on shard node of
-// the given group (or its logical name when it is not in the group).
-type placement map[*group]int
+// placement says on which shard each group of sharded tables runs.
+type placement []groupNode
 
+type groupNode struct {
+	g    *group
+	node int
+}
+
+// names returns, for each table reference, its physical name under place (or its
+// logical name when it is in no placed group).
 func (pl *Plan) names(place placement) func(int) string {
 	return func(ref int) string {
 		r := pl.refs[ref]
 		if r.sharded() {
-			for g, node := range place {
-				for _, gr := range g.refs {
+			for _, p := range place {
+				for _, gr := range p.g.refs {
 					if gr == r {
-						return r.rule.Nodes[node].Table
+						return r.rule.Nodes[p.node].Table
 					}
 				}
 			}
@@ -224,11 +231,11 @@ func (pl *Plan) names(place placement) func(int) string {
 }
 
 // render makes one target's SQL; with tmpl nil the client's text goes as it is.
-func (pl *Plan) render(tmpl *template, v *values, tables func(int) string, slot func(int) string) (string, []int) {
+func (pl *Plan) render(tmpl *template, v *values, place placement, b *Bound) (string, []int) {
 	if tmpl == nil {
 		return v.sql, nil
 	}
-	r := &renderer{sql: v.sql, lits: v.lits, table: tables, slot: slot}
+	r := &renderer{sql: v.sql, lits: v.lits, table: pl.names(place), slot: pl.slotFunc(b)}
 	sql := r.render(tmpl)
 	if identity(r.params, pl.NumParams) {
 		return sql, nil
@@ -257,27 +264,20 @@ func (pl *Plan) bindRouted(b *Bound, v *values) error {
 	if !rs.sharded {
 		return pl.bindUnsharded(b, v)
 	}
-	dest := make(map[*group]routing.Destination, len(rs.groups))
-	for _, g := range rs.groups {
-		var d routing.Destination = routing.DestinationAll{}
-		for _, c := range g.conds {
-			d = routing.Intersect(d, evalCond(c, g, v), g.nodes)
+	if len(rs.groups) == 1 && rs.groups[0].anchor {
+		g := rs.groups[0]
+		d := g.dest(v)
+		var nodes []int
+		if s, ok := d.(routing.DestinationShard); ok {
+			nodes = b.oneNode[:1]
+			nodes[0] = int(s)
+		} else {
+			nodes = routing.Resolve(d, g.nodes)
 		}
-		dest[g] = d
-	}
-	var anchors []*group
-	for _, g := range rs.groups {
-		if g.anchor {
-			anchors = append(anchors, g)
-		}
-	}
-	if len(anchors) == 1 && len(rs.groups) == 1 {
-		g := anchors[0]
-		nodes := routing.Resolve(dest[g], g.nodes)
 		if len(nodes) == 0 {
 			nodes = []int{0} // no shard can hold a match: any one answers, with no rows
 		}
-		b.Destination = dest[g]
+		b.Destination = d
 		if len(nodes) > 1 {
 			if err := pl.refuseMulti(len(nodes)); err != nil {
 				return err
@@ -298,14 +298,18 @@ func (pl *Plan) bindRouted(b *Bound, v *values) error {
 			if len(nodes) > 1 && pl.mergeTmpl != nil {
 				tmpl = pl.mergeTmpl
 			}
-			t.SQL, t.Params = pl.render(tmpl, v, pl.names(placement{g: n}), pl.slotFunc(b))
+			t.SQL, t.Params = pl.render(tmpl, v, placement{{g, n}}, b)
 			b.Targets = append(b.Targets, t)
 		}
 		return nil
 	}
+	dest := make(map[*group]routing.Destination, len(rs.groups))
+	for _, g := range rs.groups {
+		dest[g] = g.dest(v)
+	}
 	// Tables that are not joined on their keys: exact only when every one of them is
 	// pinned to a single shard, all on one data source.
-	place := placement{}
+	var place placement
 	ds := -1
 	for _, g := range rs.groups {
 		nodes := routing.Resolve(dest[g], g.nodes)
@@ -320,18 +324,16 @@ func (pl *Plan) bindRouted(b *Bound, v *values) error {
 			return pl.spanError(g)
 		}
 		ds = d
-		place[g] = nodes[0]
+		place = append(place, groupNode{g, nodes[0]})
 	}
 	if err := pl.checkDefaultRefs(ds); err != nil {
 		return err
 	}
 	t := Target{DataSource: ds, Shard: -1}
-	if len(rs.groups) == 1 {
-		for _, n := range place {
-			t.Shard = n
-		}
+	if len(place) == 1 {
+		t.Shard = place[0].node
 	}
-	t.SQL, t.Params = pl.render(pl.tmpl, v, pl.names(place), pl.slotFunc(b))
+	t.SQL, t.Params = pl.render(pl.tmpl, v, place, b)
 	b.Targets = []Target{t}
 	b.Destination = routing.DestinationShard(t.Shard)
 	return nil
@@ -400,7 +402,7 @@ func (pl *Plan) bindUnsharded(b *Bound, v *values) error {
 	}
 	for _, ds := range dss {
 		t := Target{DataSource: ds, Shard: -1}
-		t.SQL, t.Params = pl.render(pl.tmpl, v, pl.names(nil), pl.slotFunc(b))
+		t.SQL, t.Params = pl.render(pl.tmpl, v, nil, b)
 		b.Targets = append(b.Targets, t)
 	}
 	return nil

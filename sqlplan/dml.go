@@ -384,7 +384,7 @@ func (pl *Plan) bindInsert(b *Bound, v *values) error {
 	for _, n := range order {
 		t := Target{DataSource: target.rule.Nodes[n].DataSource, Shard: n, RowOrder: byNode[n]}
 		if spec.rows == nil || (len(order) == 1 && pl.tmpl == nil && !pl.needsRenameAt(n)) {
-			t.SQL, t.Params = pl.render(pl.tmpl, v, names(n), pl.slotFunc(b))
+			t.SQL, t.Params = pl.render(pl.tmpl, v, placement{{pl.route.groups[0], n}}, b)
 		} else {
 			r := &renderer{sql: v.sql, lits: v.lits, table: names(n), slot: pl.slotFunc(b)}
 			var sb strings.Builder

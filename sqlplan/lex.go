@@ -224,11 +224,6 @@ var literalFollows = map[string]bool{
 	"distinct": true, "by": true, "first": true, "next": true,
 }
 
-// literal is one literal a normalised statement carries as a parameter.
-type literal struct {
-	start, end int
-	kind       tokKind // tokString or tokNumber
-}
 
 // maxLiterals caps how many literals a statement may have to be normalised; a bulk
 // INSERT with thousands of values is planned each time rather than filling the cache.
@@ -239,7 +234,7 @@ const maxLiterals = 256
 // literal kind ('s' string, 'n' number), to key. It returns the extended key and the
 // literals, and ok false when the statement already has $n parameters or too many
 // literals, or cannot be normalised safely; the caller then plans the text as it is.
-func normalize(key []byte, sql string, lits []literal) ([]byte, []literal, bool) {
+func normalize(key []byte, sql string, lits []Literal) ([]byte, []Literal, bool) {
 	l := lexer{s: sql}
 	last := 0
 	prev := token{kind: tokEOF}
@@ -258,7 +253,7 @@ func normalize(key []byte, sql string, lits []literal) ([]byte, []literal, bool)
 			if len(lits) == maxLiterals {
 				return key, lits, false
 			}
-			lits = append(lits, literal{start: t.start, end: t.end, kind: t.kind})
+			lits = append(lits, Literal{Start: t.start, End: t.end, String: t.kind == tokString})
 			key = append(key, sql[last:t.start]...)
 			key = append(key, '$')
 			key = strconv.AppendInt(key, int64(len(lits)), 10)
@@ -272,7 +267,7 @@ func normalize(key []byte, sql string, lits []literal) ([]byte, []literal, bool)
 	key = append(key, sql[last:]...)
 	key = append(key, 0)
 	for _, lit := range lits {
-		if lit.kind == tokString {
+		if lit.String {
 			key = append(key, 's')
 		} else {
 			key = append(key, 'n')

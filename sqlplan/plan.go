@@ -109,7 +109,7 @@ type Plan struct {
 
 	rules      *rules.Compiled
 	normalized bool        // values are literals of the statement text (simple protocol)
-	litKinds   []tokKind   // for a normalised plan: the kind of each literal
+	litKinds   []bool      // for a normalised plan: whether each literal is a string
 	pinned     []pinnedLit // literals whose value the plan depends on
 	refs       []*tableRef // every table reference, in AST order
 	route      *routeSpec
@@ -219,6 +219,9 @@ type Bound struct {
 	Broadcast bool
 	// Destination is the routing answer, for explaining.
 	Destination routing.Destination
+
+	one     [1]Target // storage for the usual single target
+	oneNode [1]int
 }
 
 // MultiTarget reports whether the bound statement runs on more than one target.

@@ -104,7 +104,7 @@ func (p *Planner) PlanSimple(ctx context.Context, sql string) (*Plan, []Literal,
 	}
 	if p.cache != nil {
 		if pl, hit := p.cache.getBytes(key, 'N'); hit && pl.pinnedMatch(sql, lits) {
-			return pl, toLiterals(lits), nil
+			return pl, lits, nil
 		}
 	}
 	normalized := string(key[:strings.IndexByte(string(key), 0)])
@@ -123,7 +123,7 @@ func (p *Planner) PlanSimple(ctx context.Context, sql string) (*Plan, []Literal,
 	if p.cache != nil && cacheable(pl) && len(key) <= maxCachedText {
 		p.cache.put(string(key), 'N', pl)
 	}
-	return pl, toLiterals(lits), nil
+	return pl, lits, nil
 }
 
 // maxCachedText bounds the text of a cached statement; longer ones are planned each time.
@@ -137,22 +137,15 @@ type Literal struct {
 	String     bool // a quoted string, else a number
 }
 
-func toLiterals(lits []literal) []Literal {
-	out := make([]Literal, len(lits))
-	for i, l := range lits {
-		out[i] = Literal{Start: l.start, End: l.end, String: l.kind == tokString}
-	}
-	return out
-}
 
 // pinnedMatch reports whether sql has the literal values the plan depends on.
-func (pl *Plan) pinnedMatch(sql string, lits []literal) bool {
+func (pl *Plan) pinnedMatch(sql string, lits []Literal) bool {
 	for _, pin := range pl.pinned {
 		if pin.index >= len(lits) {
 			return false
 		}
 		l := lits[pin.index]
-		if sql[l.start:l.end] != pin.text {
+		if sql[l.Start:l.End] != pin.text {
 			return false
 		}
 	}
@@ -164,7 +157,7 @@ func (pl *Plan) pinnedMatch(sql string, lits []literal) bool {
 func SplitStatements(sql string) []string { return splitStatements(sql) }
 
 // plan parses text (the client's sql, or its normalised form) and analyses it.
-func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, lits []literal) (*Plan, error) {
+func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, lits []Literal) (*Plan, error) {
 	if strings.Contains(text, markerPrefix) {
 		return nil, unsupported("identifiers starting with %q are reserved by the sharding layer", markerPrefix)
 	}
@@ -195,7 +188,7 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 	}
 	if normalized {
 		for _, l := range lits {
-			a.plan.litKinds = append(a.plan.litKinds, l.kind)
+			a.plan.litKinds = append(a.plan.litKinds, l.String)
 		}
 	}
 	if err := a.analyze(tree.Stmts[0].Stmt); err != nil {

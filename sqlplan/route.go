@@ -473,6 +473,16 @@ func evalCond(c cond, g *group, vals *values) routing.Destination {
 			if err != nil {
 				return routing.DestinationAll{}
 			}
+			if s, ok, err := c.ref.rule.ShardOf(c.col, k, c.ref.keyTypes[c.col]); ok {
+				if err != nil {
+					return routing.DestinationAll{}
+				}
+				if len(c.values) == 1 {
+					return routing.DestinationShard(s)
+				}
+				d = routing.Union(d, routing.DestinationShard(s), g.nodes)
+				continue
+			}
 			shards, err := c.ref.rule.ShardsFor(map[string]rules.Key{c.col: k}, c.ref.keyTypes)
 			if err != nil {
 				// A value the column cannot hold matches nothing, but let every shard
@@ -527,4 +537,13 @@ func describeRefs(refs []*tableRef) string {
 		names = appendUnique(names, r.name)
 	}
 	return strings.Join(names, ", ")
+}
+
+// dest evaluates the group's conditions with the values of one execution.
+func (g *group) dest(v *values) routing.Destination {
+	var d routing.Destination = routing.DestinationAll{}
+	for _, c := range g.conds {
+		d = routing.Intersect(d, evalCond(c, g, v), g.nodes)
+	}
+	return d
 }

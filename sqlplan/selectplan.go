@@ -60,9 +60,9 @@ func (a *analyzer) pinPositions(sel *pg.SelectStmt) {
 			return n
 		}
 		l := a.lits[p.Number-1]
-		text := a.sql[l.start:l.end]
+		text := a.sql[l.Start:l.End]
 		v, err := strconv.ParseInt(text, 10, 32)
-		if l.kind != tokNumber || err != nil {
+		if l.String || err != nil {
 			return n
 		}
 		a.plan.pinned = append(a.plan.pinned, pinnedLit{index: int(p.Number) - 1, text: text})
