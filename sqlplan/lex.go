@@ -224,7 +224,6 @@ var literalFollows = map[string]bool{
 	"distinct": true, "by": true, "first": true, "next": true,
 }
 
-
 // maxLiterals caps how many literals a statement may have to be normalised; a bulk
 // INSERT with thousands of values is planned each time rather than filling the cache.
 const maxLiterals = 256

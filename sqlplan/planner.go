@@ -137,7 +137,6 @@ type Literal struct {
 	String     bool // a quoted string, else a number
 }
 
-
 // pinnedMatch reports whether sql has the literal values the plan depends on.
 func (pl *Plan) pinnedMatch(sql string, lits []Literal) bool {
 	for _, pin := range pl.pinned {
