@@ -18,10 +18,10 @@ package sqlplan
 
 import (
 	"context"
-
 	"fmt"
-	pg "github.com/pganalyze/pg_query_go/v6"
 	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
 
 	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/rules"
@@ -226,3 +226,47 @@ type Bound struct {
 
 // MultiTarget reports whether the bound statement runs on more than one target.
 func (b *Bound) MultiTarget() bool { return len(b.Targets) > 1 }
+
+// Explain describes where and how a bound statement runs: the routing answer, one line
+// per target (data source, shard, the SQL it runs) and the merge. The wire proxy's
+// route preview and the driver show it.
+func (b *Bound) Explain() string {
+	var sb strings.Builder
+	dss := b.Plan.rules.DataSources()
+	fmt.Fprintf(&sb, "%s", b.Plan.Kind)
+	if len(b.Plan.Tables) > 0 {
+		fmt.Fprintf(&sb, " of %s", strings.Join(b.Plan.Tables, ", "))
+	}
+	if b.Destination != nil {
+		fmt.Fprintf(&sb, " -> %s", b.Destination)
+	}
+	fmt.Fprintf(&sb, " (%d target", len(b.Targets))
+	if len(b.Targets) != 1 {
+		sb.WriteByte('s')
+	}
+	sb.WriteString(")\n")
+	for _, t := range b.Targets {
+		name := fmt.Sprint(t.DataSource)
+		if t.DataSource >= 0 && t.DataSource < len(dss) {
+			name = dss[t.DataSource].Name
+		}
+		where := "data source " + name
+		if t.Shard >= 0 {
+			where = fmt.Sprintf("%s shard %d", name, t.Shard)
+		}
+		fmt.Fprintf(&sb, "  %s: %s\n", where, t.SQL)
+	}
+	switch {
+	case b.Merge != nil:
+		fmt.Fprintf(&sb, "  merge: %s", b.Merge)
+		if b.Limit >= 0 || b.Offset >= 0 {
+			fmt.Fprintf(&sb, " (limit %d, offset %d)", b.Limit, max(b.Offset, 0))
+		}
+		sb.WriteByte('\n')
+	case b.Broadcast:
+		sb.WriteString("  merge: none, every copy of the table runs the write; the first answers\n")
+	case len(b.Targets) > 1:
+		sb.WriteString("  merge: concatenate rows, add up row counts\n")
+	}
+	return sb.String()
+}

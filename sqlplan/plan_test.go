@@ -348,3 +348,18 @@ func FuzzPlan(f *testing.F) {
 		}
 	})
 }
+
+func TestExplain(t *testing.T) {
+	p := sqlplan.New(testRules(t), nil, sqlplan.Options{})
+	b, err := p.Simple(context.Background(), "SELECT id, k FROM sbtest1 ORDER BY k DESC LIMIT 10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := b.Explain()
+	for _, want := range []string{"select of sbtest1 -> all shards (2 targets)", "ds_0 shard 0: SELECT id, k FROM sbtest1 ORDER BY k DESC LIMIT 10",
+		"ds_1 shard 1:", "merge: merge-sort(#2 desc nulls first)", "(limit 10, offset 0)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("explain lacks %q:\n%s", want, got)
+		}
+	}
+}

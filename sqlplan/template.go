@@ -55,11 +55,21 @@ func (a *analyzer) markTables() {
 		if rv == nil {
 			continue
 		}
-		if rv.Alias == nil && !r.inDDL {
+		if rv.Alias == nil && !r.inDDL && renamed(r) {
 			rv.Alias = &pg.Alias{Aliasname: rv.Relname}
 		}
 		rv.Relname = markerPrefix + strconv.Itoa(r.index)
 	}
+}
+
+// renamed reports whether a reference has another physical name on some shard.
+func renamed(r *tableRef) bool {
+	for _, n := range r.rule.Nodes {
+		if n.Table != r.name {
+			return true
+		}
+	}
+	return false
 }
 
 // needsRename reports whether some reference's physical name differs from its logical
