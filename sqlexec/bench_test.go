@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardlab/shardlab/internal/pgtest"
-	"github.com/shardlab/shardlab/postgres"
 	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/sqlexec"
@@ -87,7 +86,7 @@ func BenchmarkMergeOrderByLimit(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		db, err := sqlexec.Open(ctx, c, postgres.Options{})
+		db, err := sqlexec.Open(ctx, c, sqlexec.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}

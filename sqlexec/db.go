@@ -2,9 +2,7 @@ package sqlexec
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,21 +13,33 @@ import (
 )
 
 // DB is a sharded database reached through one connection pool per data source: the
-// SQL core on its own, without a driver or a proxy in front. Each statement runs in
-// autocommit; a statement that writes to several shards runs in a transaction on each.
+// SQL core on its own, without a driver or a proxy in front. Exec and SimpleExec run
+// each statement in autocommit (a statement that writes to several shards runs in a
+// transaction on each); Begin opens a transaction across the data sources.
 type DB struct {
-	rules   *rules.Compiled
-	pools   []*pgxpool.Pool
-	catalog *Catalog
-	planner *sqlplan.Planner
-	engine  *Engine
+	rules     *rules.Compiled
+	pools     pgxPools
+	catalog   *Catalog
+	planner   *sqlplan.Planner
+	engine    *Engine
+	committer *Committer
 }
 
-// Open makes a pool for every data source of r, with postgres.Options (pool size and
-// timeouts; the zero value gets the defaults). Connections are made on demand, so a data
-// source that is down fails only the statements that need it.
-func Open(ctx context.Context, r *rules.Compiled, opts postgres.Options) (*DB, error) {
+// Config tunes a DB. The zero value is usable.
+type Config struct {
+	// Pool sizes and bounds each data source's pool (postgres.Options defaults).
+	Pool postgres.Options
+	// TwoPhase commits transactions that span data sources with two-phase commit; every
+	// data source then needs max_prepared_transactions above zero. Open runs Recover.
+	TwoPhase bool
+}
+
+// Open makes a pool for every data source of r. Connections are made on demand, so a
+// data source that is down fails only the statements that need it. With TwoPhase it
+// first finishes any prepared transaction a crash left behind (see Committer.Recover).
+func Open(ctx context.Context, r *rules.Compiled, cfg Config) (*DB, error) {
 	db := &DB{rules: r}
+	opts := cfg.Pool
 	opts.Lazy = true
 	for _, ds := range r.DataSources() {
 		pool, err := postgres.NewPool(ctx, ds.DSN, opts)
@@ -41,7 +51,14 @@ func Open(ctx context.Context, r *rules.Compiled, opts postgres.Options) (*DB, e
 	}
 	db.catalog = NewCatalog(r, db.acquire)
 	db.planner = sqlplan.New(r, db.catalog, sqlplan.Options{})
-	db.engine = NewEngine(r, db.catalog)
+	db.committer = NewCommitter(r, cfg.TwoPhase)
+	db.engine = NewEngine(r, db.catalog, db.committer)
+	if cfg.TwoPhase {
+		if _, _, err := db.committer.Recover(ctx, db.acquire); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
 	return db, nil
 }
 
@@ -50,11 +67,22 @@ func (db *DB) acquire(ctx context.Context, ds int) (*pgconn.PgConn, func(error),
 	if err != nil {
 		return nil, nil, err
 	}
-	return c.Conn().PgConn(), func(error) { c.Release() }, nil
+	return c.Conn().PgConn(), func(err error) { pgxLease{c}.Release(reusable(err)) }, nil
 }
 
 // Planner returns the DB's planner.
 func (db *DB) Planner() *sqlplan.Planner { return db.planner }
+
+// Engine returns the DB's engine.
+func (db *DB) Engine() *Engine { return db.engine }
+
+// Committer returns the DB's committer.
+func (db *DB) Committer() *Committer { return db.committer }
+
+// Recover finishes prepared transactions a crash left behind (two-phase commit).
+func (db *DB) Recover(ctx context.Context) (committed, rolledBack int, err error) {
+	return db.committer.Recover(ctx, db.acquire)
+}
 
 // Close closes every pool.
 func (db *DB) Close() {
@@ -65,49 +93,37 @@ func (db *DB) Close() {
 	}
 }
 
-// autocommit lends pooled connections for one statement.
-type autocommit struct {
-	db    *DB
-	mu    sync.Mutex
-	conns map[*pgconn.PgConn]*pgxpool.Conn
-}
+// pgxPools lends pooled pgx connections.
+type pgxPools []*pgxpool.Pool
 
-func (a *autocommit) Acquire(ctx context.Context, ds int) (*pgconn.PgConn, error) {
-	c, err := a.db.pools[ds].Acquire(ctx)
+func (p pgxPools) Acquire(ctx context.Context, ds int) (Lease, error) {
+	c, err := p[ds].Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	pc := c.Conn().PgConn()
-	a.mu.Lock()
-	a.conns[pc] = c
-	a.mu.Unlock()
-	return pc, nil
+	return pgxLease{c}, nil
 }
 
-func (a *autocommit) Release(_ int, conn *pgconn.PgConn, err error) {
-	a.mu.Lock()
-	c := a.conns[conn]
-	delete(a.conns, conn)
-	a.mu.Unlock()
-	if c == nil {
-		return
-	}
-	var pe *pgconn.PgError
-	if err != nil && !errors.As(err, &pe) {
-		c.Conn().Close(context.Background()) // a broken connection is not reused
-	}
-	c.Release()
+type pgxLease struct{ c *pgxpool.Conn }
+
+func (l pgxLease) Run(_ context.Context, fn func(*pgconn.PgConn) error) error {
+	return fn(l.c.Conn().PgConn())
 }
 
-func (a *autocommit) InTransaction() bool { return false }
-
-func (db *DB) conns() *autocommit {
-	return &autocommit{db: db, conns: map[*pgconn.PgConn]*pgxpool.Conn{}}
+func (l pgxLease) Release(reuse bool) {
+	if !reuse {
+		l.c.Conn().Close(context.Background()) // the pool drops a closed connection
+	}
+	l.c.Release()
 }
 
 // Exec plans (or finds in the cache) one extended-protocol statement, binds args and
-// runs it; formats are the result formats (none: text).
+// runs it in autocommit; formats are the result formats (none: text).
 func (db *DB) Exec(ctx context.Context, sql string, args sqlplan.Args, formats []int16) (*Result, error) {
+	return db.exec(ctx, NewSession(db.pools, db.committer), sql, args, formats)
+}
+
+func (db *DB) exec(ctx context.Context, s *Session, sql string, args sqlplan.Args, formats []int16) (*Result, error) {
 	plan, err := db.planner.Prepare(ctx, sql)
 	if err != nil {
 		return nil, err
@@ -116,19 +132,20 @@ func (db *DB) Exec(ctx context.Context, sql string, args sqlplan.Args, formats [
 	if err != nil {
 		return nil, err
 	}
-	return db.run(ctx, b, args, formats)
+	return db.run(ctx, s, b, args, formats)
 }
 
 // SimpleExec runs a simple-protocol query string, which may hold several statements,
 // and returns one result per statement; it stops at the first error.
 func (db *DB) SimpleExec(ctx context.Context, sql string) ([]*Result, error) {
+	s := NewSession(db.pools, db.committer)
 	var out []*Result
 	for _, stmt := range sqlplan.SplitStatements(sql) {
 		b, err := db.planner.Simple(ctx, stmt)
 		if err != nil {
 			return out, err
 		}
-		r, err := db.run(ctx, b, sqlplan.Args{}, nil)
+		r, err := db.run(ctx, s, b, sqlplan.Args{}, nil)
 		if err != nil {
 			return out, err
 		}
@@ -137,17 +154,46 @@ func (db *DB) SimpleExec(ctx context.Context, sql string) ([]*Result, error) {
 	return out, nil
 }
 
-func (db *DB) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16) (*Result, error) {
+func (db *DB) run(ctx context.Context, s *Session, b *sqlplan.Bound, args sqlplan.Args, formats []int16) (*Result, error) {
 	switch b.Plan.Kind {
 	case sqlplan.KindTransaction, sqlplan.KindSet, sqlplan.KindDiscard, sqlplan.KindCopy:
-		return nil, unsupported("%s statements on a DB handle (each statement runs in autocommit)", b.Plan.Kind)
+		return nil, unsupported("%s statements on a DB handle (use Begin for transactions)", b.Plan.Kind)
 	case sqlplan.KindEmpty:
 		return &Result{}, nil
 	}
-	r, err := db.engine.Execute(ctx, b, args, formats, db.conns())
+	r, err := db.engine.Execute(ctx, b, args, formats, s)
 	if b.Plan.Kind == sqlplan.KindDDL {
 		db.catalog.Invalidate()
 		db.planner.Invalidate()
 	}
 	return r, err
 }
+
+// Tx is a transaction across the data sources its statements touch.
+type Tx struct {
+	db *DB
+	s  *Session
+}
+
+// Begin opens a transaction; data sources join it as statements need them.
+func (db *DB) Begin(ctx context.Context) (*Tx, error) {
+	s := NewSession(db.pools, db.committer)
+	if err := s.Begin("BEGIN"); err != nil {
+		return nil, err
+	}
+	return &Tx{db: db, s: s}, nil
+}
+
+// Exec runs one statement in the transaction.
+func (tx *Tx) Exec(ctx context.Context, sql string, args sqlplan.Args, formats []int16) (*Result, error) {
+	return tx.db.exec(ctx, tx.s, sql, args, formats)
+}
+
+// Commit commits on every data source the transaction touched.
+func (tx *Tx) Commit(ctx context.Context) error { return tx.s.Commit(ctx) }
+
+// Rollback rolls back everywhere.
+func (tx *Tx) Rollback(ctx context.Context) error { return tx.s.Rollback(ctx) }
+
+// Touched returns the data sources the transaction joined.
+func (tx *Tx) Touched() []int { return tx.s.Touched() }

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/shardlab/shardlab/internal/sqldiff"
-	"github.com/shardlab/shardlab/postgres"
 	"github.com/shardlab/shardlab/sqlexec"
 	"github.com/shardlab/shardlab/sqlplan"
 )
@@ -44,7 +43,7 @@ func (r dbRunner) Simple(ctx context.Context, sql string) (*sqldiff.Answer, erro
 
 func runDifferential(t *testing.T, layout sqldiff.Layout, options string) {
 	env := sqldiff.NewEnv(t, layout, options)
-	db, err := sqlexec.Open(context.Background(), env.Rules, postgres.Options{})
+	db, err := sqlexec.Open(context.Background(), env.Rules, sqlexec.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,17 +25,19 @@ import (
 )
 
 // Conns lends the engine connections, one per data source for the length of a
-// statement.
+// statement (or, when the caller holds a transaction, for as long as it lasts).
 type Conns interface {
-	// Acquire returns the connection to use for data source ds. It is called at most
-	// once per data source per statement, concurrently for different data sources.
-	Acquire(ctx context.Context, ds int) (*pgconn.PgConn, error)
-	// Release gives the connection back after the statement; err is the statement's
-	// error on that data source, if any (a broken connection should not be reused).
-	Release(ds int, conn *pgconn.PgConn, err error)
+	// Run calls fn with the connection for data source ds. Until Release(ds), every Run
+	// for ds gets the same connection; Run is called concurrently for different data
+	// sources. The connection is valid only inside fn.
+	Run(ctx context.Context, ds int, fn func(*pgconn.PgConn) error) error
+	// Release ends the statement's use of data source ds; err is its error there, if any
+	// (a broken connection should not be reused). It is called once for every data
+	// source Run was called for, even when Run failed.
+	Release(ds int, err error)
 	// InTransaction reports whether the caller holds an open transaction on its
 	// connections. Outside one, a statement that writes to several targets is wrapped
-	// in a transaction on each data source.
+	// in a transaction on each data source, committed by the engine's Committer.
 	InTransaction() bool
 }
 
@@ -48,16 +50,21 @@ type Result struct {
 
 // Engine executes bound plans. It is safe for concurrent use.
 type Engine struct {
-	rules   *rules.Compiled
-	catalog *Catalog
+	rules     *rules.Compiled
+	catalog   *Catalog
+	committer *Committer
 	// Concurrency bounds how many data sources one statement talks to at once.
 	concurrency int
 }
 
 // NewEngine returns an engine for rules; cat answers collation questions (it may be
-// nil, and then text is never compared across shards).
-func NewEngine(r *rules.Compiled, cat *Catalog) *Engine {
-	return &Engine{rules: r, catalog: cat, concurrency: 16}
+// nil, and then text is never compared across shards); committer commits the
+// transactions the engine opens for writes to several data sources (nil: best effort).
+func NewEngine(r *rules.Compiled, cat *Catalog, committer *Committer) *Engine {
+	if committer == nil {
+		committer = NewCommitter(r, false)
+	}
+	return &Engine{rules: r, catalog: cat, committer: committer, concurrency: shardset.DefaultLimit}
 }
 
 // targetResult is what one target answered.
@@ -114,31 +121,26 @@ func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, f
 	slices.Sort(order) // a fixed order: writes to several data sources take them alike
 	results := make([]targetResult, len(b.Targets))
 	nds := e.rules.NumDataSources()
-	heldBy := make([]*pgconn.PgConn, nds)
 	errsBy := make([]error, nds)
 
 	runDS := func(gctx context.Context, ds int) error {
-		conn, err := conns.Acquire(gctx, ds)
-		if err != nil {
-			errsBy[ds] = err
-			return err
-		}
-		heldBy[ds] = conn
-		if wrap {
-			if err := conn.Exec(gctx, "BEGIN").Close(); err != nil {
-				errsBy[ds] = err
-				return err
+		err := conns.Run(gctx, ds, func(conn *pgconn.PgConn) error {
+			if wrap {
+				if err := conn.Exec(gctx, "BEGIN").Close(); err != nil {
+					return err
+				}
 			}
-		}
-		for _, i := range byDS[ds] {
-			r, err := execTarget(gctx, conn, b.Targets[i], args, formats)
-			if err != nil {
-				errsBy[ds] = err
-				return err
+			for _, i := range byDS[ds] {
+				r, err := execTarget(gctx, conn, b.Targets[i], args, formats)
+				if err != nil {
+					return err
+				}
+				results[i] = r
 			}
-			results[i] = r
-		}
-		return nil
+			return nil
+		})
+		errsBy[ds] = err
+		return err
 	}
 	// Every data source the statement needs, concurrently; the first failure cancels the
 	// rest, since a merge or a multi-shard write is useless without every part.
@@ -148,64 +150,20 @@ func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, f
 	if errors.As(err, &failed) && len(failed) > 0 {
 		err = e.shardErr(failed[0].Shard, failed[0].Err)
 	}
-	held := make([]*pgconn.PgConn, len(order))
-	errs := make([]error, len(order))
-	for k, ds := range order {
-		held[k], errs[k] = heldBy[ds], errsBy[ds]
-	}
 	if wrap {
-		err = e.finish(ctx, order, held, errs, err)
-	}
-	for k, ds := range order {
-		if held[k] != nil {
-			conns.Release(ds, held[k], errs[k])
+		if err != nil {
+			e.committer.Rollback(context.WithoutCancel(ctx), conns, order)
+		} else {
+			err = e.committer.Commit(ctx, conns, order)
 		}
+	}
+	for _, ds := range order {
+		conns.Release(ds, errsBy[ds])
 	}
 	if err != nil {
 		return nil, err
 	}
 	return results, nil
-}
-
-// finish commits (or, after an error, rolls back) the transactions run opened, data
-// source by data source in order. Commit is best effort: if a data source fails to
-// commit after an earlier one committed, the error says which committed.
-func (e *Engine) finish(ctx context.Context, order []int, held []*pgconn.PgConn, errs []error, runErr error) error {
-	if runErr != nil {
-		for k := range order {
-			if held[k] != nil && !held[k].IsClosed() {
-				if err := held[k].Exec(ctx, "ROLLBACK").Close(); err != nil && errs[k] == nil {
-					errs[k] = err
-				}
-			}
-		}
-		return runErr
-	}
-	var committed []string
-	for k, ds := range order {
-		if err := held[k].Exec(ctx, "COMMIT").Close(); err != nil {
-			errs[k] = err
-			for j := k + 1; j < len(order); j++ {
-				held[j].Exec(ctx, "ROLLBACK").Close()
-			}
-			if len(committed) > 0 {
-				return e.shardErr(ds, fmt.Errorf("commit failed after data sources %v committed (best-effort commit; their part of the statement stays): %w", committed, err))
-			}
-			return e.shardErr(ds, err)
-		}
-		committed = append(committed, e.name(ds))
-	}
-	return nil
-}
-
-func (e *Engine) name(ds int) string { return e.rules.DataSources()[ds].Name }
-
-func (e *Engine) shardErr(ds int, err error) error {
-	var se *ShardError
-	if errors.As(err, &se) {
-		return err
-	}
-	return &ShardError{DataSource: ds, Name: e.name(ds), Err: err}
 }
 
 // execTarget runs one target's statement on conn.
@@ -316,4 +274,15 @@ func commandTag(kind sqlplan.Kind, first pgconn.CommandTag, n int64) string {
 		return "SELECT " + c
 	}
 	return first.String()
+}
+
+func (e *Engine) name(ds int) string { return e.rules.DataSources()[ds].Name }
+
+// shardErr names the data source an error came from (once).
+func (e *Engine) shardErr(ds int, err error) error {
+	var se *ShardError
+	if errors.As(err, &se) {
+		return err
+	}
+	return &ShardError{DataSource: ds, Name: e.name(ds), Err: err}
 }

@@ -118,13 +118,14 @@ func NewDatabaseOn(t testing.TB, baseDSN, prefix string) string {
 // fsync off (it is for tests, not for keeping data through a power cut).
 // Its methods must be called from the test's goroutine, since they fail the test.
 type Cluster struct {
-	t       testing.TB
-	binDir  string
-	dir     string // t.TempDir(): data/, postgres.log
-	port    int
-	running bool
-	frozen  []int  // processes stopped by Freeze
-	runAs   string // OS user the server programs run as; "" is the current one
+	t        testing.TB
+	binDir   string
+	dir      string // t.TempDir(): data/, postgres.log
+	port     int
+	running  bool
+	frozen   []int  // processes stopped by Freeze
+	runAs    string // OS user the server programs run as; "" is the current one
+	settings []string
 }
 
 // StartCluster creates and starts a PostgreSQL server for the test and stops it when
@@ -132,6 +133,14 @@ type Cluster struct {
 // skips when they are missing. Run as root, it runs them as the "postgres" OS user,
 // which PostgreSQL insists on. It takes a second or two.
 func StartCluster(t testing.TB) *Cluster {
+	t.Helper()
+	return StartClusterWith(t)
+}
+
+// StartClusterWith is StartCluster with extra postgresql.conf settings, such as
+// "max_prepared_transactions = 20" for two-phase commit (the default cluster, like a
+// default installation, has 0).
+func StartClusterWith(t testing.TB, settings ...string) *Cluster {
 	t.Helper()
 	binDir := os.Getenv(EnvBinDir)
 	if binDir == "" {
@@ -142,7 +151,7 @@ func StartCluster(t testing.TB) *Cluster {
 			skip(t, "pgtest: PostgreSQL server programs not found (%v); install postgresql-15 or set %s", err, EnvBinDir)
 		}
 	}
-	c := &Cluster{t: t, binDir: binDir, dir: t.TempDir()}
+	c := &Cluster{t: t, binDir: binDir, dir: t.TempDir(), settings: settings}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -327,7 +336,8 @@ max_connections = 50
 shared_buffers = 16MB
 fsync = off
 full_page_writes = off
-`, c.port)
+%s
+`, c.port, strings.Join(c.settings, "\n"))
 	f, err := os.OpenFile(filepath.Join(c.dataDir(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		return err

@@ -1,0 +1,255 @@
+package sqlexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Lease is one connection borrowed from a data source's pool.
+type Lease interface {
+	// Run calls fn with the connection; it is valid only inside fn.
+	Run(ctx context.Context, fn func(*pgconn.PgConn) error) error
+	// Release returns the connection; reuse false closes it (it may be broken, or hold
+	// state another user must not see).
+	Release(reuse bool)
+}
+
+// Pool lends connections to the data sources of a set of rules.
+type Pool interface {
+	Acquire(ctx context.Context, ds int) (Lease, error)
+}
+
+// ErrTxAborted is returned by statements in a transaction after one failed, until
+// ROLLBACK, as PostgreSQL does (SQLSTATE 25P02).
+var ErrTxAborted = &pgconn.PgError{Severity: "ERROR", Code: "25P02",
+	Message: "current transaction is aborted, commands ignored until end of transaction block"}
+
+// Session is one client's logical connection to the sharded database: it holds at most
+// one connection per data source, and a transaction across the data sources it
+// touches. Outside a transaction each statement borrows connections and gives them
+// back; in one, a data source joins the transaction (BEGIN, then the savepoints made so
+// far) the first time a statement needs it. It implements Conns.
+//
+// A Session is used by one goroutine at a time (a driver connection, a proxy client).
+type Session struct {
+	pool      Pool
+	committer *Committer
+
+	mu      sync.Mutex // guards held and begun: Run is called concurrently per data source
+	held    map[int]Lease
+	begun   map[int]bool
+	inTx    bool
+	failed  bool
+	begin   string   // the BEGIN statement, with the transaction's options
+	saves   []string // open savepoints, oldest first
+	touched []int    // data sources in the transaction, in the order they joined
+}
+
+var _ Conns = (*Session)(nil)
+
+// NewSession returns a session borrowing from pool and committing through committer.
+func NewSession(pool Pool, committer *Committer) *Session {
+	return &Session{pool: pool, committer: committer, held: map[int]Lease{}, begun: map[int]bool{}}
+}
+
+// Run implements Conns.
+func (s *Session) Run(ctx context.Context, ds int, fn func(*pgconn.PgConn) error) error {
+	s.mu.Lock()
+	lease := s.held[ds]
+	join := s.inTx && !s.begun[ds]
+	failed := s.inTx && s.failed
+	s.mu.Unlock()
+	if failed {
+		return ErrTxAborted
+	}
+	if lease == nil {
+		var err error
+		if lease, err = s.pool.Acquire(ctx, ds); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.held[ds] = lease
+		s.mu.Unlock()
+	}
+	err := lease.Run(ctx, func(conn *pgconn.PgConn) error {
+		if join {
+			stmts := append([]string{s.begin}, savepointStmts(s.saves)...)
+			for _, q := range stmts {
+				if err := conn.Exec(ctx, q).Close(); err != nil {
+					return err
+				}
+			}
+			s.mu.Lock()
+			s.begun[ds] = true
+			s.touched = append(s.touched, ds)
+			s.mu.Unlock()
+		}
+		return fn(conn)
+	})
+	if err != nil && s.inTx {
+		s.mu.Lock()
+		s.failed = true
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func savepointStmts(saves []string) []string {
+	out := make([]string, len(saves))
+	for i, name := range saves {
+		out[i] = "SAVEPOINT " + name
+	}
+	return out
+}
+
+// Release implements Conns: outside a transaction the connection goes back to its pool.
+func (s *Session) Release(ds int, err error) {
+	if s.inTx {
+		return
+	}
+	s.mu.Lock()
+	lease := s.held[ds]
+	delete(s.held, ds)
+	s.mu.Unlock()
+	if lease != nil {
+		lease.Release(reusable(err))
+	}
+}
+
+// reusable reports whether a connection that saw err can serve someone else: after a
+// server error yes, after a network error or a cancelled query no.
+func reusable(err error) bool {
+	if err == nil {
+		return true
+	}
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code != "57014"
+}
+
+// InTransaction implements Conns.
+func (s *Session) InTransaction() bool { return s.inTx }
+
+// Failed reports whether a statement of the open transaction failed.
+func (s *Session) Failed() bool { return s.inTx && s.failed }
+
+// Begin opens a transaction; beginSQL is the BEGIN statement each data source runs
+// when it joins ("BEGIN", or with options such as ISOLATION LEVEL).
+func (s *Session) Begin(beginSQL string) error {
+	if s.inTx {
+		return &pgconn.PgError{Severity: "WARNING", Code: "25001", Message: "there is already a transaction in progress"}
+	}
+	if beginSQL == "" {
+		beginSQL = "BEGIN"
+	}
+	s.inTx, s.failed, s.begin, s.saves, s.touched = true, false, beginSQL, nil, nil
+	return nil
+}
+
+// Touched returns the data sources the open transaction has joined, in order.
+func (s *Session) Touched() []int { return slices.Clone(s.touched) }
+
+// Commit commits the transaction on every data source it touched (through the
+// committer: best effort or two-phase). After a failed statement it rolls back instead
+// and returns ErrTxAborted's cousin, as PostgreSQL answers COMMIT with ROLLBACK.
+func (s *Session) Commit(ctx context.Context) error {
+	if !s.inTx {
+		return nil
+	}
+	defer s.end()
+	if s.failed {
+		s.failed = false // let ROLLBACK through
+		s.committer.Rollback(context.WithoutCancel(ctx), s, s.touched)
+		return &pgconn.PgError{Severity: "ERROR", Code: "40000", Message: "the transaction was rolled back: a statement in it failed"}
+	}
+	return s.committer.Commit(ctx, s, s.touched)
+}
+
+// Rollback rolls the transaction back everywhere it went.
+func (s *Session) Rollback(ctx context.Context) error {
+	if !s.inTx {
+		return nil
+	}
+	defer s.end()
+	s.failed = false // let ROLLBACK through
+	return s.committer.Rollback(ctx, s, s.touched)
+}
+
+// end leaves the transaction and returns every connection.
+func (s *Session) end() {
+	s.mu.Lock()
+	held := s.held
+	s.held = map[int]Lease{}
+	s.begun = map[int]bool{}
+	s.inTx, s.failed, s.saves, s.touched = false, false, nil, nil
+	s.mu.Unlock()
+	for _, lease := range held {
+		lease.Release(true)
+	}
+}
+
+// Savepoint sets a savepoint on every data source in the transaction; data sources
+// that join later set it too, right after BEGIN, so that rolling back to it undoes
+// their part as well.
+func (s *Session) Savepoint(ctx context.Context, name string) error {
+	if !s.inTx {
+		return &pgconn.PgError{Severity: "ERROR", Code: "25P01", Message: "SAVEPOINT can only be used in transaction blocks"}
+	}
+	if err := s.onBegun(ctx, "SAVEPOINT "+name); err != nil {
+		return err
+	}
+	s.saves = append(s.saves, name)
+	return nil
+}
+
+// RollbackTo rolls every data source back to a savepoint, which stays; it also clears
+// the failed state, as in PostgreSQL.
+func (s *Session) RollbackTo(ctx context.Context, name string) error {
+	i := slices.Index(s.saves, name)
+	if !s.inTx || i < 0 {
+		return &pgconn.PgError{Severity: "ERROR", Code: "3B001", Message: fmt.Sprintf("savepoint %q does not exist", name)}
+	}
+	s.failed = false
+	if err := s.onBegun(ctx, "ROLLBACK TO SAVEPOINT "+name); err != nil {
+		s.failed = true
+		return err
+	}
+	s.saves = s.saves[:i+1]
+	return nil
+}
+
+// ReleaseSavepoint releases a savepoint and those after it.
+func (s *Session) ReleaseSavepoint(ctx context.Context, name string) error {
+	i := slices.Index(s.saves, name)
+	if !s.inTx || i < 0 {
+		return &pgconn.PgError{Severity: "ERROR", Code: "3B001", Message: fmt.Sprintf("savepoint %q does not exist", name)}
+	}
+	if err := s.onBegun(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+		return err
+	}
+	s.saves = s.saves[:i]
+	return nil
+}
+
+func (s *Session) onBegun(ctx context.Context, sql string) error {
+	for _, ds := range s.touched {
+		if err := s.Run(ctx, ds, func(conn *pgconn.PgConn) error { return conn.Exec(ctx, sql).Close() }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close rolls back an open transaction and returns every connection.
+func (s *Session) Close(ctx context.Context) error {
+	var err error
+	if s.inTx {
+		err = s.Rollback(ctx)
+	}
+	s.end()
+	return err
+}
