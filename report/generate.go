@@ -20,9 +20,13 @@ import (
 
 // Config says what Generate reads and writes.
 type Config struct {
-	CSVPath string // results CSV, e.g. results/results.csv
-	OutPath string // report to write, e.g. results/report.md
+	CSVPath string // results CSV, e.g. results/runs/<run-id>/results.csv
+	OutPath string // report to write; empty means report.md next to CSVPath
 	RunID   string // run to report; empty for the run of the newest row
+	// RunInfoPath is the run.txt that the lab scripts write beside the CSV (command,
+	// machine, load averages); empty means RunInfoName next to CSVPath. A missing file
+	// leaves the load out of the report, which then says it was not recorded.
+	RunInfoPath string
 
 	// ChartsDir receives the charts; empty means "charts" next to OutPath.
 	ChartsDir string
@@ -57,18 +61,31 @@ func Generate(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.CSVPath, err)
 	}
+	if cfg.OutPath == "" {
+		cfg.OutPath = filepath.Join(filepath.Dir(cfg.CSVPath), "report.md")
+	}
 	outDir := filepath.Dir(cfg.OutPath)
 	chartsDir := cmp.Or(cfg.ChartsDir, filepath.Join(outDir, "charts"))
 	tsDir := cmp.Or(cfg.TimeseriesDir, filepath.Join(filepath.Dir(cfg.CSVPath), "timeseries"))
 	res := &Result{Analysis: a, Report: cfg.OutPath}
 
 	opt := MarkdownOptions{CSVName: relSlash(outDir, cfg.CSVPath)}
+	infoPath := cmp.Or(cfg.RunInfoPath, filepath.Join(filepath.Dir(cfg.CSVPath), RunInfoName))
+	switch info, err := ReadRunInfo(infoPath); {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		opt.Notes = append(opt.Notes, fmt.Sprintf("The run's %s was left out: %v", RunInfoName, err))
+	case info.RunID != "" && info.RunID != a.RunID:
+		// A CSV gathered from several runs: this run.txt belongs to another.
+	default:
+		opt.RunInfo = info
+	}
 	if !cfg.NoCharts {
 		if err := os.MkdirAll(chartsDir, 0o755); err != nil {
 			return nil, fmt.Errorf("report: %w", err)
 		}
 		plans, notes := planCharts(a, filepath.Join(tsDir, a.RunID))
-		opt.Notes = notes
+		opt.Notes = append(opt.Notes, notes...)
 		for _, pl := range plans {
 			if err := ctx.Err(); err != nil {
 				return nil, err

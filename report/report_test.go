@@ -106,11 +106,12 @@ func TestGenerateGolden(t *testing.T) {
 		charts              []string
 	}{
 		// The newest run: three trials, a clear gain, an overlap, failed requests, a sweep
-		// with a USL fit and per-second samples.
+		// with a USL fit, per-second samples, and a run.txt that says the machine was busy.
 		{"newest run", "", "testdata/report.md", []string{
 			"charts/scaling_shard_scaling_base", "charts/latency", "charts/timeline_read_heavy_cachelike",
 		}},
-		// An older run: one trial each and a scenario without a single baseline.
+		// An older run: one trial each and a scenario without a single baseline; the
+		// run.txt is another run's, so its load is not recorded.
 		{"one trial, no baseline", "run-a", "testdata/report_run-a.md", []string{"charts/latency"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,6 +119,7 @@ func TestGenerateGolden(t *testing.T) {
 			out := filepath.Join(dir, "report.md")
 			res, err := report.Generate(context.Background(), report.Config{
 				CSVPath: csvPath, OutPath: out, RunID: tc.runID, TimeseriesDir: "testdata/timeseries",
+				RunInfoPath: "testdata/run.txt",
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -149,6 +151,7 @@ func TestGenerateGolden(t *testing.T) {
 			}
 			if _, err := report.Generate(context.Background(), report.Config{
 				CSVPath: csvPath, OutPath: out, RunID: tc.runID, TimeseriesDir: "testdata/timeseries",
+				RunInfoPath: "testdata/run.txt",
 			}); err != nil {
 				t.Fatal(err)
 			}
