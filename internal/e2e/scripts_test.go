@@ -14,7 +14,7 @@ import (
 
 // labScripts are the scripts (and what they read) that scriptRoot links.
 var labScripts = []string{"lib.sh", "run_scenario.sh", "run_all_scenarios.sh", "sweep.sh", "http_ceiling.sh",
-	"scenarios.conf"}
+	"promote.sh", "blockbench_sweep.sh", "scenarios.conf"}
 
 // scriptRoot lays out a throwaway lab root for the scenario scripts: scripts/ links to
 // the real scripts and bin/ holds the binaries TestMain built, so the runs below use
@@ -136,7 +136,7 @@ func TestScenarioScriptsRefuseBadArguments(t *testing.T) {
 			}
 		})
 	}
-	for _, name := range []string{"run_scenario.sh", "run_all_scenarios.sh", "sweep.sh", "http_ceiling.sh"} {
+	for _, name := range []string{"run_scenario.sh", "run_all_scenarios.sh", "sweep.sh", "http_ceiling.sh", "promote.sh"} {
 		code, output := script(t, root, name, "--help")
 		if code != 0 || !strings.Contains(output, "Usage: scripts/"+name) {
 			t.Errorf("%s --help: exit %d\n%s", name, code, output)
@@ -347,6 +347,71 @@ func TestGitCommitIgnoresResults(t *testing.T) {
 	sh(`echo b >> code/x.go`)
 	if got := sh(`. "$LIB"; git_commit .`); got != head+"-dirty" {
 		t.Errorf("with changed code: %q, want %q", got, head+"-dirty")
+	}
+}
+
+// TestPromote publishes a run directory and refuses what is not a finished run.
+func TestPromote(t *testing.T) {
+	root := scriptRoot(t)
+	runs := filepath.Join(root, "results", "runs")
+	run := filepath.Join(runs, "20261122T010203Z")
+	if err := os.MkdirAll(filepath.Join(run, "charts"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"results.csv":        "timestamp,scenario\n",
+		"charts/latency.png": "png",
+		"run.txt":            "run_id: 20261122T010203Z\ncommand: scripts/run_all_scenarios.sh\ngit_commit: abc\nfinished: 2026-11-22T01:05:00Z\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(run, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("runs/20261122T010203Z", filepath.Join(root, "results", "latest")); err != nil {
+		t.Fatal(err)
+	}
+	code, output := script(t, root, "promote.sh", filepath.Join(root, "results", "latest"))
+	if code != 0 || !strings.Contains(output, "results/published/20261122T010203Z") || !strings.Contains(output, "command: scripts/run_all_scenarios.sh") {
+		t.Fatalf("promote.sh: exit %d\n%s", code, output)
+	}
+	for name, body := range files {
+		got, err := os.ReadFile(filepath.Join(root, "results", "published", "20261122T010203Z", name))
+		if err != nil || string(got) != body {
+			t.Errorf("published %s: %q (%v), want %q", name, got, err, body)
+		}
+	}
+
+	unfinished := filepath.Join(runs, "unfinished")
+	noCommand := filepath.Join(runs, "nocommand")
+	for dir, info := range map[string]string{unfinished: "command: x\n", noCommand: "finished: now\n"} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "run.txt"), []byte(info), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"again", []string{run}, "exists"},
+		{"unfinished", []string{unfinished}, "did not finish"},
+		{"no command", []string{noCommand}, "records no command"},
+		{"bad name", []string{"--as", "../x", run}, "--as may hold"},
+		{"not a directory", []string{filepath.Join(run, "run.txt")}, "not a directory"},
+	} {
+		if code, output := script(t, root, "promote.sh", tc.args...); code != 2 || !strings.Contains(output, tc.want) {
+			t.Errorf("%s: promote.sh %v: exit %d, want 2 with %q\n%s", tc.name, tc.args, code, tc.want, output)
+		}
+	}
+	if code, output := script(t, root, "promote.sh", "--as", "renamed", run); code != 0 {
+		t.Errorf("promote.sh --as renamed: exit %d\n%s", code, output)
+	}
+	if code, output := script(t, root, "promote.sh", "--force", run); code != 0 {
+		t.Errorf("promote.sh --force: exit %d\n%s", code, output)
 	}
 }
 
