@@ -42,6 +42,17 @@ claim_run_dir() {
 	fi
 }
 
+# discard_run_dir: removes the directory claim_run_dir made, for a run that was refused
+# before it measured anything, and the "latest" link when it points there.
+discard_run_dir() {
+	local latest
+	latest="$(dirname "$run_dir")/../latest"
+	if [[ -L $latest && $(cd "$latest" 2>/dev/null && pwd -P) == "$run_dir" ]]; then
+		rm -f "$latest"
+	fi
+	rm -rf "$run_dir"
+}
+
 # show_path PATH: PATH relative to the current directory when it lies below it, for
 # messages a user can copy.
 show_path() {

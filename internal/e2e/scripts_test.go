@@ -475,3 +475,48 @@ func TestHTTPCeilingSmoke(t *testing.T) {
 		t.Errorf("http_ceiling.txt: %q (%v)", b, err)
 	}
 }
+
+// TestBlockbenchSweepSmoke: --help writes nothing, and a tiny sweep records in
+// machine.txt the target it really ran with, flags passed through to blockbench included.
+func TestBlockbenchSweepSmoke(t *testing.T) {
+	root := scriptRoot(t)
+	code, output := script(t, root, "blockbench_sweep.sh", "--help")
+	if code != 0 || !strings.Contains(output, "Usage: scripts/blockbench_sweep.sh") {
+		t.Fatalf("--help: exit %d\n%s", code, output)
+	}
+	if _, err := os.Stat(filepath.Join(root, "results")); !os.IsNotExist(err) {
+		t.Errorf("--help wrote %s (%v)", filepath.Join(root, "results"), err)
+	}
+	runs := filepath.Join(t.TempDir(), "runs")
+	// A flag blockbench refuses leaves no run directory behind.
+	if code, output := script(t, root, "blockbench_sweep.sh", "--thresholds", "never,lots", "--runs-dir", runs, "--no-build"); code != 2 {
+		t.Errorf("bad threshold: exit %d, want 2\n%s", code, output)
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(runs, "*")); len(dirs) != 0 {
+		t.Errorf("a refused sweep left %v", dirs)
+	}
+	code, output = script(t, root, "blockbench_sweep.sh", "--thresholds", "never,300", "--target-blocks", "600",
+		"--rounds", "1", "--max-duration", "30s", "--runs-dir", runs, "--no-build",
+		"--files-per-batch", "2", "--blocks-per-file", "100", "--lookups", "5")
+	if code != 0 {
+		t.Fatalf("blockbench_sweep.sh: exit %d\n%s", code, output)
+	}
+	dirs := runDirs(t, runs)
+	if len(dirs) != 1 {
+		t.Fatalf("run directories %v, want one", dirs)
+	}
+	checkRunDir(t, runs, dirs[0], "machine.txt", "summary.csv", "ingest-T300-r1.csv", "time_to_target.png")
+	machine, err := os.ReadFile(filepath.Join(dirs[0], "machine.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`command: scripts/blockbench_sweep.sh --thresholds never\,300 --target-blocks 600 `,
+		`blockbench: sweep --thresholds never\,300 --target-blocks 600 --max-duration 30s --rounds 1 --files-per-batch 2 --blocks-per-file 100 --lookups 5 --results `,
+		"target blocks: 600\n", "loadavg at end: ", "finished: ",
+	} {
+		if !strings.Contains(string(machine), want) {
+			t.Errorf("machine.txt lacks %q:\n%s", want, machine)
+		}
+	}
+}
