@@ -4,10 +4,12 @@ import (
 	"encoding/csv"
 	"fmt"
 	"image/color"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -16,6 +18,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/shardlab/shardlab/counters"
+	"github.com/shardlab/shardlab/internal/rundir"
 )
 
 // ContentionColumns are the columns of contention_<backend>.csv, one row
@@ -37,6 +40,22 @@ var TrialColumns = []string{
 var ReadColumns = []string{
 	"backend", "strategy", "buckets", "bucket_by", "increments", "samples",
 	"p50_ms", "p99_ms", "mean_ms",
+}
+
+// resolveOut makes the output directory: the one --out names, or else a new run
+// directory under results/runs, so that a run never overwrites the published results
+// in results/counters (scripts/promote.sh publishes a run on purpose).
+func resolveOut(cfg *Config, stderr io.Writer) error {
+	if cfg.Out != "" {
+		return os.MkdirAll(cfg.Out, 0o755)
+	}
+	dir, err := rundir.New(rundir.DefaultRuns, "counters-", time.Now())
+	if err != nil {
+		return err
+	}
+	cfg.Out = dir
+	fmt.Fprintf(stderr, "counterbench: writing to %s\n", dir)
+	return nil
 }
 
 func f2(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) }
