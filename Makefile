@@ -12,9 +12,10 @@ quick:
 	./scripts/run_all_scenarios.sh --quick
 
 ## test: formatting, vet, staticcheck and every test with the race detector.
-## PostgreSQL tests run when SHARDLAB_PG_DSN is set (CI sets it; see .ci/run).
+## PostgreSQL tests run when SHARDLAB_PG_DSN is set (CI sets it; see .ci/run); without it
+## they skip, and the summary at the end says how many and how to run them.
 test: lint
-	$(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) run ./internal/cmd/gotest -race -count=1 -timeout 30m ./...
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
