@@ -3,11 +3,12 @@ GO ?= go
 
 .PHONY: lab quick test lint build clean
 
-## lab: run every scenario on SQLite (single vs sharded, 3 interleaved trials) and regenerate results/report.md
+## lab: run every scenario on SQLite (single vs sharded, 6 interleaved trials, about 8 minutes
+## on 2 cores) into its own directory results/runs/<run-id>/ (results/latest points at it)
 lab:
 	./scripts/run_all_scenarios.sh
 
-## quick: the same in under a minute (1 trial, a tenth of the requests)
+## quick: a smoke test in under a minute (1 trial, a tenth of the requests): it concludes nothing
 quick:
 	./scripts/run_all_scenarios.sh --quick
 

@@ -34,16 +34,6 @@ type MarkdownOptions struct {
 	RunInfo *RunInfo
 }
 
-func fmtRange(s Stat, format func(float64) string) string {
-	if s.N == 0 {
-		return "-"
-	}
-	if s.N == 1 {
-		return format(s.Median)
-	}
-	return fmt.Sprintf("%s (%s-%s)", format(s.Median), format(s.Min), format(s.Max))
-}
-
 func ms(x float64) string    { return fmt.Sprintf("%.2f", x) }
 func ratio(x float64) string { return fmt.Sprintf("%.2fx", x) }
 
@@ -55,7 +45,33 @@ func shardsText(f *Finding) string {
 	return fmt.Sprintf("%d shards", f.Shards)
 }
 
-// conclusion is one computed sentence about f against its baseline.
+// ciText formats an interval as "[lo-hi]", or "[-]" when there is none.
+func ciText(iv Interval, format func(float64) string) string {
+	if !iv.OK {
+		return "[-]"
+	}
+	return fmt.Sprintf("[%s-%s]", format(iv.Lo), format(iv.Hi))
+}
+
+// pText formats a p-value with three decimals, or as "< 0.001".
+func pText(p float64) string {
+	if p < 0.001 {
+		return "< 0.001"
+	}
+	return fmt.Sprintf("%.3f", p)
+}
+
+// trialsText names the sample sizes of a test: "6 trials against 6".
+func trialsText(t Test) string {
+	word := "trials"
+	if t.N2 == 1 {
+		word = "trial"
+	}
+	return fmt.Sprintf("%d %s against %d", t.N2, word, t.N1)
+}
+
+// conclusion is a few computed sentences about f against its baseline: the ratio and
+// its interval, the test and what it allows to say, the medians with their intervals.
 func conclusion(f *Finding, multiBackend bool) string {
 	name := f.Scenario
 	if multiBackend {
@@ -71,22 +87,29 @@ func conclusion(f *Finding, multiBackend bool) string {
 			thousands(f.Throughput.Median), thousands(b.Throughput.Median), f.Verdict)
 	} else {
 		fmt.Fprintf(&s, "%s: %s %s single", name, shardsText(f), ratio(f.Ratio.Median))
-		if f.Ratio.N > 1 {
-			fmt.Fprintf(&s, " (per-trial ratios %s-%s)", ratio(f.Ratio.Min), ratio(f.Ratio.Max))
-		} else {
+		switch {
+		case f.RatioCI.OK:
+			fmt.Fprintf(&s, " (median of %d paired trials, 95%% bootstrap CI %s-%s)", f.Ratio.N, ratio(f.RatioCI.Lo), ratio(f.RatioCI.Hi))
+		case f.Ratio.N > 1:
+			fmt.Fprintf(&s, " (median of %d paired trials, %s-%s)", f.Ratio.N, ratio(f.Ratio.Min), ratio(f.Ratio.Max))
+		default:
 			fmt.Fprintf(&s, " (%s vs %s ops/s)", thousands(f.Throughput.Median), thousands(b.Throughput.Median))
 		}
-		switch f.Verdict {
-		case VerdictOneTrial:
-			s.WriteString(", 1 trial: spread unknown")
-		case VerdictOverlap:
-			gain := "gain"
-			if f.Ratio.Median < 1 {
-				gain = "loss"
-			}
-			fmt.Fprintf(&s, ", spread overlaps: no clear %s", gain)
-		default:
-			fmt.Fprintf(&s, ", ranges do not overlap: %s", f.Verdict)
+		t := f.Test
+		switch f.Kind {
+		case KindTooShort:
+			fmt.Fprintf(&s, "; measured phases under %g s, mostly start-up and noise (a --quick run is a smoke test): no conclusion", float64(MinDurationS))
+		case KindTooFew:
+			fmt.Fprintf(&s, "; with %s the Mann-Whitney U test cannot reach p <= %g (its smallest possible p is %.3f), so no verdict either way: run at least %d trials a side (%d also give confidence intervals)",
+				trialsText(t), Alpha, t.MinP, minTrialsForTest(), minTrialsForCI())
+		case KindNoDifference:
+			fmt.Fprintf(&s, "; Mann-Whitney U p = %s > %g over %s: no significant difference", pText(t.P), Alpha, trialsText(t))
+		case KindFaster, KindSlower:
+			fmt.Fprintf(&s, "; Mann-Whitney U p = %s <= %g over %s: **%s**", pText(t.P), Alpha, trialsText(t), f.Verdict)
+		}
+		if f.ThroughputCI.OK && b.ThroughputCI.OK {
+			fmt.Fprintf(&s, "; median throughput %s %s vs %s %s ops/s (95%% CIs)", thousands(f.Throughput.Median),
+				ciText(f.ThroughputCI, thousands), thousands(b.Throughput.Median), ciText(b.ThroughputCI, thousands))
 		}
 	}
 	fmt.Fprintf(&s, "; p99 %s ms vs %s ms single", ms(f.P99Ms.Median), ms(b.P99Ms.Median))
@@ -103,6 +126,16 @@ func conclusion(f *Finding, multiBackend bool) string {
 	}
 	s.WriteString(".")
 	return s.String()
+}
+
+// minTrialsForTest is the smallest number of trials per side with which the
+// Mann-Whitney U test can reach p <= Alpha.
+func minTrialsForTest() int {
+	n := 1
+	for minUTestP(n, n) > Alpha {
+		n++
+	}
+	return n
 }
 
 // FlatShare is how far (as a share of one shard's throughput) the fitted curve may move
@@ -132,6 +165,9 @@ func sweepLine(s *Sweep) string {
 	if s.Err != nil {
 		return fmt.Sprintf("%s: measured at %s shards; the USL fit needs at least %d distinct shard counts (scripts/sweep.sh runs them).",
 			s.Scenario, strings.Join(counts, ", "), 6)
+	}
+	if s.Short {
+		return fmt.Sprintf("%s: measured phases under %g s: no conclusion from the USL fit (R² %.3f).", s.Scenario, float64(MinDurationS), s.Model.R2)
 	}
 	best, bestX := 0, 0.0
 	for _, c := range s.Counts {
@@ -189,20 +225,33 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 	}
 
 	p("## Findings\n\n")
-	p("| Scenario | Backend | Mode | Shards | Trials | Throughput ops/s | Avg ms | p99 ms | vs single | Verdict |\n")
-	p("|---|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+	p("| Scenario | Backend | Mode | Shards | Trials | Throughput ops/s [95%% CI] | Avg ms | p99 ms | vs single [95%% CI] | p | Verdict |\n")
+	p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, f := range a.Findings {
-		vs := "-"
-		if f.Baseline != nil {
-			vs = fmtRange(f.Ratio, ratio)
+		vs, pv := "-", "-"
+		if f.Baseline != nil && f.Ratio.N > 0 {
+			vs = ratio(f.Ratio.Median)
+			if f.Ratio.N > 1 {
+				vs += " " + ciText(f.RatioCI, ratio)
+			}
+			pv = pText(f.Test.P)
 		}
-		p("| %s | %s | %s | %d | %d | %s | %s | %s | %s | %s |\n",
-			f.Scenario, f.Backend, f.Mode, f.Shards, f.Throughput.N, fmtRange(f.Throughput, thousands),
-			ms(f.AvgMs.Median), ms(f.P99Ms.Median), vs, f.Verdict)
+		tput := thousands(f.Throughput.Median)
+		if f.Throughput.N > 1 {
+			tput += " " + ciText(f.ThroughputCI, thousands)
+		}
+		p("| %s | %s | %s | %d | %d | %s | %s | %s | %s | %s | %s |\n",
+			f.Scenario, f.Backend, f.Mode, f.Shards, f.Throughput.N, tput,
+			ms(f.AvgMs.Median), ms(f.P99Ms.Median), vs, pv, f.Verdict)
 	}
-	p("\nThroughput: median of the trials, min-max in brackets. Avg and p99: median over the trials. ")
-	p("vs single: throughput of trial k over that of single's trial k (matched by trial number), median (min-max). ")
-	p("A configuration is only called faster or slower when the min-max ranges of throughput do not overlap.\n\n")
+	p("\nThroughput: median of the trials and, in brackets, its 95%% confidence interval from order statistics ")
+	p("(benchstat's; `[-]`: fewer than %d trials give none). Avg and p99: median over the trials. ", minTrialsForCI())
+	p("vs single: throughput of trial k over that of single's trial k (matched by trial number), median over the pairs, ")
+	p("with a 95%% bootstrap confidence interval (%s resamples of the pairs; `[-]` under %d pairs). ", thousands(BootstrapResamples), MinBootstrapPairs)
+	p("p: two-sided Mann-Whitney U test of the trials' throughputs against single's (golang.org/x/perf/benchmath, as benchstat). ")
+	p("A configuration is called faster or slower only when p <= %g; ", Alpha)
+	p("with fewer than %d trials a side the test cannot get there, and the verdict says \"%s\" rather than guess; ", minTrialsForTest(), VerdictTooFew)
+	p("a trial measured for under %g s gives no conclusion at all.\n\n", float64(MinDurationS))
 
 	p("## Conclusions\n\n")
 	n := 0
@@ -241,7 +290,7 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 		}
 	}
 	if len(short) > 0 {
-		p("- Measured phase under %g s: too short to compare, the numbers are mostly noise (a `--quick` run is a smoke test):\n", float64(MinDurationS))
+		p("- Measured phase under %g s: too short to compare, the numbers are mostly noise (a `--quick` run is a smoke test), so they get no conclusion:\n", float64(MinDurationS))
 		for _, s := range short {
 			p("  - %s\n", s)
 		}

@@ -11,9 +11,12 @@ usage() {
 	cat <<'USAGE'
 Usage: scripts/run_all_scenarios.sh [options]
 
-  --trials N        repetitions of every configuration, interleaved (default 3)
+  --trials N        repetitions of every configuration, interleaved (default 6: the fewest
+                    that give a confidence interval of each median; 4 is the fewest with
+                    which the report's Mann-Whitney U test can call a difference)
   --warmup D        unmeasured warm-up before each measurement (default 1s)
-  --quick           a fast smoke run: ops / 10, keys / 5, 1 trial, warm-up 0.3s (under a minute)
+  --quick           a fast smoke run: ops / 10, keys / 5, 1 trial, warm-up 0.3s (under a minute);
+                    it checks that the lab works and cannot conclude anything
   --scenarios FILE  scenario definitions (default scripts/scenarios.conf)
   --only NAME       run only this scenario (repeatable)
   --runs-dir DIR    where the run directory goes (default results/runs); the run writes
@@ -32,7 +35,7 @@ USAGE
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$root/scripts/lib.sh"
 cmdline="scripts/run_all_scenarios.sh$(quote_args "$@")"
-build=1 trials=3 warmup=1s quick=0 scenarios="$root/scripts/scenarios.conf" only=() runs_dir="$root/results/runs"
+build=1 trials=6 warmup=1s quick=0 scenarios="$root/scripts/scenarios.conf" only=() runs_dir="$root/results/runs"
 report=1 sync=normal router=crc32 backend=sqlite
 need() { [[ $# -ge 2 && -n "$2" ]] || { echo "run_all_scenarios.sh: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do

@@ -6,7 +6,7 @@
 # points at it): results.csv, timeseries/, usl_points.csv, usl.txt, run.txt, report.md
 # and charts/.
 #
-#   scripts/sweep.sh --scenario shard_scaling_base [--shards 1,2,3,4,5,6,8] [--trials 3]
+#   scripts/sweep.sh --scenario shard_scaling_base [--shards 1,2,3,4,5,6,8] [--trials 6]
 set -euo pipefail
 usage() {
 	cat <<'USAGE'
@@ -14,7 +14,7 @@ Usage: scripts/sweep.sh --scenario NAME [options]
 
   --scenario NAME   a scenario of the scenario file (required)
   --shards LIST     shard counts, comma-separated (default 1,2,3,4,5,6,8; at least 6 for the fit)
-  --trials N        interleaved repetitions (default 3)
+  --trials N        interleaved repetitions (default 6, as run_all_scenarios.sh)
   --ops N           override the scenario's request count
   --warmup D        unmeasured warm-up before each measurement (default 1s)
   --scenarios FILE  scenario definitions (default scripts/scenarios.conf)
@@ -28,7 +28,7 @@ USAGE
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$root/scripts/lib.sh"
 cmdline="scripts/sweep.sh$(quote_args "$@")"
-build=1 scenario="" shards=1,2,3,4,5,6,8 warmup=1s trials=3 ops_override="" scenarios="$root/scripts/scenarios.conf"
+build=1 scenario="" shards=1,2,3,4,5,6,8 warmup=1s trials=6 ops_override="" scenarios="$root/scripts/scenarios.conf"
 runs_dir="$root/results/runs" sync=normal
 need() { [[ $# -ge 2 && -n "$2" ]] || { echo "sweep.sh: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do

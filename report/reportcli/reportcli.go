@@ -18,10 +18,12 @@ var ErrUsage = errors.New("usage error")
 const usage = `usage: report [flags]
 
 Writes a markdown report of one run of the results CSV (by default the run of the
-newest row, in the newest run directory): the findings table (median and min-max of
-the trials, ratio against single, a verdict only when the spreads do not overlap),
-computed conclusions, the USL fit of shard sweeps, charts (PNG and SVG), the machine
-description and its load during the run (from run.txt).
+newest row, in the newest run directory): the findings table (median of the trials
+with its 95% confidence interval, ratio against single with a bootstrap interval, and
+a verdict from a Mann-Whitney U test at alpha 0.05, as benchstat's, with its p-value;
+no verdict when the trials are too few or too short), computed conclusions, the USL
+fit of shard sweeps, charts (PNG and SVG), the machine description and its load during
+the run (from run.txt).
 
 Flags:
 `
