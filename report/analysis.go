@@ -22,10 +22,10 @@ import (
 )
 
 // ErrNoRows is returned when the CSV holds no measured rows.
-var ErrNoRows = errors.New("report: the results CSV has no rows")
+var ErrNoRows = errors.New("the results CSV has no rows")
 
 // ErrRunNotFound is returned when the requested run id is not in the CSV.
-var ErrRunNotFound = errors.New("report: no rows with that run id")
+var ErrRunNotFound = errors.New("no rows with that run id")
 
 // Stat summarises one figure over repeated trials.
 type Stat struct {

@@ -82,7 +82,7 @@ func Generate(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if !cfg.NoCharts {
 		if err := os.MkdirAll(chartsDir, 0o755); err != nil {
-			return nil, fmt.Errorf("report: %w", err)
+			return nil, fmt.Errorf("charts directory: %w", err)
 		}
 		plans, notes := planCharts(a, filepath.Join(tsDir, a.RunID))
 		opt.Notes = append(opt.Notes, notes...)
@@ -93,7 +93,7 @@ func Generate(ctx context.Context, cfg Config) (*Result, error) {
 			base := filepath.Join(chartsDir, pl.name)
 			png, svg := base+".png", base+".svg"
 			if err := charts.Save(pl.chart, png, svg); err != nil {
-				return nil, fmt.Errorf("report: chart %s: %w", pl.name, err)
+				return nil, fmt.Errorf("chart %s: %w", pl.name, err)
 			}
 			res.Charts = append(res.Charts, png, svg)
 			opt.Charts = append(opt.Charts, ChartFile{
@@ -129,16 +129,16 @@ func relSlash(dir, target string) string {
 func writeAtomic(path string, data []byte) error {
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("report: %w", err)
+			return fmt.Errorf("write report: %w", err)
 		}
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("report: %w", err)
+		return fmt.Errorf("write report: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("report: %w", err)
+		return fmt.Errorf("write report: %w", err)
 	}
 	return nil
 }

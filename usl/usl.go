@@ -45,14 +45,14 @@ const MaxFlatRMSE = 0.05
 
 // ErrTooFewPoints is returned by Fit when the points span fewer than MinDistinctN
 // distinct values of N.
-var ErrTooFewPoints = errors.New("usl: too few points")
+var ErrTooFewPoints = errors.New("too few points")
 
 // ErrInvalidPoint is returned by Fit for a point whose N is below 1 or whose throughput
 // is negative, NaN or infinite.
-var ErrInvalidPoint = errors.New("usl: invalid point")
+var ErrInvalidPoint = errors.New("invalid point")
 
 // ErrNoConvergence is returned by Fit when the optimiser finds no finite solution.
-var ErrNoConvergence = errors.New("usl: fit did not converge")
+var ErrNoConvergence = errors.New("the fit did not converge")
 
 // Point is one measurement: throughput X at load (or shard count) N. Several points may
 // share an N, for example one per repeated trial.
