@@ -184,8 +184,7 @@ func sweepLine(s *Sweep) string {
 	bestText := fmt.Sprintf("best measured %d shards at %s ops/s", best, thousands(bestX))
 	m := s.Model
 	if !m.Meaningful() {
-		return fmt.Sprintf("%s: the USL fit does not describe these points (R² = %.3f, below %g, and residuals over %.0f%% of the mean): no recommendation; %s.",
-			s.Scenario, m.R2, usl.MinR2, usl.MaxFlatRMSE*100, bestText)
+		return fmt.Sprintf("%s: %s, so no recommendation; %s.", s.Scenario, m.PoorFit(), bestText)
 	}
 	var peak string
 	n, ok := m.Peak()
@@ -301,7 +300,8 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 		p("## Scalability (Universal Scalability Law)\n\n")
 		p("X(N) = lambda*N / (1 + sigma*(N-1) + kappa*N*(N-1)), fitted by non-linear least squares to every trial; ")
 		p("N* = floor(sqrt((1-sigma)/kappa)), or 1 when sigma >= 1 (more shards then only lower throughput). ")
-		p("A fit with R² under %g does not describe its points: it gets no N* and no conclusion.\n\n", usl.MinR2)
+		p("A fit with R² under %g and residuals over %.0f%% of the mean throughput does not describe its points: ", usl.MinR2, usl.MaxFlatRMSE*100)
+		p("it gets no N* and no conclusion (the `usl` command warns in the same words).\n\n")
 		p("| Scenario | Shard counts | Points | sigma | kappa | lambda ops/s | N* | R² |\n")
 		p("|---|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range a.Sweeps {

@@ -104,6 +104,26 @@ func (m Model) Meaningful() bool {
 	return m.R2 >= MinR2 || (m.MeanX > 0 && m.RMSE <= MaxFlatRMSE*m.MeanX)
 }
 
+// PoorFit is the warning for a fit that is not Meaningful, in the words both the usl
+// command and the lab's report use; it is empty for a fit that describes its points.
+func (m Model) PoorFit() string {
+	if m.Meaningful() {
+		return ""
+	}
+	return fmt.Sprintf("the USL fit does not describe these points (R² = %.3f, below %g, and residuals over %.0f%% of the mean): "+
+		"draw no conclusion from sigma, kappa or N*", m.R2, MinR2, MaxFlatRMSE*100)
+}
+
+// FlatNote explains a Meaningful fit whose R² is under MinR2: the throughput hardly
+// changes, so there is nothing for R² to measure. It is empty otherwise.
+func (m Model) FlatNote() string {
+	if m.R2 >= MinR2 || !m.Meaningful() {
+		return ""
+	}
+	return fmt.Sprintf("R² = %.3f is below %g only because the throughput hardly changes (residuals within %.0f%% of the mean): "+
+		"the flat curve is the finding", m.R2, MinR2, MaxFlatRMSE*100)
+}
+
 // String renders the model as the command-line tool prints it.
 func (m Model) String() string {
 	nstar := "none"
