@@ -100,9 +100,9 @@ type Finding struct {
 	// trials).
 	ThroughputCI Interval
 	AvgMs        Stat
-	P99Ms      Stat
-	Errors     int64 // failed requests over all trials
-	Ops        int64 // successful requests over all trials
+	P99Ms        Stat
+	Errors       int64 // failed requests over all trials
+	Ops          int64 // successful requests over all trials
 
 	// Ratio is throughput over the single baseline's, per trial (trial k of this
 	// configuration against single's trial k, matched by trial number); zero N when
