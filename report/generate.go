@@ -162,7 +162,7 @@ func safeName(s string) string {
 
 // planCharts lists the charts of a: one throughput-against-shards chart per sweep, one
 // latency chart for the run, and one over-time chart (the first scenario that has
-// per-second samples, trial 1 of each configuration) when samples exist in tsRunDir.
+// per-second samples, every trial of each configuration) when samples exist in tsRunDir.
 func planCharts(a *Analysis, tsRunDir string) (plans []plannedChart, notes []string) {
 	multiBackend := a.MultiBackend
 	for _, s := range a.Sweeps {
@@ -216,6 +216,8 @@ func planCharts(a *Analysis, tsRunDir string) (plans []plannedChart, notes []str
 			if g.Scenario != f.Scenario || (multiBackend && g.Backend != f.Backend) {
 				continue
 			}
+			// Every trial: picking one to stand for the others would hide their spread.
+			series := charts.Timeline{Label: g.Label()}
 			for _, r := range g.Trials {
 				file := fmt.Sprintf("%s_%s_%d_t%d.csv", r.Scenario, r.Mode, r.Shards, r.Trial)
 				samples, err := readSampleFile(filepath.Join(tsRunDir, file))
@@ -226,14 +228,20 @@ func planCharts(a *Analysis, tsRunDir string) (plans []plannedChart, notes []str
 					notes = append(notes, fmt.Sprintf("Per-second samples %s left out: %v", file, err))
 					continue
 				}
-				tl.Series = append(tl.Series, charts.Timeline{
-					Label: fmt.Sprintf("%s trial %d", g.Label(), r.Trial), Samples: samples,
-				})
-				break // one trial per configuration keeps the chart readable
+				series.Trials = append(series.Trials, samples)
 			}
+			switch n := len(series.Trials); {
+			case n == 0:
+				continue
+			case n < len(g.Trials):
+				series.Label += fmt.Sprintf("\n(%d of %d trials)", n, len(g.Trials))
+			case n > 1:
+				series.Label += fmt.Sprintf("\n(%d trials)", n)
+			}
+			tl.Series = append(tl.Series, series)
 		}
 		if len(tl.Series) > 0 {
-			tl.Title = f.Scenario + ": throughput and p99 per second"
+			tl.Title = f.Scenario + ": throughput and p99 per second, every trial"
 			plans = append(plans, plannedChart{"timeline", "timeline_" + safeName(f.Scenario), tl.Title, tl})
 			break
 		}

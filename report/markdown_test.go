@@ -117,7 +117,7 @@ func TestSweepLowR2NoRecommendation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bytes.Contains(b, []byte("N* =")) || !bytes.Contains(b, []byte("does not describe the points")) {
+	if bytes.Contains(b, []byte("N* =")) || !bytes.Contains(b, []byte("does not describe")) {
 		t.Error("scaling chart marks N* or does not say the fit is meaningless")
 	}
 }

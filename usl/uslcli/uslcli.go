@@ -135,7 +135,7 @@ func ScalingChart(title string, points []usl.Point, m usl.Model) charts.ScalingC
 		CurveLabel: fmt.Sprintf("USL fit (R² %.3f)", m.R2),
 	}
 	if !m.Meaningful() {
-		c.CurveLabel = fmt.Sprintf("USL fit (R² %.3f: does not describe the points)", m.R2)
+		c.CurveLabel = fmt.Sprintf("USL fit (R² %.3f):\ndoes not describe\nthe points", m.R2)
 		return c
 	}
 	if n, ok := m.Peak(); ok {
