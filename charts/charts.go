@@ -129,6 +129,21 @@ func (IntegerTicks) Ticks(lo, hi float64) []plot.Tick {
 	return ticks
 }
 
+// PlainTicks are gonum's default tick positions with labels that carry no needless
+// decimals: "25000", not "25000.00".
+type PlainTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (PlainTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i, t := range ticks {
+		if t.Label != "" {
+			ticks[i].Label = strconv.FormatFloat(t.Value, 'f', -1, 64)
+		}
+	}
+	return ticks
+}
+
 // SavePlot writes a gonum plot built elsewhere (the block store's and the counters'
 // charts) to each of paths, with the lab's layout: the legend outside the data, to the
 // right. It leaves p as it found it.
@@ -208,6 +223,7 @@ func newPlot(title, xlabel, ylabel string) *plot.Plot {
 	p.Title.Text = title
 	p.X.Label.Text = xlabel
 	p.Y.Label.Text = ylabel
+	p.Y.Tick.Marker = PlainTicks{}
 	p.Legend.TextStyle.Font.Size = vg.Points(10)
 	return p
 }

@@ -299,3 +299,23 @@ func TestPaletteIsOkabeIto(t *testing.T) {
 		t.Error("no pixel in the palette's first colour")
 	}
 }
+
+func TestPlainTicks(t *testing.T) {
+	for _, tick := range (charts.PlainTicks{}).Ticks(0, 27500) {
+		if strings.Contains(tick.Label, ".") {
+			t.Errorf("tick %g labelled %q", tick.Value, tick.Label)
+		}
+	}
+	labelled := 0
+	for _, tick := range (charts.PlainTicks{}).Ticks(0, 0.25) {
+		if tick.Label != "" {
+			labelled++
+			if v, err := strconv.ParseFloat(tick.Label, 64); err != nil || v != tick.Value {
+				t.Errorf("tick %g labelled %q", tick.Value, tick.Label)
+			}
+		}
+	}
+	if labelled < 2 {
+		t.Errorf("%d labelled ticks from 0 to 0.25", labelled)
+	}
+}
