@@ -1,7 +1,8 @@
 // Package resultscsv reads and writes the lab's results CSV: one row per measured run of
-// loadgen, appended to results/results.csv by the scenario scripts. Every row carries
-// what is needed to rerun it (parameters, build and machine), so a report can be
-// regenerated from the file alone. The columns are documented in docs/results-csv.md.
+// loadgen, appended by the scenario scripts to the results.csv of their run directory
+// (results/runs/<run-id>/). Every row carries what is needed to rerun it (parameters,
+// build and machine), so a report can be regenerated from the file alone. The columns are
+// documented in docs/results-csv.md.
 package resultscsv
 
 import (
