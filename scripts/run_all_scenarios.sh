@@ -137,3 +137,6 @@ if ((report)); then
 	"$root/bin/report" --csv "$out" --out "$run_dir/report.md" --run-id "$run_id"
 	echo "report: $(show_path "$run_dir/report.md")" >&2
 fi
+if ((quick)); then
+	echo "a --quick run only checks that the lab works: one short trial per configuration cannot show a difference (make lab runs 6)" >&2
+fi
