@@ -41,7 +41,8 @@ type Summary struct {
 	// FailedPackages counts packages that failed, including those that did not build.
 	FailedPackages int
 	// PostgresSkipped names the skipped tests whose skip message says they need
-	// PostgreSQL, as "package TestName", in the order they were skipped.
+	// PostgreSQL, as "package TestName", in the order they were skipped (packages run
+	// in parallel, so that order varies; WriteSummary sorts).
 	PostgresSkipped []string
 }
 
@@ -156,6 +157,7 @@ func (s Summary) WriteSummary(w io.Writer) {
 		}
 		count[pkg]++
 	}
+	slices.Sort(pkgs) // packages finish in any order
 	parts := make([]string, len(pkgs))
 	for i, p := range pkgs {
 		parts[i] = fmt.Sprintf("%s (%d)", p, count[p])
