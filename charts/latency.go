@@ -6,7 +6,6 @@ import (
 	"gonum.org/v1/plot"
 
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -44,7 +43,6 @@ func (c LatencyChart) Render(w io.Writer, f Format) error {
 			title = c.Title + ": " + g.Name
 		}
 		p := newPlot(title, "", "response time (ms)")
-		p.Legend.Left = false
 		n := len(g.Series)
 		top := 0.0
 		width := vg.Points(min(18, 80/float64(n)))
@@ -54,15 +52,15 @@ func (c LatencyChart) Render(w io.Writer, f Format) error {
 			if err != nil {
 				return err
 			}
-			bars.Color = plotutil.Color(i)
+			bars.Color = Color(i)
 			bars.LineStyle.Width = 0
 			bars.Offset = width * vg.Length(float64(i)-float64(n-1)/2)
 			p.Add(bars)
 			p.Legend.Add(s.Label, bars)
 		}
 		p.NominalX("p50", "p95", "p99", "p99.9")
-		// Leave room above the bars for the legend, and half a category either side.
-		p.Y.Min, p.Y.Max = 0, top*(1.1+0.12*float64(n))
+		// Half a category either side, so that no bar is cut at the edge.
+		p.Y.Min, p.Y.Max = 0, top*1.05
 		p.X.Min, p.X.Max = -0.5, 3.5
 		p.Add(plotter.NewGrid())
 		panels = append(panels, p)

@@ -2,7 +2,6 @@ package charts
 
 import (
 	"fmt"
-	"image/color"
 	"io"
 	"math"
 
@@ -67,7 +66,7 @@ func (c ScalingChart) Render(w io.Writer, f Format) error {
 		fn := plotter.NewFunction(c.Curve)
 		fn.XMin, fn.XMax = 1, xmax
 		fn.Samples = 200
-		fn.Color = color.RGBA{R: 200, G: 30, B: 30, A: 255}
+		fn.Color = Color(1)
 		fn.Width = vg.Points(1.5)
 		p.Add(fn)
 		label := c.CurveLabel
@@ -86,7 +85,7 @@ func (c ScalingChart) Render(w io.Writer, f Format) error {
 	}
 	sc.GlyphStyle.Shape = draw.CircleGlyph{}
 	sc.GlyphStyle.Radius = vg.Points(3)
-	sc.GlyphStyle.Color = color.RGBA{B: 160, A: 255}
+	sc.GlyphStyle.Color = Color(0)
 	bars, err := plotter.NewYErrorBars(struct {
 		plotter.XYs
 		plotter.YErrors
@@ -96,7 +95,7 @@ func (c ScalingChart) Render(w io.Writer, f Format) error {
 	}
 	bars.Color = sc.GlyphStyle.Color
 	p.Add(bars, sc)
-	p.Legend.Add("measured median (min-max bars)", sc)
+	p.Legend.Add("measured: median,\nmin-max of trials", sc)
 
 	if c.PeakN > 0 {
 		label := fmt.Sprintf("N* = %d", c.PeakN)
@@ -105,7 +104,7 @@ func (c ScalingChart) Render(w io.Writer, f Format) error {
 			if err != nil {
 				return err
 			}
-			line.Color = color.RGBA{R: 40, G: 140, B: 40, A: 255}
+			line.Color = Color(2)
 			line.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
 			p.Add(line)
 			p.Legend.Add(label, line)
@@ -114,7 +113,8 @@ func (c ScalingChart) Render(w io.Writer, f Format) error {
 		}
 	}
 	p.X.Min, p.X.Max = 0, xmax
-	p.Y.Min, p.Y.Max = 0, ymax*1.15
+	p.X.Tick.Marker = IntegerTicks{} // shard counts are whole numbers
+	p.Y.Min, p.Y.Max = 0, ymax*1.1
 	p.Add(plotter.NewGrid())
 	return render(w, f, 7*vg.Inch, 4.5*vg.Inch, p)
 }

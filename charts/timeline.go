@@ -15,14 +15,16 @@ type Sample struct {
 	P99        float64 // p99 response time in that second, ms
 }
 
-// Timeline is one run's samples under a legend label.
+// Timeline is one configuration's per-second samples: one slice of samples per trial,
+// drawn in one colour under one legend label (which may say how many trials it holds).
 type Timeline struct {
-	Label   string
-	Samples []Sample
+	Label  string
+	Trials [][]Sample
 }
 
-// TimelineChart draws throughput (top panel) and p99 (bottom panel) against time, one
-// line per Timeline.
+// TimelineChart draws throughput (top panel) and p99 (bottom panel) against time: every
+// trial of every configuration, a colour (and dash pattern) per configuration, so that
+// the spread between trials shows and no trial is picked to stand for the others.
 type TimelineChart struct {
 	Title  string
 	Series []Timeline
@@ -32,42 +34,48 @@ type TimelineChart struct {
 func (c TimelineChart) Render(w io.Writer, f Format) error {
 	top := newPlot(c.Title, "", "throughput (ops/s)")
 	bottom := newPlot("", "time since start of measurement (s)", "p99 (ms)")
-	top.Legend.Left = false
-	drawn, ymax := 0, 0.0
+	drawn := 0
 	for i, s := range c.Series {
-		if len(s.Samples) == 0 {
+		var first *plotter.Line
+		for _, samples := range s.Trials {
+			if len(samples) == 0 {
+				continue
+			}
+			tput := make(plotter.XYs, len(samples))
+			p99 := make(plotter.XYs, len(samples))
+			for j, x := range samples {
+				tput[j] = plotter.XY{X: x.T, Y: x.Throughput}
+				p99[j] = plotter.XY{X: x.T, Y: x.P99}
+			}
+			lt, err := plotter.NewLine(tput)
+			if err != nil {
+				return err
+			}
+			lp, err := plotter.NewLine(p99)
+			if err != nil {
+				return err
+			}
+			for _, l := range []*plotter.Line{lt, lp} {
+				l.Color = Faded(Color(i), 0.8)
+				l.Dashes = plotutil.Dashes(i)
+				l.Width = vg.Points(1)
+			}
+			top.Add(lt)
+			bottom.Add(lp)
+			if first == nil {
+				first = lt
+			}
+		}
+		if first == nil {
 			continue
 		}
-		tput := make(plotter.XYs, len(s.Samples))
-		p99 := make(plotter.XYs, len(s.Samples))
-		for j, x := range s.Samples {
-			tput[j] = plotter.XY{X: x.T, Y: x.Throughput}
-			ymax = max(ymax, x.Throughput)
-			p99[j] = plotter.XY{X: x.T, Y: x.P99}
-		}
-		lt, err := plotter.NewLine(tput)
-		if err != nil {
-			return err
-		}
-		lp, err := plotter.NewLine(p99)
-		if err != nil {
-			return err
-		}
-		for _, l := range []*plotter.Line{lt, lp} {
-			l.Color = plotutil.Color(i)
-			l.Dashes = plotutil.Dashes(i)
-			l.Width = vg.Points(1.2)
-		}
-		top.Add(lt)
-		bottom.Add(lp)
-		top.Legend.Add(s.Label, lt)
+		top.Legend.Add(s.Label, first)
 		drawn++
 	}
 	if drawn == 0 {
 		return ErrNoData
 	}
-	// Leave room above the lines for the legend.
-	top.Y.Min, top.Y.Max, bottom.Y.Min = 0, ymax*(1.1+0.1*float64(drawn)), 0
+	top.Y.Min, bottom.Y.Min = 0, 0
 	top.Add(plotter.NewGrid())
 	bottom.Add(plotter.NewGrid())
 	return render(w, f, 7*vg.Inch, 5.5*vg.Inch, top, bottom)

@@ -1,9 +1,11 @@
-// Package report turns the lab's results CSV into results/report.md: a findings table
-// with the median and min-max of repeated trials, verdicts that refuse to call a winner
-// when the spreads overlap, short conclusions computed from the numbers, a Universal
-// Scalability Law fit for shard sweeps, charts, and the machine and parameters needed
-// to rerun. Nothing in the report is typed by hand and, for a given CSV (and sample
-// files), its text is always the same.
+// Package report turns a run's results CSV into its report.md: a findings table with
+// the median of repeated trials and its confidence interval, verdicts from benchstat's
+// statistics (a Mann-Whitney U test against the single baseline, stated with its
+// p-value, and no verdict where the trials are too few or too short to support one),
+// short conclusions computed from the numbers, a Universal Scalability Law fit for
+// shard sweeps, charts, the machine and its load, and the parameters needed to rerun.
+// Nothing in the report is typed by hand and, for a given CSV (and sample files), its
+// text is always the same.
 package report
 
 import (
@@ -20,10 +22,10 @@ import (
 )
 
 // ErrNoRows is returned when the CSV holds no measured rows.
-var ErrNoRows = errors.New("report: the results CSV has no rows")
+var ErrNoRows = errors.New("the results CSV has no rows")
 
 // ErrRunNotFound is returned when the requested run id is not in the CSV.
-var ErrRunNotFound = errors.New("report: no rows with that run id")
+var ErrRunNotFound = errors.New("no rows with that run id")
 
 // Stat summarises one figure over repeated trials.
 type Stat struct {
@@ -45,9 +47,6 @@ func newStat(xs []float64) Stat {
 	return Stat{Median: med, Min: xs[0], Max: xs[n-1], N: n}
 }
 
-// overlaps reports whether the min-max ranges of s and o intersect.
-func (s Stat) overlaps(o Stat) bool { return s.Min <= o.Max && o.Min <= s.Max }
-
 // Key identifies one configuration of a run.
 type Key struct {
 	Scenario string
@@ -64,13 +63,31 @@ func (k Key) Label() string {
 	return fmt.Sprintf("%s x%d", k.Mode, k.Shards)
 }
 
-// Verdict texts.
+// Verdict texts. Faster and slower verdicts are "1.17x faster" and "1.15x slower".
 const (
-	VerdictBaseline   = "baseline"
-	VerdictNoBaseline = "no single baseline in this run"
-	VerdictOneTrial   = "1 trial: spread unknown"
-	VerdictOverlap    = "no clear difference"
-	VerdictNoPairs    = "no trial number in common with single"
+	VerdictBaseline     = "baseline"
+	VerdictNoBaseline   = "no single baseline in this run"
+	VerdictNoPairs      = "no trial number in common with single"
+	VerdictNoThroughput = "no throughput to compare"
+	VerdictTooShort     = "measured phase under 1 s: no conclusion"
+	VerdictTooFew       = "too few trials to tell"
+	VerdictNoDifference = "no significant difference"
+)
+
+// Kind classifies a Finding's verdict, for code that needs more than its text.
+type Kind int
+
+// The kinds of verdict, one per Verdict text (Faster and Slower carry the ratio).
+const (
+	KindBaseline Kind = iota
+	KindNoBaseline
+	KindNoPairs
+	KindNoThroughput
+	KindTooShort     // a trial's measured phase was under MinDurationS
+	KindTooFew       // the sample sizes cannot give p <= Alpha
+	KindNoDifference // the test ran and p > Alpha
+	KindFaster
+	KindSlower
 )
 
 // Finding is one row of the findings table: a configuration's trials summarised, and
@@ -79,20 +96,32 @@ type Finding struct {
 	Key
 	Trials     []resultscsv.Row // in trial order
 	Throughput Stat             // ops/s
-	AvgMs      Stat
-	P99Ms      Stat
-	Errors     int64 // failed requests over all trials
-	Ops        int64 // successful requests over all trials
+	// ThroughputCI is the confidence interval of the median throughput (not OK under 6
+	// trials).
+	ThroughputCI Interval
+	AvgMs        Stat
+	P99Ms        Stat
+	Errors       int64 // failed requests over all trials
+	Ops          int64 // successful requests over all trials
 
 	// Ratio is throughput over the single baseline's, per trial (trial k of this
 	// configuration against single's trial k, matched by trial number); zero N when
 	// there is no baseline.
 	Ratio Stat
+	// RatioCI is a bootstrap confidence interval of Ratio's median over the pairs (not
+	// OK under MinBootstrapPairs pairs).
+	RatioCI Interval
+	// Test compares the throughputs with the baseline's; zero without a baseline.
+	Test Test
+	// Short is set when a trial of this configuration or of its baseline measured for
+	// less than MinDurationS.
+	Short bool
 	// Unpaired lists the trial numbers, of this configuration or of its baseline, that
 	// have no partner with the same number on the other side and so are left out of
 	// Ratio; increasing, nil when every trial is paired.
 	Unpaired []int
 	Verdict  string // one of the Verdict constants, or "1.92x faster" / "1.15x slower"
+	Kind     Kind   // the verdict's kind
 	// Baseline is the single configuration compared against, nil for none.
 	Baseline *Finding
 }
@@ -104,6 +133,9 @@ type Sweep struct {
 	Counts            []int       // distinct shard counts, increasing
 	Model             usl.Model
 	Err               error // why there is no model (too few shard counts)
+	// Short is set when a trial measured for less than MinDurationS: the sweep then gets
+	// no conclusion.
+	Short bool
 }
 
 // Analysis is everything the report says about one run.
@@ -220,11 +252,12 @@ func Analyze(rows []resultscsv.Row, runID string) (*Analysis, error) {
 			f.Errors += r.Errors
 			f.Ops += r.Ops
 		}
+		f.ThroughputCI = medianCI(tput)
 		f.Throughput, f.AvgMs, f.P99Ms = newStat(tput), newStat(avg), newStat(p99)
 	}
 	for _, f := range a.Findings {
 		if f.Mode == "single" {
-			f.Verdict = VerdictBaseline
+			f.Verdict, f.Kind = VerdictBaseline, KindBaseline
 			continue
 		}
 		base := groups[Key{Scenario: f.Scenario, Backend: f.Backend, Mode: "single", Shards: 1}]
@@ -238,31 +271,74 @@ func Analyze(rows []resultscsv.Row, runID string) (*Analysis, error) {
 			}
 		}
 		if base == nil {
-			f.Verdict = VerdictNoBaseline
+			f.Verdict, f.Kind = VerdictNoBaseline, KindNoBaseline
 			continue
 		}
 		f.Baseline = base
 		var ratios []float64
 		ratios, f.Unpaired = pairRatios(f.Trials, base.Trials)
-		f.Ratio = newStat(ratios)
-		switch {
-		case f.Ratio.N == 0 && len(f.Unpaired) > 0:
+		f.Ratio = newStat(slices.Clone(ratios))
+		f.RatioCI = bootstrapMedianCI(ratios)
+		f.Test = uTest(throughputs(base.Trials), throughputs(f.Trials))
+		f.Short = hasShortTrial(f.Trials) || hasShortTrial(base.Trials)
+		f.Kind = verdictKind(f)
+		switch f.Kind {
+		case KindNoPairs:
 			f.Verdict = VerdictNoPairs
-		case f.Ratio.N == 0 || f.Ratio.Median == 0:
-			f.Verdict = "no throughput to compare"
-		case f.Throughput.N < 2 || base.Throughput.N < 2:
-			f.Verdict = VerdictOneTrial
-		case f.Throughput.overlaps(base.Throughput):
-			f.Verdict = VerdictOverlap
-		case f.Throughput.Median >= base.Throughput.Median:
+		case KindNoThroughput:
+			f.Verdict = VerdictNoThroughput
+		case KindTooShort:
+			f.Verdict = VerdictTooShort
+		case KindTooFew:
+			f.Verdict = VerdictTooFew
+		case KindNoDifference:
+			f.Verdict = VerdictNoDifference
+		case KindFaster:
 			f.Verdict = fmt.Sprintf("%.2fx faster", f.Ratio.Median)
-		default:
+		case KindSlower:
 			f.Verdict = fmt.Sprintf("%.2fx slower", 1/f.Ratio.Median)
 		}
 	}
 	a.Sweeps = sweeps(a.Findings)
 	a.MultiBackend = strings.Contains(distinct(a.Rows, func(r resultscsv.Row) string { return r.Backend }), ",")
 	return a, nil
+}
+
+// verdictKind decides what may be said of f against its baseline. The order matters:
+// trials too short to measure anything get no conclusion whatever the test says, and
+// sample sizes that cannot reach significance are said to be too few rather than "no
+// difference", which would read as a finding.
+func verdictKind(f *Finding) Kind {
+	switch {
+	case f.Ratio.N == 0 && len(f.Unpaired) > 0:
+		return KindNoPairs
+	case f.Ratio.N == 0 || f.Ratio.Median == 0:
+		return KindNoThroughput
+	case f.Short:
+		return KindTooShort
+	case !f.Test.Possible():
+		return KindTooFew
+	case !f.Test.Significant():
+		return KindNoDifference
+	case f.Throughput.Median >= f.Baseline.Throughput.Median:
+		return KindFaster
+	}
+	return KindSlower
+}
+
+// throughputs returns the throughput of each trial.
+func throughputs(trials []resultscsv.Row) []float64 {
+	out := make([]float64, len(trials))
+	for i, r := range trials {
+		out[i] = r.ThroughputOpsS
+	}
+	return out
+}
+
+// hasShortTrial reports whether a trial measured for less than MinDurationS. A zero
+// duration is an old row without the column, not a zero-length run.
+func hasShortTrial(trials []resultscsv.Row) bool {
+	return slices.ContainsFunc(trials, func(r resultscsv.Row) bool { return r.DurationS > 0 && r.DurationS < MinDurationS })
 }
 
 // pairRatios divides the throughput of each trial by that of the baseline trial with the
@@ -339,6 +415,7 @@ func sweeps(findings []*Finding) []*Sweep {
 			for _, r := range f.Trials {
 				s.Points = append(s.Points, usl.Point{N: float64(n), X: r.ThroughputOpsS})
 			}
+			s.Short = s.Short || hasShortTrial(f.Trials)
 		}
 		slices.Sort(s.Counts)
 		s.Model, s.Err = usl.Fit(s.Points)

@@ -20,9 +20,13 @@ import (
 
 // Config says what Generate reads and writes.
 type Config struct {
-	CSVPath string // results CSV, e.g. results/results.csv
-	OutPath string // report to write, e.g. results/report.md
+	CSVPath string // results CSV, e.g. results/runs/<run-id>/results.csv
+	OutPath string // report to write; empty means report.md next to CSVPath
 	RunID   string // run to report; empty for the run of the newest row
+	// RunInfoPath is the run.txt that the lab scripts write beside the CSV (command,
+	// machine, load averages); empty means RunInfoName next to CSVPath. A missing file
+	// leaves the load out of the report, which then says it was not recorded.
+	RunInfoPath string
 
 	// ChartsDir receives the charts; empty means "charts" next to OutPath.
 	ChartsDir string
@@ -57,18 +61,31 @@ func Generate(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.CSVPath, err)
 	}
+	if cfg.OutPath == "" {
+		cfg.OutPath = filepath.Join(filepath.Dir(cfg.CSVPath), "report.md")
+	}
 	outDir := filepath.Dir(cfg.OutPath)
 	chartsDir := cmp.Or(cfg.ChartsDir, filepath.Join(outDir, "charts"))
 	tsDir := cmp.Or(cfg.TimeseriesDir, filepath.Join(filepath.Dir(cfg.CSVPath), "timeseries"))
 	res := &Result{Analysis: a, Report: cfg.OutPath}
 
 	opt := MarkdownOptions{CSVName: relSlash(outDir, cfg.CSVPath)}
+	infoPath := cmp.Or(cfg.RunInfoPath, filepath.Join(filepath.Dir(cfg.CSVPath), RunInfoName))
+	switch info, err := ReadRunInfo(infoPath); {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		opt.Notes = append(opt.Notes, fmt.Sprintf("The run's %s was left out: %v", RunInfoName, err))
+	case info.RunID != "" && info.RunID != a.RunID:
+		// A CSV gathered from several runs: this run.txt belongs to another.
+	default:
+		opt.RunInfo = info
+	}
 	if !cfg.NoCharts {
 		if err := os.MkdirAll(chartsDir, 0o755); err != nil {
-			return nil, fmt.Errorf("report: %w", err)
+			return nil, fmt.Errorf("charts directory: %w", err)
 		}
 		plans, notes := planCharts(a, filepath.Join(tsDir, a.RunID))
-		opt.Notes = notes
+		opt.Notes = append(opt.Notes, notes...)
 		for _, pl := range plans {
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -76,7 +93,7 @@ func Generate(ctx context.Context, cfg Config) (*Result, error) {
 			base := filepath.Join(chartsDir, pl.name)
 			png, svg := base+".png", base+".svg"
 			if err := charts.Save(pl.chart, png, svg); err != nil {
-				return nil, fmt.Errorf("report: chart %s: %w", pl.name, err)
+				return nil, fmt.Errorf("chart %s: %w", pl.name, err)
 			}
 			res.Charts = append(res.Charts, png, svg)
 			opt.Charts = append(opt.Charts, ChartFile{
@@ -112,16 +129,16 @@ func relSlash(dir, target string) string {
 func writeAtomic(path string, data []byte) error {
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("report: %w", err)
+			return fmt.Errorf("write report: %w", err)
 		}
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("report: %w", err)
+		return fmt.Errorf("write report: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("report: %w", err)
+		return fmt.Errorf("write report: %w", err)
 	}
 	return nil
 }
@@ -145,7 +162,7 @@ func safeName(s string) string {
 
 // planCharts lists the charts of a: one throughput-against-shards chart per sweep, one
 // latency chart for the run, and one over-time chart (the first scenario that has
-// per-second samples, trial 1 of each configuration) when samples exist in tsRunDir.
+// per-second samples, every trial of each configuration) when samples exist in tsRunDir.
 func planCharts(a *Analysis, tsRunDir string) (plans []plannedChart, notes []string) {
 	multiBackend := a.MultiBackend
 	for _, s := range a.Sweeps {
@@ -199,6 +216,8 @@ func planCharts(a *Analysis, tsRunDir string) (plans []plannedChart, notes []str
 			if g.Scenario != f.Scenario || (multiBackend && g.Backend != f.Backend) {
 				continue
 			}
+			// Every trial: picking one to stand for the others would hide their spread.
+			series := charts.Timeline{Label: g.Label()}
 			for _, r := range g.Trials {
 				file := fmt.Sprintf("%s_%s_%d_t%d.csv", r.Scenario, r.Mode, r.Shards, r.Trial)
 				samples, err := readSampleFile(filepath.Join(tsRunDir, file))
@@ -209,14 +228,20 @@ func planCharts(a *Analysis, tsRunDir string) (plans []plannedChart, notes []str
 					notes = append(notes, fmt.Sprintf("Per-second samples %s left out: %v", file, err))
 					continue
 				}
-				tl.Series = append(tl.Series, charts.Timeline{
-					Label: fmt.Sprintf("%s trial %d", g.Label(), r.Trial), Samples: samples,
-				})
-				break // one trial per configuration keeps the chart readable
+				series.Trials = append(series.Trials, samples)
 			}
+			switch n := len(series.Trials); {
+			case n == 0:
+				continue
+			case n < len(g.Trials):
+				series.Label += fmt.Sprintf("\n(%d of %d trials)", n, len(g.Trials))
+			case n > 1:
+				series.Label += fmt.Sprintf("\n(%d trials)", n)
+			}
+			tl.Series = append(tl.Series, series)
 		}
 		if len(tl.Series) > 0 {
-			tl.Title = f.Scenario + ": throughput and p99 per second"
+			tl.Title = f.Scenario + ": throughput and p99 per second, every trial"
 			plans = append(plans, plannedChart{"timeline", "timeline_" + safeName(f.Scenario), tl.Title, tl})
 			break
 		}

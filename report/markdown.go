@@ -29,16 +29,9 @@ type MarkdownOptions struct {
 	CSVName string      // the CSV as the reader should find it, e.g. "results.csv"
 	Charts  []ChartFile // charts to embed, in order
 	Notes   []string    // remarks about the inputs, e.g. unreadable sample files
-}
-
-func fmtRange(s Stat, format func(float64) string) string {
-	if s.N == 0 {
-		return "-"
-	}
-	if s.N == 1 {
-		return format(s.Median)
-	}
-	return fmt.Sprintf("%s (%s-%s)", format(s.Median), format(s.Min), format(s.Max))
+	// RunInfo is the run's run.txt (load averages, CPU used by other work), nil when
+	// none was recorded.
+	RunInfo *RunInfo
 }
 
 func ms(x float64) string    { return fmt.Sprintf("%.2f", x) }
@@ -52,7 +45,33 @@ func shardsText(f *Finding) string {
 	return fmt.Sprintf("%d shards", f.Shards)
 }
 
-// conclusion is one computed sentence about f against its baseline.
+// ciText formats an interval as "[lo-hi]", or "[-]" when there is none.
+func ciText(iv Interval, format func(float64) string) string {
+	if !iv.OK {
+		return "[-]"
+	}
+	return fmt.Sprintf("[%s-%s]", format(iv.Lo), format(iv.Hi))
+}
+
+// pText formats a p-value with three decimals, or as "< 0.001".
+func pText(p float64) string {
+	if p < 0.001 {
+		return "< 0.001"
+	}
+	return fmt.Sprintf("%.3f", p)
+}
+
+// trialsText names the sample sizes of a test: "6 trials against 6".
+func trialsText(t Test) string {
+	word := "trials"
+	if t.N2 == 1 {
+		word = "trial"
+	}
+	return fmt.Sprintf("%d %s against %d", t.N2, word, t.N1)
+}
+
+// conclusion is a few computed sentences about f against its baseline: the ratio and
+// its interval, the test and what it allows to say, the medians with their intervals.
 func conclusion(f *Finding, multiBackend bool) string {
 	name := f.Scenario
 	if multiBackend {
@@ -68,22 +87,29 @@ func conclusion(f *Finding, multiBackend bool) string {
 			thousands(f.Throughput.Median), thousands(b.Throughput.Median), f.Verdict)
 	} else {
 		fmt.Fprintf(&s, "%s: %s %s single", name, shardsText(f), ratio(f.Ratio.Median))
-		if f.Ratio.N > 1 {
-			fmt.Fprintf(&s, " (per-trial ratios %s-%s)", ratio(f.Ratio.Min), ratio(f.Ratio.Max))
-		} else {
+		switch {
+		case f.RatioCI.OK:
+			fmt.Fprintf(&s, " (median of %d paired trials, 95%% bootstrap CI %s-%s)", f.Ratio.N, ratio(f.RatioCI.Lo), ratio(f.RatioCI.Hi))
+		case f.Ratio.N > 1:
+			fmt.Fprintf(&s, " (median of %d paired trials, %s-%s)", f.Ratio.N, ratio(f.Ratio.Min), ratio(f.Ratio.Max))
+		default:
 			fmt.Fprintf(&s, " (%s vs %s ops/s)", thousands(f.Throughput.Median), thousands(b.Throughput.Median))
 		}
-		switch f.Verdict {
-		case VerdictOneTrial:
-			s.WriteString(", 1 trial: spread unknown")
-		case VerdictOverlap:
-			gain := "gain"
-			if f.Ratio.Median < 1 {
-				gain = "loss"
-			}
-			fmt.Fprintf(&s, ", spread overlaps: no clear %s", gain)
-		default:
-			fmt.Fprintf(&s, ", ranges do not overlap: %s", f.Verdict)
+		t := f.Test
+		switch f.Kind {
+		case KindTooShort:
+			fmt.Fprintf(&s, "; measured phases under %g s, mostly start-up and noise (a --quick run is a smoke test): no conclusion", float64(MinDurationS))
+		case KindTooFew:
+			fmt.Fprintf(&s, "; with %s the Mann-Whitney U test cannot reach p <= %g (its smallest possible p is %.3f), so no verdict either way: run at least %d trials a side (%d also give confidence intervals)",
+				trialsText(t), Alpha, t.MinP, minTrialsForTest(), minTrialsForCI())
+		case KindNoDifference:
+			fmt.Fprintf(&s, "; Mann-Whitney U p = %s > %g over %s: no significant difference", pText(t.P), Alpha, trialsText(t))
+		case KindFaster, KindSlower:
+			fmt.Fprintf(&s, "; Mann-Whitney U p = %s <= %g over %s: **%s**", pText(t.P), Alpha, trialsText(t), f.Verdict)
+		}
+		if f.ThroughputCI.OK && b.ThroughputCI.OK {
+			fmt.Fprintf(&s, "; median throughput %s %s vs %s %s ops/s (95%% CIs)", thousands(f.Throughput.Median),
+				ciText(f.ThroughputCI, thousands), thousands(b.Throughput.Median), ciText(b.ThroughputCI, thousands))
 		}
 	}
 	fmt.Fprintf(&s, "; p99 %s ms vs %s ms single", ms(f.P99Ms.Median), ms(b.P99Ms.Median))
@@ -100,6 +126,16 @@ func conclusion(f *Finding, multiBackend bool) string {
 	}
 	s.WriteString(".")
 	return s.String()
+}
+
+// minTrialsForTest is the smallest number of trials per side with which the
+// Mann-Whitney U test can reach p <= Alpha.
+func minTrialsForTest() int {
+	n := 1
+	for minUTestP(n, n) > Alpha {
+		n++
+	}
+	return n
 }
 
 // FlatShare is how far (as a share of one shard's throughput) the fitted curve may move
@@ -130,6 +166,9 @@ func sweepLine(s *Sweep) string {
 		return fmt.Sprintf("%s: measured at %s shards; the USL fit needs at least %d distinct shard counts (scripts/sweep.sh runs them).",
 			s.Scenario, strings.Join(counts, ", "), 6)
 	}
+	if s.Short {
+		return fmt.Sprintf("%s: measured phases under %g s: no conclusion from the USL fit (R² %.3f).", s.Scenario, float64(MinDurationS), s.Model.R2)
+	}
 	best, bestX := 0, 0.0
 	for _, c := range s.Counts {
 		var xs []float64
@@ -145,8 +184,7 @@ func sweepLine(s *Sweep) string {
 	bestText := fmt.Sprintf("best measured %d shards at %s ops/s", best, thousands(bestX))
 	m := s.Model
 	if !m.Meaningful() {
-		return fmt.Sprintf("%s: the USL fit does not describe these points (R² = %.3f, below %g, and residuals over %.0f%% of the mean): no recommendation; %s.",
-			s.Scenario, m.R2, usl.MinR2, usl.MaxFlatRMSE*100, bestText)
+		return fmt.Sprintf("%s: %s, so no recommendation; %s.", s.Scenario, m.PoorFit(), bestText)
 	}
 	var peak string
 	n, ok := m.Peak()
@@ -180,22 +218,39 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 	p("# shardlab results: run %s\n\n", runID)
 	p("Generated by `go run ./cmd/report` from `%s` (run `%s`, %d rows). Do not edit by hand: rerun the command.\n\n",
 		opt.CSVName, runID, len(a.Rows))
+	if why := opt.RunInfo.BusyReasons(); len(why) > 0 {
+		p("> **Warning: the machine was busy.** %s. Other work competes with the lab's server and load generator ", capitalize(strings.Join(why, "; ")))
+		p("for the same cores, so differences in this run may be its doing: rerun on a quiet machine before drawing conclusions.\n\n")
+	}
 
 	p("## Findings\n\n")
-	p("| Scenario | Backend | Mode | Shards | Trials | Throughput ops/s | Avg ms | p99 ms | vs single | Verdict |\n")
-	p("|---|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+	p("| Scenario | Backend | Mode | Shards | Trials | Throughput ops/s [95%% CI] | Avg ms | p99 ms | vs single [95%% CI] | p | Verdict |\n")
+	p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, f := range a.Findings {
-		vs := "-"
-		if f.Baseline != nil {
-			vs = fmtRange(f.Ratio, ratio)
+		vs, pv := "-", "-"
+		if f.Baseline != nil && f.Ratio.N > 0 {
+			vs = ratio(f.Ratio.Median)
+			if f.Ratio.N > 1 {
+				vs += " " + ciText(f.RatioCI, ratio)
+			}
+			pv = pText(f.Test.P)
 		}
-		p("| %s | %s | %s | %d | %d | %s | %s | %s | %s | %s |\n",
-			f.Scenario, f.Backend, f.Mode, f.Shards, f.Throughput.N, fmtRange(f.Throughput, thousands),
-			ms(f.AvgMs.Median), ms(f.P99Ms.Median), vs, f.Verdict)
+		tput := thousands(f.Throughput.Median)
+		if f.Throughput.N > 1 {
+			tput += " " + ciText(f.ThroughputCI, thousands)
+		}
+		p("| %s | %s | %s | %d | %d | %s | %s | %s | %s | %s | %s |\n",
+			f.Scenario, f.Backend, f.Mode, f.Shards, f.Throughput.N, tput,
+			ms(f.AvgMs.Median), ms(f.P99Ms.Median), vs, pv, f.Verdict)
 	}
-	p("\nThroughput: median of the trials, min-max in brackets. Avg and p99: median over the trials. ")
-	p("vs single: throughput of trial k over that of single's trial k (matched by trial number), median (min-max). ")
-	p("A configuration is only called faster or slower when the min-max ranges of throughput do not overlap.\n\n")
+	p("\nThroughput: median of the trials and, in brackets, its 95%% confidence interval from order statistics ")
+	p("(benchstat's; `[-]`: fewer than %d trials give none). Avg and p99: median over the trials. ", minTrialsForCI())
+	p("vs single: throughput of trial k over that of single's trial k (matched by trial number), median over the pairs, ")
+	p("with a 95%% bootstrap confidence interval (%s resamples of the pairs; `[-]` under %d pairs). ", thousands(BootstrapResamples), MinBootstrapPairs)
+	p("p: two-sided Mann-Whitney U test of the trials' throughputs against single's (golang.org/x/perf/benchmath, as benchstat). ")
+	p("A configuration is called faster or slower only when p <= %g; ", Alpha)
+	p("with fewer than %d trials a side the test cannot get there, and the verdict says \"%s\" rather than guess; ", minTrialsForTest(), VerdictTooFew)
+	p("a trial measured for under %g s gives no conclusion at all.\n\n", float64(MinDurationS))
 
 	p("## Conclusions\n\n")
 	n := 0
@@ -234,7 +289,7 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 		}
 	}
 	if len(short) > 0 {
-		p("- Measured phase under %g s: too short to compare, the numbers are mostly noise (a `--quick` run is a smoke test):\n", float64(MinDurationS))
+		p("- Measured phase under %g s: too short to compare, the numbers are mostly noise (a `--quick` run is a smoke test), so they get no conclusion:\n", float64(MinDurationS))
 		for _, s := range short {
 			p("  - %s\n", s)
 		}
@@ -245,7 +300,8 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 		p("## Scalability (Universal Scalability Law)\n\n")
 		p("X(N) = lambda*N / (1 + sigma*(N-1) + kappa*N*(N-1)), fitted by non-linear least squares to every trial; ")
 		p("N* = floor(sqrt((1-sigma)/kappa)), or 1 when sigma >= 1 (more shards then only lower throughput). ")
-		p("A fit with R² under %g does not describe its points: it gets no N* and no conclusion.\n\n", usl.MinR2)
+		p("A fit with R² under %g and residuals over %.0f%% of the mean throughput does not describe its points: ", usl.MinR2, usl.MaxFlatRMSE*100)
+		p("it gets no N* and no conclusion (the `usl` command warns in the same words).\n\n")
 		p("| Scenario | Shard counts | Points | sigma | kappa | lambda ops/s | N* | R² |\n")
 		p("|---|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range a.Sweeps {
@@ -310,6 +366,7 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 	p("| SQLite | %s |\n", distinct(a.Rows, func(r resultscsv.Row) string { return r.SQLiteVer }))
 	p("| SQLite synchronous | %s |\n", distinct(a.Rows, func(r resultscsv.Row) string { return r.Sync }))
 	p("| Router | %s |\n", distinct(a.Rows, func(r resultscsv.Row) string { return r.Router }))
+	writeLoad(p, opt.RunInfo)
 	p("\n")
 
 	p("## Parameters\n\n")
@@ -380,7 +437,8 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 	for _, n := range rc.Notes {
 		p("%s\n\n", n)
 	}
-	p("Regenerate this report with `go run ./cmd/report --run-id %s`.\n", a.RunID)
+	p("Regenerate this report from the repository root with `go run ./cmd/report --csv DIR/%s --out DIR/report.md --run-id %s`, ", opt.CSVName, a.RunID)
+	p("DIR being this report's directory.\n")
 
 	if len(a.Others) > 0 {
 		p("\n## Other runs in the CSV\n\n")
@@ -411,4 +469,35 @@ func spread(rows []resultscsv.Row, field func(resultscsv.Row) float64, format fu
 		return format(lo)
 	}
 	return format(lo) + "-" + format(hi)
+}
+
+// writeLoad adds the machine's load during the run to the machine table.
+func writeLoad(p func(string, ...any), ri *RunInfo) {
+	if ri == nil {
+		p("| Machine load | not recorded (no %s for this run) |\n", RunInfoName)
+		return
+	}
+	load := func(l []float64) string {
+		if len(l) != 3 {
+			return "not recorded"
+		}
+		return fmt.Sprintf("%.2f, %.2f, %.2f", l[0], l[1], l[2])
+	}
+	p("| Load average at start (1, 5, 15 min) | %s |\n", load(ri.LoadStart))
+	p("| Load average at end | %s (counts the lab's own processes) |\n", load(ri.LoadEnd))
+	if other, ok := ri.OtherCPUs(); ok {
+		share := ""
+		if ri.CPUs > 0 {
+			share = fmt.Sprintf(", %.0f%% of %d CPUs", 100*other/float64(ri.CPUs), ri.CPUs)
+		}
+		p("| CPU used by other work during the run | %.2f CPUs on average%s (the machine's busy time from /proc/stat, less the run's own processes) |\n", other, share)
+	}
+}
+
+// capitalize upper-cases the first letter of s.
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }

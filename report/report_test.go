@@ -106,11 +106,12 @@ func TestGenerateGolden(t *testing.T) {
 		charts              []string
 	}{
 		// The newest run: three trials, a clear gain, an overlap, failed requests, a sweep
-		// with a USL fit and per-second samples.
+		// with a USL fit, per-second samples, and a run.txt that says the machine was busy.
 		{"newest run", "", "testdata/report.md", []string{
 			"charts/scaling_shard_scaling_base", "charts/latency", "charts/timeline_read_heavy_cachelike",
 		}},
-		// An older run: one trial each and a scenario without a single baseline.
+		// An older run: one trial each and a scenario without a single baseline; the
+		// run.txt is another run's, so its load is not recorded.
 		{"one trial, no baseline", "run-a", "testdata/report_run-a.md", []string{"charts/latency"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,6 +119,7 @@ func TestGenerateGolden(t *testing.T) {
 			out := filepath.Join(dir, "report.md")
 			res, err := report.Generate(context.Background(), report.Config{
 				CSVPath: csvPath, OutPath: out, RunID: tc.runID, TimeseriesDir: "testdata/timeseries",
+				RunInfoPath: "testdata/run.txt",
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -149,6 +151,7 @@ func TestGenerateGolden(t *testing.T) {
 			}
 			if _, err := report.Generate(context.Background(), report.Config{
 				CSVPath: csvPath, OutPath: out, RunID: tc.runID, TimeseriesDir: "testdata/timeseries",
+				RunInfoPath: "testdata/run.txt",
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -252,22 +255,31 @@ func row(run, scenario, mode string, shards, trial int, tput float64) resultscsv
 
 func TestAnalyzeVerdicts(t *testing.T) {
 	var rows []resultscsv.Row
+	short := map[string]bool{}
 	add := func(scenario string, single, sharded []float64) {
 		for i := range max(len(single), len(sharded)) {
 			if i < len(single) {
-				rows = append(rows, row("r", scenario, "single", 1, i+1, single[i]))
+				r := row("r", scenario, "single", 1, i+1, single[i])
+				if short[scenario] {
+					r.DurationS = 0.4
+				}
+				rows = append(rows, r)
 			}
 			if i < len(sharded) {
 				rows = append(rows, row("r", scenario, "sharded", 3, i+1, sharded[i]))
 			}
 		}
 	}
-	add("faster", []float64{100, 110, 105}, []float64{200, 190, 230})
-	add("slower", []float64{100, 110, 105}, []float64{50, 60, 55})
-	add("overlap", []float64{100, 110, 105}, []float64{108, 120, 115})
-	add("touching", []float64{100, 110}, []float64{110, 130})
+	six := []float64{100, 104, 98, 101, 103, 99}
+	// The case the old min-max rule got wrong: three trials that do not overlap, 1.03x.
+	add("3 trials, 1.03x", []float64{100, 101, 102}, []float64{103, 104, 105})
+	add("6 trials, faster", six, []float64{120, 118, 125, 121, 119, 122})
+	add("6 trials, slower", six, []float64{50, 60, 55, 52, 58, 51})
+	add("6 trials, interleaved", six, []float64{102, 97, 105, 100, 99, 103})
+	add("4 trials, faster", six[:4], []float64{110, 111, 112, 113})
 	add("one trial", []float64{100}, []float64{300})
-	add("one sharded trial", []float64{100, 101}, []float64{300})
+	short["too short"] = true
+	add("too short", six, []float64{200, 201, 202, 203, 204, 205})
 	add("no baseline", nil, []float64{300, 310})
 
 	a, err := report.Analyze(rows, "")
@@ -275,22 +287,25 @@ func TestAnalyzeVerdicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]struct {
-		verdict    string
-		ratioMed   float64
-		ratioTrial int
+		kind    report.Kind
+		verdict string
+		p       float64 // want Test.P, 0 for don't care
+		minP    float64
+		ratioCI bool
 	}{
-		"faster":            {"2.00x faster", 2, 3},      // ratios 2, 1.727, 2.190
-		"slower":            {"1.91x slower", 0.5238, 3}, // ratios 0.5, 0.545, 0.524
-		"overlap":           {report.VerdictOverlap, 1.0909, 3},
-		"touching":          {report.VerdictOverlap, 1.1409, 2}, // ranges meet at 110
-		"one trial":         {report.VerdictOneTrial, 3, 1},
-		"one sharded trial": {report.VerdictOneTrial, 3, 1},
-		"no baseline":       {report.VerdictNoBaseline, 0, 0},
+		"3 trials, 1.03x":       {report.KindTooFew, report.VerdictTooFew, 0.1, 0.1, false},
+		"6 trials, faster":      {report.KindFaster, "1.20x faster", 2.0 / 924, 2.0 / 924, true},
+		"6 trials, slower":      {report.KindSlower, "1.86x slower", 2.0 / 924, 2.0 / 924, true},
+		"6 trials, interleaved": {report.KindNoDifference, report.VerdictNoDifference, 0, 2.0 / 924, true},
+		"4 trials, faster":      {report.KindFaster, "1.11x faster", 2.0 / 70, 2.0 / 70, false},
+		"one trial":             {report.KindTooFew, report.VerdictTooFew, 0, 1, false},
+		"too short":             {report.KindTooShort, report.VerdictTooShort, 0, 2.0 / 924, true},
+		"no baseline":           {report.KindNoBaseline, report.VerdictNoBaseline, 0, 0, false},
 	}
 	seen := 0
 	for _, f := range a.Findings {
 		if f.Mode == "single" {
-			if f.Verdict != report.VerdictBaseline {
+			if f.Verdict != report.VerdictBaseline || f.Kind != report.KindBaseline {
 				t.Errorf("%s single: verdict %q", f.Scenario, f.Verdict)
 			}
 			continue
@@ -300,12 +315,39 @@ func TestAnalyzeVerdicts(t *testing.T) {
 			t.Fatalf("unexpected finding %+v", f.Key)
 		}
 		seen++
-		if f.Verdict != w.verdict || f.Ratio.N != w.ratioTrial || (w.ratioTrial > 0 && abs(f.Ratio.Median-w.ratioMed) > 1e-3) {
-			t.Errorf("%s: verdict %q ratio %+v; want %q, median %g over %d trials", f.Scenario, f.Verdict, f.Ratio, w.verdict, w.ratioMed, w.ratioTrial)
+		if f.Kind != w.kind || f.Verdict != w.verdict {
+			t.Errorf("%s: verdict %q (kind %d), want %q (kind %d); test %+v", f.Scenario, f.Verdict, f.Kind, w.verdict, w.kind, f.Test)
+		}
+		if w.p > 0 && abs(f.Test.P-w.p) > 1e-9 {
+			t.Errorf("%s: p = %g, want %g", f.Scenario, f.Test.P, w.p)
+		}
+		if w.kind == report.KindNoDifference && f.Test.P <= report.Alpha {
+			t.Errorf("%s: p = %g, want above %g", f.Scenario, f.Test.P, report.Alpha)
+		}
+		if abs(f.Test.MinP-w.minP) > 1e-9 {
+			t.Errorf("%s: smallest possible p %g, want %g", f.Scenario, f.Test.MinP, w.minP)
+		}
+		if f.RatioCI.OK != w.ratioCI || f.RatioCI.OK && !(f.Ratio.Min <= f.RatioCI.Lo && f.RatioCI.Lo <= f.Ratio.Median &&
+			f.Ratio.Median <= f.RatioCI.Hi && f.RatioCI.Hi <= f.Ratio.Max) {
+			t.Errorf("%s: ratio CI %+v around %+v, want one (%v) between the extreme ratios", f.Scenario, f.RatioCI, f.Ratio, w.ratioCI)
 		}
 	}
 	if seen != len(want) {
 		t.Errorf("saw %d sharded findings, want %d", seen, len(want))
+	}
+	// With 6 trials the median has a 95% interval: order statistics 1 and 6, that is the
+	// range; with 4 it has none.
+	for _, f := range a.Findings {
+		switch {
+		case f.Scenario == "6 trials, faster" && f.Mode == "sharded":
+			if ci := f.ThroughputCI; !ci.OK || ci.Lo != 118 || ci.Hi != 125 {
+				t.Errorf("median CI of 6 trials: %+v, want [118, 125]", ci)
+			}
+		case f.Scenario == "4 trials, faster" && f.Mode == "sharded":
+			if f.ThroughputCI.OK {
+				t.Errorf("median CI of 4 trials: %+v, want none", f.ThroughputCI)
+			}
+		}
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package resultscsv reads and writes the lab's results CSV: one row per measured run of
-// loadgen, appended to results/results.csv by the scenario scripts. Every row carries
-// what is needed to rerun it (parameters, build and machine), so a report can be
-// regenerated from the file alone. The columns are documented in docs/results-csv.md.
+// loadgen, appended by the scenario scripts to the results.csv of their run directory
+// (results/runs/<run-id>/). Every row carries what is needed to rerun it (parameters,
+// build and machine), so a report can be regenerated from the file alone. The columns are
+// documented in docs/results-csv.md.
 package resultscsv
 
 import (
@@ -111,16 +112,16 @@ func (r Row) record() []string {
 func Append(path string, rows ...Row) error {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("resultscsv: open %s: %w", path, err)
+		return fmt.Errorf("results CSV: %w", err) // err names the file
 	}
 	defer f.Close()
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("resultscsv: lock %s: %w", path, err)
+		return fmt.Errorf("lock %s: %w", path, err)
 	}
 	// Closing the file releases the lock.
 	st, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("resultscsv: stat %s: %w", path, err)
+		return fmt.Errorf("results CSV: %w", err)
 	}
 	var b strings.Builder
 	w := csv.NewWriter(&b)
@@ -129,7 +130,7 @@ func Append(path string, rows ...Row) error {
 	} else {
 		header, err := csv.NewReader(f).Read()
 		if err != nil {
-			return fmt.Errorf("resultscsv: read header of %s: %w", path, err)
+			return fmt.Errorf("read header of %s: %w", path, err)
 		}
 		if !slices.Equal(header, columns) {
 			return fmt.Errorf("%w: %s (move it aside to start a new file)", ErrHeaderMismatch, path)
@@ -140,13 +141,13 @@ func Append(path string, rows ...Row) error {
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
-		return fmt.Errorf("resultscsv: encode: %w", err)
+		return fmt.Errorf("encode a row: %w", err)
 	}
 	if _, err := f.WriteString(b.String()); err != nil {
-		return fmt.Errorf("resultscsv: append to %s: %w", path, err)
+		return fmt.Errorf("results CSV: %w", err)
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("resultscsv: sync %s: %w", path, err)
+		return fmt.Errorf("results CSV: %w", err)
 	}
 	return f.Close()
 }
@@ -155,12 +156,12 @@ func Append(path string, rows ...Row) error {
 func ReadFile(path string) ([]Row, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("resultscsv: %w", err)
+		return nil, fmt.Errorf("read results CSV: %w", err)
 	}
 	defer f.Close()
 	rows, err := Read(f)
 	if err != nil {
-		return nil, fmt.Errorf("resultscsv: %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return rows, nil
 }

@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
 # Runs every scenario of scripts/scenarios.conf at each of its shard counts, repeated
 # --trials times with the configurations interleaved, in alternating order (1,3 then 3,1
-# then 1,3 ...) so that machine drift hits every side alike, appends the rows to
-# results/results.csv, then regenerates results/report.md from the CSV.
+# then 1,3 ...) so that machine drift hits every side alike. Everything the run writes
+# goes into its own directory, results/runs/<run-id>/ (git ignores it; results/latest
+# points at it): results.csv, timeseries/, run.txt and report.md with its charts/.
+# scripts/promote.sh publishes a run on purpose.
 set -euo pipefail
 
 usage() {
 	cat <<'USAGE'
 Usage: scripts/run_all_scenarios.sh [options]
 
-  --trials N        repetitions of every configuration, interleaved (default 3)
+  --trials N        repetitions of every configuration, interleaved (default 6: the fewest
+                    that give a confidence interval of each median; 4 is the fewest with
+                    which the report's Mann-Whitney U test can call a difference)
   --warmup D        unmeasured warm-up before each measurement (default 1s)
-  --quick           a fast smoke run: ops / 10, keys / 5, 1 trial, warm-up 0.3s (under a minute)
+  --quick           a fast smoke run: ops / 10, keys / 5, 1 trial, warm-up 0.3s (under a minute);
+                    it checks that the lab works and cannot conclude anything
   --scenarios FILE  scenario definitions (default scripts/scenarios.conf)
   --only NAME       run only this scenario (repeatable)
-  --out FILE        results CSV (default results/results.csv)
-  --report FILE     report to regenerate (default results/report.md; "none" to skip)
+  --runs-dir DIR    where the run directory goes (default results/runs); the run writes
+                    DIR/<run-id>/ and DIR/../latest points at it
+  --no-report       do not generate report.md
   --sync S          SQLite durability: normal or full (default normal)
   --router R        crc32 or jump (default crc32)
   --backend B       sqlite (default) or postgres: postgres creates databases shardlab_lab_s<N>_*
@@ -27,9 +33,10 @@ USAGE
 }
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cmdline="scripts/run_all_scenarios.sh$(printf ' %q' "$@")"
-build=1 trials=3 warmup=1s quick=0 scenarios="$root/scripts/scenarios.conf" only=() out="$root/results/results.csv"
-report="$root/results/report.md" sync=normal router=crc32 backend=sqlite
+. "$root/scripts/lib.sh"
+cmdline="scripts/run_all_scenarios.sh$(quote_args "$@")"
+build=1 trials=6 warmup=1s quick=0 scenarios="$root/scripts/scenarios.conf" only=() runs_dir="$root/results/runs"
+report=1 sync=normal router=crc32 backend=sqlite
 need() { [[ $# -ge 2 && -n "$2" ]] || { echo "run_all_scenarios.sh: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
 	case "$1" in
@@ -38,8 +45,8 @@ while [[ $# -gt 0 ]]; do
 	--warmup) need "$@"; warmup=$2; shift 2 ;;
 	--scenarios) need "$@"; scenarios=$2; shift 2 ;;
 	--only) need "$@"; only+=("$2"); shift 2 ;;
-	--out) need "$@"; out=$2; shift 2 ;;
-	--report) need "$@"; report=$2; shift 2 ;;
+	--runs-dir) need "$@"; runs_dir=$2; shift 2 ;;
+	--no-report) report=0; shift ;;
 	--sync) need "$@"; sync=$2; shift 2 ;;
 	--router) need "$@"; router=$2; shift 2 ;;
 	--backend) need "$@"; backend=$2; shift 2 ;;
@@ -50,6 +57,11 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $trials =~ ^[0-9]+$ ]] && ((trials >= 1)) || { echo "run_all_scenarios.sh: --trials must be a positive integer" >&2; exit 2; }
 [[ -r $scenarios ]] || { echo "run_all_scenarios.sh: cannot read $scenarios" >&2; exit 2; }
+# Checked here too, before a run directory exists, so that a typo leaves nothing behind.
+[[ $sync == normal || $sync == full ]] || { echo "run_all_scenarios.sh: --sync must be normal or full, got '$sync'" >&2; exit 2; }
+[[ $router == crc32 || $router == jump ]] || { echo "run_all_scenarios.sh: --router must be crc32 or jump, got '$router'" >&2; exit 2; }
+[[ $backend == sqlite || $backend == postgres ]] || { echo "run_all_scenarios.sh: --backend must be sqlite or postgres, got '$backend'" >&2; exit 2; }
+[[ $warmup =~ ^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$ || $warmup == 0 ]] || { echo "run_all_scenarios.sh: --warmup must be a duration such as 2s, got '$warmup'" >&2; exit 2; }
 if ((quick)); then trials=1 warmup=0.3s; fi
 
 # Parse and check the scenario file before running anything.
@@ -78,19 +90,27 @@ while IFS= read -r line || [[ -n $line ]]; do
 done <"$scenarios"
 ((${#lines[@]})) || { echo "run_all_scenarios.sh: no scenario to run" >&2; exit 2; }
 
-run_id=$(date -u +%Y%m%dT%H%M%SZ)
+if [[ $backend == postgres && -z ${SHARDLAB_PG_DSN:-} ]]; then
+	echo "run_all_scenarios.sh: --backend postgres needs SHARDLAB_PG_DSN" >&2
+	exit 2
+fi
+run_info_sample # before the build, whose load is the run's own
 if ((build)); then
 	(cd "$root" && mkdir -p bin && go build -o bin/ ./cmd/demo-server ./cmd/loadgen ./cmd/report)
 fi
+prefix=""
+((quick)) && prefix=quick-
+claim_run_dir "$runs_dir" "$(new_run_id "$prefix")" || exit 1
+out="$run_dir/results.csv"
 extra_args=(--sync "$sync" --router "$router" --backend "$backend" --out "$out" --run-id "$run_id"
 	--warmup "$warmup" --command "$cmdline" --no-build)
 if [[ $backend == postgres ]]; then
-	[[ -n ${SHARDLAB_PG_DSN:-} ]] || { echo "run_all_scenarios.sh: --backend postgres needs SHARDLAB_PG_DSN" >&2; exit 2; }
-	extra_args=(--sync "$sync" --router "$router" --backend postgres --dsn "$SHARDLAB_PG_DSN" --create --reset
-		--out "$out" --run-id "$run_id" --warmup "$warmup" --command "$cmdline" --no-build)
+	extra_args+=(--dsn "$SHARDLAB_PG_DSN" --create --reset)
 fi
 
 echo "run $run_id: ${#lines[@]} scenario(s), $trials trial(s) each, configurations interleaved" >&2
+echo "run $run_id: writing to $(show_path "$run_dir")" >&2
+run_info_start "$run_dir/run.txt" "$cmdline" "$root"
 start=$(date +%s)
 for ((trial = 1; trial <= trials; trial++)); do
 	for line in "${lines[@]}"; do
@@ -111,8 +131,12 @@ for ((trial = 1; trial <= trials; trial++)); do
 		done
 	done
 done
-echo "run $run_id finished in $(($(date +%s) - start))s; rows appended to $out" >&2
-if [[ $report != none ]]; then
-	"$root/bin/report" --csv "$out" --out "$report" --run-id "$run_id"
-	echo "report: $report" >&2
+run_info_finish "$run_dir/run.txt"
+echo "run $run_id finished in $(($(date +%s) - start))s; rows in $(show_path "$out")" >&2
+if ((report)); then
+	"$root/bin/report" --csv "$out" --out "$run_dir/report.md" --run-id "$run_id"
+	echo "report: $(show_path "$run_dir/report.md")" >&2
+fi
+if ((quick)); then
+	echo "a --quick run only checks that the lab works: one short trial per configuration cannot show a difference (make lab runs 6)" >&2
 fi

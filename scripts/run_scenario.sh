@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs one lab experiment: builds the binaries, starts a demo-server on a free loopback
 # port with a fresh data directory, waits for /healthz, runs loadgen, stops the server and
-# appends one row per trial to results/results.csv.
+# appends one row per trial to the results CSV: by default that of a new run directory,
+# results/runs/<run-id>/results.csv (results/latest points at it).
 #
 #   scripts/run_scenario.sh --ops 50000 --concurrency 150 --writeRatio 0.5 --shards 4
 #
@@ -43,8 +44,13 @@ More options:
   --first-trial K    number the trials from K (default 1), for interleaved runs
   --seed N           workload seed (default 1)
   --run-id ID        groups rows in the CSV (default: a timestamp)
-  --out FILE         results CSV (default results/results.csv)
-  --timeseries-dir D write per-second samples under D (default: timeseries/ next to --out)
+  --runs-dir DIR     where the run directory goes (default results/runs): this run writes
+                     DIR/<run-id>/results.csv, timeseries/ and run.txt, and DIR/../latest
+                     points at it
+  --out FILE         append to this results CSV instead, with no run directory (the other
+                     scripts use this to gather their runs' rows in one file)
+  --timeseries-dir D write per-second samples under D/<run-id>/ (default: timeseries/ next
+                     to the CSV)
   --command STR      the command line recorded in the CSV (default: this script's own)
   --no-build         use the binaries already in bin/
   -h, --help         this help
@@ -54,9 +60,10 @@ USAGE
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ops=10000 concurrency=50 write_ratio=0.5 shards=1 scenario=adhoc dist=uniform keys=10000
 preload=0 warmup=0s duration="" rate=0 arrival=constant sync=normal router=crc32 read_conns=0
-backend=sqlite dsns=() create=0 reset=0 db_prefix="" pool=0 trials=1 first_trial=1 seed=1 run_id="" out="$root/results/results.csv"
-ts_dir="" build=1 command=""
-self_command="scripts/run_scenario.sh$(printf ' %q' "$@")"
+backend=sqlite dsns=() create=0 reset=0 db_prefix="" pool=0 trials=1 first_trial=1 seed=1 run_id="" out=""
+runs_dir="$root/results/runs" ts_dir="" build=1 command=""
+. "$root/scripts/lib.sh"
+self_command="scripts/run_scenario.sh$(quote_args "$@")"
 
 need() { [[ $# -ge 2 && -n "$2" ]] || { echo "run_scenario.sh: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
@@ -88,6 +95,7 @@ while [[ $# -gt 0 ]]; do
 	--seed) need "$@"; seed=$2; shift 2 ;;
 	--run-id) need "$@"; run_id=$2; shift 2 ;;
 	--out) need "$@"; out=$2; shift 2 ;;
+	--runs-dir) need "$@"; runs_dir=$2; shift 2 ;;
 	--timeseries-dir) need "$@"; ts_dir=$2; shift 2 ;;
 	--no-build) build=0; shift ;;
 	-h | --help) usage; exit 0 ;;
@@ -133,16 +141,25 @@ esac
 is_int "$trials" && ((trials >= 1)) || { echo "run_scenario.sh: --trials must be a positive integer, got '$trials'" >&2; exit 2; }
 is_int "$first_trial" && ((first_trial >= 1)) || { echo "run_scenario.sh: --first-trial must be a positive integer" >&2; exit 2; }
 [[ $scenario =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "run_scenario.sh: --scenario may hold letters, digits, _ . - only" >&2; exit 2; }
-[[ -n $ts_dir ]] || ts_dir="$(dirname "$out")/timeseries"
-[[ -n $run_id ]] || run_id=$(date -u +%Y%m%dT%H%M%SZ)
+[[ -n $run_id ]] || run_id=$(new_run_id)
 [[ $run_id =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "run_scenario.sh: --run-id may hold letters, digits, _ . - only" >&2; exit 2; }
 
+[[ -n $out ]] || run_info_sample # a run of its own: measured from before the build
 if ((build)); then
 	mkdir -p "$root/bin"
 	(cd "$root" && go build -o bin/demo-server ./cmd/demo-server && go build -o bin/loadgen ./cmd/loadgen)
 fi
-commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-if [[ -n $(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null) ]]; then commit="$commit-dirty"; fi
+commit=$(git_commit "$root")
+own_run_dir=0
+if [[ -z $out ]]; then
+	# A run of its own: a new directory, said where, with its run.txt.
+	claim_run_dir "$runs_dir" "$run_id" || exit 1
+	own_run_dir=1
+	out="$run_dir/results.csv"
+	echo "run $run_id: writing to $(show_path "$run_dir")" >&2
+	run_info_start "$run_dir/run.txt" "$command" "$root"
+fi
+[[ -n $ts_dir ]] || ts_dir="$(dirname "$out")/timeseries"
 
 if ((shards == 1)); then mode_args=(--mode single); mode=single; else mode_args=(--mode sharded --shards "$shards"); mode=sharded; fi
 server_args=("${mode_args[@]}" --router "$router" --backend "$backend")
@@ -197,3 +214,7 @@ for ((trial = first_trial; trial < first_trial + trials; trial++)); do
 	rm -rf "$data"
 	((status == 0)) || { echo "run_scenario.sh: loadgen failed (exit $status)" >&2; exit "$status"; }
 done
+if ((own_run_dir)); then
+	run_info_finish "$run_dir/run.txt"
+	echo "run $run_id: rows in $(show_path "$out")" >&2
+fi

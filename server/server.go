@@ -197,7 +197,7 @@ func DecodeJSONBody(w http.ResponseWriter, r *http.Request, maxBytes int64, dst 
 		if errors.Is(err, io.EOF) {
 			return WriteError(w, http.StatusBadRequest, "empty request body; want a JSON object")
 		}
-		return WriteError(w, http.StatusBadRequest, "malformed JSON: "+err.Error())
+		return WriteError(w, http.StatusBadRequest, decodeErrorMessage(err))
 	}
 	if dec.More() {
 		return WriteError(w, http.StatusBadRequest, "malformed JSON: unexpected data after the object")
@@ -206,6 +206,70 @@ func DecodeJSONBody(w http.ResponseWriter, r *http.Request, maxBytes int64, dst 
 		return WriteError(w, http.StatusBadRequest, "malformed JSON: unexpected data after the object")
 	}
 	return 0
+}
+
+// decodeErrorMessage says what is wrong with a JSON body in the client's terms.
+// encoding/json's own messages name Go types and struct fields ("cannot unmarshal number
+// into Go struct field insertRequest.data of type string"), which mean nothing to a
+// client and tell it about our code.
+func decodeErrorMessage(err error) string {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr) && typeErr.Field == "":
+		return "malformed JSON: want an object, got " + jsonValueText(typeErr.Value)
+	case errors.As(err, &typeErr):
+		return fmt.Sprintf("field %q must be %s, got %s", typeErr.Field, jsonTypeText(typeErr.Type), jsonValueText(typeErr.Value))
+	case errors.As(err, &syntaxErr):
+		// Its message ("invalid character 'x' after object key") is about JSON only.
+		return fmt.Sprintf("malformed JSON at byte %d: %s", syntaxErr.Offset, syntaxErr.Error())
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "malformed JSON: the body ends before the object does"
+	}
+	return "malformed JSON"
+}
+
+// jsonValueText names the kind of JSON value encoding/json reports in an
+// UnmarshalTypeError's Value: "number", "number 1.5", "string", "bool", "array",
+// "object".
+func jsonValueText(v string) string {
+	switch {
+	case v == "bool":
+		return "a boolean"
+	case v == "array" || v == "object":
+		return "an " + v
+	case strings.HasPrefix(v, "number "):
+		return "the number " + strings.TrimPrefix(v, "number ")
+	case v == "number" || v == "string":
+		return "a " + v
+	}
+	return "a JSON " + v
+}
+
+// jsonTypeText names, in JSON's words, what a Go field accepts.
+func jsonTypeText(t reflect.Type) string {
+	if t == nil {
+		return "another type"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a non-negative integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return jsonTypeText(t.Elem())
+	}
+	return "another type"
 }
 
 // hasLoneSurrogate reports whether a JSON text holds a \u escape of a UTF-16 surrogate

@@ -116,8 +116,15 @@ func checkJSONError(tb testing.TB, a answer) {
 	if err := json.Unmarshal(a.body, &body); err != nil {
 		tb.Fatalf("body is not a JSON object: %v: %q", err, a.body)
 	}
-	if msg, ok := body["error"].(string); !ok || msg == "" {
+	msg, ok := body["error"].(string)
+	if !ok || msg == "" {
 		tb.Errorf(`body has no non-empty "error" string: %s`, a.body)
+	}
+	// A client hears about JSON, never about our Go code.
+	for _, internal := range []string{"Go struct", "Go value", "insertRequest", "incrRequest", "json: ", "server."} {
+		if strings.Contains(msg, internal) {
+			tb.Errorf("error message %q speaks of Go internals (%q)", msg, internal)
+		}
 	}
 }
 

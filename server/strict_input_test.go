@@ -55,6 +55,34 @@ func TestSurrogateEscapes(t *testing.T) {
 	}
 }
 
+// TestJSONTypeErrorsSpeakJSON: a value of the wrong JSON type is refused with a message
+// that names the field and the JSON types, not encoding/json's Go types.
+func TestJSONTypeErrorsSpeakJSON(t *testing.T) {
+	l := newCounterLab(t)
+	for _, tc := range []struct{ path, body, want string }{
+		{"/insert", `{"user_id":"a","data":5}`, `field "data" must be a string, got a number`},
+		{"/insert", `{"user_id":{"x":1},"data":"d"}`, `field "user_id" must be a string, got an object`},
+		{"/insert", `{"user_id":true,"data":"d"}`, `field "user_id" must be a string, got a boolean`},
+		{"/insert", `[1,2]`, "malformed JSON: want an object, got an array"},
+		{"/insert", `"text"`, "malformed JSON: want an object, got a string"},
+		{"/insert", `{"user_id":"a","data":"d"`, "malformed JSON: the body ends before the object does"},
+		{"/insert", `{"user_id" "a"}`, "malformed JSON at byte 12: invalid character '\"' after object key"},
+		{"/counter/incr", `{"key":"k","by":1.5}`, `field "by" must be an integer, got the number 1.5`},
+		{"/counter/incr", `{"key":"k","by":"2"}`, `field "by" must be an integer, got a string`},
+	} {
+		a := l.do(t, "POST", tc.path, "application/json", []byte(tc.body))
+		if a.status != http.StatusBadRequest {
+			t.Errorf("%s %s: %d %s, want 400", tc.path, tc.body, a.status, a.body)
+			continue
+		}
+		checkJSONError(t, a)
+		var got struct{ Error string }
+		if err := json.Unmarshal(a.body, &got); err != nil || got.Error != tc.want {
+			t.Errorf("%s %s: error %q (%v), want %q", tc.path, tc.body, got.Error, err, tc.want)
+		}
+	}
+}
+
 func TestFieldNamesExactAndOnce(t *testing.T) {
 	l := newLab(t)
 	for _, body := range []string{

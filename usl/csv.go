@@ -11,10 +11,10 @@ import (
 
 // ErrBadHeader is returned by ReadCSV when the first line is not the header
 // "n,throughput".
-var ErrBadHeader = errors.New("usl: CSV header must be n,throughput")
+var ErrBadHeader = errors.New("CSV header must be n,throughput")
 
 // ErrBadNumber is returned by ReadCSV for a field that is not a finite number.
-var ErrBadNumber = errors.New("usl: bad number")
+var ErrBadNumber = errors.New("bad number")
 
 // ReadCSV reads points from CSV with the header "n,throughput" (case and surrounding
 // spaces are ignored) and one point per line. Blank lines are skipped; extra columns
@@ -41,7 +41,7 @@ func ReadCSV(r io.Reader) ([]Point, error) {
 			return points, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("usl: read CSV: %w", err)
+			return nil, fmt.Errorf("read CSV: %w", err)
 		}
 		line, _ := cr.FieldPos(0)
 		n, err := parseNumber(rec[0])

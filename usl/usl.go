@@ -45,14 +45,14 @@ const MaxFlatRMSE = 0.05
 
 // ErrTooFewPoints is returned by Fit when the points span fewer than MinDistinctN
 // distinct values of N.
-var ErrTooFewPoints = errors.New("usl: too few points")
+var ErrTooFewPoints = errors.New("too few points")
 
 // ErrInvalidPoint is returned by Fit for a point whose N is below 1 or whose throughput
 // is negative, NaN or infinite.
-var ErrInvalidPoint = errors.New("usl: invalid point")
+var ErrInvalidPoint = errors.New("invalid point")
 
 // ErrNoConvergence is returned by Fit when the optimiser finds no finite solution.
-var ErrNoConvergence = errors.New("usl: fit did not converge")
+var ErrNoConvergence = errors.New("the fit did not converge")
 
 // Point is one measurement: throughput X at load (or shard count) N. Several points may
 // share an N, for example one per repeated trial.
@@ -102,6 +102,26 @@ func (m Model) Peak() (nstar int, ok bool) {
 // MaxFlatRMSE of the mean throughput (a flat curve, where R² says nothing).
 func (m Model) Meaningful() bool {
 	return m.R2 >= MinR2 || (m.MeanX > 0 && m.RMSE <= MaxFlatRMSE*m.MeanX)
+}
+
+// PoorFit is the warning for a fit that is not Meaningful, in the words both the usl
+// command and the lab's report use; it is empty for a fit that describes its points.
+func (m Model) PoorFit() string {
+	if m.Meaningful() {
+		return ""
+	}
+	return fmt.Sprintf("the USL fit does not describe these points (R² = %.3f, below %g, and residuals over %.0f%% of the mean): "+
+		"draw no conclusion from sigma, kappa or N*", m.R2, MinR2, MaxFlatRMSE*100)
+}
+
+// FlatNote explains a Meaningful fit whose R² is under MinR2: the throughput hardly
+// changes, so there is nothing for R² to measure. It is empty otherwise.
+func (m Model) FlatNote() string {
+	if m.R2 >= MinR2 || !m.Meaningful() {
+		return ""
+	}
+	return fmt.Sprintf("R² = %.3f is below %g only because the throughput hardly changes (residuals within %.0f%% of the mean): "+
+		"the flat curve is the finding", m.R2, MinR2, MaxFlatRMSE*100)
 }
 
 // String renders the model as the command-line tool prints it.

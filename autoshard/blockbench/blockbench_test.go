@@ -246,6 +246,37 @@ func TestSweepWritesSummaryAndCharts(t *testing.T) {
 	}
 }
 
+// TestSweepDefaultsToARunDirectory: without --results a sweep writes into a new run
+// directory under results/runs and points results/latest at it, so that it never
+// overwrites published results; refused flags create nothing.
+func TestSweepDefaultsToARunDirectory(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if _, _, err := run(t, "sweep", "--target-blocks", "0"); !errors.Is(err, blockbench.ErrUsage) {
+		t.Fatalf("--target-blocks 0: %v, want a usage error", err)
+	}
+	if _, err := os.Stat("results"); !os.IsNotExist(err) {
+		t.Errorf("a refused sweep created results/ (%v)", err)
+	}
+	_, errOut, err := run(t, "sweep", "--thresholds", "300", "--target-blocks", "400", "--files-per-batch", "2",
+		"--blocks-per-file", "100", "--lookups", "5", "--data-root", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs, err := filepath.Glob("results/runs/blockbench-*")
+	if err != nil || len(dirs) != 1 {
+		t.Fatalf("run directories %v (%v), want one", dirs, err)
+	}
+	if !strings.Contains(errOut, "writing to "+dirs[0]) {
+		t.Errorf("the sweep did not say where it writes:\n%s", errOut)
+	}
+	if _, err := os.Stat(filepath.Join("results", "latest", "summary.csv")); err != nil {
+		t.Errorf("results/latest does not lead to the summary: %v", err)
+	}
+	if _, _, err := run(t, "chart"); !errors.Is(err, blockbench.ErrUsage) {
+		t.Errorf("chart without --results: %v, want a usage error", err)
+	}
+}
+
 func TestEnv(t *testing.T) {
 	out, _, err := run(t, "env")
 	if err != nil || !strings.Contains(out, "sqlite: 3.") || !strings.Contains(out, "num_cpu: ") {

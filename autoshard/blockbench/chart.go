@@ -13,9 +13,10 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/shardlab/shardlab/charts"
 )
 
 var ingestCSVRe = regexp.MustCompile(`^ingest-T(never|\d+)-r(\d+)\.csv$`)
@@ -158,10 +159,10 @@ func RenderCharts(dir string) error {
 			thresholds = append(thresholds, c.threshold)
 		}
 	}
-	colorOf := func(t int64) color.Color { return plotutil.Color(slices.Index(thresholds, t)) }
+	colorOf := func(t int64) color.Color { return charts.Color(slices.Index(thresholds, t)) }
 
 	rate := plot.New()
-	rate.Title.Text = "Ingest rate per batch (bold: median over rounds; triangles: a new level began)"
+	rate.Title.Text = "Ingest rate per batch (bold: median over rounds, faint: each round; triangles: a new level began)"
 	rate.X.Label.Text = "blocks in store (millions)"
 	rate.Y.Label.Text = "blocks/s (this batch)"
 	rate.Y.Min = 0
@@ -186,8 +187,7 @@ func RenderCharts(dir string) error {
 		if err != nil {
 			return err
 		}
-		r, g, b, _ := col.RGBA()
-		faint.Color = color.NRGBA{R: uint8(r >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: 70}
+		faint.Color = charts.Faded(col, 0.3)
 		faint.Width = vg.Points(0.8)
 		rate.Add(faint)
 		prog, err := plotter.NewLine(progXY)
@@ -242,9 +242,6 @@ func RenderCharts(dir string) error {
 			rate.Add(sc)
 		}
 	}
-	rate.Legend.Top = true
-	progress.Legend.Top = true
-	progress.Legend.Left = true
 	rate.Add(plotter.NewGrid())
 	progress.Add(plotter.NewGrid())
 	if err := saveBoth(rate, dir, "ingest_rate", 9, 5); err != nil {
@@ -323,21 +320,26 @@ func pairedBars(title, yLabel string, names []string, left []float64, leftLabel 
 		if err != nil {
 			return nil, err
 		}
-		b.Color = plotutil.Color(series.color)
+		b.Color = charts.Color(series.color)
+		b.LineStyle.Width = 0
 		b.Offset = series.offset
 		p.Add(b)
 		p.Legend.Add(series.label, b)
 	}
-	p.Legend.Top = true
 	p.NominalX(names...)
+	// Half a category either side: gonum sizes the axis to the bar centres, which cut the
+	// outer bars in half.
+	p.X.Min, p.X.Max = -0.5, float64(len(names))-0.5
+	p.Y.Min = 0
 	return p, nil
 }
 
+// saveBoth writes p as name.png and name.svg in dir, w×h inches, with the lab's chart
+// layout (legend outside the data, package charts).
 func saveBoth(p *plot.Plot, dir, name string, w, h vg.Length) error {
-	for _, ext := range []string{".png", ".svg"} {
-		if err := p.Save(w*vg.Inch, h*vg.Inch, filepath.Join(dir, name+ext)); err != nil {
-			return fmt.Errorf("save %s%s: %w", name, ext, err)
-		}
+	base := filepath.Join(dir, name)
+	if err := charts.SavePlot(p, w*vg.Inch, h*vg.Inch, base+".png", base+".svg"); err != nil {
+		return fmt.Errorf("save %s: %w", name, err)
 	}
 	return nil
 }

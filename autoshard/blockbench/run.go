@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shardlab/shardlab/autoshard"
+	"github.com/shardlab/shardlab/internal/rundir"
 )
 
 // ErrUsage wraps every command-line mistake, including a value out of range
@@ -25,7 +26,8 @@ const usageText = `blockbench measures the autoshard block store.
 
 Usage:
   blockbench [ingest] [flags]   one ingest run; one CSV row per batch
-  blockbench sweep [flags]      the same ingest for several thresholds, with summary and charts
+  blockbench sweep [flags]      the same ingest for several thresholds, with summary and charts,
+                                in a new run directory results/runs/blockbench-<time>/
   blockbench chart --results DIR  redraw the charts of a sweep from its CSVs
   blockbench env                print the Go, CPU and SQLite versions a result depends on
 
@@ -220,7 +222,7 @@ func runSweep(ctx context.Context, args []string, stderr io.Writer) error {
 	c.register(fs)
 	thresholds := fs.String("thresholds", "0,250k,500k,1M", "comma-separated thresholds (0 or never = never split; k and M suffixes)")
 	rounds := fs.Int("rounds", 1, "repeat the sweep, rotating the order of thresholds each round")
-	results := fs.String("results", "results/blockbench", "directory for per-run CSVs, summary.csv and charts")
+	results := fs.String("results", "", "directory for per-run CSVs, summary.csv and charts (default: a new run directory under "+rundir.DefaultRuns+", which results/latest points at)")
 	dataRoot := fs.String("data-root", "", "directory for the per-run stores, each removed after its run (default: a temporary directory)")
 	if done, err := parse(fs, args); done || err != nil {
 		return err
@@ -235,6 +237,18 @@ func runSweep(ctx context.Context, args []string, stderr io.Writer) error {
 	base, err := c.config(stderr)
 	if err != nil {
 		return err
+	}
+	probe := base
+	probe.Dir = "probe"
+	if err := probe.validate(); err != nil {
+		return err // before a run directory exists for nothing
+	}
+	if *results == "" {
+		// A run of its own: committed results are never overwritten by accident.
+		if *results, err = rundir.New(rundir.DefaultRuns, "blockbench-", time.Now()); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "writing to %s\n", *results)
 	}
 	root := *dataRoot
 	if root == "" {
@@ -262,9 +276,12 @@ func runSweep(ctx context.Context, args []string, stderr io.Writer) error {
 
 func runChart(args []string, stderr io.Writer) error {
 	fs := newFlagSet("chart", stderr, usageText)
-	results := fs.String("results", "results/blockbench", "directory of a sweep's CSVs")
+	results := fs.String("results", "", "directory of a sweep's CSVs, e.g. results/latest (required)")
 	if done, err := parse(fs, args); done || err != nil {
 		return err
+	}
+	if *results == "" {
+		return fmt.Errorf("%w: chart needs --results DIR, the directory of a sweep", ErrUsage)
 	}
 	return RenderCharts(*results)
 }

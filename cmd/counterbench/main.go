@@ -2,7 +2,7 @@
 // counters against PostgreSQL or SQLite: throughput and latency of one key
 // hammered by many workers, and read latency as the count grows.
 //
-//	counterbench --duration 10s --trials 3 --out results/counters
+//	counterbench --duration 10s --trials 3          # into results/runs/counters-<time>/
 //	counterbench --backend sqlite --duration 5s --trials 3
 //
 // Run counterbench --help for the flags; see docs/counters.md for results.

@@ -1,5 +1,5 @@
-// Command report regenerates results/report.md and its charts from results/results.csv.
-// Run `report --help` for the flags.
+// Command report regenerates a run's report.md and its charts from its results.csv
+// (by default those of results/latest). Run `report --help` for the flags.
 package main
 
 import (

@@ -75,7 +75,8 @@ type Config struct {
 	ReadSizes []int64
 	// ReadSamples is the number of reads measured at each size.
 	ReadSamples int
-	// Out is the directory the CSV files and charts are written to.
+	// Out is the directory the CSV files and charts are written to; empty means a
+	// new run directory under results/runs (see resolveOut).
 	Out string
 }
 
@@ -153,7 +154,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	readCases := fs.String("read-cases", "append,bucket:100:random,bucket:1000:random", "cases of the read-latency experiment")
 	readSizes := fs.String("read-sizes", "10000,100000,1000000", "increments at which read latency is measured, ascending")
 	fs.IntVar(&c.ReadSamples, "read-samples", 200, "reads measured at each size")
-	fs.StringVar(&c.Out, "out", "results/counters", "output directory for CSV files and charts")
+	fs.StringVar(&c.Out, "out", "", "output directory for CSV files and charts (default: a new run directory results/runs/counters-<time>, which results/latest points at)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: counterbench [flags]\n\nHammers one hot key with every counter strategy and reports ops/s, latency\nand the ratio to insert-only (append), plus read latency as counts grow.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -209,8 +210,6 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 		return c, errors.New("set --ops or --duration")
 	case c.ReadSamples < 1:
 		return c, fmt.Errorf("--read-samples: %d, want at least 1", c.ReadSamples)
-	case c.Out == "":
-		return c, errors.New("--out: empty")
 	}
 	return c, nil
 }
@@ -229,7 +228,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+	if err := resolveOut(&cfg, stderr); err != nil {
 		return err
 	}
 	tg, err := openTarget(ctx, cfg, stderr)

@@ -3,11 +3,12 @@ package bench
 import (
 	"encoding/csv"
 	"fmt"
-	"image/color"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -15,7 +16,9 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/shardlab/shardlab/charts"
 	"github.com/shardlab/shardlab/counters"
+	"github.com/shardlab/shardlab/internal/rundir"
 )
 
 // ContentionColumns are the columns of contention_<backend>.csv, one row
@@ -37,6 +40,22 @@ var TrialColumns = []string{
 var ReadColumns = []string{
 	"backend", "strategy", "buckets", "bucket_by", "increments", "samples",
 	"p50_ms", "p99_ms", "mean_ms",
+}
+
+// resolveOut makes the output directory: the one --out names, or else a new run
+// directory under results/runs, so that a run never overwrites the published results
+// in results/counters (scripts/promote.sh publishes a run on purpose).
+func resolveOut(cfg *Config, stderr io.Writer) error {
+	if cfg.Out != "" {
+		return os.MkdirAll(cfg.Out, 0o755)
+	}
+	dir, err := rundir.New(rundir.DefaultRuns, "counters-", time.Now())
+	if err != nil {
+		return err
+	}
+	cfg.Out = dir
+	fmt.Fprintf(stderr, "counterbench: writing to %s\n", dir)
+	return nil
 }
 
 func f2(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) }
@@ -87,12 +106,11 @@ func writeContentionCSV(cfg Config, runs []runResult, sums []caseSummary) error 
 	return writeCSV(filepath.Join(cfg.Out, "contention_"+cfg.Backend+"_trials.csv"), TrialColumns, rows)
 }
 
-// savePlot writes p as PNG and SVG next to each other.
+// savePlot writes p as PNG and SVG next to each other, with the lab's chart layout
+// (legend outside the data, package charts).
 func savePlot(p *plot.Plot, w, h vg.Length, base string) error {
-	for _, ext := range []string{".png", ".svg"} {
-		if err := p.Save(w, h, base+ext); err != nil {
-			return fmt.Errorf("save %s%s: %w", base, ext, err)
-		}
+	if err := charts.SavePlot(p, w, h, base+".png", base+".svg"); err != nil {
+		return fmt.Errorf("save %s: %w", base, err)
 	}
 	return nil
 }
@@ -125,7 +143,7 @@ func plotContention(cfg Config, sums []caseSummary) error {
 	if err != nil {
 		return err
 	}
-	bars.Color = color.RGBA{R: 70, G: 130, B: 180, A: 255}
+	bars.Color = charts.Color(0)
 	bars.LineStyle.Width = 0
 	eb, err := plotter.NewYErrorBars(struct {
 		plotter.XYs
@@ -145,6 +163,9 @@ func plotContention(cfg Config, sums []caseSummary) error {
 	p.Add(bars, eb, lab)
 	p.Y.Max = top * 1.12
 	p.NominalX(names...)
+	// Half a category either side: gonum sizes the axis to the bar centres, which cut the
+	// first and last bars in half.
+	p.X.Min, p.X.Max = -0.5, float64(len(sums))-0.5
 	p.X.Tick.Label.Rotation = math.Pi / 8
 	p.X.Tick.Label.XAlign = draw.XRight
 	p.X.Tick.Label.YAlign = draw.YCenter
@@ -187,7 +208,6 @@ func plotRead(cfg Config, series []readSeries) error {
 	p.Y.Label.Text = "read latency, ms (solid p50, dashed p99)"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
-	p.Legend.Top, p.Legend.Left = true, true
 	for i, s := range series {
 		p50 := make(plotter.XYs, len(s.points))
 		p99 := make(plotter.XYs, len(s.points))
@@ -204,7 +224,7 @@ func plotRead(cfg Config, series []readSeries) error {
 		if err != nil {
 			return err
 		}
-		c := plotutil.Color(i)
+		c := charts.Color(i)
 		l50.Color, pts.Color, l99.Color = c, c, c
 		pts.Shape = plotutil.Shape(i)
 		l99.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -41,7 +42,17 @@ func Main(name string, run func(ctx context.Context, args []string) error, codes
 	stop()
 	status := ExitStatus(err, codes...)
 	if status != 0 {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		fmt.Fprintln(os.Stderr, Message(name, err))
 	}
 	os.Exit(status)
+}
+
+// Message is how Main reports err: "name: message". A library's errors often start
+// with its package's name, which is the command's name too (package loadgen under
+// command loadgen): Message drops such a repeated "name: ", at the start or after a
+// ": ", so that the line never reads "loadgen: usage: loadgen: ...".
+func Message(name string, err error) string {
+	msg := strings.TrimPrefix(err.Error(), name+": ")
+	msg = strings.ReplaceAll(msg, ": "+name+": ", ": ")
+	return name + ": " + msg
 }

@@ -9,6 +9,25 @@ import (
 	"github.com/shardlab/shardlab/internal/cli"
 )
 
+func TestMessageNamesTheCommandOnce(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"usl", errors.New("standard input: too few points"), "usl: standard input: too few points"},
+		{"loadgen", fmt.Errorf("usage: %w", errors.New("loadgen: invalid configuration")), "loadgen: usage: invalid configuration"},
+		{"counterbench", errors.New("counterbench: count differs"), "counterbench: count differs"},
+		// Another package's name, or the name inside a word, stays.
+		{"report", errors.New("x.csv: resultscsv: bad header"), "report: x.csv: resultscsv: bad header"},
+		{"usl", errors.New("uslx: thing"), "usl: uslx: thing"},
+	} {
+		if got := cli.Message(c.name, c.err); got != c.want {
+			t.Errorf("Message(%q, %q) = %q, want %q", c.name, c.err, got, c.want)
+		}
+	}
+}
+
 func TestExitStatus(t *testing.T) {
 	errUsage := errors.New("usage")
 	errOdd := errors.New("odd")

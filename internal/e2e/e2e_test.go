@@ -28,7 +28,7 @@ import (
 var binDir string
 
 // builtCommands are the binaries TestMain builds for the tests.
-var builtCommands = []string{"demo-server", "loadgen", "report", "usl", "http-ceiling"}
+var builtCommands = []string{"demo-server", "loadgen", "report", "usl", "http-ceiling", "blockbench"}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "shardlab-e2e-bin")

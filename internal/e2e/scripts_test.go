@@ -5,11 +5,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/shardlab/shardlab/resultscsv"
 )
+
+// labScripts are the scripts (and what they read) that scriptRoot links.
+var labScripts = []string{"lib.sh", "run_scenario.sh", "run_all_scenarios.sh", "sweep.sh", "http_ceiling.sh",
+	"promote.sh", "blockbench_sweep.sh", "scenarios.conf"}
 
 // scriptRoot lays out a throwaway lab root for the scenario scripts: scripts/ links to
 // the real scripts and bin/ holds the binaries TestMain built, so the runs below use
@@ -26,7 +31,7 @@ func scriptRoot(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	for _, name := range []string{"run_scenario.sh", "run_all_scenarios.sh", "sweep.sh", "http_ceiling.sh", "scenarios.conf"} {
+	for _, name := range labScripts {
 		if err := os.Symlink(filepath.Join(repo, "scripts", name), filepath.Join(root, "scripts", name)); err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +116,8 @@ func TestScenarioScriptsRefuseBadArguments(t *testing.T) {
 		{"unknown option", "run_scenario.sh", []string{"--frobnicate", "--no-build"}, "unknown option --frobnicate"},
 		{"option without its value", "run_scenario.sh", []string{"--ops"}, "--ops needs a value"},
 		{"bad scenario name", "run_scenario.sh", []string{"--scenario", "a b", "--no-build"}, "--scenario may hold"},
-		{"bad line in the scenario file", "run_all_scenarios.sh", []string{"--scenarios", badConf, "--report", "none"}, "bad.conf:3: ops, concurrency and keys must be integers"},
+		{"bad line in the scenario file", "run_all_scenarios.sh", []string{"--scenarios", badConf, "--no-report"}, "bad.conf:3: ops, concurrency and keys must be integers"},
+		{"bad sync to run_all", "run_all_scenarios.sh", []string{"--sync", "fast", "--no-build"}, "--sync must be normal or full"},
 		{"missing scenario file", "run_all_scenarios.sh", []string{"--scenarios", badConf + ".missing"}, "cannot read"},
 		{"unknown option to run_all", "run_all_scenarios.sh", []string{"--frobnicate"}, "unknown option --frobnicate"},
 		{"non-numeric read-conns", "run_scenario.sh", []string{"--read-conns", "abc", "--no-build"}, "--read-conns must be a positive integer"},
@@ -130,11 +136,15 @@ func TestScenarioScriptsRefuseBadArguments(t *testing.T) {
 			}
 		})
 	}
-	for _, name := range []string{"run_scenario.sh", "run_all_scenarios.sh", "sweep.sh", "http_ceiling.sh"} {
+	for _, name := range []string{"run_scenario.sh", "run_all_scenarios.sh", "sweep.sh", "http_ceiling.sh", "promote.sh"} {
 		code, output := script(t, root, name, "--help")
 		if code != 0 || !strings.Contains(output, "Usage: scripts/"+name) {
 			t.Errorf("%s --help: exit %d\n%s", name, code, output)
 		}
+	}
+	// Neither a refused command line nor --help leaves a file behind.
+	if _, err := os.Stat(filepath.Join(root, "results")); !os.IsNotExist(err) {
+		t.Errorf("refused runs or --help wrote %s (%v)", filepath.Join(root, "results"), err)
 	}
 }
 
@@ -149,19 +159,73 @@ func tinyScenarios(t *testing.T) string {
 	return path
 }
 
+// runDirs lists the run directories under runs, oldest first (their names start with the
+// UTC time).
+func runDirs(t *testing.T, runs string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, e := range entries {
+		if e.IsDir() {
+			dirs = append(dirs, filepath.Join(runs, e.Name()))
+		}
+	}
+	slices.Sort(dirs)
+	return dirs
+}
+
+// checkRunDir checks what every run directory holds: the files named, a finished
+// run.txt with the command, and "latest" beside runs pointing at it.
+func checkRunDir(t *testing.T, runs, dir string, files ...string) {
+	t.Helper()
+	for _, f := range append(files, "run.txt") {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("run directory lacks %s: %v", f, err)
+		}
+	}
+	info, err := os.ReadFile(filepath.Join(dir, "run.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"run_id: " + filepath.Base(dir) + "\n", "command: scripts/", "git_commit: ",
+		"loadavg_start: ", "finished: ", "loadavg_end: ", "machine_cpu_s: ", "lab_cpu_s: "} {
+		if !strings.Contains(string(info), want) {
+			t.Errorf("run.txt lacks %q:\n%s", want, info)
+		}
+	}
+	latest, err := filepath.EvalSymlinks(filepath.Join(filepath.Dir(runs), "latest"))
+	if err != nil {
+		t.Fatalf("no latest link: %v", err)
+	}
+	if want, _ := filepath.EvalSymlinks(dir); latest != want {
+		t.Errorf("latest points at %s, want %s", latest, want)
+	}
+}
+
 // TestRunAllScenariosSmoke runs the README's main job on a tiny scenario file: every
-// configuration runs once per trial, in alternating order, and the report is generated.
+// configuration runs once per trial, in alternating order, and everything lands in the
+// run's own directory, report included.
 func TestRunAllScenariosSmoke(t *testing.T) {
 	root := scriptRoot(t)
-	tmp := t.TempDir()
-	out := filepath.Join(tmp, "results.csv")
-	report := filepath.Join(tmp, "report.md")
+	runs := filepath.Join(t.TempDir(), "results", "runs")
 	code, output := script(t, root, "run_all_scenarios.sh", "--scenarios", tinyScenarios(t), "--trials", "2",
-		"--warmup", "100ms", "--out", out, "--report", report, "--no-build")
+		"--warmup", "100ms", "--runs-dir", runs, "--no-build")
 	if code != 0 {
 		t.Fatalf("run_all_scenarios.sh: exit %d\n%s", code, output)
 	}
-	rows, err := resultscsv.ReadFile(out)
+	dirs := runDirs(t, runs)
+	if len(dirs) != 1 {
+		t.Fatalf("run directories %v, want one", dirs)
+	}
+	dir := dirs[0]
+	checkRunDir(t, runs, dir, "results.csv", "report.md", "charts/latency.png")
+	if !strings.Contains(output, "writing to "+dir) {
+		t.Errorf("the script did not say where it writes (%s):\n%s", dir, output)
+	}
+	rows, err := resultscsv.ReadFile(filepath.Join(dir, "results.csv"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,38 +238,199 @@ func TestRunAllScenariosSmoke(t *testing.T) {
 		if r.Scenario == "tiny_read" {
 			order = append(order, fmt.Sprintf("t%d:%d", r.Trial, r.Shards))
 		}
-		if r.RunID != rows[0].RunID || r.Errors != 0 || r.WarmupS != 0.1 || !strings.HasPrefix(r.Command, "scripts/run_all_scenarios.sh ") {
+		if r.RunID != filepath.Base(dir) || r.Errors != 0 || r.WarmupS != 0.1 || !strings.HasPrefix(r.Command, "scripts/run_all_scenarios.sh ") {
 			t.Errorf("row %+v", r)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "timeseries", r.RunID, fmt.Sprintf("%s_%s_%d_t%d.csv", r.Scenario, r.Mode, r.Shards, r.Trial))); err != nil {
+			t.Errorf("per-second samples: %v", err)
 		}
 	}
 	if got := strings.Join(order, " "); got != "t1:1 t1:2 t2:2 t2:1" {
 		t.Errorf("tiny_read configuration order %q, want t1:1 t1:2 t2:2 t2:1", got)
 	}
-	md, err := os.ReadFile(report)
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
 	if err != nil {
 		t.Fatalf("no report: %v", err)
 	}
-	for _, want := range []string{"## Findings", "tiny_read", "tiny_write", rows[0].RunID} {
+	for _, want := range []string{"## Findings", "tiny_read", "tiny_write", rows[0].RunID, "| Load average at start (1, 5, 15 min) | ",
+		"| CPU used by other work during the run | "} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
 }
 
-// TestSweepSmoke runs a short sweep over six shard counts and checks the USL fit line, and
-// that fewer than six counts are refused before anything runs.
+// TestRecordedCommandReruns runs the command a run recorded in its rows, as the report
+// tells a reader to, and checks that it makes a new run of the same shape. The command
+// of a run without arguments is the script's bare name.
+func TestRecordedCommandReruns(t *testing.T) {
+	root := scriptRoot(t)
+	// No arguments at all: the quoting must add nothing (printf ' %q' alone adds '').
+	out, err := exec.Command("bash", "-c", `. "$1"; printf '[scripts/run_all_scenarios.sh%s]' "$(quote_args)"`, "bash",
+		filepath.Join(root, "scripts", "lib.sh")).CombinedOutput()
+	if err != nil || string(out) != "[scripts/run_all_scenarios.sh]" {
+		t.Errorf("command recorded for no arguments: %q (%v), want [scripts/run_all_scenarios.sh]", out, err)
+	}
+
+	runs := filepath.Join(t.TempDir(), "runs")
+	args := []string{"--scenarios", tinyScenarios(t), "--only", "tiny_write", "--trials", "1", "--warmup", "0s",
+		"--runs-dir", runs, "--no-build", "--no-report"}
+	if code, output := script(t, root, "run_all_scenarios.sh", args...); code != 0 {
+		t.Fatalf("run_all_scenarios.sh: exit %d\n%s", code, output)
+	}
+	first := runDirs(t, runs)[0]
+	rows, err := resultscsv.ReadFile(filepath.Join(first, "results.csv"))
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("%d rows (%v), want 2", len(rows), err)
+	}
+	command := rows[0].Command
+	cmd := exec.Command("bash", "-c", command)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the recorded command %q failed: %v\n%s", command, err, out)
+	}
+	dirs := runDirs(t, runs)
+	if len(dirs) != 2 {
+		t.Fatalf("run directories after the rerun: %v, want two", dirs)
+	}
+	again, err := resultscsv.ReadFile(filepath.Join(dirs[1], "results.csv"))
+	if err != nil || len(again) != len(rows) || again[0].Command != command || again[0].Scenario != "tiny_write" {
+		t.Errorf("rerun rows %+v (%v), want %d rows of tiny_write recording %q", again, err, len(rows), command)
+	}
+}
+
+// TestRunScenarioOwnRunDir: without --out, run_scenario.sh makes a run directory of its own.
+func TestRunScenarioOwnRunDir(t *testing.T) {
+	root := scriptRoot(t)
+	runs := filepath.Join(t.TempDir(), "runs")
+	code, output := script(t, root, "run_scenario.sh", "--ops", "500", "--concurrency", "4", "--run-id", "solo",
+		"--runs-dir", runs, "--no-build")
+	if code != 0 {
+		t.Fatalf("run_scenario.sh: exit %d\n%s", code, output)
+	}
+	dir := filepath.Join(runs, "solo")
+	checkRunDir(t, runs, dir, "results.csv", "timeseries/solo/adhoc_single_1_t1.csv")
+	// The same run id again gets a directory of its own rather than appending.
+	if code, output := script(t, root, "run_scenario.sh", "--ops", "500", "--concurrency", "4", "--run-id", "solo",
+		"--runs-dir", runs, "--no-build"); code != 0 {
+		t.Fatalf("second run: exit %d\n%s", code, output)
+	}
+	checkRunDir(t, runs, filepath.Join(runs, "solo-2"), "results.csv")
+}
+
+// TestGitCommitIgnoresResults: the commit a run records is "-dirty" for changed code, not
+// for the results the lab writes.
+func TestGitCommitIgnoresResults(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	repo := t.TempDir()
+	sh := func(script string) string {
+		t.Helper()
+		cmd := exec.Command("bash", "-c", script)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
+			"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "LIB="+filepath.Join(scriptRoot(t), "scripts", "lib.sh"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", script, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	sh(`git init -q . && mkdir -p results code && echo a > results/results.csv && echo a > code/x.go && git add . && git commit -qm init`)
+	head := sh(`git rev-parse --short=12 HEAD`)
+	sh(`echo b >> results/results.csv && mkdir -p results/runs/r1 && echo c > results/runs/r1/results.csv`)
+	if got := sh(`. "$LIB"; git_commit .`); got != head {
+		t.Errorf("with changed results: %q, want %q", got, head)
+	}
+	sh(`echo b >> code/x.go`)
+	if got := sh(`. "$LIB"; git_commit .`); got != head+"-dirty" {
+		t.Errorf("with changed code: %q, want %q", got, head+"-dirty")
+	}
+}
+
+// TestPromote publishes a run directory and refuses what is not a finished run.
+func TestPromote(t *testing.T) {
+	root := scriptRoot(t)
+	runs := filepath.Join(root, "results", "runs")
+	run := filepath.Join(runs, "20261122T010203Z")
+	if err := os.MkdirAll(filepath.Join(run, "charts"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"results.csv":        "timestamp,scenario\n",
+		"charts/latency.png": "png",
+		"run.txt":            "run_id: 20261122T010203Z\ncommand: scripts/run_all_scenarios.sh\ngit_commit: abc\nfinished: 2026-11-22T01:05:00Z\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(run, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("runs/20261122T010203Z", filepath.Join(root, "results", "latest")); err != nil {
+		t.Fatal(err)
+	}
+	code, output := script(t, root, "promote.sh", filepath.Join(root, "results", "latest"))
+	if code != 0 || !strings.Contains(output, "results/published/20261122T010203Z") || !strings.Contains(output, "command: scripts/run_all_scenarios.sh") {
+		t.Fatalf("promote.sh: exit %d\n%s", code, output)
+	}
+	for name, body := range files {
+		got, err := os.ReadFile(filepath.Join(root, "results", "published", "20261122T010203Z", name))
+		if err != nil || string(got) != body {
+			t.Errorf("published %s: %q (%v), want %q", name, got, err, body)
+		}
+	}
+
+	unfinished := filepath.Join(runs, "unfinished")
+	noCommand := filepath.Join(runs, "nocommand")
+	for dir, info := range map[string]string{unfinished: "command: x\n", noCommand: "finished: now\n"} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "run.txt"), []byte(info), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"again", []string{run}, "exists"},
+		{"unfinished", []string{unfinished}, "did not finish"},
+		{"no command", []string{noCommand}, "records no command"},
+		{"bad name", []string{"--as", "../x", run}, "--as may hold"},
+		{"not a directory", []string{filepath.Join(run, "run.txt")}, "not a directory"},
+	} {
+		if code, output := script(t, root, "promote.sh", tc.args...); code != 2 || !strings.Contains(output, tc.want) {
+			t.Errorf("%s: promote.sh %v: exit %d, want 2 with %q\n%s", tc.name, tc.args, code, tc.want, output)
+		}
+	}
+	if code, output := script(t, root, "promote.sh", "--as", "renamed", run); code != 0 {
+		t.Errorf("promote.sh --as renamed: exit %d\n%s", code, output)
+	}
+	if code, output := script(t, root, "promote.sh", "--force", run); code != 0 {
+		t.Errorf("promote.sh --force: exit %d\n%s", code, output)
+	}
+}
+
+// TestSweepSmoke runs a short sweep over six shard counts and checks the USL fit line and
+// the run directory, and that fewer than six counts are refused before anything runs.
 func TestSweepSmoke(t *testing.T) {
 	root := scriptRoot(t)
-	tmp := t.TempDir()
+	runs := filepath.Join(t.TempDir(), "runs")
 	conf := tinyScenarios(t)
 	code, output := script(t, root, "sweep.sh", "--scenario", "tiny_read", "--scenarios", conf, "--shards", "1,2,3",
-		"--out", filepath.Join(tmp, "r.csv"), "--no-build")
+		"--runs-dir", runs, "--no-build")
 	if code != 2 || !strings.Contains(output, "at least 6") {
 		t.Errorf("sweep over 3 shard counts: exit %d, want 2 naming the 6-point minimum\n%s", code, output)
 	}
-	report := filepath.Join(tmp, "sweep.md")
+	if _, err := os.Stat(runs); !os.IsNotExist(err) {
+		t.Errorf("a refused sweep made %s (%v)", runs, err)
+	}
 	code, output = script(t, root, "sweep.sh", "--scenario", "tiny_read", "--scenarios", conf, "--shards", "1,2,3,4,5,6",
-		"--trials", "1", "--ops", "800", "--warmup", "0s", "--out", filepath.Join(tmp, "r.csv"), "--report", report, "--no-build")
+		"--trials", "1", "--ops", "800", "--warmup", "0s", "--runs-dir", runs, "--no-build")
 	if code != 0 {
 		t.Fatalf("sweep.sh: exit %d\n%s", code, output)
 	}
@@ -214,24 +439,84 @@ func TestSweepSmoke(t *testing.T) {
 			t.Errorf("sweep output lacks %q:\n%s", want, output)
 		}
 	}
-	if _, err := os.Stat(report); err != nil {
-		t.Errorf("no sweep report: %v", err)
+	dirs := runDirs(t, runs)
+	if len(dirs) != 1 || !strings.HasPrefix(filepath.Base(dirs[0]), "sweep-") {
+		t.Fatalf("run directories %v, want one sweep-*", dirs)
 	}
-	rows, err := resultscsv.ReadFile(filepath.Join(tmp, "r.csv"))
+	checkRunDir(t, runs, dirs[0], "report.md", "usl_points.csv", "usl.txt", "charts/usl.png", "charts/scaling_tiny_read.png")
+	if b, err := os.ReadFile(filepath.Join(dirs[0], "usl.txt")); err != nil || !strings.Contains(string(b), "sigma=") {
+		t.Errorf("usl.txt: %q (%v)", b, err)
+	}
+	rows, err := resultscsv.ReadFile(filepath.Join(dirs[0], "results.csv"))
 	if err != nil || len(rows) != 6 {
 		t.Fatalf("%d rows (%v), want 6", len(rows), err)
 	}
 }
 
-// TestHTTPCeilingSmoke runs the ceiling comparison once and checks that both servers are
-// gone afterwards.
+// TestHTTPCeilingSmoke runs the ceiling comparison once, checks that its output is kept
+// in its run directory and that both servers are gone afterwards.
 func TestHTTPCeilingSmoke(t *testing.T) {
 	root := scriptRoot(t)
-	code, output := script(t, root, "http_ceiling.sh", "--trials", "1", "--ops", "500", "--concurrency", "4", "--no-build")
+	runs := filepath.Join(t.TempDir(), "runs")
+	code, output := script(t, root, "http_ceiling.sh", "--trials", "1", "--ops", "500", "--concurrency", "4",
+		"--runs-dir", runs, "--no-build")
 	if code != 0 || !strings.Contains(output, "median ratio") {
 		t.Fatalf("http_ceiling.sh: exit %d\n%s", code, output)
 	}
 	if out, err := exec.Command("pgrep", "-f", filepath.Join(root, "bin")).Output(); err == nil {
 		t.Errorf("processes left running after the script ended:\n%s", out)
+	}
+	dirs := runDirs(t, runs)
+	if len(dirs) != 1 {
+		t.Fatalf("run directories %v, want one", dirs)
+	}
+	checkRunDir(t, runs, dirs[0], "http_ceiling.txt")
+	if b, err := os.ReadFile(filepath.Join(dirs[0], "http_ceiling.txt")); err != nil || !strings.Contains(string(b), "median ratio") {
+		t.Errorf("http_ceiling.txt: %q (%v)", b, err)
+	}
+}
+
+// TestBlockbenchSweepSmoke: --help writes nothing, and a tiny sweep records in
+// machine.txt the target it really ran with, flags passed through to blockbench included.
+func TestBlockbenchSweepSmoke(t *testing.T) {
+	root := scriptRoot(t)
+	code, output := script(t, root, "blockbench_sweep.sh", "--help")
+	if code != 0 || !strings.Contains(output, "Usage: scripts/blockbench_sweep.sh") {
+		t.Fatalf("--help: exit %d\n%s", code, output)
+	}
+	if _, err := os.Stat(filepath.Join(root, "results")); !os.IsNotExist(err) {
+		t.Errorf("--help wrote %s (%v)", filepath.Join(root, "results"), err)
+	}
+	runs := filepath.Join(t.TempDir(), "runs")
+	// A flag blockbench refuses leaves no run directory behind.
+	if code, output := script(t, root, "blockbench_sweep.sh", "--thresholds", "never,lots", "--runs-dir", runs, "--no-build"); code != 2 {
+		t.Errorf("bad threshold: exit %d, want 2\n%s", code, output)
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(runs, "*")); len(dirs) != 0 {
+		t.Errorf("a refused sweep left %v", dirs)
+	}
+	code, output = script(t, root, "blockbench_sweep.sh", "--thresholds", "never,300", "--target-blocks", "600",
+		"--rounds", "1", "--max-duration", "30s", "--runs-dir", runs, "--no-build",
+		"--files-per-batch", "2", "--blocks-per-file", "100", "--lookups", "5")
+	if code != 0 {
+		t.Fatalf("blockbench_sweep.sh: exit %d\n%s", code, output)
+	}
+	dirs := runDirs(t, runs)
+	if len(dirs) != 1 {
+		t.Fatalf("run directories %v, want one", dirs)
+	}
+	checkRunDir(t, runs, dirs[0], "machine.txt", "summary.csv", "ingest-T300-r1.csv", "time_to_target.png")
+	machine, err := os.ReadFile(filepath.Join(dirs[0], "machine.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`command: scripts/blockbench_sweep.sh --thresholds never\,300 --target-blocks 600 `,
+		`blockbench: sweep --thresholds never\,300 --target-blocks 600 --max-duration 30s --rounds 1 --files-per-batch 2 --blocks-per-file 100 --lookups 5 --results `,
+		"target blocks: 600\n", "loadavg at end: ", "finished: ",
+	} {
+		if !strings.Contains(string(machine), want) {
+			t.Errorf("machine.txt lacks %q:\n%s", want, machine)
+		}
 	}
 }

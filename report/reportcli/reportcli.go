@@ -1,4 +1,4 @@
-// Package reportcli is the `report` command: regenerate results/report.md and its charts
+// Package reportcli is the `report` command: regenerate a run's report.md and its charts
 // from the results CSV. cmd/report is a thin wrapper around Run.
 package reportcli
 
@@ -18,9 +18,12 @@ var ErrUsage = errors.New("usage error")
 const usage = `usage: report [flags]
 
 Writes a markdown report of one run of the results CSV (by default the run of the
-newest row): the findings table (median and min-max of the trials, ratio against
-single, a verdict only when the spreads do not overlap), computed conclusions, the
-USL fit of shard sweeps, charts (PNG and SVG) and the machine description.
+newest row, in the newest run directory): the findings table (median of the trials
+with its 95% confidence interval, ratio against single with a bootstrap interval, and
+a verdict from a Mann-Whitney U test at alpha 0.05, as benchstat's, with its p-value;
+no verdict when the trials are too few or too short), computed conclusions, the USL
+fit of shard sweeps, charts (PNG and SVG), the machine description and its load during
+the run (from run.txt).
 
 Flags:
 `
@@ -32,11 +35,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg report.Config
-	fs.StringVar(&cfg.CSVPath, "csv", "results/results.csv", "results CSV to read")
-	fs.StringVar(&cfg.OutPath, "out", "results/report.md", "markdown report to write")
+	fs.StringVar(&cfg.CSVPath, "csv", "results/latest/results.csv", "results CSV to read (results/latest is the newest run's directory)")
+	fs.StringVar(&cfg.OutPath, "out", "", "markdown report to write (default: report.md beside --csv)")
 	fs.StringVar(&cfg.RunID, "run-id", "", "run to report (default: the run of the newest row)")
 	fs.StringVar(&cfg.ChartsDir, "charts-dir", "", "directory for the charts (default: charts/ next to --out)")
 	fs.StringVar(&cfg.TimeseriesDir, "timeseries-dir", "", "directory of loadgen's per-second samples, one subdirectory per run (default: timeseries/ next to --csv)")
+	fs.StringVar(&cfg.RunInfoPath, "run-info", "", "the run's run.txt, for the machine's load (default: run.txt beside --csv)")
 	fs.BoolVar(&cfg.NoCharts, "no-charts", false, "write the markdown only")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)

@@ -41,10 +41,13 @@ func main() {
 	add("run-a", "read_heavy_cachelike", "sharded", 3, 1, 64, 0.1, 15538, 4.34, 12.1, 0)
 	add("run-a", "sustained_stress", "sharded", 3, 1, 200, 0.3, 9608, 19.68, 61.0, 3)
 
-	// Run B (newest): three interleaved trials.
+	// Run B (newest): six interleaved trials of three scenarios: a clear gain, a small
+	// one that the test cannot tell from noise, and one measured too briefly to say
+	// anything; then a sweep of three trials.
 	t0 = time.Date(2026, 11, 21, 22, 0, 0, 0, time.UTC)
-	for trial := 1; trial <= 3; trial++ {
-		d := float64(trial-2) * 0.02 // -2%, 0, +2%
+	spread := []float64{-0.02, 0, 0.02, -0.01, 0.01, 0.015}
+	for trial := 1; trial <= 6; trial++ {
+		d := spread[trial-1]
 		add("run-b", "read_heavy_cachelike", "single", 1, trial, 64, 0.1, 7900*(1+d), 7.9*(1-d), 22+float64(trial), 0)
 		add("run-b", "read_heavy_cachelike", "sharded", 3, trial, 64, 0.1, 15300*(1-d), 4.2*(1+d), 12+float64(trial), 0)
 		add("run-b", "write_heavy_ingest", "single", 1, trial, 64, 0.9, 4519*(1+3*d), 8.27, 30, 0)
@@ -53,6 +56,10 @@ func main() {
 			errs = 12
 		}
 		add("run-b", "write_heavy_ingest", "sharded", 3, trial, 64, 0.9, 4901*(1-3*d), 9.31, 33, errs)
+		base.DurationS = 0.5
+		add("run-b", "brief", "single", 1, trial, 8, 0.5, 3000*(1+d), 2.1, 9, 0)
+		add("run-b", "brief", "sharded", 3, trial, 8, 0.5, 6000*(1-d), 1.2, 5, 0)
+		base.DurationS = 20
 	}
 	usl := func(n float64) float64 { return 5000 * n / (1 + 0.1*(n-1) + 0.03*n*(n-1)) }
 	noise := []float64{-0.015, 0.01, 0.02}

@@ -33,9 +33,11 @@ It prints one line:
 sigma is contention, kappa coherency cost, lambda the throughput at n=1 without
 either, nstar = floor(sqrt((1-sigma)/kappa)) the n of peak throughput (1 when
 sigma >= 1: more load only lowers throughput; "none" when kappa < %g, i.e. no
-peak), r2 the goodness of fit. When r2 is below %g the curve does not describe
-the points: the line is still printed, with a warning on standard error, and the
-chart marks no peak.
+peak), r2 the goodness of fit. When r2 is below %g and the points scatter by more
+than %.0f%% of their mean around the curve, the curve does not describe them: the
+line is still printed, with a warning on standard error (the same words as the lab's
+report), and the chart marks no peak. A low r2 with points within %.0f%% of the curve
+is a flat curve, which a note on standard error says.
 
 Flags:
 `
@@ -50,7 +52,7 @@ func Run(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Wr
 	chart := fs.String("chart", "", "also draw the points and fitted curve to these comma-separated `files` (.png, .svg)")
 	title := fs.String("title", "", "chart title (default: the input file name)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), usage, usl.MinDistinctN, usl.KappaZero, usl.MinR2)
+		fmt.Fprintf(fs.Output(), usage, usl.MinDistinctN, usl.KappaZero, usl.MinR2, usl.MaxFlatRMSE*100, usl.MaxFlatRMSE*100)
 		fs.PrintDefaults()
 	}
 	// Accept flags before and after the file name.
@@ -101,9 +103,11 @@ func Run(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Wr
 		return fmt.Errorf("%s: %w", displayName(name), err)
 	}
 	fmt.Fprintln(stdout, m)
-	if !m.Meaningful() {
-		fmt.Fprintf(stderr, "usl: warning: %s: r2=%.4f is below %g: the USL fit does not describe these points; do not draw conclusions from sigma, kappa or nstar\n",
-			displayName(name), m.R2, usl.MinR2)
+	if w := m.PoorFit(); w != "" {
+		fmt.Fprintf(stderr, "usl: warning: %s: %s\n", displayName(name), w)
+	}
+	if n := m.FlatNote(); n != "" {
+		fmt.Fprintf(stderr, "usl: note: %s: %s\n", displayName(name), n)
 	}
 
 	if len(chartPaths) > 0 {
@@ -131,7 +135,7 @@ func ScalingChart(title string, points []usl.Point, m usl.Model) charts.ScalingC
 		CurveLabel: fmt.Sprintf("USL fit (R² %.3f)", m.R2),
 	}
 	if !m.Meaningful() {
-		c.CurveLabel = fmt.Sprintf("USL fit (R² %.3f: does not describe the points)", m.R2)
+		c.CurveLabel = fmt.Sprintf("USL fit (R² %.3f):\ndoes not describe\nthe points", m.R2)
 		return c
 	}
 	if n, ok := m.Peak(); ok {

@@ -93,6 +93,22 @@ func TestRunGoodFitNoWarning(t *testing.T) {
 	}
 }
 
+// TestRunFlatNote: points within a few percent of a flat curve give a low R² but no
+// warning, only a note that the flat curve is the finding (as the report reads it).
+func TestRunFlatNote(t *testing.T) {
+	out, errOut, err := run(t, "n,throughput\n1,1000\n2,1010\n3,990\n4,1005\n5,995\n6,1008\n8,992\n", "-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out, "sigma=") {
+		t.Errorf("stdout %q", out)
+	}
+	if strings.Contains(errOut, "warning") || !strings.Contains(errOut, "usl: note: standard input: R² = ") ||
+		!strings.Contains(errOut, "the flat curve is the finding") {
+		t.Errorf("stderr %q, want a note and no warning", errOut)
+	}
+}
+
 func TestRunErrors(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
