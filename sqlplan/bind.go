@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/rules"
@@ -451,4 +452,44 @@ func (pl *Plan) bindMerge(b *Bound, v *values) error {
 		}
 	}
 	return nil
+}
+
+// DescribeSQL returns a data source and the statement to describe there, to learn the
+// parameter types and result columns of an extended-protocol statement before its
+// values are known (drivers Describe before they Bind). It is the statement as its first
+// shard would run it, with the client's $n parameters as written; any shard, having
+// the same schema, describes it the same way.
+func (pl *Plan) DescribeSQL() (int, string) {
+	ds := pl.rules.DefaultDataSource()
+	var place placement
+	if pl.route != nil {
+		for _, g := range pl.route.groups {
+			place = append(place, groupNode{g, 0})
+		}
+		if len(place) > 0 {
+			ds = place[0].g.refs[0].rule.Nodes[0].DataSource
+		}
+	}
+	if pl.insert != nil {
+		ds = pl.insert.target.rule.Nodes[0].DataSource
+		if pl.tmpl == nil && len(pl.insert.rows) > 0 {
+			// A split INSERT has no single template: describe it whole on shard 0.
+			r := &renderer{sql: pl.SQL, table: pl.names(placement{{pl.route.groups[0], 0}}), slot: func(int) string { return "ALL" }, keepParams: true}
+			var sb strings.Builder
+			sb.WriteString(r.render(pl.insert.prefix))
+			for i, row := range pl.insert.rows {
+				if i > 0 {
+					sb.WriteString(", ")
+				}
+				sb.WriteString(r.render(row))
+			}
+			sb.WriteString(r.render(pl.insert.suffix))
+			return ds, sb.String()
+		}
+	}
+	if pl.tmpl == nil {
+		return ds, pl.SQL
+	}
+	r := &renderer{sql: pl.SQL, table: pl.names(place), slot: func(int) string { return "ALL" }, keepParams: true}
+	return ds, r.render(pl.tmpl)
 }

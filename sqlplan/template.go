@@ -159,6 +159,8 @@ type renderer struct {
 	slot    func(n int) string
 	params  []int // collected: target parameter i+1 is client parameter params[i]
 	renumOf map[int]int
+	// keepParams writes $n as the client wrote it (for describing a statement).
+	keepParams bool
 }
 
 func (r *renderer) render(t *template) string {
@@ -175,6 +177,11 @@ func (r *renderer) render(t *template) string {
 		case segSlot:
 			b.WriteString(r.slot(s.n))
 		case segParam:
+			if r.keepParams {
+				b.WriteByte('$')
+				b.WriteString(strconv.Itoa(s.n))
+				continue
+			}
 			if r.renumOf == nil {
 				r.renumOf = map[int]int{}
 			}
