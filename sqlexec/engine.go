@@ -122,6 +122,7 @@ func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, f
 	results := make([]targetResult, len(b.Targets))
 	nds := e.rules.NumDataSources()
 	errsBy := make([]error, nds)
+	reuse := b.Plan.Reusable()
 
 	runDS := func(gctx context.Context, ds int) error {
 		err := conns.Run(gctx, ds, func(conn *pgconn.PgConn) error {
@@ -131,7 +132,7 @@ func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, f
 				}
 			}
 			for _, i := range byDS[ds] {
-				r, err := execTarget(gctx, conn, b.Targets[i], args, formats)
+				r, err := execTarget(gctx, conn, b.Targets[i], args, formats, reuse)
 				if err != nil {
 					return err
 				}
@@ -167,9 +168,28 @@ func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, f
 }
 
 // execTarget runs one target's statement on conn.
-func execTarget(ctx context.Context, conn *pgconn.PgConn, t sqlplan.Target, args sqlplan.Args, formats []int16) (targetResult, error) {
+// With reuse, the statement is prepared once per connection and then executed by name.
+func execTarget(ctx context.Context, conn *pgconn.PgConn, t sqlplan.Target, args sqlplan.Args, formats []int16, reuse bool) (targetResult, error) {
 	values, oids, pformats := targetParams(t, args)
-	rr := conn.ExecParams(ctx, t.SQL, values, oids, pformats, formats)
+	if !reuse {
+		return readResult(conn.ExecParams(ctx, t.SQL, values, oids, pformats, formats))
+	}
+	for attempt := 0; ; attempt++ {
+		name, err := prepared(ctx, conn, t.SQL, oids)
+		if err != nil {
+			return targetResult{}, err
+		}
+		r, err := readResult(conn.ExecPrepared(ctx, name, values, pformats, formats))
+		if err != nil && attempt == 0 && stale(err) && conn.TxStatus() == 'I' {
+			forget(conn, t.SQL)
+			continue
+		}
+		return r, err
+	}
+}
+
+// readResult reads a whole result, copying the rows out of the connection's buffer.
+func readResult(rr *pgconn.ResultReader) (targetResult, error) {
 	var r targetResult
 	r.fields = slices.Clone(rr.FieldDescriptions())
 	for rr.NextRow() {

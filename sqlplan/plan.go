@@ -170,6 +170,21 @@ func (r *tableRef) qualifier() string {
 	return r.name
 }
 
+// Reusable reports whether the statements a plan sends to its shards are worth
+// preparing once per backend connection: data statements of the extended protocol,
+// which come back with other parameter values. Simple-protocol statements carry their
+// values in the text, so each text is seen once.
+func (p *Plan) Reusable() bool {
+	if p.normalized || p.NumParams == 0 {
+		return false
+	}
+	switch p.Kind {
+	case KindSelect, KindInsert, KindUpdate, KindDelete:
+		return true
+	}
+	return false
+}
+
 // Explain describes the plan: its kind, the tables, and what is known without values.
 func (p *Plan) Explain() string {
 	var b strings.Builder

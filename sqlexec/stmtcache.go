@@ -1,0 +1,89 @@
+package sqlexec
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Statements that run again and again (the extended protocol's, and a driver's) are
+// prepared once per backend connection and then only bound and executed, as pgx and
+// libpq do with their statement caches: PostgreSQL then skips parsing and planning.
+// The cache lives in the connection's CustomData, so it goes when the connection goes.
+
+const (
+	stmtCacheKey  = "shardlab.sqlexec.statements"
+	stmtCacheSize = 256
+)
+
+type stmtCache struct {
+	lru   *list.List // of *cachedStmt, most recent first
+	bySQL map[string]*list.Element
+	seq   int
+}
+
+type cachedStmt struct {
+	sql, name string
+}
+
+func statementsOf(conn *pgconn.PgConn) *stmtCache {
+	m := conn.CustomData()
+	if c, ok := m[stmtCacheKey].(*stmtCache); ok {
+		return c
+	}
+	c := &stmtCache{lru: list.New(), bySQL: map[string]*list.Element{}}
+	m[stmtCacheKey] = c
+	return c
+}
+
+// ForgetStatements drops the record of statements prepared on conn. Call it after
+// anything that deallocates them behind the cache's back (DISCARD ALL, DEALLOCATE ALL).
+func ForgetStatements(conn *pgconn.PgConn) { delete(conn.CustomData(), stmtCacheKey) }
+
+// prepared returns the name under which sql is prepared on conn, preparing it (and
+// deallocating the least recently used statement past the cache's size) if needed.
+func prepared(ctx context.Context, conn *pgconn.PgConn, sql string, oids []uint32) (string, error) {
+	c := statementsOf(conn)
+	if e, ok := c.bySQL[sql]; ok {
+		c.lru.MoveToFront(e)
+		return e.Value.(*cachedStmt).name, nil
+	}
+	c.seq++
+	name := "shardlab_" + strconv.Itoa(c.seq)
+	if _, err := conn.Prepare(ctx, name, sql, oids); err != nil {
+		return "", err
+	}
+	c.bySQL[sql] = c.lru.PushFront(&cachedStmt{sql: sql, name: name})
+	if c.lru.Len() > stmtCacheSize {
+		old := c.lru.Back()
+		st := old.Value.(*cachedStmt)
+		c.lru.Remove(old)
+		delete(c.bySQL, st.sql)
+		if err := conn.Deallocate(ctx, st.name); err != nil {
+			return "", err
+		}
+	}
+	return name, nil
+}
+
+// forget drops one statement from conn's cache (it turned out stale).
+func forget(conn *pgconn.PgConn, sql string) {
+	c := statementsOf(conn)
+	if e, ok := c.bySQL[sql]; ok {
+		c.lru.Remove(e)
+		delete(c.bySQL, sql)
+	}
+}
+
+// stale reports whether a prepared statement failed because the server no longer has
+// it, or because the table under it changed: preparing it again fixes both.
+func stale(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pe.Code == "26000" || (pe.Code == "0A000" && pe.Message == "cached plan must not change result type")
+}

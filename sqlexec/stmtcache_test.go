@@ -1,0 +1,61 @@
+package sqlexec_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/sqlexec"
+)
+
+// TestPreparedStatementsReusedAndRefreshed: a statement with parameters is prepared
+// once per backend connection; after the table changes under it, the stale statement
+// is prepared again instead of failing.
+func TestPreparedStatementsReusedAndRefreshed(t *testing.T) {
+	ctx := context.Background()
+	var dsns []string
+	for i := range 2 {
+		dsns = append(dsns, pgtest.NewDatabase(t, fmt.Sprintf("stmt%d", i)))
+	}
+	// One connection per data source, so that the statement below sees the prepared
+	// statements of the connection the others ran on.
+	db, err := sqlexec.Open(ctx, kvRules(t, dsns), sqlexec.Config{Pool: postgres.Options{PoolSize: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.SimpleExec(ctx, "CREATE TABLE kv (k int PRIMARY KEY, v text); INSERT INTO kv VALUES (1, 'a'), (2, 'b')"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		res, err := db.Exec(ctx, "SELECT * FROM kv WHERE k = $1", text("1"), nil)
+		if err != nil || len(res.Rows) != 1 || len(res.Fields) != 2 {
+			t.Fatalf("%v %v", res, err)
+		}
+	}
+	// k = 0 lives on data source 0, the default one, where pg_ catalog views are read.
+	for range 3 {
+		if _, err := db.Exec(ctx, "SELECT * FROM kv WHERE k = $1", text("0"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := db.Exec(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE statement = $1", text("SELECT * FROM kv WHERE k = $1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(res.Rows[0][0]); got != "1" {
+		t.Errorf("the statement is prepared %s times on its connection, want once", got)
+	}
+	if _, err := db.SimpleExec(ctx, "ALTER TABLE kv ADD COLUMN w int"); err != nil {
+		t.Fatal(err)
+	}
+	res, err = db.Exec(ctx, "SELECT * FROM kv WHERE k = $1", text("1"), nil)
+	if err != nil {
+		t.Fatalf("after ALTER TABLE: %v", err)
+	}
+	if len(res.Fields) != 3 {
+		t.Errorf("after ALTER TABLE the statement returns %d columns, want 3", len(res.Fields))
+	}
+}
