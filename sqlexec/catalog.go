@@ -13,15 +13,12 @@ import (
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
-// AcquireFunc lends a connection to data source ds; release gives it back.
-type AcquireFunc func(ctx context.Context, ds int) (conn *pgconn.PgConn, release func(err error), err error)
-
 // Catalog reads what the sharding rules leave out from the shards' own catalogs: the
 // types and order of columns, which functions are aggregates, and whether text compares
 // byte by byte. Answers are cached until Invalidate (call it after DDL).
 type Catalog struct {
-	rules   *rules.Compiled
-	acquire AcquireFunc
+	rules *rules.Compiled
+	pool  Pool
 
 	mu struct {
 		sync.Mutex
@@ -40,9 +37,9 @@ type orderAnswer struct {
 
 var _ sqlplan.Catalog = (*Catalog)(nil)
 
-// NewCatalog returns a catalog reading the data sources of r through acquire.
-func NewCatalog(r *rules.Compiled, acquire AcquireFunc) *Catalog {
-	c := &Catalog{rules: r, acquire: acquire}
+// NewCatalog returns a catalog reading the data sources of r through pool.
+func NewCatalog(r *rules.Compiled, pool Pool) *Catalog {
+	c := &Catalog{rules: r, pool: pool}
 	c.Invalidate()
 	return c
 }
@@ -60,30 +57,28 @@ func (c *Catalog) Invalidate() {
 
 // query runs sql on data source ds and returns its rows as text.
 func (c *Catalog) query(ctx context.Context, ds int, sql string, args ...string) ([][]*string, error) {
-	conn, release, err := c.acquire(ctx, ds)
-	if err != nil {
-		return nil, err
-	}
 	params := make([][]byte, len(args))
 	for i, a := range args {
 		params[i] = []byte(a)
 	}
-	rr := conn.ExecParams(ctx, sql, params, nil, nil, nil)
 	var rows [][]*string
-	for rr.NextRow() {
-		var row []*string
-		for _, v := range rr.Values() {
-			if v == nil {
-				row = append(row, nil)
-				continue
+	err := withConn(ctx, c.pool, ds, func(conn *pgconn.PgConn) error {
+		rr := conn.ExecParams(ctx, sql, params, nil, nil, nil)
+		for rr.NextRow() {
+			var row []*string
+			for _, v := range rr.Values() {
+				if v == nil {
+					row = append(row, nil)
+					continue
+				}
+				s := string(v)
+				row = append(row, &s)
 			}
-			s := string(v)
-			row = append(row, &s)
+			rows = append(rows, row)
 		}
-		rows = append(rows, row)
-	}
-	_, err = rr.Close()
-	release(err)
+		_, err := rr.Close()
+		return err
+	})
 	return rows, err
 }
 

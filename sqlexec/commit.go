@@ -196,7 +196,7 @@ func gidFor(gid string, ds int) string { return fmt.Sprintf("%s_%d", gid, ds) }
 // coordinator recorded the decision, ROLLBACK PREPARED where it did not. acquire lends
 // a connection outside any transaction. Run it at start-up, before taking traffic, and
 // after a crash; it returns how many prepared transactions it committed and rolled back.
-func (c *Committer) Recover(ctx context.Context, acquire AcquireFunc) (committed, rolledBack int, err error) {
+func (c *Committer) Recover(ctx context.Context, pool Pool) (committed, rolledBack int, err error) {
 	n := c.rules.NumDataSources()
 	type prep struct {
 		gid string // the transaction id (without the data source suffix)
@@ -205,7 +205,7 @@ func (c *Committer) Recover(ctx context.Context, acquire AcquireFunc) (committed
 	var found []prep
 	decided := map[string]bool{}
 	for ds := range n {
-		err := withConn(ctx, acquire, ds, func(conn *pgconn.PgConn) error {
+		err := withConn(ctx, pool, ds, func(conn *pgconn.PgConn) error {
 			if err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+DecisionTable+" (gid text PRIMARY KEY, decided_at timestamptz NOT NULL DEFAULT now())").Close(); err != nil {
 				return err
 			}
@@ -237,7 +237,7 @@ func (c *Committer) Recover(ctx context.Context, acquire AcquireFunc) (committed
 		if decided[p.gid] {
 			verb = "COMMIT PREPARED"
 		}
-		err := withConn(ctx, acquire, p.ds, func(conn *pgconn.PgConn) error {
+		err := withConn(ctx, pool, p.ds, func(conn *pgconn.PgConn) error {
 			return conn.Exec(ctx, verb+" '"+gidFor(p.gid, p.ds)+"'").Close()
 		})
 		if err != nil {
@@ -255,7 +255,7 @@ func (c *Committer) Recover(ctx context.Context, acquire AcquireFunc) (committed
 		still[p.gid] = true
 	}
 	for ds := range n {
-		withConn(ctx, acquire, ds, func(conn *pgconn.PgConn) error {
+		withConn(ctx, pool, ds, func(conn *pgconn.PgConn) error {
 			for gid := range decided {
 				if !still[gid] {
 					conn.Exec(ctx, "DELETE FROM "+DecisionTable+" WHERE gid = '"+gid+"'").Close()
@@ -267,13 +267,14 @@ func (c *Committer) Recover(ctx context.Context, acquire AcquireFunc) (committed
 	return committed, rolledBack, nil
 }
 
-func withConn(ctx context.Context, acquire AcquireFunc, ds int, fn func(*pgconn.PgConn) error) error {
-	conn, release, err := acquire(ctx, ds)
+// withConn runs fn on a connection of data source ds borrowed from pool.
+func withConn(ctx context.Context, pool Pool, ds int, fn func(*pgconn.PgConn) error) error {
+	lease, err := pool.Acquire(ctx, ds)
 	if err != nil {
 		return err
 	}
-	err = fn(conn)
-	release(err)
+	err = lease.Run(ctx, fn)
+	lease.Release(reusable(err))
 	return err
 }
 

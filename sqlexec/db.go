@@ -49,25 +49,17 @@ func Open(ctx context.Context, r *rules.Compiled, cfg Config) (*DB, error) {
 		}
 		db.pools = append(db.pools, pool)
 	}
-	db.catalog = NewCatalog(r, db.acquire)
+	db.catalog = NewCatalog(r, db.pools)
 	db.planner = sqlplan.New(r, db.catalog, sqlplan.Options{})
 	db.committer = NewCommitter(r, cfg.TwoPhase)
 	db.engine = NewEngine(r, db.catalog, db.committer)
 	if cfg.TwoPhase {
-		if _, _, err := db.committer.Recover(ctx, db.acquire); err != nil {
+		if _, _, err := db.committer.Recover(ctx, db.pools); err != nil {
 			db.Close()
 			return nil, err
 		}
 	}
 	return db, nil
-}
-
-func (db *DB) acquire(ctx context.Context, ds int) (*pgconn.PgConn, func(error), error) {
-	c, err := db.pools[ds].Acquire(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return c.Conn().PgConn(), func(err error) { pgxLease{c}.Release(reusable(err)) }, nil
 }
 
 // Planner returns the DB's planner.
@@ -81,7 +73,7 @@ func (db *DB) Committer() *Committer { return db.committer }
 
 // Recover finishes prepared transactions a crash left behind (two-phase commit).
 func (db *DB) Recover(ctx context.Context) (committed, rolledBack int, err error) {
-	return db.committer.Recover(ctx, db.acquire)
+	return db.committer.Recover(ctx, db.pools)
 }
 
 // Close closes every pool.

@@ -43,6 +43,10 @@ func (e *ShardError) Unwrap() error { return e.Err }
 func (e *ShardError) SQLState() string {
 	var pe *pgconn.PgError
 	if errors.As(e.Err, &pe) {
+		switch pe.Code {
+		case "57P01", "57P02", "57P03": // the server is shutting down or starting: it is down
+			return "08006"
+		}
 		return pe.Code
 	}
 	return "08006"

@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 
@@ -124,6 +125,7 @@ type Plan struct {
 	singleOnly []string
 	// refuse, when set, is returned by every Bind: a construct no target can answer.
 	refuse error
+	memo   sync.Map // see Memo
 }
 
 // pinnedLit is a literal whose text the plan was made for (ORDER BY 1 names a column):
@@ -284,4 +286,19 @@ func (b *Bound) Explain() string {
 		sb.WriteString("  merge: concatenate rows, add up row counts\n")
 	}
 	return sb.String()
+}
+
+// Memo returns the value stored on the plan under key, computing it with make the first
+// time. Drivers keep what they learn about a statement (its described parameter types,
+// say) with its plan, so that it goes when the plan leaves the cache.
+func (p *Plan) Memo(key any, make func() (any, error)) (any, error) {
+	if v, ok := p.memo.Load(key); ok {
+		return v, nil
+	}
+	v, err := make()
+	if err != nil {
+		return nil, err
+	}
+	actual, _ := p.memo.LoadOrStore(key, v)
+	return actual, nil
 }

@@ -21,8 +21,13 @@ const ICUOptions = "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LO
 type Env struct {
 	Layout Layout
 	Rules  *rules.Compiled
-	Ref    PgConnRunner
+	// Ref runs statements on the unsharded reference (a PgConnRunner by default; a test
+	// may put another Runner over RefDSN in its place).
+	Ref    Runner
+	RefDSN string
 	DSNs   []string // the sharded layout's data sources
+	// Modes are the protocol forms reads run in (default: Modes).
+	Modes []string
 }
 
 // NewEnv creates the databases of a layout (dropped when the test ends) and loads the
@@ -53,6 +58,7 @@ func NewEnv(t *testing.T, layout Layout, options string) *Env {
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	env.Ref = PgConnRunner{Conn: conn}
+	env.RefDSN = refDSN
 	for _, stmt := range append(append([]string{}, Schema...), Data(1)...) {
 		if _, err := env.Ref.Simple(ctx, stmt); err != nil {
 			t.Fatalf("reference: %s: %v", stmt, err)
@@ -147,7 +153,11 @@ func (e *Env) RunReads(t *testing.T, sharded Runner, queries []Query) Outcome {
 	for i, q := range queries {
 		label := fmt.Sprintf("%s query %d", e.Layout.Name, i)
 		refused := false
-		for _, mode := range Modes {
+		modes := e.Modes
+		if modes == nil {
+			modes = Modes
+		}
+		for _, mode := range modes {
 			if q.Params == nil && mode == "binary" && i%2 == 1 {
 				continue // half the literal-only queries skip binary, to save time
 			}
@@ -171,6 +181,9 @@ func (e *Env) RunWrites(t *testing.T, sharded Runner) Outcome {
 	var out Outcome
 	for i, q := range Writes() {
 		mode := Modes[i%2]
+		if e.Modes != nil {
+			mode = e.Modes[i%len(e.Modes)]
+		}
 		if q.Params != nil {
 			mode = "text"
 		}

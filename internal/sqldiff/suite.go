@@ -175,6 +175,8 @@ func Queries() []Query {
 		p("SELECT order_id, status FROM t_order WHERE order_id IN ($1, $2, $3) ORDER BY order_id", true, "1", "2", "200"),
 		p("SELECT order_id FROM t_order WHERE order_id = $1 OR order_id = $2 ORDER BY order_id DESC", true, "-1", "0"),
 		p("SELECT order_id, amount FROM t_order WHERE order_id = $1", false, "5000000000"),
+		p("SELECT count(*) FROM t_order WHERE note = $1", false, ""),
+		p("SELECT order_id FROM t_order WHERE note = $1 OR status = $2 ORDER BY order_id", true, "", "paid"),
 		// Scans that span every shard, concatenated.
 		m("SELECT order_id, user_id, status FROM t_order WHERE qty > 3"),
 		m("SELECT * FROM t_order WHERE status IS NULL"),

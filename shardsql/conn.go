@@ -1,0 +1,477 @@
+package shardsql
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/shardlab/shardlab/sqlexec"
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// conn is one database/sql connection: a session over the data sources.
+type conn struct {
+	c      *Connector
+	s      *sqlexec.Session
+	closed bool
+}
+
+var (
+	_ driver.Conn               = (*conn)(nil)
+	_ driver.ConnPrepareContext = (*conn)(nil)
+	_ driver.ConnBeginTx        = (*conn)(nil)
+	_ driver.QueryerContext     = (*conn)(nil)
+	_ driver.ExecerContext      = (*conn)(nil)
+	_ driver.SessionResetter    = (*conn)(nil)
+	_ driver.Validator          = (*conn)(nil)
+)
+
+// typeMap encodes parameters and decodes results as pgx's own driver does.
+var typeMap = pgtype.NewMap()
+
+func (cn *conn) Prepare(query string) (driver.Stmt, error) {
+	return cn.PrepareContext(context.Background(), query)
+}
+
+// PrepareContext plans the statement once; every execution binds that plan, and each
+// shard prepares the statement it runs once per connection.
+func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	stmts := sqlplan.SplitStatements(query)
+	if len(stmts) > 1 {
+		return &stmt{cn: cn, query: query, multi: true}, nil
+	}
+	plan, err := cn.c.planner.Prepare(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return &stmt{cn: cn, query: query, plan: plan}, nil
+}
+
+func (cn *conn) Close() error {
+	if cn.closed {
+		return nil
+	}
+	cn.closed = true
+	return cn.s.Close(context.Background())
+}
+
+func (cn *conn) Begin() (driver.Tx, error) {
+	return cn.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+// BeginTx opens a transaction; data sources join it when a statement first needs them.
+func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	begin := "BEGIN"
+	switch sqlIsolation(opts.Isolation) {
+	case "":
+	case "?":
+		return nil, fmt.Errorf("shardsql: isolation level %d is not supported by PostgreSQL", opts.Isolation)
+	default:
+		begin += " ISOLATION LEVEL " + sqlIsolation(opts.Isolation)
+	}
+	if opts.ReadOnly {
+		begin += " READ ONLY"
+	}
+	if err := cn.s.Begin(begin); err != nil {
+		return nil, err
+	}
+	return tx{cn}, nil
+}
+
+// sqlIsolation maps database/sql's isolation levels (sql.IsolationLevel) to
+// PostgreSQL's: "" for the default, "?" for one PostgreSQL does not have.
+func sqlIsolation(level driver.IsolationLevel) string {
+	switch level {
+	case 0:
+		return ""
+	case 1, 2: // read uncommitted, read committed
+		return "READ COMMITTED"
+	case 4: // repeatable read
+		return "REPEATABLE READ"
+	case 6: // serializable
+		return "SERIALIZABLE"
+	}
+	return "?"
+}
+
+type tx struct{ cn *conn }
+
+func (t tx) Commit() error   { return t.cn.s.Commit(context.Background()) }
+func (t tx) Rollback() error { return t.cn.s.Rollback(context.Background()) }
+
+// ResetSession rolls back what a previous user left open.
+func (cn *conn) ResetSession(ctx context.Context) error {
+	if cn.s.InTransaction() {
+		return cn.s.Rollback(ctx)
+	}
+	return nil
+}
+
+func (cn *conn) IsValid() bool { return !cn.closed }
+
+func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	res, err := cn.run(ctx, query, args)
+	if err != nil {
+		return nil, err
+	}
+	return newRows(res)
+}
+
+func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	res, err := cn.run(ctx, query, args)
+	if err != nil {
+		return nil, err
+	}
+	return result(res.Tag), nil
+}
+
+// run executes a statement string: a single statement through a cached plan, several
+// (allowed without arguments, as pgx allows them) one after another.
+func (cn *conn) run(ctx context.Context, query string, args []driver.NamedValue) (*sqlexec.Result, error) {
+	if len(args) == 0 {
+		stmts := sqlplan.SplitStatements(query)
+		if len(stmts) != 1 {
+			var last *sqlexec.Result
+			for _, q := range stmts {
+				r, err := cn.runSimple(ctx, q)
+				if err != nil {
+					return nil, err
+				}
+				last = r
+			}
+			if last == nil {
+				last = &sqlexec.Result{}
+			}
+			return last, nil
+		}
+		return cn.runSimple(ctx, query)
+	}
+	plan, err := cn.c.planner.Prepare(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return cn.runPlan(ctx, plan, args)
+}
+
+// runSimple runs a statement without arguments: its literals are normalised so that
+// statements differing only in values share a plan.
+func (cn *conn) runSimple(ctx context.Context, query string) (*sqlexec.Result, error) {
+	plan, lits, err := cn.c.planner.PlanSimple(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	b, err := plan.BindSimple(query, lits)
+	if err != nil {
+		return nil, err
+	}
+	return cn.execute(ctx, b, sqlplan.Args{})
+}
+
+// description is what a statement's parameters are, learned once from a shard.
+type description struct {
+	paramOIDs []uint32
+}
+
+type describeKey struct{}
+
+func (cn *conn) describe(ctx context.Context, plan *sqlplan.Plan) (*description, error) {
+	v, err := plan.Memo(describeKey{}, func() (any, error) {
+		ds, sql := plan.DescribeSQL()
+		var d description
+		err := cn.c.pools.run(ctx, ds, func(pc *pgconn.PgConn) error {
+			sd, err := pc.Prepare(ctx, "", sql, nil)
+			if err != nil {
+				return err
+			}
+			d.paramOIDs = sd.ParamOIDs
+			return nil
+		})
+		if err != nil {
+			return nil, &sqlexec.ShardError{DataSource: ds, Name: cn.c.cfg.Rules.DataSources()[ds].Name, Err: err}
+		}
+		return &d, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*description), nil
+}
+
+func (p stdPools) run(ctx context.Context, ds int, fn func(*pgconn.PgConn) error) error {
+	l, err := p.Acquire(ctx, ds)
+	if err != nil {
+		return err
+	}
+	err = l.Run(ctx, fn)
+	var pe *pgconn.PgError
+	l.Release(err == nil || errors.As(err, &pe))
+	return err
+}
+
+// runPlan binds a plan to database/sql arguments and runs it.
+func (cn *conn) runPlan(ctx context.Context, plan *sqlplan.Plan, args []driver.NamedValue) (*sqlexec.Result, error) {
+	if len(args) != plan.NumParams {
+		return nil, fmt.Errorf("shardsql: the statement takes %d arguments, got %d", plan.NumParams, len(args))
+	}
+	var a sqlplan.Args
+	if len(args) > 0 {
+		d, err := cn.describe(ctx, plan)
+		if err != nil {
+			return nil, err
+		}
+		a.OIDs = d.paramOIDs
+		a.Values = make([][]byte, len(args))
+		for i, arg := range args {
+			v, err := encodeArg(arg.Value, d.paramOIDs[i])
+			if err != nil {
+				return nil, fmt.Errorf("shardsql: argument $%d: %w", i+1, err)
+			}
+			a.Values[i] = v
+		}
+	}
+	b, err := plan.Bind(a)
+	if err != nil {
+		return nil, err
+	}
+	return cn.execute(ctx, b, a)
+}
+
+// execute runs a bound statement; transaction statements act on the session.
+func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args) (*sqlexec.Result, error) {
+	pl := b.Plan
+	switch pl.Kind {
+	case sqlplan.KindEmpty:
+		return &sqlexec.Result{}, nil
+	case sqlplan.KindTransaction:
+		return cn.transaction(ctx, pl)
+	case sqlplan.KindSet, sqlplan.KindDiscard:
+		return nil, &pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeFeatureNotSupported,
+			Message: "shardlab: SET, RESET and DISCARD on a database/sql handle (its connections are pooled per data source): set run-time parameters in the data sources' DSNs"}
+	case sqlplan.KindCopy:
+		return nil, &pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeFeatureNotSupported,
+			Message: "shardlab: COPY through database/sql; use INSERT, or the wire proxy"}
+	}
+	res, err := cn.c.engine.Execute(ctx, b, a, nil, cn.s)
+	if pl.Kind == sqlplan.KindDDL {
+		cn.c.catalog.Invalidate()
+		cn.c.planner.Invalidate()
+	}
+	return res, err
+}
+
+// transaction carries out BEGIN, COMMIT, ROLLBACK and savepoints sent as statements.
+func (cn *conn) transaction(ctx context.Context, pl *sqlplan.Plan) (*sqlexec.Result, error) {
+	tag := ""
+	var err error
+	switch pl.Tx {
+	case sqlplan.TxBegin:
+		tag, err = "BEGIN", cn.s.Begin("BEGIN")
+	case sqlplan.TxCommit:
+		tag, err = "COMMIT", cn.s.Commit(ctx)
+	case sqlplan.TxRollback:
+		tag, err = "ROLLBACK", cn.s.Rollback(ctx)
+	default:
+		name := savepointName(pl.SQL)
+		switch pl.Tx {
+		case sqlplan.TxSavepoint:
+			tag, err = "SAVEPOINT", cn.s.Savepoint(ctx, name)
+		case sqlplan.TxRelease:
+			tag, err = "RELEASE", cn.s.ReleaseSavepoint(ctx, name)
+		case sqlplan.TxRollbackTo:
+			tag, err = "ROLLBACK", cn.s.RollbackTo(ctx, name)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &sqlexec.Result{Tag: pgconn.NewCommandTag(tag)}, nil
+}
+
+// savepointName is the last word of SAVEPOINT x, RELEASE [SAVEPOINT] x and ROLLBACK TO
+// [SAVEPOINT] x.
+func savepointName(sql string) string {
+	f := strings.Fields(strings.TrimSuffix(strings.TrimSpace(sql), ";"))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[len(f)-1]
+}
+
+// encodeArg writes a database/sql value as PostgreSQL text for a parameter of type oid
+// (0 when the server could not tell).
+func encodeArg(v any, oid uint32) ([]byte, error) {
+	if v == nil {
+		return nil, nil
+	}
+	if oid != 0 {
+		if _, ok := typeMap.TypeForOID(oid); ok {
+			buf, err := typeMap.Encode(oid, pgtype.TextFormatCode, v, nil)
+			if err == nil {
+				if buf == nil {
+					buf = []byte{} // an empty value, not NULL
+				}
+				return buf, nil
+			}
+		}
+	}
+	switch x := v.(type) {
+	case string:
+		return append([]byte{}, x...), nil
+	case []byte:
+		return append([]byte{}, x...), nil
+	case int64:
+		return strconv.AppendInt(nil, x, 10), nil
+	case float64:
+		return strconv.AppendFloat(nil, x, 'g', -1, 64), nil
+	case bool:
+		if x {
+			return []byte("t"), nil
+		}
+		return []byte("f"), nil
+	case time.Time:
+		return []byte(x.Format("2006-01-02 15:04:05.999999999Z07:00")), nil
+	}
+	return nil, fmt.Errorf("cannot send a %T", v)
+}
+
+// stmt is a prepared statement: one plan, bound at each execution.
+type stmt struct {
+	cn    *conn
+	query string
+	plan  *sqlplan.Plan
+	multi bool // several statements: run as a string, without arguments
+}
+
+var (
+	_ driver.StmtQueryContext = (*stmt)(nil)
+	_ driver.StmtExecContext  = (*stmt)(nil)
+)
+
+func (s *stmt) Close() error { return nil }
+
+func (s *stmt) NumInput() int {
+	if s.multi {
+		return 0
+	}
+	return s.plan.NumParams
+}
+
+func (s *stmt) Exec(args []driver.Value) (driver.Result, error) {
+	return s.ExecContext(context.Background(), named(args))
+}
+
+func (s *stmt) Query(args []driver.Value) (driver.Rows, error) {
+	return s.QueryContext(context.Background(), named(args))
+}
+
+func (s *stmt) exec(ctx context.Context, args []driver.NamedValue) (*sqlexec.Result, error) {
+	if s.multi {
+		return s.cn.run(ctx, s.query, nil)
+	}
+	return s.cn.runPlan(ctx, s.plan, args)
+}
+
+func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	res, err := s.exec(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	return result(res.Tag), nil
+}
+
+func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	res, err := s.exec(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	return newRows(res)
+}
+
+func named(args []driver.Value) []driver.NamedValue {
+	out := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		out[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+	}
+	return out
+}
+
+// result is a statement's row count.
+type result pgconn.CommandTag
+
+func (r result) LastInsertId() (int64, error) {
+	return 0, errors.New("shardsql: LastInsertId is not supported; use INSERT ... RETURNING")
+}
+
+func (r result) RowsAffected() (int64, error) { return pgconn.CommandTag(r).RowsAffected(), nil }
+
+// rows reads a result that the engine has already gathered (and merged).
+type rows struct {
+	res    *sqlexec.Result
+	next   int
+	decode []func([]byte) (driver.Value, error)
+}
+
+var _ driver.RowsColumnTypeDatabaseTypeName = (*rows)(nil)
+
+func newRows(res *sqlexec.Result) (*rows, error) {
+	r := &rows{res: res}
+	for _, f := range res.Fields {
+		oid, format := f.DataTypeOID, f.Format
+		t, ok := typeMap.TypeForOID(oid)
+		if !ok {
+			r.decode = append(r.decode, func(b []byte) (driver.Value, error) { return string(b), nil })
+			continue
+		}
+		codec := t.Codec
+		r.decode = append(r.decode, func(b []byte) (driver.Value, error) {
+			return codec.DecodeDatabaseSQLValue(typeMap, oid, format, b)
+		})
+	}
+	return r, nil
+}
+
+func (r *rows) Columns() []string {
+	out := make([]string, len(r.res.Fields))
+	for i, f := range r.res.Fields {
+		out[i] = f.Name
+	}
+	return out
+}
+
+func (r *rows) Close() error { return nil }
+
+func (r *rows) Next(dest []driver.Value) error {
+	if r.next >= len(r.res.Rows) {
+		return io.EOF
+	}
+	row := r.res.Rows[r.next]
+	r.next++
+	for i, v := range row {
+		if v == nil {
+			dest[i] = nil
+			continue
+		}
+		val, err := r.decode[i](v)
+		if err != nil {
+			return fmt.Errorf("shardsql: column %s: %w", r.res.Fields[i].Name, err)
+		}
+		dest[i] = val
+	}
+	return nil
+}
+
+// ColumnTypeDatabaseTypeName returns the column's PostgreSQL type name, upper case.
+func (r *rows) ColumnTypeDatabaseTypeName(i int) string {
+	if t, ok := typeMap.TypeForOID(r.res.Fields[i].DataTypeOID); ok {
+		return strings.ToUpper(t.Name)
+	}
+	return ""
+}

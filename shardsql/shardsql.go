@@ -1,0 +1,248 @@
+// Package shardsql is a database/sql driver for a sharded database: a Go program keeps
+// using database/sql (and whatever sits on it, sqlx or sqlc's output) and gets sharding
+// by opening a different handle. It is the in-process counterpart of the wire proxy,
+// as Sharding-JDBC is of ShardingSphere-Proxy.
+//
+//	db, err := shardsql.Open(shardsql.Config{Rules: compiled})
+//	// or, with the driver registered under "shardlab":
+//	db, err := sql.Open("shardlab", "rules.toml")
+//
+// Statements are written against logical tables with PostgreSQL's $1, $2 placeholders;
+// the SQL core (packages sqlplan and sqlexec) routes them to the shards, rewrites table
+// names and merges cross-shard answers exactly, or refuses them with SQLSTATE 0A000.
+// Behind it sit the shards' own drivers: pgx's database/sql driver, one pool per data
+// source.
+//
+// # Transactions
+//
+// A transaction opens a transaction on each data source a statement of it touches and
+// commits them all at the end. By default the commit is best effort: data sources
+// commit one after another, and if data source 2 fails after data source 1 committed,
+// data source 1's part stays committed and Commit returns an error naming both, a
+// half-applied transaction. With Config.TwoPhase, Commit uses PostgreSQL's two-phase
+// commit (PREPARE TRANSACTION, then COMMIT PREPARED), which needs
+// max_prepared_transactions above zero on every data source; Open first finishes any
+// prepared transaction a crash left behind. See sqlexec.Committer.
+//
+// # Errors
+//
+// An error from a shard is a *sqlexec.ShardError naming the data source; errors.As
+// still finds the server's *pgconn.PgError with its SQLSTATE. A data source that is
+// down fails only the statements that need it. Cancelling a statement's context
+// cancels its query on every shard it runs on.
+package shardsql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/shardlab/shardlab/rules"
+	"github.com/shardlab/shardlab/sqlexec"
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// DriverName is the name the driver registers with database/sql.
+const DriverName = "shardlab"
+
+func init() { sql.Register(DriverName, Driver{}) }
+
+// DefaultMaxConns is the default size of each data source's pool.
+const DefaultMaxConns = 20
+
+// Config describes a sharded database.
+type Config struct {
+	// Rules are the compiled sharding rules; their data sources are PostgreSQL DSNs.
+	Rules *rules.Compiled
+	// TwoPhase commits transactions that span data sources with two-phase commit.
+	TwoPhase bool
+	// MaxConns bounds each data source's pool; default DefaultMaxConns.
+	MaxConns int
+	// PlanCacheSize bounds the plan cache (sqlplan.Options.CacheSize).
+	PlanCacheSize int
+	// PhaseHook, when set, is called at each stage of a two-phase commit
+	// (sqlexec.StagePrepared, sqlexec.StageCommitted). It is for tests that crash a
+	// process between the phases.
+	PhaseHook func(stage string)
+}
+
+// Driver is the database/sql driver. Its data source name is the path of a rules file
+// (see package rules), optionally followed by ?two_phase=true&max_conns=N.
+type Driver struct{}
+
+var _ driver.DriverContext = Driver{}
+
+// Open implements driver.Driver.
+func (d Driver) Open(name string) (driver.Conn, error) {
+	c, err := d.OpenConnector(name)
+	if err != nil {
+		return nil, err
+	}
+	return c.Connect(context.Background())
+}
+
+// OpenConnector implements driver.DriverContext: it reads the rules file once.
+func (Driver) OpenConnector(name string) (driver.Connector, error) {
+	cfg, err := ParseDSN(name)
+	if err != nil {
+		return nil, err
+	}
+	return NewConnector(context.Background(), cfg)
+}
+
+// ParseDSN reads a data source name: a rules file path, then optional query
+// parameters two_phase (a boolean) and max_conns (an integer).
+func ParseDSN(name string) (Config, error) {
+	path, query, _ := strings.Cut(name, "?")
+	if path == "" {
+		return Config{}, errors.New("shardsql: the data source name must be the path of a rules file")
+	}
+	var cfg Config
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return cfg, fmt.Errorf("shardsql: data source name %q: %w", name, err)
+	}
+	for k, v := range q {
+		switch k {
+		case "two_phase":
+			if cfg.TwoPhase, err = strconv.ParseBool(v[0]); err != nil {
+				return cfg, fmt.Errorf("shardsql: two_phase=%q: want true or false", v[0])
+			}
+		case "max_conns":
+			if cfg.MaxConns, err = strconv.Atoi(v[0]); err != nil || cfg.MaxConns < 1 {
+				return cfg, fmt.Errorf("shardsql: max_conns=%q: want a positive integer", v[0])
+			}
+		default:
+			return cfg, fmt.Errorf("shardsql: unknown parameter %q in the data source name (want two_phase, max_conns)", k)
+		}
+	}
+	if cfg.Rules, err = rules.Load(path); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// Open returns a *sql.DB over the sharded database cfg describes. Closing it closes the
+// data sources' pools.
+func Open(cfg Config) (*sql.DB, error) {
+	c, err := NewConnector(context.Background(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(c), nil
+}
+
+// Connector is a sharded database's driver.Connector: the data sources' pools and the
+// SQL core shared by every connection sql.DB makes.
+type Connector struct {
+	cfg       Config
+	pools     stdPools
+	planner   *sqlplan.Planner
+	catalog   *sqlexec.Catalog
+	committer *sqlexec.Committer
+	engine    *sqlexec.Engine
+	closeOnce sync.Once
+}
+
+var _ driver.Connector = (*Connector)(nil)
+
+// NewConnector opens a pool per data source (connections are made on demand) and, with
+// TwoPhase, recovers prepared transactions a crash left behind.
+func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
+	if cfg.Rules == nil {
+		return nil, errors.New("shardsql: Config.Rules is nil")
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.MaxConns < 1 {
+		return nil, fmt.Errorf("shardsql: MaxConns must be at least 1, got %d", cfg.MaxConns)
+	}
+	c := &Connector{cfg: cfg}
+	for _, ds := range cfg.Rules.DataSources() {
+		pc, err := pgx.ParseConfig(ds.DSN)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("shardsql: data source %s: %w", ds.Name, err)
+		}
+		db := stdlib.OpenDB(*pc)
+		db.SetMaxOpenConns(cfg.MaxConns)
+		db.SetMaxIdleConns(cfg.MaxConns)
+		c.pools = append(c.pools, db)
+	}
+	c.catalog = sqlexec.NewCatalog(cfg.Rules, c.pools)
+	c.planner = sqlplan.New(cfg.Rules, c.catalog, sqlplan.Options{CacheSize: cfg.PlanCacheSize})
+	c.committer = sqlexec.NewCommitter(cfg.Rules, cfg.TwoPhase)
+	if cfg.PhaseHook != nil {
+		c.committer.SetPhaseHook(cfg.PhaseHook)
+	}
+	c.engine = sqlexec.NewEngine(cfg.Rules, c.catalog, c.committer)
+	if cfg.TwoPhase {
+		if _, _, err := c.committer.Recover(ctx, c.pools); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Connect implements driver.Connector: a logical connection, holding shard
+// connections only while it needs them.
+func (c *Connector) Connect(context.Context) (driver.Conn, error) {
+	return &conn{c: c, s: sqlexec.NewSession(c.pools, c.committer)}, nil
+}
+
+// Driver implements driver.Connector.
+func (c *Connector) Driver() driver.Driver { return Driver{} }
+
+// Planner returns the connector's planner (to explain a statement's plan).
+func (c *Connector) Planner() *sqlplan.Planner { return c.planner }
+
+// Close closes the data sources' pools; sql.DB.Close calls it.
+func (c *Connector) Close() error {
+	var first error
+	c.closeOnce.Do(func() {
+		for _, p := range c.pools {
+			if err := p.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+	})
+	return first
+}
+
+// stdPools lends connections of pgx's database/sql driver, one pool per data source.
+type stdPools []*sql.DB
+
+func (p stdPools) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
+	c, err := p[ds].Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return stdLease{c}, nil
+}
+
+// stdLease is one *sql.Conn; its pgx connection is reached inside Raw.
+type stdLease struct{ c *sql.Conn }
+
+func (l stdLease) Run(_ context.Context, fn func(*pgconn.PgConn) error) error {
+	return l.c.Raw(func(dc any) error { return fn(dc.(*stdlib.Conn).Conn().PgConn()) })
+}
+
+func (l stdLease) Release(reuse bool) {
+	if !reuse {
+		// database/sql discards a connection whose Raw callback says it is bad.
+		l.c.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	l.c.Close()
+}

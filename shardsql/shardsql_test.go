@@ -1,0 +1,273 @@
+package shardsql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/internal/sqldiff"
+	"github.com/shardlab/shardlab/rules"
+	"github.com/shardlab/shardlab/shardsql"
+	"github.com/shardlab/shardlab/sqlexec"
+)
+
+func openDriver(t *testing.T, c *rules.Compiled, twoPhase bool) *sql.DB {
+	t.Helper()
+	db, err := shardsql.Open(shardsql.Config{Rules: c, TwoPhase: twoPhase})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// TestDifferentialThroughDriver runs the core's differential suite through
+// database/sql: pgx's driver on one unsharded database against shardlab's driver on
+// the sharded layouts, comparing the Go values each hands out.
+func TestDifferentialThroughDriver(t *testing.T) {
+	for _, layout := range sqldiff.Layouts() {
+		t.Run(layout.Name, func(t *testing.T) {
+			env := sqldiff.NewEnv(t, layout, "")
+			ref, err := sql.Open("pgx", env.RefDSN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			env.Ref = sqldiff.SQLRunner{DB: ref}
+			env.Modes = []string{"simple", "text"}
+			sharded := sqldiff.SQLRunner{DB: openDriver(t, env.Rules, false)}
+			env.Load(t, sharded)
+			env.CheckPlacement(t)
+			reads := env.RunReads(t, sharded, append(sqldiff.Queries(), sqldiff.Random(7, 30)...))
+			writes := env.RunWrites(t, sharded)
+			t.Logf("%s through database/sql: %d reads (%d equal, %d refused), %d writes (%d equal, %d refused)",
+				layout.Name, reads.Total, reads.Equal, reads.Refused, writes.Total, writes.Equal, writes.Refused)
+		})
+	}
+}
+
+// kv spreads table kv (k int primary key, v text) over dsns by k mod n.
+func kv(t testing.TB, dsns []string) *rules.Compiled {
+	t.Helper()
+	r := rules.Rules{Tables: []rules.Table{{Name: "kv", Strategy: rules.Strategy{Column: "k", Type: rules.TypeInt4, Algorithm: rules.AlgorithmMod}}}}
+	for i, d := range dsns {
+		r.DataSources = append(r.DataSources, rules.DataSource{Name: fmt.Sprintf("ds_%d", i), DSN: d})
+	}
+	c, err := rules.Compile(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func countRows(t *testing.T, dsns []string) []int {
+	t.Helper()
+	var out []int
+	for _, d := range dsns {
+		db, err := sql.Open("pgx", d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := db.QueryRow("SELECT count(*) FROM kv").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestTransactions: a transaction commits, and rolls back, on every shard it touched;
+// prepared statements keep one plan; rows scan into Go values.
+func TestTransactions(t *testing.T) {
+	ctx := context.Background()
+	var dsns []string
+	for i := range 3 {
+		dsns = append(dsns, pgtest.NewDatabase(t, fmt.Sprintf("drv%d", i)))
+	}
+	db := openDriver(t, kv(t, dsns), false)
+	if _, err := db.Exec("CREATE TABLE kv (k int PRIMARY KEY, v text, at timestamptz DEFAULT now())"); err != nil {
+		t.Fatal(err)
+	}
+	ins, err := db.Prepare("INSERT INTO kv (k, v) VALUES ($1, $2)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ins.Close()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 6 {
+		if _, err := tx.Stmt(ins).Exec(k, fmt.Sprint("v", k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if got := countRows(t, dsns); fmt.Sprint(got) != "[0 0 0]" {
+		t.Errorf("after rollback: %v", got)
+	}
+	tx, _ = db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	for k := range 6 {
+		if _, err := tx.Exec("INSERT INTO kv (k, v) VALUES ($1, $2)", k, fmt.Sprint("v", k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := countRows(t, dsns); fmt.Sprint(got) != "[2 2 2]" {
+		t.Errorf("after commit: %v", got)
+	}
+	var (
+		k  int
+		v  string
+		at time.Time
+	)
+	if err := db.QueryRow("SELECT k, v, at FROM kv WHERE k = $1", 4).Scan(&k, &v, &at); err != nil || k != 4 || v != "v4" || at.IsZero() {
+		t.Errorf("scan: %d %q %v %v", k, v, at, err)
+	}
+	var n int64
+	if err := db.QueryRow("SELECT count(*) FROM kv").Scan(&n); err != nil || n != 6 {
+		t.Errorf("count across shards: %d %v", n, err)
+	}
+	res, err := db.Exec("UPDATE kv SET v = 'x' WHERE k > $1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := res.RowsAffected(); got != 4 {
+		t.Errorf("rows affected across shards: %d, want 4", got)
+	}
+	// A refusal is a *pgconn.PgError with SQLSTATE 0A000.
+	var pe *pgconn.PgError
+	if _, err := db.Exec("INSERT INTO kv (v) VALUES ('no key')"); !errors.As(err, &pe) || pe.Code != "0A000" {
+		t.Errorf("insert without a key: %v", err)
+	}
+}
+
+// TestDeadShardFailsOnlyItsStatements stops the server of one data source: statements
+// routed elsewhere keep working, and those that need it fail with an error naming it.
+func TestDeadShardFailsOnlyItsStatements(t *testing.T) {
+	a := pgtest.StartCluster(t)
+	b := pgtest.StartCluster(t)
+	dsns := []string{a.NewDatabase("alive"), b.NewDatabase("dying")}
+	db := openDriver(t, kv(t, dsns), false)
+	if _, err := db.Exec("CREATE TABLE kv (k int PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO kv VALUES (0, 'a'), (1, 'b'), (2, 'c'), (3, 'd')"); err != nil {
+		t.Fatal(err)
+	}
+	b.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var v string
+	if err := db.QueryRowContext(ctx, "SELECT v FROM kv WHERE k = $1", 2).Scan(&v); err != nil || v != "c" {
+		t.Errorf("a read on the live shard: %q %v", v, err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO kv VALUES ($1, 'e')", 4); err != nil {
+		t.Errorf("a write on the live shard: %v", err)
+	}
+	_, err := db.ExecContext(ctx, "UPDATE kv SET v = 'z' WHERE k = $1", 3)
+	var se *sqlexec.ShardError
+	if !errors.As(err, &se) || se.Name != "ds_1" || se.SQLState() != "08006" {
+		t.Errorf("a write on the dead shard: %v (want a ShardError naming ds_1, SQLSTATE 08006)", err)
+	}
+	if _, err := db.QueryContext(ctx, "SELECT count(*) FROM kv"); !errors.As(err, &se) || se.Name != "ds_1" {
+		t.Errorf("a read across shards: %v (want a ShardError naming ds_1)", err)
+	}
+	b.Start()
+	if _, err := db.ExecContext(ctx, "UPDATE kv SET v = 'z' WHERE k = $1", 3); err != nil {
+		t.Errorf("after the shard came back: %v", err)
+	}
+}
+
+// TestCancelReachesEveryShard cancels a statement running on every shard: each
+// shard's query stops, not only the client's wait.
+func TestCancelReachesEveryShard(t *testing.T) {
+	var dsns []string
+	for i := range 3 {
+		dsns = append(dsns, pgtest.NewDatabase(t, fmt.Sprintf("cancel%d", i)))
+	}
+	db := openDriver(t, kv(t, dsns), false)
+	if _, err := db.Exec("CREATE TABLE kv (k int PRIMARY KEY, v text); INSERT INTO kv VALUES (0, 'a'), (1, 'b'), (2, 'c')"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := db.QueryContext(ctx, "SELECT k, pg_sleep(30) FROM kv WHERE v > $1", "")
+	if err == nil || time.Since(start) > 10*time.Second {
+		t.Fatalf("the statement was not cancelled: %v after %v", err, time.Since(start))
+	}
+	// No shard may still be sleeping.
+	deadline := time.Now().Add(5 * time.Second)
+	for _, d := range dsns {
+		check, _ := sql.Open("pgx", d)
+		for {
+			var n int
+			if err := check.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%pg_sleep%' AND state = 'active' AND pid <> pg_backend_pid()").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s still runs the cancelled query", d)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		check.Close()
+	}
+}
+
+// TestRegisteredDriver opens the database through sql.Open("shardlab", rules file).
+func TestRegisteredDriver(t *testing.T) {
+	dsn := pgtest.NewDatabase(t, "registered")
+	file := filepath.Join(t.TempDir(), "rules.toml")
+	content := fmt.Sprintf("[[data_source]]\nname = \"ds_0\"\ndsn = %q\n\n[[sharded_table]]\nname = \"kv\"\ncolumn = \"k\"\n", dsn)
+	if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open(shardsql.DriverName, file+"?max_conns=4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE TABLE kv (k bigint PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO kv VALUES ($1, $2)", int64(7), "seven"); err != nil {
+		t.Fatal(err)
+	}
+	var v string
+	if err := db.QueryRow("SELECT v FROM kv WHERE k = $1", 7).Scan(&v); err != nil || v != "seven" {
+		t.Errorf("%q %v", v, err)
+	}
+	for _, bad := range []string{"", file + "?two_phase=maybe", file + "?colour=red", filepath.Join(t.TempDir(), "missing.toml")} {
+		db, err := sql.Open(shardsql.DriverName, bad)
+		if err == nil {
+			err = db.Ping()
+			db.Close()
+		}
+		if err == nil {
+			t.Errorf("sql.Open(%q) was accepted", bad)
+		}
+	}
+	if _, err := shardsql.ParseDSN(file + "?two_phase=true&max_conns=3"); err != nil {
+		t.Error(err)
+	}
+}
