@@ -20,7 +20,8 @@ import (
 // conn is one database/sql connection: a session over the data sources.
 type conn struct {
 	c      *Connector
-	s      *sqlexec.Session
+	s      *sqlexec.Session // PostgreSQL data sources
+	sq     *sqliteSession   // SQLite data sources
 	closed bool
 }
 
@@ -60,6 +61,9 @@ func (cn *conn) Close() error {
 		return nil
 	}
 	cn.closed = true
+	if cn.sq != nil {
+		return cn.sq.end(false)
+	}
 	return cn.s.Close(context.Background())
 }
 
@@ -79,6 +83,9 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 	}
 	if opts.ReadOnly {
 		begin += " READ ONLY"
+	}
+	if cn.sq != nil {
+		return tx{cn}, cn.sq.begin()
 	}
 	if err := cn.s.Begin(begin); err != nil {
 		return nil, err
@@ -104,11 +111,25 @@ func sqlIsolation(level driver.IsolationLevel) string {
 
 type tx struct{ cn *conn }
 
-func (t tx) Commit() error   { return t.cn.s.Commit(context.Background()) }
-func (t tx) Rollback() error { return t.cn.s.Rollback(context.Background()) }
+func (t tx) Commit() error {
+	if t.cn.sq != nil {
+		return t.cn.sq.end(true)
+	}
+	return t.cn.s.Commit(context.Background())
+}
+
+func (t tx) Rollback() error {
+	if t.cn.sq != nil {
+		return t.cn.sq.end(false)
+	}
+	return t.cn.s.Rollback(context.Background())
+}
 
 // ResetSession rolls back what a previous user left open.
 func (cn *conn) ResetSession(ctx context.Context) error {
+	if cn.sq != nil {
+		return cn.sq.end(false)
+	}
 	if cn.s.InTransaction() {
 		return cn.s.Rollback(ctx)
 	}
@@ -122,7 +143,7 @@ func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.Na
 	if err != nil {
 		return nil, err
 	}
-	return newRows(res)
+	return newRows(res, cn.sq != nil)
 }
 
 func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
@@ -172,7 +193,7 @@ func (cn *conn) runSimple(ctx context.Context, query string) (*sqlexec.Result, e
 	if err != nil {
 		return nil, err
 	}
-	return cn.execute(ctx, b, sqlplan.Args{})
+	return cn.execute(ctx, b, sqlplan.Args{}, nil)
 }
 
 // description is what a statement's parameters are, learned once from a shard.
@@ -222,7 +243,16 @@ func (cn *conn) runPlan(ctx context.Context, plan *sqlplan.Plan, args []driver.N
 		return nil, fmt.Errorf("shardsql: the statement takes %d arguments, got %d", plan.NumParams, len(args))
 	}
 	var a sqlplan.Args
-	if len(args) > 0 {
+	if cn.sq != nil {
+		// SQLite shards take the Go values; the text form only routes.
+		for _, arg := range args {
+			v, err := encodeArg(arg.Value, 0)
+			if err != nil {
+				return nil, err
+			}
+			a.Values = append(a.Values, v)
+		}
+	} else if len(args) > 0 {
 		d, err := cn.describe(ctx, plan)
 		if err != nil {
 			return nil, err
@@ -241,11 +271,11 @@ func (cn *conn) runPlan(ctx context.Context, plan *sqlplan.Plan, args []driver.N
 	if err != nil {
 		return nil, err
 	}
-	return cn.execute(ctx, b, a)
+	return cn.execute(ctx, b, a, args)
 }
 
 // execute runs a bound statement; transaction statements act on the session.
-func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args) (*sqlexec.Result, error) {
+func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args, args []driver.NamedValue) (*sqlexec.Result, error) {
 	pl := b.Plan
 	switch pl.Kind {
 	case sqlplan.KindEmpty:
@@ -259,9 +289,17 @@ func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args) (
 		return nil, &pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeFeatureNotSupported,
 			Message: "shardlab: COPY through database/sql; use INSERT, or the wire proxy"}
 	}
-	res, err := cn.c.engine.Execute(ctx, b, a, nil, cn.s)
+	var res *sqlexec.Result
+	var err error
+	if cn.sq != nil {
+		res, err = cn.sq.run(ctx, b, args)
+	} else {
+		res, err = cn.c.engine.Execute(ctx, b, a, nil, cn.s)
+	}
 	if pl.Kind == sqlplan.KindDDL {
-		cn.c.catalog.Invalidate()
+		if cn.c.catalog != nil {
+			cn.c.catalog.Invalidate()
+		}
 		cn.c.planner.Invalidate()
 	}
 	return res, err
@@ -271,6 +309,22 @@ func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args) (
 func (cn *conn) transaction(ctx context.Context, pl *sqlplan.Plan) (*sqlexec.Result, error) {
 	tag := ""
 	var err error
+	if cn.sq != nil {
+		switch pl.Tx {
+		case sqlplan.TxBegin:
+			tag, err = "BEGIN", cn.sq.begin()
+		case sqlplan.TxCommit:
+			tag, err = "COMMIT", cn.sq.end(true)
+		case sqlplan.TxRollback:
+			tag, err = "ROLLBACK", cn.sq.end(false)
+		default:
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeFeatureNotSupported, Message: "shardlab: savepoints on SQLite shards"}
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &sqlexec.Result{Tag: pgconn.NewCommandTag(tag)}, nil
+	}
 	switch pl.Tx {
 	case sqlplan.TxBegin:
 		tag, err = "BEGIN", cn.s.Begin("BEGIN")
@@ -392,7 +446,7 @@ func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driv
 	if err != nil {
 		return nil, err
 	}
-	return newRows(res)
+	return newRows(res, s.cn.sq != nil)
 }
 
 func named(args []driver.Value) []driver.NamedValue {
@@ -421,10 +475,16 @@ type rows struct {
 
 var _ driver.RowsColumnTypeDatabaseTypeName = (*rows)(nil)
 
-func newRows(res *sqlexec.Result) (*rows, error) {
+// newRows reads a result; lite marks SQLite shards, whose numbers come back as the
+// int64 or float64 SQLite gave.
+func newRows(res *sqlexec.Result, lite bool) (*rows, error) {
 	r := &rows{res: res}
 	for _, f := range res.Fields {
 		oid, format := f.DataTypeOID, f.Format
+		if lite && (oid == oidNumeric || oid == 701) {
+			r.decode = append(r.decode, sqliteNumber)
+			continue
+		}
 		t, ok := typeMap.TypeForOID(oid)
 		if !ok {
 			r.decode = append(r.decode, func(b []byte) (driver.Value, error) { return string(b), nil })

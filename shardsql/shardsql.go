@@ -77,7 +77,9 @@ type Config struct {
 }
 
 // Driver is the database/sql driver. Its data source name is the path of a rules file
-// (see package rules), optionally followed by ?two_phase=true&max_conns=N.
+// (see package rules), optionally followed by ?two_phase=true&max_conns=N. Data
+// sources are PostgreSQL DSNs, or "sqlite:PATH" for SQLite files (see sqlite.go for
+// the part of the SQL they take).
 type Driver struct{}
 
 var _ driver.DriverContext = Driver{}
@@ -147,6 +149,7 @@ func Open(cfg Config) (*sql.DB, error) {
 type Connector struct {
 	cfg       Config
 	pools     stdPools
+	sqlite    *sqliteShards // set when the data sources are SQLite files
 	planner   *sqlplan.Planner
 	catalog   *sqlexec.Catalog
 	committer *sqlexec.Committer
@@ -169,6 +172,22 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 		return nil, fmt.Errorf("shardsql: MaxConns must be at least 1, got %d", cfg.MaxConns)
 	}
 	c := &Connector{cfg: cfg}
+	lite, err := isSQLite(cfg.Rules)
+	if err != nil {
+		return nil, err
+	}
+	if lite {
+		if cfg.TwoPhase {
+			return nil, errors.New("shardsql: two-phase commit needs PostgreSQL data sources; SQLite has no PREPARE TRANSACTION")
+		}
+		if c.sqlite, err = openSQLite(ctx, cfg.Rules); err != nil {
+			return nil, err
+		}
+		c.planner = sqlplan.New(cfg.Rules, sqliteCatalog{c.sqlite}, sqlplan.Options{CacheSize: cfg.PlanCacheSize})
+		c.committer = sqlexec.NewCommitter(cfg.Rules, false)
+		c.engine = sqlexec.NewEngine(cfg.Rules, nil, c.committer)
+		return c, nil
+	}
 	for _, ds := range cfg.Rules.DataSources() {
 		pc, err := pgx.ParseConfig(ds.DSN)
 		if err != nil {
@@ -199,6 +218,9 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 // Connect implements driver.Connector: a logical connection, holding shard
 // connections only while it needs them.
 func (c *Connector) Connect(context.Context) (driver.Conn, error) {
+	if c.sqlite != nil {
+		return &conn{c: c, sq: &sqliteSession{c: c}}, nil
+	}
 	return &conn{c: c, s: sqlexec.NewSession(c.pools, c.committer)}, nil
 }
 
@@ -212,6 +234,9 @@ func (c *Connector) Planner() *sqlplan.Planner { return c.planner }
 func (c *Connector) Close() error {
 	var first error
 	c.closeOnce.Do(func() {
+		if c.sqlite != nil {
+			first = c.sqlite.close()
+		}
 		for _, p := range c.pools {
 			if err := p.Close(); err != nil && first == nil {
 				first = err

@@ -92,6 +92,41 @@ func (e *Engine) Execute(ctx context.Context, b *sqlplan.Bound, args sqlplan.Arg
 	if err != nil {
 		return nil, err
 	}
+	return e.combine(ctx, b, results, resultFormats, CombineOptions{})
+}
+
+// ShardResult is what one target answered, for Combine.
+type ShardResult struct {
+	Fields []pgconn.FieldDescription
+	Rows   [][][]byte
+	Tag    pgconn.CommandTag
+}
+
+// CombineOptions adapt the merge to shards that are not PostgreSQL.
+type CombineOptions struct {
+	// FloatAvg computes avg as a double precision division, as SQLite's avg does,
+	// instead of PostgreSQL's numeric division.
+	FloatAvg bool
+	// TextByteOrder vouches that text compares byte by byte on every shard (SQLite's
+	// BINARY collation), so no catalog is asked.
+	TextByteOrder bool
+	// NullsSmallest sorts NULL below every value where the statement does not say NULLS
+	// FIRST or LAST, as SQLite does (PostgreSQL sorts it above).
+	NullsSmallest bool
+}
+
+// Combine answers a bound statement from its targets' results, gathered by the caller
+// in target order (an executor for shards that do not speak PostgreSQL's protocol): the
+// same merge, concatenation or broadcast rule as Execute.
+func (e *Engine) Combine(ctx context.Context, b *sqlplan.Bound, results []ShardResult, resultFormats []int16, opts CombineOptions) (*Result, error) {
+	rs := make([]targetResult, len(results))
+	for i, r := range results {
+		rs[i] = targetResult{fields: r.Fields, rows: r.Rows, tag: r.Tag}
+	}
+	return e.combine(ctx, b, rs, resultFormats, opts)
+}
+
+func (e *Engine) combine(ctx context.Context, b *sqlplan.Bound, results []targetResult, resultFormats []int16, opts CombineOptions) (*Result, error) {
 	switch {
 	case len(results) == 1:
 		r := results[0]
@@ -100,7 +135,7 @@ func (e *Engine) Execute(ctx context.Context, b *sqlplan.Bound, args sqlplan.Arg
 		r := results[0] // every copy answered the same write
 		return &Result{Fields: r.fields, Rows: r.rows, Tag: r.tag}, nil
 	case b.Merge != nil:
-		return e.merge(ctx, b, results, resultFormats)
+		return e.merge(ctx, b, results, resultFormats, opts)
 	default:
 		return concat(b, results)
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 // merge combines the rows of several targets as b.Merge says.
-func (e *Engine) merge(ctx context.Context, b *sqlplan.Bound, results []targetResult, client []int16) (*Result, error) {
+func (e *Engine) merge(ctx context.Context, b *sqlplan.Bound, results []targetResult, client []int16, opts CombineOptions) (*Result, error) {
 	m := b.Merge
 	fields := results[0].fields
 	for i, r := range results[1:] {
@@ -32,7 +32,7 @@ func (e *Engine) merge(ctx context.Context, b *sqlplan.Bound, results []targetRe
 	)
 	if m.Aggregate {
 		var rows [][][]byte
-		rows, cols, outF, err = aggregate(m, results, client)
+		rows, cols, outF, err = aggregate(m, results, client, opts.FloatAvg)
 		if err != nil {
 			return nil, err
 		}
@@ -46,12 +46,18 @@ func (e *Engine) merge(ctx context.Context, b *sqlplan.Bound, results []targetRe
 			streams = append(streams, r.rows)
 		}
 	}
-	if err := e.checkOrder(ctx, b, cols, m); err != nil {
-		return nil, err
+	if !opts.TextByteOrder {
+		if err := e.checkOrder(ctx, b, cols, m); err != nil {
+			return nil, err
+		}
 	}
 	keys := make([]sortCol, len(m.OrderBy))
 	for i, k := range m.OrderBy {
-		keys[i] = sortCol{col: m.SortColumn(k, len(cols)), desc: k.Desc, nullsFirst: k.NullsFirst}
+		nullsFirst := k.NullsFirst
+		if opts.NullsSmallest && k.NullsDefault {
+			nullsFirst = !k.Desc
+		}
+		keys[i] = sortCol{col: m.SortColumn(k, len(cols)), desc: k.Desc, nullsFirst: nullsFirst}
 		if !comparable(cols[keys[i].col].oid) {
 			return nil, errNoOrder(cols[keys[i].col].oid)
 		}
@@ -347,7 +353,7 @@ func distinct(rows [][][]byte, cols []colType) ([][][]byte, error) {
 // aggregate groups the shards' partial rows and combines each group's columns. It
 // returns the merged rows (one value per MergedColumn, outputs encoded in the client's
 // formats), their column types, and the client's field descriptions.
-func aggregate(m *sqlplan.MergeSpec, results []targetResult, client []int16) ([][][]byte, []colType, []pgconn.FieldDescription, error) {
+func aggregate(m *sqlplan.MergeSpec, results []targetResult, client []int16, floatAvg bool) ([][][]byte, []colType, []pgconn.FieldDescription, error) {
 	fields := results[0].fields
 	cols := make([]colType, len(m.Columns))
 	var out []pgconn.FieldDescription
@@ -357,6 +363,9 @@ func aggregate(m *sqlplan.MergeSpec, results []targetResult, client []int16) ([]
 		ct := colType{oid: f.DataTypeOID, format: f.Format}
 		if c.Kind == sqlplan.AggAvg {
 			ct = colType{oid: oidNumeric, format: 0}
+			if floatAvg {
+				ct.oid = oidFloat8
+			}
 			if j < m.Outputs {
 				ct.format = sqlplan.ClientFormat(client, j)
 			}
@@ -368,7 +377,7 @@ func aggregate(m *sqlplan.MergeSpec, results []targetResult, client []int16) ([]
 		if j < m.Outputs {
 			fd := f
 			if c.Kind == sqlplan.AggAvg {
-				fd = pgconn.FieldDescription{Name: c.Name, DataTypeOID: oidNumeric, DataTypeSize: -1, TypeModifier: -1, Format: ct.format}
+				fd = pgconn.FieldDescription{Name: c.Name, DataTypeOID: ct.oid, DataTypeSize: -1, TypeModifier: -1, Format: ct.format}
 			}
 			out = append(out, fd)
 		}
@@ -430,7 +439,7 @@ func aggregate(m *sqlplan.MergeSpec, results []targetResult, client []int16) ([]
 					if err != nil {
 						return nil, nil, nil, err
 					}
-					if g.cnt[j], err = addInt64(g.cnt[j], v.i); err != nil {
+					if g.cnt[j], err = addInt64(g.cnt[j], v.integer()); err != nil {
 						return nil, nil, nil, err
 					}
 				case sqlplan.AggSum, sqlplan.AggAvg:
@@ -457,7 +466,7 @@ func aggregate(m *sqlplan.MergeSpec, results []targetResult, client []int16) ([]
 						if err != nil {
 							return nil, nil, nil, err
 						}
-						g.cnt[j] += cv.i
+						g.cnt[j] += cv.integer()
 					}
 				case sqlplan.AggMin, sqlplan.AggMax:
 					if raw == nil {
@@ -502,6 +511,17 @@ func aggregate(m *sqlplan.MergeSpec, results []targetResult, client []int16) ([]
 			case sqlplan.AggAvg:
 				if !g.hasSum[j] || g.cnt[j] == 0 {
 					row[j] = nil
+					break
+				}
+				if floatAvg {
+					var total float64
+					if f.DataTypeOID == oidNumeric {
+						r, _ := new(big.Rat).SetFrac(g.sums[j].int, pow10(g.sums[j].scale)).Float64()
+						total = r
+					} else {
+						total = float64(g.isum[j])
+					}
+					row[j] = strconv.AppendFloat(nil, total/float64(g.cnt[j]), 'g', -1, 64)
 					break
 				}
 				sum := g.sums[j]

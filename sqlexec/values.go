@@ -184,6 +184,15 @@ func decode(oid uint32, format int16, raw []byte) (value, error) {
 	return value{}, errNoOrder(oid)
 }
 
+// integer reads a count: an integer, or an integral numeric (SQLite's numbers travel as
+// numerics).
+func (v value) integer() int64 {
+	if v.kind == kNumeric && v.n.special == 0 && v.n.scale == 0 && v.n.int.IsInt64() {
+		return v.n.int.Int64()
+	}
+	return v.i
+}
+
 // errNoOrder is the refusal for a type the merge cannot compare.
 func errNoOrder(oid uint32) error {
 	return unsupported("comparing values of type %s across shards", typeName(oid))

@@ -327,3 +327,41 @@ func onlyComments(s string) bool {
 	l := lexer{s: s}
 	return l.next().kind == tokEOF
 }
+
+// Tokens returns the text of every token of sql (comments and white space left out).
+func Tokens(sql string) []string {
+	var out []string
+	l := lexer{s: sql}
+	for {
+		t := l.next()
+		if t.kind == tokEOF {
+			return out
+		}
+		out = append(out, sql[t.start:t.end])
+	}
+}
+
+// NumberedParams rewrites the $n parameters of sql with another prefix (SQLite
+// numbers its parameters ?n), leaving strings, identifiers and comments alone.
+func NumberedParams(sql, prefix string) string {
+	var b strings.Builder
+	l := lexer{s: sql}
+	last := 0
+	for {
+		t := l.next()
+		if t.kind == tokEOF {
+			break
+		}
+		if t.kind == tokParam {
+			b.WriteString(sql[last:t.start])
+			b.WriteString(prefix)
+			b.WriteString(sql[t.start+1 : t.end])
+			last = t.end
+		}
+	}
+	if last == 0 {
+		return sql
+	}
+	b.WriteString(sql[last:])
+	return b.String()
+}

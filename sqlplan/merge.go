@@ -89,7 +89,11 @@ type SortKey struct {
 	Column     int // merged column index (or shard column index when not aggregating)
 	Desc       bool
 	NullsFirst bool
-	hidden     bool // Column counts the hidden columns (see SortColumn)
+	// NullsDefault is set when the statement did not say NULLS FIRST or LAST: NullsFirst
+	// then holds PostgreSQL's default (NULLs sort as the largest value), which a
+	// database with another default (SQLite: NULLs are the smallest) overrides.
+	NullsDefault bool
+	hidden       bool // Column counts the hidden columns (see SortColumn)
 }
 
 func (m *MergeSpec) String() string {

@@ -304,6 +304,7 @@ func (a *analyzer) planMerge(sel *pg.SelectStmt) (*pg.SelectStmt, error) {
 		}
 		key := SortKey{Desc: sb.SortbyDir == pg.SortByDir_SORTBY_DESC}
 		key.NullsFirst = key.Desc
+		key.NullsDefault = sb.SortbyNulls == pg.SortByNulls_SORTBY_NULLS_DEFAULT
 		switch sb.SortbyNulls {
 		case pg.SortByNulls_SORTBY_NULLS_FIRST:
 			key.NullsFirst = true

@@ -13,7 +13,12 @@ import (
 // database/sql hands out Go values, not the wire's bytes, so an Answer holds each value
 // printed with its Go type ("int64 42"), the columns' database type names in place of
 // OIDs, and for statements without rows the affected-row count as the tag.
-type SQLRunner struct{ DB *sql.DB }
+type SQLRunner struct {
+	DB *sql.DB
+	// NoTypeNames leaves the database type names out of the columns (SQLite's driver
+	// reports the declared types, which a merge of shards cannot know).
+	NoTypeNames bool
+}
 
 // Extended implements Runner; binary is meaningless through database/sql.
 func (r SQLRunner) Extended(ctx context.Context, query string, params []*string, _ bool) (*Answer, error) {
@@ -60,7 +65,11 @@ func (r SQLRunner) run(ctx context.Context, query string, args []any) (*Answer, 
 		return nil, err
 	}
 	for _, c := range cols {
-		a.Columns = append(a.Columns, c.Name()+" "+c.DatabaseTypeName())
+		name := c.Name()
+		if !r.NoTypeNames {
+			name += " " + c.DatabaseTypeName()
+		}
+		a.Columns = append(a.Columns, name)
 	}
 	for rows.Next() {
 		vals := make([]any, len(cols))
