@@ -137,3 +137,17 @@ func minTrialsForCI() int {
 		}
 	}
 }
+
+// Median returns the median of xs (xs is not modified).
+func Median(xs []float64) float64 { return median(slices.Clone(xs)) }
+
+// MedianCI is the confidence interval, at level Confidence, of the median of xs: from
+// order statistics, so it needs 6 or more values at 95% (OK false otherwise).
+func MedianCI(xs []float64) Interval { return medianCI(xs) }
+
+// UTest compares two samples with the Mann-Whitney U test, as the report's verdicts do.
+func UTest(base, other []float64) Test { return uTest(base, other) }
+
+// RatioCI is a bootstrap confidence interval of the median of per-pair ratios, as the
+// report gives for paired trials (MinBootstrapPairs or more).
+func RatioCI(ratios []float64) Interval { return bootstrapMedianCI(ratios) }

@@ -23,6 +23,7 @@ type analyzer struct {
 	tree       *pg.ParseResult
 	maxParam   int
 	top        *scope
+	quals      map[string]bool // see qualifiers
 }
 
 // scope is one query level: a SELECT (or the top of an UPDATE or DELETE) with the

@@ -367,9 +367,9 @@ func TestExplain(t *testing.T) {
 func TestDescribeSQL(t *testing.T) {
 	p := sqlplan.New(testRules(t), nil, sqlplan.Options{})
 	for sql, want := range map[string]string{
-		"SELECT status FROM t_order WHERE order_id = $1":                   "SELECT status FROM t_order_0 t_order WHERE order_id = $1",
+		"SELECT status FROM t_order WHERE order_id = $1":                   "SELECT status FROM t_order_0 WHERE order_id = $1",
 		"SELECT c FROM sbtest1 WHERE id = $1":                              "SELECT c FROM sbtest1 WHERE id = $1",
-		"INSERT INTO t_order (order_id, status) VALUES ($1, $2), ($3, $4)": "INSERT INTO t_order_0 AS t_order (order_id, status) VALUES ($1, $2), ($3, $4)",
+		"INSERT INTO t_order (order_id, status) VALUES ($1, $2), ($3, $4)": "INSERT INTO t_order_0 (order_id, status) VALUES ($1, $2), ($3, $4)",
 		"SELECT id FROM sbtest1 ORDER BY id LIMIT $1":                      "SELECT id FROM sbtest1 ORDER BY id LIMIT $1",
 	} {
 		pl, err := p.Prepare(context.Background(), sql)

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/jackc/pgx/v5"
 	pg "github.com/pganalyze/pg_query_go/v6"
 )
@@ -55,11 +57,31 @@ func (a *analyzer) markTables() {
 		if rv == nil {
 			continue
 		}
-		if rv.Alias == nil && !r.inDDL && renamed(r) {
+		if rv.Alias == nil && !r.inDDL && renamed(r) && a.qualifiers()[rv.Relname] {
 			rv.Alias = &pg.Alias{Aliasname: rv.Relname}
 		}
 		rv.Relname = markerPrefix + strconv.Itoa(r.index)
 	}
+}
+
+// qualifiers returns the table names column references are qualified with anywhere in
+// the statement (t_order.id): a renamed table keeps its logical name as an alias only
+// when something refers to it by that name, so that most statements go out without an
+// alias (which SQLite's UPDATE and DELETE only take with AS).
+func (a *analyzer) qualifiers() map[string]bool {
+	if a.quals != nil {
+		return a.quals
+	}
+	a.quals = map[string]bool{}
+	walk(a.tree, func(m proto.Message) bool {
+		if cr, ok := m.(*pg.ColumnRef); ok && len(cr.Fields) >= 2 {
+			if s := cr.Fields[len(cr.Fields)-2].GetString_(); s != nil {
+				a.quals[s.Sval] = true
+			}
+		}
+		return true
+	})
+	return a.quals
 }
 
 // renamed reports whether a reference has another physical name on some shard.

@@ -1,0 +1,82 @@
+package routerbench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/shardlab/shardlab/internal/rundir"
+)
+
+// ErrUsage is wrapped by errors about the command line (exit status 2).
+var ErrUsage = errors.New("usage")
+
+type dsnFlags []string
+
+func (d *dsnFlags) String() string     { return strings.Join(*d, ",") }
+func (d *dsnFlags) Set(v string) error { *d = append(*d, v); return nil }
+
+// Main is the routerbench command: it parses args, runs the experiment into a run
+// directory and says where the results are.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("routerbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg Config
+	var dsns dsnFlags
+	var seed int64
+	fs.StringVar(&cfg.Experiment, "experiment", ExperimentOverhead, "overhead (driver vs plain database/sql on one table) or limit (1db x 2t, 2db x 1t, 2db x 2t vs one table)")
+	fs.StringVar(&cfg.Backend, "backend", BackendPostgres, "postgres or sqlite")
+	fs.Var(&dsns, "dsn", "a PostgreSQL server to create the benchmark's databases on (repeat for a second server; default $SHARDLAB_PG_DSN)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 16, "workers per measurement")
+	fs.DurationVar(&cfg.Duration, "duration", 4*time.Second, "length of each measurement (a Go duration)")
+	fs.DurationVar(&cfg.Warmup, "warmup", time.Second, "unmeasured load before each measurement")
+	fs.IntVar(&cfg.Trials, "trials", 6, "interleaved trials (6 or more give confidence intervals)")
+	fs.IntVar(&cfg.Orders, "orders", 20000, "orders loaded before measuring")
+	fs.Int64Var(&seed, "seed", 4, "seed of the order ids and request sequences")
+	fs.StringVar(&cfg.Out, "out", "", "the run directory (default: a new results/runs/routerbench-<time>/)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: routerbench [flags]\n\nReproduces seed 004 (Sharding-JDBC's performance report) with shardlab's database/sql driver.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", ErrUsage, fs.Args())
+	}
+	cfg.DSNs = dsns
+	if len(cfg.DSNs) == 0 && cfg.Backend != BackendSQLite {
+		if d := os.Getenv("SHARDLAB_PG_DSN"); d != "" {
+			cfg.DSNs = []string{d}
+		}
+	}
+	cfg.Seed = uint64(seed)
+	out := cfg.Out
+	cfg.Out = "-" // validated below with the real directory
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	cfg.Out, cfg.DataDir = out, ""
+	if cfg.Out == "" {
+		dir, err := rundir.New(rundir.DefaultRuns, "routerbench-", time.Now())
+		if err != nil {
+			return err
+		}
+		cfg.Out = dir
+	}
+	fmt.Fprintf(stdout, "routerbench: writing into %s\n", cfg.Out)
+	cfg.Progress = stdout
+	if _, err := Run(ctx, cfg); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "routerbench: done; the report is %s/report.md\n", cfg.Out)
+	return nil
+}

@@ -1,0 +1,99 @@
+package routerbench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/shardsql/routerbench"
+)
+
+func readCSV(t *testing.T, path string) [][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// TestOverheadRun runs a tiny overhead experiment on PostgreSQL and checks its outputs:
+// overhead.csv with the columns and one row per operation, raw trials, chart
+// and report.
+func TestOverheadRun(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	err := routerbench.Main(context.Background(), []string{"--experiment", "overhead", "--dsn", dsn, "--duration", "200ms",
+		"--warmup", "0s", "--trials", "2", "--orders", "200", "--concurrency", "4", "--out", out}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	recs := readCSV(t, filepath.Join(out, "overhead.csv"))
+	if !slices.Equal(recs[0][:4], []string{"operation", "direct_ops_s", "router_ops_s", "overhead_pct"}) || len(recs) != 4 {
+		t.Errorf("overhead.csv: %v", recs)
+	}
+	for _, r := range recs[1:] {
+		if r[1] == "0.0" || r[2] == "0.0" {
+			t.Errorf("a configuration did nothing: %v", r)
+		}
+	}
+	if n := len(readCSV(t, filepath.Join(out, "trials.csv"))); n != 1+2*3*2 {
+		t.Errorf("trials.csv has %d lines, want 13", n)
+	}
+	for _, f := range []string{"overhead.png", "overhead.svg", "report.md"} {
+		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	rep, _ := os.ReadFile(filepath.Join(out, "report.md"))
+	if !strings.Contains(string(rep), "too few trials") {
+		t.Errorf("2 trials must say they are too few:\n%s", rep)
+	}
+}
+
+// TestLimitRunSQLite runs the limit experiment on SQLite files: every configuration
+// answers.
+func TestLimitRunSQLite(t *testing.T) {
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	err := routerbench.Main(context.Background(), []string{"--experiment", "limit", "--backend", "sqlite", "--duration", "150ms",
+		"--warmup", "0s", "--trials", "1", "--orders", "200", "--concurrency", "4", "--out", out}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	recs := readCSV(t, filepath.Join(out, "limit.csv"))
+	if len(recs) != 1+5*3 {
+		t.Errorf("limit.csv has %d lines, want 16: %v", len(recs), recs)
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--experiment", "speed"}, {"--backend", "mysql"}, {"--concurrency", "0"}, {"--duration", "1ms"},
+		{"--trials", "0"}, {"extra"}, {"--dsn", "a", "--dsn", "b", "--dsn", "c"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := routerbench.Main(context.Background(), append(args, "--out", t.TempDir()), &stdout, &stderr)
+		if !errors.Is(err, routerbench.ErrUsage) {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if err := routerbench.Main(context.Background(), []string{"--help"}, &stdout, &stderr); !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr.String(), "-experiment") {
+		t.Errorf("--help: %v\n%s", err, stderr.String())
+	}
+}
