@@ -365,6 +365,19 @@ func encodeArg(v any, oid uint32) ([]byte, error) {
 	if v == nil {
 		return nil, nil
 	}
+	// The common cases without pgtype's plan lookup, which costs more than the work.
+	switch x := v.(type) {
+	case int64:
+		switch oid {
+		case 0, 20, 21, 23, 1700, 25, 1043:
+			return strconv.AppendInt(nil, x, 10), nil
+		}
+	case string:
+		switch oid {
+		case 0, 25, 1043, 1042, 19, 705:
+			return append([]byte{}, x...), nil
+		}
+	}
 	if oid != 0 {
 		if _, ok := typeMap.TypeForOID(oid); ok {
 			buf, err := typeMap.Encode(oid, pgtype.TextFormatCode, v, nil)
@@ -485,6 +498,18 @@ func newRows(res *sqlexec.Result, lite bool) (*rows, error) {
 			r.decode = append(r.decode, sqliteNumber)
 			continue
 		}
+		// The common text-format cases without pgtype's plan lookup; the values are the
+		// ones pgx's driver gives.
+		if format == 0 {
+			switch oid {
+			case 20, 21, 23:
+				r.decode = append(r.decode, decodeInt)
+				continue
+			case 25, 1043, 1042, 19:
+				r.decode = append(r.decode, decodeString)
+				continue
+			}
+		}
 		t, ok := typeMap.TypeForOID(oid)
 		if !ok {
 			r.decode = append(r.decode, func(b []byte) (driver.Value, error) { return string(b), nil })
@@ -497,6 +522,9 @@ func newRows(res *sqlexec.Result, lite bool) (*rows, error) {
 	}
 	return r, nil
 }
+
+func decodeInt(b []byte) (driver.Value, error)    { return strconv.ParseInt(string(b), 10, 64) }
+func decodeString(b []byte) (driver.Value, error) { return string(b), nil }
 
 func (r *rows) Columns() []string {
 	out := make([]string, len(r.res.Fields))
