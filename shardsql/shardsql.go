@@ -43,10 +43,11 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/shardlab/shardlab/postgres"
 	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/sqlexec"
 	"github.com/shardlab/shardlab/sqlplan"
@@ -149,7 +150,8 @@ func Open(cfg Config) (*sql.DB, error) {
 type Connector struct {
 	cfg       Config
 	pools     stdPools
-	sqlite    *sqliteShards // set when the data sources are SQLite files
+	pgxPools  []*pgxpool.Pool // under pools
+	sqlite    *sqliteShards   // set when the data sources are SQLite files
 	planner   *sqlplan.Planner
 	catalog   *sqlexec.Catalog
 	committer *sqlexec.Committer
@@ -168,8 +170,8 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = DefaultMaxConns
 	}
-	if cfg.MaxConns < 1 {
-		return nil, fmt.Errorf("shardsql: MaxConns must be at least 1, got %d", cfg.MaxConns)
+	if cfg.MaxConns < 1 || cfg.MaxConns > postgres.MaxPoolSize {
+		return nil, fmt.Errorf("shardsql: MaxConns must be 1..%d, got %d", postgres.MaxPoolSize, cfg.MaxConns)
 	}
 	c := &Connector{cfg: cfg}
 	lite, err := isSQLite(cfg.Rules)
@@ -189,15 +191,17 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 		return c, nil
 	}
 	for _, ds := range cfg.Rules.DataSources() {
-		pc, err := pgx.ParseConfig(ds.DSN)
+		// The project's one pool constructor (timeouts as everywhere), seen through pgx's
+		// database/sql driver.
+		pool, err := postgres.NewPool(ctx, ds.DSN, postgres.Options{PoolSize: int32(cfg.MaxConns), Lazy: true})
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("shardsql: data source %s: %w", ds.Name, err)
 		}
-		db := stdlib.OpenDB(*pc)
-		db.SetMaxOpenConns(cfg.MaxConns)
+		db := stdlib.OpenDBFromPool(pool)
 		db.SetMaxIdleConns(cfg.MaxConns)
 		c.pools = append(c.pools, db)
+		c.pgxPools = append(c.pgxPools, pool)
 	}
 	c.catalog = sqlexec.NewCatalog(cfg.Rules, c.pools)
 	c.planner = sqlplan.New(cfg.Rules, c.catalog, sqlplan.Options{CacheSize: cfg.PlanCacheSize})
@@ -241,6 +245,9 @@ func (c *Connector) Close() error {
 			if err := p.Close(); err != nil && first == nil {
 				first = err
 			}
+		}
+		for _, p := range c.pgxPools {
+			p.Close()
 		}
 	})
 	return first
