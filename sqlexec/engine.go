@@ -145,6 +145,21 @@ func (e *Engine) combine(ctx context.Context, b *sqlplan.Bound, results []target
 // data sources concurrently. With wrap, each data source runs its part in a transaction
 // that commits only when every data source succeeded.
 func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16, conns Conns, wrap bool) ([]targetResult, error) {
+	if len(b.Targets) == 1 {
+		// The usual statement: one target, no fan-out to arrange.
+		t := b.Targets[0]
+		var r targetResult
+		err := conns.Run(ctx, t.DataSource, func(conn *pgconn.PgConn) error {
+			var err error
+			r, err = execTarget(ctx, conn, t, args, formats, b.Plan.Reusable())
+			return err
+		})
+		conns.Release(t.DataSource, err)
+		if err != nil {
+			return nil, e.shardErr(t.DataSource, err)
+		}
+		return []targetResult{r}, nil
+	}
 	byDS := map[int][]int{}
 	var order []int
 	for i, t := range b.Targets {
