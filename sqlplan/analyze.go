@@ -44,6 +44,20 @@ type scope struct {
 	// aggregate, DISTINCT, LIMIT or window): each shard computes its part exactly, so
 	// its tables count as the outer query's.
 	inlined bool
+	// names are the names the scope's FROM items answer to (tables, aliases, subquery
+	// and function aliases): a qualified column naming one of them is not an outer
+	// reference.
+	names map[string]bool
+}
+
+func (s *scope) addName(n string) {
+	if n == "" {
+		return
+	}
+	if s.names == nil {
+		s.names = map[string]bool{}
+	}
+	s.names[n] = true
 }
 
 // topLevel reports whether s is the statement's top scope or a subquery inlined into
@@ -276,9 +290,16 @@ func (a *analyzer) collectFrom(item *pg.Node, s *scope, preserved bool) error {
 	case *pg.Node_RangeVar:
 		rv := n.RangeVar
 		if rv.Schemaname == "" && s.cteVisible(rv.Relname) {
+			s.addName(rv.Relname)
+			if rv.Alias != nil {
+				s.addName(rv.Alias.Aliasname)
+			}
 			return nil // a CTE, not a table
 		}
-		_, err := a.addRef(rv, s)
+		r, err := a.addRef(rv, s)
+		if err == nil {
+			s.addName(r.qualifier())
+		}
 		return err
 	case *pg.Node_JoinExpr:
 		j := n.JoinExpr
@@ -318,6 +339,9 @@ func (a *analyzer) collectFrom(item *pg.Node, s *scope, preserved bool) error {
 		a.noteOuterJoin(j, s, before, mid)
 		return nil
 	case *pg.Node_RangeSubselect:
+		if al := n.RangeSubselect.Alias; al != nil {
+			s.addName(al.Aliasname)
+		}
 		sub := n.RangeSubselect.Subquery.GetSelectStmt()
 		child, err := a.collectSelect(sub, s)
 		if err != nil {
@@ -326,6 +350,9 @@ func (a *analyzer) collectFrom(item *pg.Node, s *scope, preserved bool) error {
 		child.inlined, err = a.rowwise(sub)
 		return err
 	case *pg.Node_RangeFunction:
+		if al := n.RangeFunction.Alias; al != nil {
+			s.addName(al.Aliasname)
+		}
 		for _, f := range n.RangeFunction.Functions {
 			if err := a.collectSublinks(f, s); err != nil {
 				return err
@@ -531,7 +558,8 @@ func resolveKeyColumn(s *scope, qual, col string) []*tableRef {
 			out = append(out, r)
 		}
 	}
-	if len(out) == 0 && qual != "" && s.parent != nil {
+	// A qualifier this scope does not answer to names a table of an enclosing query.
+	if len(out) == 0 && qual != "" && !s.names[qual] && s.parent != nil {
 		return resolveKeyColumn(s.parent, qual, col)
 	}
 	return out

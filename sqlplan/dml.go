@@ -40,6 +40,7 @@ func (a *analyzer) analyzeUpdate(u *pg.UpdateStmt) error {
 	if err != nil {
 		return err
 	}
+	s.addName(target.qualifier())
 	for _, item := range u.FromClause {
 		if err := a.collectFrom(item, s, true); err != nil {
 			return err
@@ -79,6 +80,7 @@ func (a *analyzer) analyzeDelete(d *pg.DeleteStmt) error {
 	if err != nil {
 		return err
 	}
+	s.addName(target.qualifier())
 	for _, item := range d.UsingClause {
 		if err := a.collectFrom(item, s, true); err != nil {
 			return err
@@ -166,6 +168,7 @@ func (a *analyzer) analyzeInsert(ins *pg.InsertStmt) error {
 	if err != nil {
 		return err
 	}
+	s.addName(target.qualifier())
 	sel := ins.SelectStmt.GetSelectStmt()
 	values := sel != nil && len(sel.ValuesLists) > 0 && sel.Op == pg.SetOperation_SETOP_NONE
 	if sel != nil && !values {

@@ -94,6 +94,9 @@ func TestRouting(t *testing.T) {
 		{"SELECT x.order_id FROM (SELECT order_id FROM t_order WHERE order_id = 6) x", []int{orderShard(6)}, false},
 		{"SELECT * FROM t_order WHERE user_id IN (SELECT user_id FROM t_user)", nil, true},
 		{"SELECT * FROM t_order o WHERE EXISTS (SELECT 1 FROM t_order_item i WHERE i.order_id = o.order_id)", all4, false},
+		// An inner alias shadows the outer one: this subquery is not correlated on the key.
+		{"SELECT * FROM t_order o WHERE EXISTS (SELECT 1 FROM t_order_item i, t_config o WHERE i.order_id = o.order_id)", nil, true},
+		{"SELECT * FROM t_order o WHERE EXISTS (SELECT 1 FROM t_order_item i JOIN (SELECT 1 AS order_id) o ON true WHERE i.order_id = o.order_id)", nil, true},
 		{"INSERT INTO t_order (order_id, status) VALUES (10, 'a')", []int{orderShard(10)}, false},
 		{"INSERT INTO t_order (order_id, status) VALUES (10, 'a'), (11, 'b'), (12, 'c')", uniqSorted(orderShard(10), orderShard(11), orderShard(12)), false},
 		{"INSERT INTO t_order (status) VALUES ('a')", nil, true},
