@@ -42,6 +42,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -71,6 +72,10 @@ type Config struct {
 	MaxConns int
 	// PlanCacheSize bounds the plan cache (sqlplan.Options.CacheSize).
 	PlanCacheSize int
+	// DeadlockInterval is how often transactions are checked for deadlocks across data
+	// sources, which no one server can see (0: sqlexec.DefaultDeadlockInterval;
+	// negative: never). The victim's statement fails with SQLSTATE 40P01.
+	DeadlockInterval time.Duration
 	// PhaseHook, when set, is called at each stage of a two-phase commit
 	// (sqlexec.StagePrepared, sqlexec.StageCommitted). It is for tests that crash a
 	// process between the phases.
@@ -156,6 +161,7 @@ type Connector struct {
 	catalog   *sqlexec.Catalog
 	committer *sqlexec.Committer
 	engine    *sqlexec.Engine
+	detector  *sqlexec.DeadlockDetector
 	closeOnce sync.Once
 }
 
@@ -210,6 +216,10 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 		c.committer.SetPhaseHook(cfg.PhaseHook)
 	}
 	c.engine = sqlexec.NewEngine(cfg.Rules, c.catalog, c.committer)
+	if cfg.DeadlockInterval >= 0 {
+		c.detector = sqlexec.NewDeadlockDetector(cfg.Rules, c.pools, cfg.DeadlockInterval)
+		c.detector.Start()
+	}
 	if cfg.TwoPhase {
 		if _, _, err := c.committer.Recover(ctx, c.pools); err != nil {
 			c.Close()
@@ -225,7 +235,11 @@ func (c *Connector) Connect(context.Context) (driver.Conn, error) {
 	if c.sqlite != nil {
 		return &conn{c: c, sq: &sqliteSession{c: c}}, nil
 	}
-	return &conn{c: c, s: sqlexec.NewSession(c.pools, c.committer)}, nil
+	s := sqlexec.NewSession(c.pools, c.committer)
+	if c.detector != nil {
+		s.SetDeadlockDetector(c.detector)
+	}
+	return &conn{c: c, s: s}, nil
 }
 
 // Driver implements driver.Connector.
@@ -238,6 +252,9 @@ func (c *Connector) Planner() *sqlplan.Planner { return c.planner }
 func (c *Connector) Close() error {
 	var first error
 	c.closeOnce.Do(func() {
+		if c.detector != nil {
+			c.detector.Close()
+		}
 		if c.sqlite != nil {
 			first = c.sqlite.close()
 		}

@@ -3,6 +3,7 @@ package sqlexec
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,6 +24,7 @@ type DB struct {
 	planner   *sqlplan.Planner
 	engine    *Engine
 	committer *Committer
+	detector  *DeadlockDetector
 }
 
 // Config tunes a DB. The zero value is usable.
@@ -32,6 +34,9 @@ type Config struct {
 	// TwoPhase commits transactions that span data sources with two-phase commit; every
 	// data source then needs max_prepared_transactions above zero. Open runs Recover.
 	TwoPhase bool
+	// DeadlockInterval is how often transactions are checked for deadlocks across data
+	// sources (0: DefaultDeadlockInterval; negative: never).
+	DeadlockInterval time.Duration
 }
 
 // Open makes a pool for every data source of r. Connections are made on demand, so a
@@ -53,6 +58,10 @@ func Open(ctx context.Context, r *rules.Compiled, cfg Config) (*DB, error) {
 	db.planner = sqlplan.New(r, db.catalog, sqlplan.Options{})
 	db.committer = NewCommitter(r, cfg.TwoPhase)
 	db.engine = NewEngine(r, db.catalog, db.committer)
+	if cfg.DeadlockInterval >= 0 {
+		db.detector = NewDeadlockDetector(r, db.pools, cfg.DeadlockInterval)
+		db.detector.Start()
+	}
 	if cfg.TwoPhase {
 		if _, _, err := db.committer.Recover(ctx, db.pools); err != nil {
 			db.Close()
@@ -76,8 +85,11 @@ func (db *DB) Recover(ctx context.Context) (committed, rolledBack int, err error
 	return db.committer.Recover(ctx, db.pools)
 }
 
-// Close closes every pool.
+// Close stops the deadlock detector and closes every pool.
 func (db *DB) Close() {
+	if db.detector != nil {
+		db.detector.Close()
+	}
 	for _, p := range db.pools {
 		if p != nil {
 			p.Close()
@@ -170,6 +182,9 @@ type Tx struct {
 // Begin opens a transaction; data sources join it as statements need them.
 func (db *DB) Begin(ctx context.Context) (*Tx, error) {
 	s := NewSession(db.pools, db.committer)
+	if db.detector != nil {
+		s.SetDeadlockDetector(db.detector)
+	}
 	if err := s.Begin("BEGIN"); err != nil {
 		return nil, err
 	}

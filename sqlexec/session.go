@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -48,7 +50,31 @@ type Session struct {
 	begin   string   // the BEGIN statement, with the transaction's options
 	saves   []string // open savepoints, oldest first
 	touched []int    // data sources in the transaction, in the order they joined
+	pids    map[int]uint32
+	begunAt time.Time
+
+	detector *DeadlockDetector
+	victim   atomic.Bool // the detector cancelled this transaction's wait
 }
+
+// SetDeadlockDetector makes d watch this session's transactions for deadlocks that
+// span data sources.
+func (s *Session) SetDeadlockDetector(d *DeadlockDetector) { s.detector = d }
+
+// backends returns the backend process of each data source in the transaction, and
+// when the transaction began.
+func (s *Session) backends() (map[int]int, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[int]int, len(s.pids))
+	for ds, pid := range s.pids {
+		out[ds] = int(pid)
+	}
+	return out, s.begunAt
+}
+
+// markDeadlocked records that the detector chose this session as a deadlock's victim.
+func (s *Session) markDeadlocked([]*Session) { s.victim.Store(true) }
 
 var _ Conns = (*Session)(nil)
 
@@ -87,10 +113,21 @@ func (s *Session) Run(ctx context.Context, ds int, fn func(*pgconn.PgConn) error
 			s.mu.Lock()
 			s.begun[ds] = true
 			s.touched = append(s.touched, ds)
+			if s.pids == nil {
+				s.pids = map[int]uint32{}
+			}
+			s.pids[ds] = conn.PID()
 			s.mu.Unlock()
 		}
 		return fn(conn)
 	})
+	if err != nil && s.victim.Load() && isCancel(err) {
+		var names []string
+		for _, ds := range s.touched {
+			names = append(names, s.committer.name(ds))
+		}
+		err = deadlockError(names)
+	}
 	if err != nil && s.inTx {
 		s.mu.Lock()
 		s.failed = true
@@ -121,6 +158,12 @@ func (s *Session) Release(ds int, err error) {
 	}
 }
 
+// isCancel reports whether err is a query cancelled by pg_cancel_backend.
+func isCancel(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "57014"
+}
+
 // reusable reports whether a connection that saw err can serve someone else: after a
 // server error yes, after a network error or a cancelled query no.
 func reusable(err error) bool {
@@ -147,6 +190,13 @@ func (s *Session) Begin(beginSQL string) error {
 		beginSQL = "BEGIN"
 	}
 	s.inTx, s.failed, s.begin, s.saves, s.touched = true, false, beginSQL, nil, nil
+	s.mu.Lock()
+	s.pids, s.begunAt = nil, time.Now()
+	s.mu.Unlock()
+	s.victim.Store(false)
+	if s.detector != nil {
+		s.detector.watch(s)
+	}
 	return nil
 }
 
@@ -181,12 +231,16 @@ func (s *Session) Rollback(ctx context.Context) error {
 
 // end leaves the transaction and returns every connection.
 func (s *Session) end() {
+	if s.detector != nil {
+		s.detector.forget(s)
+	}
 	s.mu.Lock()
 	held := s.held
 	s.held = map[int]Lease{}
 	s.begun = map[int]bool{}
-	s.inTx, s.failed, s.saves, s.touched = false, false, nil, nil
+	s.inTx, s.failed, s.saves, s.touched, s.pids = false, false, nil, nil, nil
 	s.mu.Unlock()
+	s.victim.Store(false)
 	for _, lease := range held {
 		lease.Release(true)
 	}
