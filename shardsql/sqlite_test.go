@@ -2,7 +2,6 @@ package shardsql_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -70,8 +69,11 @@ func TestSQLiteShards(t *testing.T) {
 	rule := c.Lookup("t_order")
 	total := 0
 	for n, node := range rule.Nodes {
-		f, _ := sql.Open("sqlite", strings.TrimPrefix(dsns[node.DataSource], "sqlite:"))
-		rows, err := f.Query("SELECT order_id FROM " + node.Table)
+		f, err := sqlite.OpenDB(ctx, strings.TrimPrefix(dsns[node.DataSource], "sqlite:"), sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := f.Reader().Query("SELECT order_id FROM " + node.Table)
 		if err != nil {
 			t.Fatal(err)
 		}
