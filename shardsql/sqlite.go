@@ -462,7 +462,7 @@ func runSQLiteTarget(ctx context.Context, q querier, pl *sqlplan.Plan, t sqlplan
 			return r, err
 		}
 		n, _ := res.RowsAffected()
-		r.Tag = pgconn.NewCommandTag(tagFor(pl.Kind, n))
+		r.Tag = tagFor(pl.Kind, n)
 		return r, nil
 	}
 	rows, err := q.QueryContext(ctx, sqlText, vals...)
@@ -509,7 +509,7 @@ func runSQLiteTarget(ctx context.Context, q querier, pl *sqlplan.Plan, t sqlplan
 		// 0: no value told the type (yet); unifyTypes settles it across targets.
 		r.Fields = append(r.Fields, pgconn.FieldDescription{Name: c, DataTypeOID: oids[i], DataTypeSize: -1, TypeModifier: -1})
 	}
-	r.Tag = pgconn.NewCommandTag(tagFor(pl.Kind, int64(len(r.Rows))))
+	r.Tag = tagFor(pl.Kind, int64(len(r.Rows)))
 	return r, nil
 }
 
@@ -527,19 +527,8 @@ func returnsRows(pl *sqlplan.Plan, sql string) bool {
 	return false
 }
 
-func tagFor(k sqlplan.Kind, n int64) string {
-	c := strconv.FormatInt(n, 10)
-	switch k {
-	case sqlplan.KindSelect:
-		return "SELECT " + c
-	case sqlplan.KindInsert:
-		return "INSERT 0 " + c
-	case sqlplan.KindUpdate:
-		return "UPDATE " + c
-	case sqlplan.KindDelete:
-		return "DELETE " + c
-	}
-	return strings.ToUpper(k.String())
+func tagFor(k sqlplan.Kind, n int64) pgconn.CommandTag {
+	return sqlexec.CommandTag(k, n, pgconn.NewCommandTag(strings.ToUpper(k.String())))
 }
 
 // Numbers from SQLite travel as PostgreSQL numerics: a column of NUMERIC affinity holds

@@ -333,24 +333,25 @@ func concat(b *sqlplan.Bound, results []targetResult) (*Result, error) {
 			out.Rows = append(out.Rows, r.rows...)
 		}
 	}
-	out.Tag = pgconn.NewCommandTag(commandTag(b.Plan.Kind, results[0].tag, n))
+	out.Tag = CommandTag(b.Plan.Kind, n, results[0].tag)
 	return out, nil
 }
 
-// commandTag rebuilds a command tag with a total row count.
-func commandTag(kind sqlplan.Kind, first pgconn.CommandTag, n int64) string {
+// CommandTag is the command tag PostgreSQL sends for a statement of kind that touched
+// n rows; other kinds keep other (the first target's tag).
+func CommandTag(kind sqlplan.Kind, n int64, other pgconn.CommandTag) pgconn.CommandTag {
 	c := strconv.FormatInt(n, 10)
 	switch kind {
 	case sqlplan.KindInsert:
-		return "INSERT 0 " + c
+		return pgconn.NewCommandTag("INSERT 0 " + c)
 	case sqlplan.KindUpdate:
-		return "UPDATE " + c
+		return pgconn.NewCommandTag("UPDATE " + c)
 	case sqlplan.KindDelete:
-		return "DELETE " + c
+		return pgconn.NewCommandTag("DELETE " + c)
 	case sqlplan.KindSelect:
-		return "SELECT " + c
+		return pgconn.NewCommandTag("SELECT " + c)
 	}
-	return first.String()
+	return other
 }
 
 func (e *Engine) name(ds int) string { return e.rules.DataSources()[ds].Name }
