@@ -31,8 +31,9 @@ type Catalog struct {
 }
 
 type orderAnswer struct {
-	byteOrder bool
-	collation string
+	byteOrder bool   // no text column compares other than by bytes
+	own       bool   // some text column has a collation of its own (not the default)
+	collation string // the collation that does not compare by bytes
 }
 
 var _ sqlplan.Catalog = (*Catalog)(nil)
@@ -177,10 +178,13 @@ func byteOrderCollation(name string) bool {
 	return false
 }
 
-// ByteOrder reports whether every text column of tables, and text without a column
-// (the database's default collation), compares byte by byte on data source ds; when
-// not, collation names the first collation that does not.
-func (c *Catalog) ByteOrder(ctx context.Context, ds int, tables []string) (bool, string, error) {
+// TextOrder says how text of tables compares on data source ds. byteOrder is true when
+// every text column and the database's default collation compare byte by byte (text can
+// be merged as bytes). Otherwise, when every text column uses the database's default
+// collation, collation is "default": the server can rank the values. Otherwise (some
+// column has a collation of its own that is not byte order) collation is that
+// collation's name and uniform is false.
+func (c *Catalog) TextOrder(ctx context.Context, ds int, tables []string) (byteOrder, uniform bool, collation string, err error) {
 	c.mu.Lock()
 	db, ok := c.mu.dbOrder[ds]
 	c.mu.Unlock()
@@ -188,7 +192,7 @@ func (c *Catalog) ByteOrder(ctx context.Context, ds int, tables []string) (bool,
 		rows, err := c.query(ctx, ds, `SELECT datlocprovider::text, datcollate, coalesce(daticulocale, '')
 		                                 FROM pg_catalog.pg_database WHERE datname = current_database()`)
 		if err != nil {
-			return false, "", err
+			return false, false, "", err
 		}
 		if len(rows) == 1 {
 			provider, collate, icu := *rows[0][0], *rows[0][1], *rows[0][2]
@@ -200,9 +204,6 @@ func (c *Catalog) ByteOrder(ctx context.Context, ds int, tables []string) (bool,
 		c.mu.Lock()
 		c.mu.dbOrder[ds] = db
 		c.mu.Unlock()
-	}
-	if !db.byteOrder {
-		return false, db.collation, nil
 	}
 	for _, t := range tables {
 		key := strconv.Itoa(ds) + "/" + t
@@ -225,15 +226,16 @@ func (c *Catalog) ByteOrder(ctx context.Context, ds int, tables []string) (bool,
 					    AND a.attnum > 0 AND NOT a.attisdropped AND a.attcollation NOT IN (0, 100)`,
 					"{"+strings.Join(quoteArray(names), ",")+"}")
 				if err != nil {
-					return false, "", err
+					return false, false, "", err
 				}
 				for _, r := range rows {
 					name, provider, collate := *r[0], *r[1], ""
 					if r[2] != nil {
 						collate = *r[2]
 					}
+					ans.own = true
 					if !(byteOrderCollation(name) || (provider == "c" && byteOrderCollation(collate))) {
-						ans = orderAnswer{collation: name}
+						ans = orderAnswer{collation: name, own: true}
 						break
 					}
 				}
@@ -243,10 +245,20 @@ func (c *Catalog) ByteOrder(ctx context.Context, ds int, tables []string) (bool,
 			c.mu.Unlock()
 		}
 		if !ans.byteOrder {
-			return false, ans.collation, nil
+			// A column with a collation of its own: the ranks of the default one would
+			// not do, and a sort key's collation is not known here.
+			return false, false, ans.collation, nil
+		}
+		if ans.own && !db.byteOrder {
+			// Columns in "C" beside columns in a default that is not: ranking every key
+			// under the default would misorder the "C" ones.
+			return false, false, db.collation + " and C", nil
 		}
 	}
-	return true, "", nil
+	if db.byteOrder {
+		return true, true, "", nil
+	}
+	return false, true, "default", nil
 }
 
 // quoteArray quotes elements for a text[] literal.

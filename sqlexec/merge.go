@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardlab/shardlab/sqlplan"
@@ -28,11 +31,17 @@ func (e *Engine) merge(ctx context.Context, b *sqlplan.Bound, results []targetRe
 		cols    []colType // the merged rows' column types
 		outF    []pgconn.FieldDescription
 		streams [][][][]byte // per target, rows (already sorted when not aggregating)
+		ranks   map[int]map[string]int64
 		err     error
 	)
+	if tc := textColumns(m, fields); len(tc) > 0 && !opts.TextByteOrder {
+		if ranks, err = e.rankText(ctx, b, results, tc); err != nil {
+			return nil, err
+		}
+	}
 	if m.Aggregate {
 		var rows [][][]byte
-		rows, cols, outF, err = aggregate(m, results, client, opts.FloatAvg)
+		rows, cols, outF, err = aggregate(m, results, client, opts.FloatAvg, ranks)
 		if err != nil {
 			return nil, err
 		}
@@ -46,11 +55,6 @@ func (e *Engine) merge(ctx context.Context, b *sqlplan.Bound, results []targetRe
 			streams = append(streams, r.rows)
 		}
 	}
-	if !opts.TextByteOrder {
-		if err := e.checkOrder(ctx, b, cols, m); err != nil {
-			return nil, err
-		}
-	}
 	keys := make([]sortCol, len(m.OrderBy))
 	for i, k := range m.OrderBy {
 		nullsFirst := k.NullsFirst
@@ -58,6 +62,11 @@ func (e *Engine) merge(ctx context.Context, b *sqlplan.Bound, results []targetRe
 			nullsFirst = !k.Desc
 		}
 		keys[i] = sortCol{col: m.SortColumn(k, len(cols)), desc: k.Desc, nullsFirst: nullsFirst}
+		shardCol := keys[i].col
+		if m.Aggregate {
+			shardCol = m.Columns[keys[i].col].Shard
+		}
+		keys[i].rank = ranks[shardCol]
 		if !comparable(cols[keys[i].col].oid) {
 			return nil, errNoOrder(cols[keys[i].col].oid)
 		}
@@ -113,53 +122,123 @@ type colType struct {
 type sortCol struct {
 	col              int
 	desc, nullsFirst bool
+	rank             map[string]int64 // text ranks, when text does not compare by bytes
 }
 
-// checkOrder refuses to compare text byte by byte where the collation orders it
-// otherwise: sort keys and min/max over text need a byte-order collation.
-func (e *Engine) checkOrder(ctx context.Context, b *sqlplan.Bound, cols []colType, m *sqlplan.MergeSpec) error {
-	var textual []int
-	for _, k := range m.OrderBy {
-		if c := m.SortColumn(k, len(cols)); isTextual(cols[c].oid) {
-			textual = append(textual, c)
+// textColumns returns the shard columns whose text a merge compares: sort keys, and the
+// inputs of min and max. The name type always compares by bytes and is left out.
+func textColumns(m *sqlplan.MergeSpec, fields []pgconn.FieldDescription) []int {
+	var out []int
+	add := func(c int) {
+		if oid := fields[c].DataTypeOID; isTextual(oid) && oid != oidName && !slices.Contains(out, c) {
+			out = append(out, c)
 		}
 	}
-	if m.Aggregate {
-		for j, c := range m.Columns {
-			if (c.Kind == sqlplan.AggMin || c.Kind == sqlplan.AggMax) && isTextual(cols[j].oid) {
-				textual = append(textual, j)
+	if !m.Aggregate {
+		for _, k := range m.OrderBy {
+			add(m.SortColumn(k, len(fields)))
+		}
+		return out
+	}
+	for _, c := range m.Columns {
+		if c.Kind == sqlplan.AggMin || c.Kind == sqlplan.AggMax {
+			add(c.Shard)
+		}
+	}
+	for _, k := range m.OrderBy {
+		if c := m.Columns[k.Column]; c.Kind != sqlplan.AggCount && c.Kind != sqlplan.AggSum && c.Kind != sqlplan.AggAvg {
+			add(c.Shard)
+		}
+	}
+	return out
+}
+
+// rankText prepares the comparison of text that does not compare by its bytes: the
+// server that would have compared it ranks every distinct value (dense_rank under the
+// collation), and the merge compares ranks. It returns nil where bytes compare as the
+// server does (C, POSIX, C.UTF-8), and refuses where the collation of a key cannot be
+// told (a column with a collation of its own beside a default that is not byte order).
+func (e *Engine) rankText(ctx context.Context, b *sqlplan.Bound, results []targetResult, cols []int) (map[int]map[string]int64, error) {
+	m := b.Merge
+	coll := ""
+	switch {
+	case m.Collation != "":
+		if byteOrderCollation(m.Collation) {
+			return nil, nil
+		}
+		coll = m.Collation
+	case e.catalog == nil:
+		return nil, unsupported("comparing text across shards without a catalog to tell its collation")
+	default:
+		dss := map[int]bool{}
+		for _, t := range b.Targets {
+			dss[t.DataSource] = true
+		}
+		allBytes := true
+		for ds := range dss {
+			byteOrder, uniform, name, err := e.catalog.TextOrder(ctx, ds, m.Tables)
+			if err != nil {
+				return nil, e.shardErr(ds, err)
+			}
+			if !uniform {
+				return nil, unsupported("comparing text under collation %s across shards: columns with collations of their own are compared exactly only under byte-order collations (C, POSIX, C.UTF-8); add COLLATE to the sort key or pin one shard", name)
+			}
+			allBytes = allBytes && byteOrder
+		}
+		if allBytes {
+			return nil, nil
+		}
+		coll = "default"
+	}
+	ranks := map[int]map[string]int64{}
+	ds := b.Targets[0].DataSource
+	for _, c := range cols {
+		seen := map[string]bool{}
+		var vals []string
+		for _, r := range results {
+			for _, row := range r.rows {
+				if v := row[c]; v != nil && !seen[string(v)] {
+					seen[string(v)] = true
+					vals = append(vals, string(v))
+				}
 			}
 		}
-	}
-	if len(textual) == 0 {
-		return nil
-	}
-	if m.Collation != "" {
-		if byteOrderCollation(m.Collation) {
-			return nil
+		expr := "v"
+		if results[0].fields[c].DataTypeOID == oidBpchar {
+			expr = "rtrim(v, ' ')" // character(n) compares without its padding
 		}
-		return unsupported("comparing text under collation %q across shards (only byte-order collations such as \"C\" merge exactly)", m.Collation)
-	}
-	if e.catalog == nil {
-		return unsupported("comparing text across shards without a catalog to tell its collation")
-	}
-	dss := map[int]bool{}
-	for _, t := range b.Targets {
-		dss[t.DataSource] = true
-	}
-	for ds := range dss {
-		ok, coll, err := e.catalog.ByteOrder(ctx, ds, m.Tables)
+		q := "SELECT v, dense_rank() OVER (ORDER BY " + expr + " COLLATE " + pgx.Identifier{coll}.Sanitize() +
+			") FROM unnest($1::text[]) AS u(v)"
+		rank := make(map[string]int64, len(vals))
+		err := withConn(ctx, e.catalog.pool, ds, func(conn *pgconn.PgConn) error {
+			rr := conn.ExecParams(ctx, q, [][]byte{[]byte("{" + strings.Join(quoteArray(vals), ",") + "}")}, nil, nil, nil)
+			for rr.NextRow() {
+				n, err := strconv.ParseInt(string(rr.Values()[1]), 10, 64)
+				if err != nil {
+					return err
+				}
+				rank[string(rr.Values()[0])] = n
+			}
+			_, err := rr.Close()
+			return err
+		})
 		if err != nil {
-			return e.shardErr(ds, err)
+			return nil, e.shardErr(ds, err)
 		}
-		if !ok {
-			return unsupported("comparing text under collation %q across shards: only byte-order collations (C, POSIX, C.UTF-8) merge exactly; add COLLATE \"C\" or pin one shard", coll)
-		}
+		ranks[c] = rank
 	}
-	return nil
+	return ranks, nil
 }
 
-// decodeRow decodes the given columns of a row.
+// ranked replaces a text value by its rank, when the column is ranked.
+func ranked(v value, raw []byte, rank map[string]int64) value {
+	if rank == nil || v.null {
+		return v
+	}
+	return value{kind: kInt, i: rank[string(raw)]}
+}
+
+// decodeCols decodes the given columns of a row (text by its rank where ranked).
 func decodeCols(row [][]byte, keys []sortCol, cols []colType) ([]value, error) {
 	out := make([]value, len(keys))
 	for i, k := range keys {
@@ -168,7 +247,7 @@ func decodeCols(row [][]byte, keys []sortCol, cols []colType) ([]value, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[i] = v
+		out[i] = ranked(v, row[k.col], k.rank)
 	}
 	return out, nil
 }
@@ -353,7 +432,7 @@ func distinct(rows [][][]byte, cols []colType) ([][][]byte, error) {
 // aggregate groups the shards' partial rows and combines each group's columns. It
 // returns the merged rows (one value per MergedColumn, outputs encoded in the client's
 // formats), their column types, and the client's field descriptions.
-func aggregate(m *sqlplan.MergeSpec, results []targetResult, client []int16, floatAvg bool) ([][][]byte, []colType, []pgconn.FieldDescription, error) {
+func aggregate(m *sqlplan.MergeSpec, results []targetResult, client []int16, floatAvg bool, ranks map[int]map[string]int64) ([][][]byte, []colType, []pgconn.FieldDescription, error) {
 	fields := results[0].fields
 	cols := make([]colType, len(m.Columns))
 	var out []pgconn.FieldDescription
@@ -484,6 +563,7 @@ func aggregate(m *sqlplan.MergeSpec, results []targetResult, client []int16, flo
 					if err != nil {
 						return nil, nil, nil, err
 					}
+					a, b = ranked(a, g.vals[j], ranks[c.Shard]), ranked(b, raw, ranks[c.Shard])
 					if c := compare(b, a); (c < 0 && m.Columns[j].Kind == sqlplan.AggMin) || (c > 0 && m.Columns[j].Kind == sqlplan.AggMax) {
 						g.vals[j] = raw
 					}

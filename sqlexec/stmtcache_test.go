@@ -3,11 +3,13 @@ package sqlexec_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/shardlab/shardlab/internal/pgtest"
 	"github.com/shardlab/shardlab/postgres"
 	"github.com/shardlab/shardlab/sqlexec"
+	"github.com/shardlab/shardlab/sqlplan"
 )
 
 // TestPreparedStatementsReusedAndRefreshed: a statement with parameters is prepared
@@ -57,5 +59,36 @@ func TestPreparedStatementsReusedAndRefreshed(t *testing.T) {
 	}
 	if len(res.Fields) != 3 {
 		t.Errorf("after ALTER TABLE the statement returns %d columns, want 3", len(res.Fields))
+	}
+}
+
+// TestColumnCollations: a column with a collation of its own that does not compare by
+// bytes cannot be sorted across shards (its keys' collation is not known to the merge):
+// refused, and answered with COLLATE "C" on the sort key.
+func TestColumnCollations(t *testing.T) {
+	ctx := context.Background()
+	dsns := []string{pgtest.NewDatabase(t, "coll0"), pgtest.NewDatabase(t, "coll1")}
+	db, err := sqlexec.Open(ctx, kvRules(t, dsns), sqlexec.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.SimpleExec(ctx, `CREATE TABLE kv (k int PRIMARY KEY, v text COLLATE "en-US-x-icu");
+		INSERT INTO kv VALUES (0, 'b'), (1, 'B'), (2, 'a'), (3, 'A')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, "SELECT v FROM kv ORDER BY v", sqlplan.Args{}, nil); sqlplan.Code(err) != "0A000" {
+		t.Errorf("ORDER BY a column in en-US across shards: %v, want 0A000", err)
+	}
+	res, err := db.Exec(ctx, `SELECT v FROM kv ORDER BY v COLLATE "C"`, sqlplan.Args{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range res.Rows {
+		got = append(got, string(r[0]))
+	}
+	if strings.Join(got, "") != "ABab" {
+		t.Errorf(`ORDER BY v COLLATE "C": %v, want A B a b`, got)
 	}
 }
