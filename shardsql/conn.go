@@ -207,7 +207,7 @@ func (cn *conn) describe(ctx context.Context, plan *sqlplan.Plan) (*description,
 	v, err := plan.Memo(describeKey{}, func() (any, error) {
 		ds, sql := plan.DescribeSQL()
 		var d description
-		err := cn.c.pools.run(ctx, ds, func(pc *pgconn.PgConn) error {
+		err := runOn(ctx, cn.c.pools, ds, func(pc *pgconn.PgConn) error {
 			sd, err := pc.Prepare(ctx, "", sql, nil)
 			if err != nil {
 				return err
@@ -226,7 +226,8 @@ func (cn *conn) describe(ctx context.Context, plan *sqlplan.Plan) (*description,
 	return v.(*description), nil
 }
 
-func (p stdPools) run(ctx context.Context, ds int, fn func(*pgconn.PgConn) error) error {
+// runOn runs fn on a connection of data source ds borrowed from p.
+func runOn(ctx context.Context, p sqlexec.Pool, ds int, fn func(*pgconn.PgConn) error) error {
 	l, err := p.Acquire(ctx, ds)
 	if err != nil {
 		return err

@@ -10,8 +10,11 @@
 // Statements are written against logical tables with PostgreSQL's $1, $2 placeholders;
 // the SQL core (packages sqlplan and sqlexec) routes them to the shards, rewrites table
 // names and merges cross-shard answers exactly, or refuses them with SQLSTATE 0A000.
-// Behind it sit the shards' own drivers: pgx's database/sql driver, one pool per data
-// source.
+// Behind it sit the shards' own drivers: pgx (its pool, made by postgres.NewPool like
+// every pool in shardlab), one pool per data source, and for SQLite data sources the
+// project's SQLite opener. Statements borrow pgx's connections directly rather than
+// through pgx's database/sql driver: a database/sql pool under a database/sql driver
+// would add a second layer of pooling to every statement.
 //
 // # Transactions
 //
@@ -44,9 +47,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/shardlab/shardlab/postgres"
 	"github.com/shardlab/shardlab/rules"
@@ -154,8 +154,8 @@ func Open(cfg Config) (*sql.DB, error) {
 // SQL core shared by every connection sql.DB makes.
 type Connector struct {
 	cfg       Config
-	pools     stdPools
-	pgxPools  []*pgxpool.Pool // under pools
+	pools     sqlexec.Pool
+	pgxPools  sqlexec.PgxPools // the data sources' pools
 	sqlite    *sqliteShards   // set when the data sources are SQLite files
 	planner   *sqlplan.Planner
 	catalog   *sqlexec.Catalog
@@ -204,11 +204,11 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 			c.Close()
 			return nil, fmt.Errorf("shardsql: data source %s: %w", ds.Name, err)
 		}
-		db := stdlib.OpenDBFromPool(pool)
-		db.SetMaxIdleConns(cfg.MaxConns)
-		c.pools = append(c.pools, db)
 		c.pgxPools = append(c.pgxPools, pool)
 	}
+	// Statements borrow pgx's pooled connections directly: a database/sql pool under a
+	// database/sql driver would be a second layer of pooling on every statement.
+	c.pools = c.pgxPools
 	c.catalog = sqlexec.NewCatalog(cfg.Rules, c.pools)
 	c.planner = sqlplan.New(cfg.Rules, c.catalog, sqlplan.Options{CacheSize: cfg.PlanCacheSize})
 	c.committer = sqlexec.NewCommitter(cfg.Rules, cfg.TwoPhase)
@@ -258,11 +258,6 @@ func (c *Connector) Close() error {
 		if c.sqlite != nil {
 			first = c.sqlite.close()
 		}
-		for _, p := range c.pools {
-			if err := p.Close(); err != nil && first == nil {
-				first = err
-			}
-		}
 		for _, p := range c.pgxPools {
 			p.Close()
 		}
@@ -270,28 +265,3 @@ func (c *Connector) Close() error {
 	return first
 }
 
-// stdPools lends connections of pgx's database/sql driver, one pool per data source.
-type stdPools []*sql.DB
-
-func (p stdPools) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
-	c, err := p[ds].Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return stdLease{c}, nil
-}
-
-// stdLease is one *sql.Conn; its pgx connection is reached inside Raw.
-type stdLease struct{ c *sql.Conn }
-
-func (l stdLease) Run(_ context.Context, fn func(*pgconn.PgConn) error) error {
-	return l.c.Raw(func(dc any) error { return fn(dc.(*stdlib.Conn).Conn().PgConn()) })
-}
-
-func (l stdLease) Release(reuse bool) {
-	if !reuse {
-		// database/sql discards a connection whose Raw callback says it is bad.
-		l.c.Raw(func(any) error { return driver.ErrBadConn })
-	}
-	l.c.Close()
-}

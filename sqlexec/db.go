@@ -97,10 +97,13 @@ func (db *DB) Close() {
 	}
 }
 
-// pgxPools lends pooled pgx connections.
-type pgxPools []*pgxpool.Pool
+// PgxPools lends connections of pgx pools, one per data source (in order).
+type PgxPools []*pgxpool.Pool
 
-func (p pgxPools) Acquire(ctx context.Context, ds int) (Lease, error) {
+type pgxPools = PgxPools
+
+// Acquire implements Pool.
+func (p PgxPools) Acquire(ctx context.Context, ds int) (Lease, error) {
 	c, err := p[ds].Acquire(ctx)
 	if err != nil {
 		return nil, err

@@ -232,11 +232,11 @@ func execTarget(ctx context.Context, conn *pgconn.PgConn, t sqlplan.Target, args
 		return readResult(conn.ExecParams(ctx, t.SQL, values, oids, pformats, formats))
 	}
 	for attempt := 0; ; attempt++ {
-		name, err := prepared(ctx, conn, t.SQL, oids)
+		desc, err := prepared(ctx, conn, t.SQL, oids)
 		if err != nil {
 			return targetResult{}, err
 		}
-		r, err := readResult(conn.ExecPrepared(ctx, name, values, pformats, formats))
+		r, err := readResult(conn.ExecStatement(ctx, desc, values, pformats, formats))
 		if err != nil && attempt == 0 && stale(err) && conn.TxStatus() == 'I' {
 			forget(conn, t.SQL)
 			continue

@@ -26,7 +26,8 @@ type stmtCache struct {
 }
 
 type cachedStmt struct {
-	sql, name string
+	sql  string
+	desc *pgconn.StatementDescription
 }
 
 func statementsOf(conn *pgconn.PgConn) *stmtCache {
@@ -43,30 +44,31 @@ func statementsOf(conn *pgconn.PgConn) *stmtCache {
 // anything that deallocates them behind the cache's back (DISCARD ALL, DEALLOCATE ALL).
 func ForgetStatements(conn *pgconn.PgConn) { delete(conn.CustomData(), stmtCacheKey) }
 
-// prepared returns the name under which sql is prepared on conn, preparing it (and
+// prepared returns the description of sql prepared on conn, preparing it (and
 // deallocating the least recently used statement past the cache's size) if needed.
-func prepared(ctx context.Context, conn *pgconn.PgConn, sql string, oids []uint32) (string, error) {
+// Executing by description skips the Describe each execution would otherwise send.
+func prepared(ctx context.Context, conn *pgconn.PgConn, sql string, oids []uint32) (*pgconn.StatementDescription, error) {
 	c := statementsOf(conn)
 	if e, ok := c.bySQL[sql]; ok {
 		c.lru.MoveToFront(e)
-		return e.Value.(*cachedStmt).name, nil
+		return e.Value.(*cachedStmt).desc, nil
 	}
 	c.seq++
-	name := "shardlab_" + strconv.Itoa(c.seq)
-	if _, err := conn.Prepare(ctx, name, sql, oids); err != nil {
-		return "", err
+	desc, err := conn.Prepare(ctx, "shardlab_"+strconv.Itoa(c.seq), sql, oids)
+	if err != nil {
+		return nil, err
 	}
-	c.bySQL[sql] = c.lru.PushFront(&cachedStmt{sql: sql, name: name})
+	c.bySQL[sql] = c.lru.PushFront(&cachedStmt{sql: sql, desc: desc})
 	if c.lru.Len() > stmtCacheSize {
 		old := c.lru.Back()
 		st := old.Value.(*cachedStmt)
 		c.lru.Remove(old)
 		delete(c.bySQL, st.sql)
-		if err := conn.Deallocate(ctx, st.name); err != nil {
-			return "", err
+		if err := conn.Deallocate(ctx, st.desc.Name); err != nil {
+			return nil, err
 		}
 	}
-	return name, nil
+	return desc, nil
 }
 
 // forget drops one statement from conn's cache (it turned out stale).
