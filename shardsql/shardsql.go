@@ -47,7 +47,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/shardlab/shardlab/postgres"
 	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/sqlexec"
@@ -156,7 +155,7 @@ type Connector struct {
 	cfg       Config
 	pools     sqlexec.Pool
 	pgxPools  sqlexec.PgxPools // the data sources' pools
-	sqlite    *sqliteShards   // set when the data sources are SQLite files
+	sqlite    *sqliteShards    // set when the data sources are SQLite files
 	planner   *sqlplan.Planner
 	catalog   *sqlexec.Catalog
 	committer *sqlexec.Committer
@@ -264,4 +263,3 @@ func (c *Connector) Close() error {
 	})
 	return first
 }
-
