@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -39,6 +40,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Orders, "orders", 20000, "orders loaded before measuring")
 	fs.Int64Var(&seed, "seed", 4, "seed of the order ids and request sequences")
 	fs.StringVar(&cfg.Out, "out", "", "the run directory (default: a new results/runs/routerbench-<time>/)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: routerbench [flags]\n\nReproduces seed 004 (Sharding-JDBC's performance report) with shardlab's database/sql driver.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -74,6 +76,17 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "routerbench: writing into %s\n", cfg.Out)
 	cfg.Progress = stdout
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if _, err := Run(ctx, cfg); err != nil {
 		return err
 	}
