@@ -2,6 +2,7 @@ package shardsql
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -563,4 +564,54 @@ func (r *rows) ColumnTypeDatabaseTypeName(i int) string {
 		return strings.ToUpper(t.Name)
 	}
 	return ""
+}
+
+// Explain describes where and how a statement would run with these arguments: the
+// shards, the SQL each would run, and the merge (sqlplan.Bound.Explain). It plans and
+// binds the statement without running it.
+//
+//	conn, _ := db.Conn(ctx)
+//	defer conn.Close()
+//	text, err := shardsql.Explain(ctx, conn, "SELECT * FROM t_order WHERE order_id = $1", 42)
+func Explain(ctx context.Context, c *sql.Conn, query string, args ...any) (string, error) {
+	var out string
+	err := c.Raw(func(dc any) error {
+		cn, ok := dc.(*conn)
+		if !ok {
+			return fmt.Errorf("shardsql: Explain needs a connection of the %q driver, not %T", DriverName, dc)
+		}
+		var b *sqlplan.Bound
+		if len(args) == 0 {
+			plan, lits, err := cn.c.planner.PlanSimple(ctx, query)
+			if err != nil {
+				return err
+			}
+			if b, err = plan.BindSimple(query, lits); err != nil {
+				return err
+			}
+		} else {
+			plan, err := cn.c.planner.Prepare(ctx, query)
+			if err != nil {
+				return err
+			}
+			a := sqlplan.Args{}
+			for _, v := range args {
+				dv, err := driver.DefaultParameterConverter.ConvertValue(v)
+				if err != nil {
+					return err
+				}
+				enc, err := encodeArg(dv, 0)
+				if err != nil {
+					return err
+				}
+				a.Values = append(a.Values, enc)
+			}
+			if b, err = plan.Bind(a); err != nil {
+				return err
+			}
+		}
+		out = b.Explain()
+		return nil
+	})
+	return out, err
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -269,5 +270,26 @@ func TestRegisteredDriver(t *testing.T) {
 	}
 	if _, err := shardsql.ParseDSN(file + "?two_phase=true&max_conns=3"); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestExplain(t *testing.T) {
+	dsns := []string{pgtest.NewDatabase(t, "explain0"), pgtest.NewDatabase(t, "explain1")}
+	db := openDriver(t, kv(t, dsns), false)
+	if _, err := db.Exec("CREATE TABLE kv (k int PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	text, err := shardsql.Explain(context.Background(), conn, "SELECT v FROM kv WHERE k = $1", 3)
+	if err != nil || !strings.Contains(text, "ds_1 shard 1: SELECT v FROM kv WHERE k = $1") {
+		t.Errorf("explain of a point select: %q %v", text, err)
+	}
+	text, err = shardsql.Explain(context.Background(), conn, "SELECT k FROM kv ORDER BY v LIMIT 3")
+	if err != nil || !strings.Contains(text, "merge: merge-sort") || !strings.Contains(text, "2 targets") {
+		t.Errorf("explain of a merge: %q %v", text, err)
 	}
 }
