@@ -143,9 +143,17 @@ func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, f
 		return err
 	}
 	// Every data source the statement needs, concurrently; the first failure cancels the
-	// rest, since a merge or a multi-shard write is useless without every part.
+	// rest, since a merge or a multi-shard write is useless without every part. A write
+	// takes its data sources one at a time, in ascending order: two transactions writing
+	// the same rows on several data sources (a broadcast table) then lock them in the
+	// same order, so one waits for the other instead of each holding a copy the other
+	// needs, a deadlock no single server can see.
+	limit := e.concurrency
+	if b.Plan.Write {
+		limit = 1
+	}
 	err := shardset.Do(ctx, routing.NewShards(order...), nds, runDS,
-		shardset.FailFast(), shardset.WithLimit(e.concurrency))
+		shardset.FailFast(), shardset.WithLimit(limit))
 	var failed shardset.Errors
 	if errors.As(err, &failed) && len(failed) > 0 {
 		err = e.shardErr(failed[0].Shard, failed[0].Err)
