@@ -115,15 +115,40 @@ func (c *Conn) Discard(ctx context.Context) error {
 // exec runs statements with the simple protocol and discards their results.
 func (c *Conn) exec(ctx context.Context, sql string) error {
 	err := c.pg.Exec(ctx, sql).Close()
-	if err != nil && !isServerError(err) {
-		c.broken = true
+	if err != nil && (c.pg.IsClosed() || !isServerError(err)) {
+		return c.brokenErr(err)
 	}
 	return err
 }
 
+// isServerError reports whether err is the server's answer to a statement (an ERROR),
+// after which the connection goes on; a FATAL one ends the server's session.
 func isServerError(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe)
+	return errors.As(err, &pe) && pe.Severity != "FATAL" && pe.Severity != "PANIC"
+}
+
+// BrokenError is a failure of a server connection itself: the network, or the server
+// ending the session (a FATAL error such as a shutdown's 57P01). It is not the server's
+// answer to the statement, so it carries no SQLSTATE of its own: a client sees it as
+// the data source being unavailable (08006).
+type BrokenError struct {
+	DataSource string
+	Err        error
+}
+
+func (e *BrokenError) Error() string {
+	return fmt.Sprintf("connection to data source %s failed: %v", e.DataSource, e.Err)
+}
+
+// brokenErr marks the connection broken and describes why.
+func (c *Conn) brokenErr(err error) error {
+	c.broken = true
+	var be *BrokenError
+	if errors.As(err, &be) {
+		return err
+	}
+	return &BrokenError{DataSource: c.pool.name, Err: errors.New(err.Error())}
 }
 
 // Statement is one execution with the extended protocol.
@@ -218,15 +243,13 @@ func (c *Conn) execOnce(ctx context.Context, st *Statement, sink Sink) (sent boo
 	stop := c.watch(ctx)
 	defer c.unwatch(stop)
 	if err := fe.Flush(); err != nil {
-		c.broken = true
-		return false, err
+		return false, c.brokenErr(err)
 	}
 	var serverErr error
 	for {
 		msg, err := c.pg.ReceiveMessage(context.Background())
 		if err != nil {
-			c.broken = true
-			return sent, err
+			return sent, c.brokenErr(err)
 		}
 		switch m := msg.(type) {
 		case *pgproto3.ReadyForQuery:
@@ -251,8 +274,7 @@ func (c *Conn) execOnce(ctx context.Context, st *Statement, sink Sink) (sent boo
 		case *pgproto3.CopyInResponse:
 			fe.Send(&pgproto3.CopyFail{Message: "COPY through the extended protocol is not supported by the proxy"})
 			if err := fe.Flush(); err != nil {
-				c.broken = true
-				return sent, err
+				return sent, c.brokenErr(err)
 			}
 		default:
 			// CopyOut data and anything else unexpected: not for this client.
@@ -286,15 +308,13 @@ func (c *Conn) Query(ctx context.Context, sql string, sink Sink) error {
 	stop := c.watch(ctx)
 	defer c.unwatch(stop)
 	if err := fe.Flush(); err != nil {
-		c.broken = true
-		return err
+		return c.brokenErr(err)
 	}
 	var serverErr error
 	for {
 		msg, err := c.pg.ReceiveMessage(context.Background())
 		if err != nil {
-			c.broken = true
-			return err
+			return c.brokenErr(err)
 		}
 		switch m := msg.(type) {
 		case *pgproto3.ReadyForQuery:
@@ -306,8 +326,7 @@ func (c *Conn) Query(ctx context.Context, sql string, sink Sink) error {
 		case *pgproto3.CopyInResponse:
 			fe.Send(&pgproto3.CopyFail{Message: "unexpected COPY FROM"})
 			if err := fe.Flush(); err != nil {
-				c.broken = true
-				return err
+				return c.brokenErr(err)
 			}
 		case *pgproto3.ParameterStatus:
 			c.settings = unknownSettings
@@ -328,15 +347,13 @@ func (c *Conn) Describe(ctx context.Context, sql string, oids []uint32) (params 
 	stop := c.watch(ctx)
 	defer c.unwatch(stop)
 	if err := fe.Flush(); err != nil {
-		c.broken = true
-		return nil, nil, err
+		return nil, nil, c.brokenErr(err)
 	}
 	var serverErr error
 	for {
 		msg, err := c.pg.ReceiveMessage(context.Background())
 		if err != nil {
-			c.broken = true
-			return nil, nil, err
+			return nil, nil, c.brokenErr(err)
 		}
 		switch m := msg.(type) {
 		case *pgproto3.ReadyForQuery:
@@ -370,15 +387,13 @@ func (c *Conn) StartCopy(ctx context.Context, sql string) (*Copy, *pgproto3.Copy
 	fe := c.pg.Frontend()
 	fe.Send(&pgproto3.Query{String: sql})
 	if err := fe.Flush(); err != nil {
-		c.broken = true
-		return nil, nil, err
+		return nil, nil, c.brokenErr(err)
 	}
 	var serverErr error
 	for {
 		msg, err := c.pg.ReceiveMessage(ctx)
 		if err != nil {
-			c.broken = true
-			return nil, nil, err
+			return nil, nil, c.brokenErr(err)
 		}
 		switch m := msg.(type) {
 		case *pgproto3.CopyInResponse:
@@ -412,8 +427,7 @@ func (cp *Copy) flush() error {
 	fe.Send(&pgproto3.CopyData{Data: cp.buf})
 	cp.buf = cp.buf[:0]
 	if err := fe.Flush(); err != nil {
-		cp.c.broken = true
-		return err
+		return cp.c.brokenErr(err)
 	}
 	return nil
 }
@@ -432,16 +446,14 @@ func (cp *Copy) Finish(ctx context.Context, failure string) (pgconn.CommandTag, 
 		fe.Send(&pgproto3.CopyFail{Message: failure})
 	}
 	if err := fe.Flush(); err != nil {
-		cp.c.broken = true
-		return pgconn.CommandTag{}, err
+		return pgconn.CommandTag{}, cp.c.brokenErr(err)
 	}
 	var tag pgconn.CommandTag
 	var serverErr error
 	for {
 		msg, err := cp.c.pg.ReceiveMessage(ctx)
 		if err != nil {
-			cp.c.broken = true
-			return tag, err
+			return tag, cp.c.brokenErr(err)
 		}
 		switch m := msg.(type) {
 		case *pgproto3.CommandComplete:

@@ -568,9 +568,11 @@ func ErrorResponse(err error, severity string) *pgproto3.ErrorResponse {
 	var se *sqlexec.ShardError
 	switch {
 	case errors.As(err, &pe):
-		sev := pe.Severity
-		if sev == "" || severity == "FATAL" {
-			sev = severity
+		// The severity is the proxy's: a server's FATAL ends a server connection, not
+		// the client's.
+		sev := severity
+		if pe.Severity == "WARNING" || pe.Severity == "NOTICE" {
+			sev = pe.Severity
 		}
 		return &pgproto3.ErrorResponse{
 			Severity: sev, SeverityUnlocalized: sev, Code: pe.Code, Message: pe.Message,

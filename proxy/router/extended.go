@@ -62,7 +62,7 @@ func (s *Session) fail(err error) error {
 	if s.explicit {
 		s.failed = true
 	}
-	return s.deadlockVictim(err)
+	return s.clientError(err)
 }
 
 // Parse handles a Parse message: it plans the statement (cached by text) and keeps it

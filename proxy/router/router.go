@@ -260,6 +260,24 @@ func (r *Router) serverParameters(ctx context.Context) map[string]string {
 	return r.params.values
 }
 
+// clientError turns an error into what the client should see: a server connection
+// that failed, or a server that ended its session (a FATAL error, say at shutdown), is
+// the data source being unavailable (08006), never a FATAL for the client's own
+// connection; a lock wait the proxy bounded is a deadlock (40P01).
+func (s *Session) clientError(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Severity == "FATAL" || pe.Severity == "PANIC") {
+		name := "?"
+		var se *sqlexec.ShardError
+		if errors.As(err, &se) {
+			name = se.Name
+		}
+		return &pgconn.PgError{Severity: "ERROR", Code: "08006",
+			Message: fmt.Sprintf("shardlab: data source %s is unavailable: %s (SQLSTATE %s)", name, pe.Message, pe.Code)}
+	}
+	return s.deadlockVictim(err)
+}
+
 // deadlockVictim turns a lock timeout of a transaction that spans data sources, which
 // the proxy's own bound caused, into the deadlock error clients know how to retry.
 func (s *Session) deadlockVictim(err error) error {

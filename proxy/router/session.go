@@ -427,10 +427,13 @@ func (s *Session) shardErr(ds int, err error) error {
 	if err == nil {
 		return nil
 	}
-	var pe *pgconn.PgError
 	var se *sqlexec.ShardError
-	if errors.As(err, &pe) || errors.As(err, &se) {
+	if errors.As(err, &se) {
 		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Severity != "FATAL" && pe.Severity != "PANIC" {
+		return err // the server's answer to the statement
 	}
 	return &sqlexec.ShardError{DataSource: ds, Name: s.r.rules.DataSources()[ds].Name, Err: err}
 }
