@@ -265,6 +265,11 @@ func TestTransactions(t *testing.T) {
 	if n := queryInt(t, c, "SELECT bal FROM acct WHERE id = 1"); n != 90 {
 		t.Errorf("balance %d, want 90", n)
 	}
+	// BEGIN opening a multi-statement query keeps its options.
+	res, err = pc.Exec(ctx, "BEGIN ISOLATION LEVEL SERIALIZABLE; SHOW transaction_isolation; COMMIT").ReadAll()
+	if err != nil || len(res) != 3 || string(res[1].Rows[0][0]) != "serializable" {
+		t.Errorf("BEGIN ISOLATION LEVEL SERIALIZABLE; SHOW ...: %v %v", res, err)
+	}
 	// COMMIT outside a transaction warns, as PostgreSQL does.
 	var notices []string
 	cfg, _ := pgconn.ParseConfig(e.url(""))

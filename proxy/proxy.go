@@ -56,6 +56,9 @@ type Config struct {
 	// deadlocks no server can see (see router.Config); 0 leaves them unbounded. Callers
 	// usually want router.DefaultLockWaitTimeout.
 	LockWaitTimeout time.Duration
+	// StatsInterval, when positive, logs every pool's connections in use and idle at
+	// that interval.
+	StatsInterval time.Duration
 	// Logger receives the proxy's log; nil discards it.
 	Logger *slog.Logger
 }
@@ -83,6 +86,8 @@ type Server struct {
 	conns   chan struct{} // bounds the connections being served, startup included
 	serving sync.WaitGroup
 	once    sync.Once
+	stop    chan struct{} // closed by Shutdown: ends the stats logger
+	logger  sync.WaitGroup
 }
 
 // New builds a proxy from cfg. It makes no connection: a data source that is down
@@ -135,6 +140,21 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// without bound.
 	s.conns = make(chan struct{}, cfg.MaxClients+cfg.MaxClients/4+16)
 	s.mu.listeners = map[net.Listener]bool{}
+	s.stop = make(chan struct{})
+	if cfg.StatsInterval > 0 {
+		s.logger.Go(func() {
+			t := time.NewTicker(cfg.StatsInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					s.logPools("pool")
+				case <-s.stop:
+					return
+				}
+			}
+		})
+	}
 	return s, nil
 }
 
@@ -232,6 +252,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.mu.Unlock()
 		err = s.frontend.Shutdown(ctx)
 		s.serving.Wait()
+		close(s.stop)
+		s.logger.Wait()
 		s.closePools()
 		s.logPools("pools at shutdown")
 	})
@@ -264,7 +286,7 @@ func (s *Server) Stats() Stats {
 func (s *Server) logPools(msg string) {
 	for _, p := range s.pools {
 		st := p.Stats()
-		s.log.Info(msg, "data_source", st.DataSource, "in_use", st.InUse, "idle", st.Idle,
-			"opened", st.Opened, "closed", st.Closed, "checkout_timeouts", st.Timeouts)
+		s.log.Info(msg, "data_source", st.DataSource, "in_use", st.InUse, "idle", st.Idle, "waiting", st.Waiting,
+			"opened", st.Opened, "closed", st.Closed, "checkout_timeouts", st.Timeouts, "clients", s.frontend.Stats().Clients)
 	}
 }

@@ -53,6 +53,7 @@ type options struct {
 	poolSize, maxClients, maxMessage   int
 	checkoutTimeout, connectTimeout    time.Duration
 	shutdownTimeout, lockWaitTimeout   time.Duration
+	statsInterval                      time.Duration
 	users, tlsCert, tlsKey, logLevel   string
 	twoPhase, aggregate                bool
 }
@@ -89,6 +90,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.lockWaitTimeout, "lock-wait-timeout", router.DefaultLockWaitTimeout, "bound on a lock wait of a transaction that spans shards (possibly half of a deadlock no server sees); past it the transaction fails with 40P01 (deadlock detected) so that clients retry; 0 waits forever")
 	fs.BoolVar(&o.twoPhase, "two-phase", false, "commit transactions that span shards with two-phase commit (needs max_prepared_transactions > 0 on every shard)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long open transactions may take to finish before their clients are cut off")
+	fs.DurationVar(&o.statsInterval, "stats-interval", time.Minute, "log every pool's connections in use and idle at this interval; 0 turns it off")
 	fs.StringVar(&o.addrFile, "addr-file", "", "write the address actually listened on to this file")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.aggregate, "aggregate", false, "share one pool among shards that are schemas of one database (not implemented yet)")
@@ -117,8 +119,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("%w: --pool-size must be 1..10000, got %d", ErrUsage, o.poolSize)
 	case o.maxClients < 1:
 		return nil, fmt.Errorf("%w: --max-clients must be at least 1, got %d", ErrUsage, o.maxClients)
-	case o.checkoutTimeout <= 0 || o.connectTimeout <= 0 || o.shutdownTimeout < 0 || o.lockWaitTimeout < 0:
-		return nil, fmt.Errorf("%w: --checkout-timeout and --connect-timeout must be positive, --shutdown-timeout and --lock-wait-timeout not negative", ErrUsage)
+	case o.checkoutTimeout <= 0 || o.connectTimeout <= 0 || o.shutdownTimeout < 0 || o.lockWaitTimeout < 0 || o.statsInterval < 0:
+		return nil, fmt.Errorf("%w: --checkout-timeout and --connect-timeout must be positive, --shutdown-timeout, --lock-wait-timeout and --stats-interval not negative", ErrUsage)
 	case o.maxMessage < 1024:
 		return nil, fmt.Errorf("%w: --max-message-size must be at least 1024 bytes, got %d", ErrUsage, o.maxMessage)
 	case (o.tlsCert == "") != (o.tlsKey == ""):
@@ -180,9 +182,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := proxy.Config{
 		Rules: rs, Database: o.database, MaxClients: o.maxClients, MaxMessage: o.maxMessage, TwoPhase: o.twoPhase,
-		LockWaitTimeout: o.lockWaitTimeout,
-		Pool:            backend.Options{Size: o.poolSize, CheckoutTimeout: o.checkoutTimeout, ConnectTimeout: o.connectTimeout},
-		Logger:          log,
+		LockWaitTimeout: o.lockWaitTimeout, StatsInterval: o.statsInterval,
+		Pool:   backend.Options{Size: o.poolSize, CheckoutTimeout: o.checkoutTimeout, ConnectTimeout: o.connectTimeout},
+		Logger: log,
 	}
 	if o.poolMode == "session" {
 		cfg.PoolMode = router.PoolSession

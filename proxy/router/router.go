@@ -101,6 +101,32 @@ type Router struct {
 		sync.Mutex
 		values map[string]string // ParameterStatus values of the default data source
 	}
+
+	// lastWarned is, per data source, when the log last said it is unavailable (unix
+	// nanoseconds): once every few seconds is enough, however many clients fail.
+	lastWarned []atomic.Int64
+}
+
+// warnEvery bounds how often the log repeats that a data source is unavailable.
+const warnEvery = 5 * time.Second
+
+// noteUnavailable logs that a data source could not serve a statement, at most once
+// every warnEvery per data source.
+func (r *Router) noteUnavailable(err error) {
+	var se *sqlexec.ShardError
+	if !errors.As(err, &se) || se.DataSource < 0 || se.DataSource >= len(r.lastWarned) {
+		return
+	}
+	var pe *pgconn.PgError
+	if errors.As(se.Err, &pe) && pe.Severity != "FATAL" && pe.Severity != "PANIC" {
+		return // the server's answer to a statement, not a failure of the data source
+	}
+	now := time.Now().UnixNano()
+	last := &r.lastWarned[se.DataSource]
+	if prev := last.Load(); now-prev < int64(warnEvery) || !last.CompareAndSwap(prev, now) {
+		return
+	}
+	r.log.Warn("data source unavailable", "data_source", se.Name, "err", se.Err)
 }
 
 // New returns a router. It makes no connection.
@@ -124,6 +150,7 @@ func New(cfg Config) (*Router, error) {
 	r.committer = sqlexec.NewCommitter(cfg.Rules, cfg.TwoPhase)
 	r.engine = sqlexec.NewEngine(cfg.Rules, r.catalog, r.committer)
 	r.describes.entries = map[describeKey]*description{}
+	r.lastWarned = make([]atomic.Int64, cfg.Rules.NumDataSources())
 	return r, nil
 }
 
@@ -265,6 +292,7 @@ func (r *Router) serverParameters(ctx context.Context) map[string]string {
 // the data source being unavailable (08006), never a FATAL for the client's own
 // connection; a lock wait the proxy bounded is a deadlock (40P01).
 func (s *Session) clientError(err error) error {
+	s.r.noteUnavailable(err)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (pe.Severity == "FATAL" || pe.Severity == "PANIC") {
 		name := "?"

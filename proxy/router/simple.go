@@ -20,10 +20,7 @@ func (s *Session) Query(ctx context.Context, sql string) error {
 	}
 	multi := len(stmts) > 1
 	for _, stmt := range stmts {
-		if multi {
-			s.beginImplicit()
-		}
-		if err := s.simpleStatement(ctx, stmt); err != nil {
+		if err := s.simpleStatement(ctx, stmt, multi); err != nil {
 			err = s.fail(err)
 			s.batchFailed = false
 			s.endImplicit(ctx, false)
@@ -46,13 +43,19 @@ func (s *Session) endQuery() {
 	}
 }
 
-func (s *Session) simpleStatement(ctx context.Context, stmt string) error {
+// simpleStatement runs one statement of a Query message; multi says whether the
+// message holds several, which then share an implicit transaction (a BEGIN among them
+// opens the client's own, with its options).
+func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) error {
 	plan, lits, err := s.r.planner.PlanSimple(ctx, stmt)
 	if err != nil {
 		return err
 	}
 	if s.isFailed() && !exitStatement(plan) {
 		return failedTx()
+	}
+	if multi && plan.Kind != sqlplan.KindTransaction {
+		s.beginImplicit()
 	}
 	switch plan.Kind {
 	case sqlplan.KindEmpty:
