@@ -169,18 +169,44 @@ func (r *Router) Recover(ctx context.Context) (committed, rolledBack int, err er
 	return r.committer.Recover(ctx, r.acquire)
 }
 
-// acquire lends a connection with no client settings, for the catalog and the
-// committer's recovery.
+// serverPool lends the router's own connections (for the catalog and two-phase
+// recovery): connections with no client's settings.
+type serverPool struct{ r *Router }
+
+var _ sqlexec.Pool = serverPool{}
+
+// Acquire implements sqlexec.Pool.
+func (p serverPool) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
+	pool := p.r.pools[ds]
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.ApplySettings(ctx, "", nil); err != nil {
+		pool.Release(c, reusable(err))
+		return nil, err
+	}
+	return serverLease{pool: pool, c: c}, nil
+}
+
+type serverLease struct {
+	pool *backend.Pool
+	c    *backend.Conn
+}
+
+func (l serverLease) Run(_ context.Context, fn func(*pgconn.PgConn) error) error {
+	return fn(l.c.PgConn())
+}
+func (l serverLease) Release(reuse bool) { l.pool.Release(l.c, reuse) }
+
+// acquire is serverPool in the form of sqlexec.AcquireFunc.
 func (r *Router) acquire(ctx context.Context, ds int) (*pgconn.PgConn, func(error), error) {
-	c, err := r.pools[ds].Acquire(ctx)
+	l, err := serverPool{r}.Acquire(ctx, ds)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := c.ApplySettings(ctx, "", nil); err != nil {
-		r.pools[ds].Release(c, reusable(err))
-		return nil, nil, err
-	}
-	return c.PgConn(), func(err error) { r.pools[ds].Release(c, reusable(err)) }, nil
+	sl := l.(serverLease)
+	return sl.c.PgConn(), func(err error) { sl.Release(reusable(err)) }, nil
 }
 
 // reusable reports whether a connection that saw err may serve someone else: after a
