@@ -424,7 +424,17 @@ func TestCheckoutTimeout(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("waited %v with a checkout timeout of 300ms", d)
 	}
+	// A client may still connect (its settings are checked at its first statement).
+	late, err := pgx.Connect(ctx, e.url("")+"&application_name=late")
+	if err != nil {
+		t.Fatalf("connecting with every server connection busy: %v", err)
+	}
+	defer late.Close(ctx)
 	exec1(t, holder, "COMMIT")
+	var app string
+	if err := late.QueryRow(ctx, "SHOW application_name").Scan(&app); err != nil || app != "late" {
+		t.Errorf("the late client's application_name: %q %v", app, err)
+	}
 	exec1(t, waiter, "SELECT 1")
 }
 

@@ -179,12 +179,14 @@ func (s *Session) Start(ctx context.Context) (map[string]string, error) {
 	if err != nil {
 		var se *sqlexec.ShardError
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) {
+		switch {
+		case errors.As(err, &se):
+			return out, nil // unreachable: other data sources may serve the client
+		case errors.As(err, &pe) && pe.Code == "53300":
+			return out, nil // every connection busy: the client's settings wait for its first statement
+		case errors.As(err, &pe):
 			pe.Severity = "FATAL"
 			return nil, pe
-		}
-		if errors.As(err, &se) {
-			return out, nil
 		}
 		return nil, err
 	}
