@@ -9,6 +9,7 @@
 //	          source (relaying the answer) or several (through sqlexec's engine)
 //	backend   one pool of server connections per data source, transaction or session pooling
 //	auth      the users file and SCRAM-SHA-256
+//	admin     the admin database (SHOW POOLS, SHOW ROUTE) and /metrics
 //	copyin    COPY FROM STDIN data split into rows and routed by key
 //
 // This package puts them together: Server listens, hands each connection to the
@@ -22,9 +23,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
+	"github.com/shardlab/shardlab/proxy/admin"
 	"github.com/shardlab/shardlab/proxy/auth"
 	"github.com/shardlab/shardlab/proxy/backend"
 	"github.com/shardlab/shardlab/proxy/frontend"
@@ -56,6 +59,9 @@ type Config struct {
 	// deadlocks no server can see (see router.Config); 0 leaves them unbounded. Callers
 	// usually want router.DefaultLockWaitTimeout.
 	LockWaitTimeout time.Duration
+	// AdminDatabase, when set, is the database name of the admin console: SHOW POOLS,
+	// SHOW DATABASES, SHOW CLIENTS, SHOW ROUTE <statement>, SHOW HELP.
+	AdminDatabase string
 	// StatsInterval, when positive, logs every pool's connections in use and idle at
 	// that interval.
 	StatsInterval time.Duration
@@ -77,6 +83,7 @@ type Server struct {
 	pools    []*backend.Pool
 	router   *router.Router
 	frontend *frontend.Server
+	admin    *admin.Admin
 
 	mu struct {
 		sync.Mutex
@@ -133,8 +140,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			log.Info("finished two-phase transactions left by a crash", "committed", committed, "rolled_back", rolledBack)
 		}
 	}
+	if cfg.AdminDatabase == cfg.Database {
+		s.closePools()
+		return nil, fmt.Errorf("%w: the admin database cannot be the database clients use (%q)", ErrConfig, cfg.Database)
+	}
+	s.admin = admin.New(r, func() int { return s.frontend.Stats().Clients })
 	s.frontend = frontend.NewServer(frontend.Config{Router: r, Database: cfg.Database, Users: cfg.Users, TLS: cfg.TLS,
-		MaxClients: cfg.MaxClients, MaxMessage: cfg.MaxMessage, Logger: log})
+		MaxClients: cfg.MaxClients, MaxMessage: cfg.MaxMessage, AdminDatabase: cfg.AdminDatabase, Admin: s.admin, Logger: log})
 	// Connections past the cap still get their FATAL answer from the frontend; beyond
 	// a margin they are closed unanswered, so that a flood cannot make goroutines
 	// without bound.
@@ -166,6 +178,10 @@ func (s *Server) closePools() {
 
 // Router returns the proxy's router.
 func (s *Server) Router() *router.Router { return s.router }
+
+// MetricsHandler serves the proxy's metrics (per pool: connections in use, idle,
+// waiting; clients) in Prometheus's text format, for /metrics.
+func (s *Server) MetricsHandler() http.Handler { return s.admin.MetricsHandler() }
 
 // ErrServerClosed is returned by Serve after Shutdown.
 var ErrServerClosed = errors.New("proxy: server closed")

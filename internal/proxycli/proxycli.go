@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -54,6 +55,7 @@ type options struct {
 	checkoutTimeout, connectTimeout    time.Duration
 	shutdownTimeout, lockWaitTimeout   time.Duration
 	statsInterval                      time.Duration
+	adminDatabase, metricsListen       string
 	users, tlsCert, tlsKey, logLevel   string
 	twoPhase, aggregate                bool
 }
@@ -91,6 +93,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.twoPhase, "two-phase", false, "commit transactions that span shards with two-phase commit (needs max_prepared_transactions > 0 on every shard)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long open transactions may take to finish before their clients are cut off")
 	fs.DurationVar(&o.statsInterval, "stats-interval", time.Minute, "log every pool's connections in use and idle at this interval; 0 turns it off")
+	fs.StringVar(&o.adminDatabase, "admin-database", "shardlab", "database name of the admin console (SHOW POOLS, SHOW DATABASES, SHOW ROUTE <statement>, SHOW HELP); empty turns it off")
+	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics on http://ADDR/metrics (pool connections in use, idle, waiting; clients)")
 	fs.StringVar(&o.addrFile, "addr-file", "", "write the address actually listened on to this file")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.aggregate, "aggregate", false, "share one pool among shards that are schemas of one database (not implemented yet)")
@@ -123,6 +127,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("%w: --checkout-timeout and --connect-timeout must be positive, --shutdown-timeout, --lock-wait-timeout and --stats-interval not negative", ErrUsage)
 	case o.maxMessage < 1024:
 		return nil, fmt.Errorf("%w: --max-message-size must be at least 1024 bytes, got %d", ErrUsage, o.maxMessage)
+	case o.adminDatabase == o.database:
+		return nil, fmt.Errorf("%w: --admin-database must differ from --database", ErrUsage)
 	case (o.tlsCert == "") != (o.tlsKey == ""):
 		return nil, fmt.Errorf("%w: --tls-cert and --tls-key go together", ErrUsage)
 	}
@@ -182,7 +188,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := proxy.Config{
 		Rules: rs, Database: o.database, MaxClients: o.maxClients, MaxMessage: o.maxMessage, TwoPhase: o.twoPhase,
-		LockWaitTimeout: o.lockWaitTimeout, StatsInterval: o.statsInterval,
+		LockWaitTimeout: o.lockWaitTimeout, StatsInterval: o.statsInterval, AdminDatabase: o.adminDatabase,
 		Pool:   backend.Options{Size: o.poolSize, CheckoutTimeout: o.checkoutTimeout, ConnectTimeout: o.connectTimeout},
 		Logger: log,
 	}
@@ -207,6 +213,19 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	srv, err := proxy.New(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if o.metricsListen != "" {
+		ln, err := net.Listen("tcp", o.metricsListen)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", srv.MetricsHandler())
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(ln)
+		defer hs.Close()
+		log.Info("metrics at http://" + ln.Addr().String() + "/metrics")
 	}
 	served := make(chan error, 1)
 	go func() {

@@ -23,7 +23,7 @@ func TestHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, want := range []string{"--sharded", "-pool-mode", "-checkout-timeout", "-max-clients", "-users", "-tls-cert", "-lock-wait-timeout"} {
+	for _, want := range []string{"--sharded", "-pool-mode", "-checkout-timeout", "-max-clients", "-users", "-tls-cert", "-lock-wait-timeout", "-admin-database", "-metrics-listen"} {
 		if !strings.Contains(out.String(), strings.TrimLeft(want, "-")) {
 			t.Errorf("--help does not mention %s", want)
 		}
@@ -54,6 +54,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--database", "app", shard, "--aggregate"}, "not implemented"},
 		{[]string{"--database", "app", shard, "--log-level", "loud"}, "--log-level"},
 		{[]string{"--database", "app", shard, "extra"}, "unexpected argument"},
+		{[]string{"--database", "app", shard, "--admin-database", "app"}, "--admin-database must differ"},
 		{[]string{"--database", "app", shard, "--no-such-flag"}, "no-such-flag"},
 		{[]string{"--database", "app", shard, "--sharded", "t=id", "--broadcast", "t"}, "rules"},
 	} {

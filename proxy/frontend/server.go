@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/shardlab/shardlab/proxy/admin"
 	"github.com/shardlab/shardlab/proxy/auth"
 	"github.com/shardlab/shardlab/proxy/router"
 	"github.com/shardlab/shardlab/sqlexec"
@@ -56,6 +57,10 @@ type Config struct {
 	MaxMessage int
 	// StartupTimeout bounds the startup phase (DefaultStartupTimeout when 0).
 	StartupTimeout time.Duration
+	// AdminDatabase, when set with Admin, is a database name whose clients talk to the
+	// proxy itself (SHOW POOLS, SHOW ROUTE ...), authenticated like the others.
+	AdminDatabase string
+	Admin         *admin.Admin
 	// Logger receives connection events; nil discards them. Passwords never reach it.
 	Logger *slog.Logger
 }
@@ -167,7 +172,7 @@ func (s *Server) cancelRequest(m *pgproto3.CancelRequest) {
 	s.mu.Lock()
 	c := s.mu.clients[m.ProcessID]
 	s.mu.Unlock()
-	if c == nil || subtle.ConstantTimeCompare(c.secret[:], m.SecretKey) != 1 {
+	if c == nil || c.sess == nil || subtle.ConstantTimeCompare(c.secret[:], m.SecretKey) != 1 {
 		return
 	}
 	s.stats.cancels.Add(1)
@@ -186,6 +191,7 @@ type client struct {
 	pid    uint32
 	secret [4]byte
 	user   string
+	admin  bool // connected to the admin database
 
 	mu   sync.Mutex
 	idle bool // waiting for a message after ReadyForQuery, outside a transaction
@@ -238,7 +244,11 @@ func (c *client) serve() {
 	}
 	c.nc.SetDeadline(time.Time{})
 	s.stats.accepted.Add(1)
-	s.log.Debug("client connected", "pid", c.pid, "user", c.user, "remote", c.nc.RemoteAddr().String())
+	s.log.Debug("client connected", "pid", c.pid, "user", c.user, "remote", c.nc.RemoteAddr().String(), "admin", c.admin)
+	if c.admin {
+		c.adminLoop()
+		return
+	}
 	c.loop()
 }
 
@@ -315,7 +325,8 @@ func (c *client) accept(st *Startup) (*Startup, error) {
 		c.fatal("57P03", "the database system is shutting down")
 		return nil, nil
 	}
-	if db != s.cfg.Database {
+	c.admin = s.cfg.Admin != nil && s.cfg.AdminDatabase != "" && db == s.cfg.AdminDatabase
+	if db != s.cfg.Database && !c.admin {
 		s.stats.refused.Add(1)
 		c.fatal("3D000", "database %q does not exist", db)
 		return nil, nil
@@ -396,6 +407,16 @@ func (c *client) begin(st *Startup) bool {
 	s.mu.clients[c.pid] = c
 	s.mu.Unlock()
 
+	if c.admin {
+		c.wr.Send(&pgproto3.AuthenticationOk{})
+		for _, p := range [][2]string{{"server_version", "15.0 (shardlab proxy admin)"}, {"client_encoding", "UTF8"},
+			{"server_encoding", "UTF8"}, {"DateStyle", "ISO, MDY"}, {"integer_datetimes", "on"}, {"standard_conforming_strings", "on"}} {
+			c.wr.Send(&pgproto3.ParameterStatus{Name: p[0], Value: p[1]})
+		}
+		c.wr.Send(&pgproto3.BackendKeyData{ProcessID: c.pid, SecretKey: c.secret[:]})
+		c.wr.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		return c.wr.Flush() == nil
+	}
 	params := map[string]string{}
 	for k, v := range st.Parameters {
 		if k != "user" && k != "database" {
@@ -526,6 +547,63 @@ func (c *client) loop() {
 			skipping = true
 		}
 		if c.wr.Err() != nil {
+			return
+		}
+	}
+}
+
+// adminLoop serves a client of the admin database: simple queries, answered by the
+// proxy itself.
+func (c *client) adminLoop() {
+	s := c.srv
+	for {
+		c.setIdle(true)
+		if !c.waitable() {
+			c.fatal("57P01", "terminating connection due to administrator command")
+			return
+		}
+		msg, err := c.rd.Receive()
+		c.setIdle(false)
+		if err != nil {
+			var pe *ProtocolError
+			if errors.As(err, &pe) {
+				c.fatal(pe.Code, "%s", pe.Message)
+			}
+			return
+		}
+		switch m := msg.(type) {
+		case *pgproto3.Query:
+			res, err := s.cfg.Admin.Answer(s.ctx, m.String)
+			if err != nil {
+				c.sendError(err, "ERROR")
+			} else {
+				fields := make([]pgproto3.FieldDescription, len(res.Columns))
+				for i, name := range res.Columns {
+					size := int16(-1)
+					if res.Types[i] == admin.Bigint {
+						size = 8
+					}
+					fields[i] = pgproto3.FieldDescription{Name: []byte(name), DataTypeOID: res.Types[i], DataTypeSize: size, TypeModifier: -1}
+				}
+				c.wr.Send(&pgproto3.RowDescription{Fields: fields})
+				for _, row := range res.Rows {
+					vals := make([][]byte, len(row))
+					for i, v := range row {
+						vals[i] = []byte(v)
+					}
+					c.wr.Send(&pgproto3.DataRow{Values: vals})
+				}
+				c.wr.Send(&pgproto3.CommandComplete{CommandTag: []byte(res.Tag)})
+			}
+			c.wr.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		case *pgproto3.Sync:
+			c.wr.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		case *pgproto3.Terminate:
+			return
+		case *pgproto3.Parse:
+			c.sendError(&pgconn.PgError{Code: "0A000", Message: "shardlab: the admin database speaks the simple query protocol only"}, "ERROR")
+		}
+		if c.wr.Flush() != nil {
 			return
 		}
 	}

@@ -346,3 +346,33 @@ func (s *Session) deadlockVictim(err error) error {
 		Hint: "Retry the transaction.",
 	}
 }
+
+// Route explains where a simple-protocol statement (values inline) would run, without
+// running it: the routing answer, each target's data source, shard and rewritten SQL,
+// and the merge. A statement the sharding layer refuses returns its refusal.
+func (r *Router) Route(ctx context.Context, sql string) (string, error) {
+	stmts := sqlplan.SplitStatements(sql)
+	if len(stmts) != 1 {
+		return "", pgError("42601", "route preview takes one statement, got %d", len(stmts))
+	}
+	plan, lits, err := r.planner.PlanSimple(ctx, stmts[0])
+	if err != nil {
+		return "", err
+	}
+	switch plan.Kind {
+	case sqlplan.KindEmpty, sqlplan.KindTransaction, sqlplan.KindSet, sqlplan.KindDiscard:
+		return fmt.Sprintf("%s: the proxy handles it in the client's session (settings and transactions follow the client to every data source it uses)\n", plan.Kind), nil
+	case sqlplan.KindCopy:
+		var b strings.Builder
+		fmt.Fprintf(&b, "copy of %s (%s table)\n", plan.Copy.Table.Name, plan.Copy.Table.Kind)
+		for i, n := range plan.Copy.Table.Nodes {
+			fmt.Fprintf(&b, "  %s shard %d: %s\n", r.rules.DataSources()[n.DataSource].Name, i, plan.Copy.SQL[i])
+		}
+		return b.String(), nil
+	}
+	b, err := plan.BindSimple(stmts[0], lits)
+	if err != nil {
+		return "", err
+	}
+	return b.Explain(), nil
+}
