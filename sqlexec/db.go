@@ -85,6 +85,14 @@ func (db *DB) Recover(ctx context.Context) (committed, rolledBack int, err error
 	return db.committer.Recover(ctx, db.pools)
 }
 
+// DeadlockVictims returns how many transactions the deadlock detector has ended.
+func (db *DB) DeadlockVictims() int64 {
+	if db.detector == nil {
+		return 0
+	}
+	return db.detector.Victims()
+}
+
 // Close stops the deadlock detector and closes every pool.
 func (db *DB) Close() {
 	if db.detector != nil {

@@ -104,20 +104,22 @@ func (d *DeadlockDetector) forget(s *Session) {
 // Check looks for cycles once and cancels one victim per cycle found; it returns the
 // number of victims.
 func (d *DeadlockDetector) Check(ctx context.Context) int {
-	// Sessions by (data source, backend pid), for transactions on two or more sources.
+	// Sessions by (data source, backend pid), for every open transaction: a cycle
+	// across data sources needs one transaction on two or more, but may pass through
+	// others on one (T1 on ds_0 waits for T2, T2 waits on ds_1 for T3, T3 waits on
+	// ds_0 for T1).
 	type key struct{ ds, pid int }
 	owner := map[key]*Session{}
-	var started map[*Session]time.Time
+	started := map[*Session]time.Time{}
 	dss := map[int]bool{}
+	spanning := false
 	d.mu.Lock()
 	for s := range d.mu.sessions {
 		pids, begun := s.backends()
-		if len(pids) < 2 {
+		if len(pids) == 0 {
 			continue
 		}
-		if started == nil {
-			started = map[*Session]time.Time{}
-		}
+		spanning = spanning || len(pids) > 1
 		started[s] = begun
 		for ds, pid := range pids {
 			owner[key{ds, pid}] = s
@@ -125,8 +127,8 @@ func (d *DeadlockDetector) Check(ctx context.Context) int {
 		}
 	}
 	d.mu.Unlock()
-	if len(started) < 2 {
-		return 0
+	if !spanning || len(started) < 2 {
+		return 0 // a cycle on one data source is its server's to break
 	}
 	// Who waits for whom, on every data source those transactions touch.
 	waits := map[*Session]map[*Session]bool{}

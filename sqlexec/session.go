@@ -42,7 +42,7 @@ type Session struct {
 	pool      Pool
 	committer *Committer
 
-	mu      sync.Mutex // guards held and begun: Run is called concurrently per data source
+	mu      sync.Mutex // guards held, begun, touched and pids: Run is called concurrently per data source
 	held    map[int]Lease
 	begun   map[int]bool
 	inTx    bool
@@ -123,7 +123,7 @@ func (s *Session) Run(ctx context.Context, ds int, fn func(*pgconn.PgConn) error
 	})
 	if err != nil && s.victim.Load() && isCancel(err) {
 		var names []string
-		for _, ds := range s.touched {
+		for _, ds := range s.Touched() {
 			names = append(names, s.committer.name(ds))
 		}
 		err = deadlockError(names)
@@ -201,7 +201,11 @@ func (s *Session) Begin(beginSQL string) error {
 }
 
 // Touched returns the data sources the open transaction has joined, in order.
-func (s *Session) Touched() []int { return slices.Clone(s.touched) }
+func (s *Session) Touched() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.touched)
+}
 
 // Commit commits the transaction on every data source it touched (through the
 // committer: best effort or two-phase). After a failed statement it rolls back instead

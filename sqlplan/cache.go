@@ -35,31 +35,37 @@ func newPlanCache(size int) *planCache {
 func (c *planCache) get(key string, ns byte) (*Plan, bool) {
 	c.mu.Lock()
 	e, ok := c.mu.maps[ns][key]
-	if ok {
-		c.mu.order.MoveToFront(e)
-	}
+	p := c.hit(e, ok)
 	c.mu.Unlock()
-	return c.result(e, ok)
+	return c.result(p, ok)
 }
 
 // getBytes is get without converting key to a string (the map lookup does not copy it).
 func (c *planCache) getBytes(key []byte, ns byte) (*Plan, bool) {
 	c.mu.Lock()
 	e, ok := c.mu.maps[ns][string(key)]
-	if ok {
-		c.mu.order.MoveToFront(e)
-	}
+	p := c.hit(e, ok)
 	c.mu.Unlock()
-	return c.result(e, ok)
+	return c.result(p, ok)
 }
 
-func (c *planCache) result(e *list.Element, ok bool) (*Plan, bool) {
+// hit marks an entry used and reads its plan; the caller holds c.mu, since put may
+// replace the plan of an entry (two sessions planning the same text at once).
+func (c *planCache) hit(e *list.Element, ok bool) *Plan {
+	if !ok {
+		return nil
+	}
+	c.mu.order.MoveToFront(e)
+	return e.Value.(*cacheEntry).plan
+}
+
+func (c *planCache) result(p *Plan, ok bool) (*Plan, bool) {
 	if !ok {
 		c.misses.Add(1)
 		return nil, false
 	}
 	c.hits.Add(1)
-	return e.Value.(*cacheEntry).plan, true
+	return p, true
 }
 
 func (c *planCache) put(key string, ns byte, p *Plan) {

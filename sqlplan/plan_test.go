@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/shardlab/shardlab/routing"
@@ -383,4 +384,27 @@ func TestDescribeSQL(t *testing.T) {
 			t.Errorf("DescribeSQL(%q) = %d, %q; want 0, %q", sql, ds, got, want)
 		}
 	}
+}
+
+// TestPlanCacheConcurrent: sessions plan the same texts at once (each missing the
+// cache, then storing its plan) while others read them; run under -race.
+func TestPlanCacheConcurrent(t *testing.T) {
+	p := sqlplan.New(testRules(t), nil, sqlplan.Options{CacheSize: 4})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := range 300 {
+				q := fmt.Sprintf("SELECT c FROM sbtest1 WHERE id = $1 AND k > %d", (i+w)%2)
+				if _, err := p.Prepare(ctx, q); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%10 == w%10 {
+					p.Invalidate()
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

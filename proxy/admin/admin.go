@@ -1,0 +1,152 @@
+// Package admin is the proxy's view of itself: the admin database, which answers
+// pgbouncer-style SHOW commands and a route preview over the wire, and the Prometheus
+// collector behind /metrics. Both read the same snapshots: the pools' counters and the
+// number of clients.
+package admin
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/proxy/backend"
+	"github.com/shardlab/shardlab/proxy/router"
+)
+
+// Admin answers the admin database's statements. It is safe for concurrent use.
+type Admin struct {
+	router  *router.Router
+	clients func() int
+}
+
+// New returns an admin over r; clients reports the number of client sessions.
+func New(r *router.Router, clients func() int) *Admin {
+	return &Admin{router: r, clients: clients}
+}
+
+// Column types of answers.
+const (
+	Text   = 25
+	Bigint = 20
+)
+
+// Result is an answer: columns (name and type OID), rows of text values, command tag.
+type Result struct {
+	Columns []string
+	Types   []uint32
+	Rows    [][]string
+	Tag     string
+}
+
+func result(tag string, cols ...any) *Result {
+	r := &Result{Tag: tag}
+	for i := 0; i < len(cols); i += 2 {
+		r.Columns = append(r.Columns, cols[i].(string))
+		r.Types = append(r.Types, uint32(cols[i+1].(int)))
+	}
+	return r
+}
+
+// Help lists the commands.
+const Help = `SHOW POOLS      server connections per data source (pgbouncer's columns)
+SHOW DATABASES  the data sources
+SHOW CLIENTS    how many client sessions there are
+SHOW ROUTE sql  where a statement (values inline) would run: targets, rewritten SQL, merge
+SHOW HELP       this list`
+
+// Answer runs one admin statement.
+func (a *Admin) Answer(ctx context.Context, sql string) (*Result, error) {
+	q := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(sql), ";"))
+	words := strings.Fields(q)
+	if len(words) < 2 || !strings.EqualFold(words[0], "SHOW") {
+		return nil, unknown(q)
+	}
+	switch strings.ToUpper(words[1]) {
+	case "POOLS":
+		return a.pools(), nil
+	case "DATABASES":
+		return a.databases(), nil
+	case "CLIENTS":
+		r := result("SHOW", "clients", Bigint)
+		r.Rows = [][]string{{strconv.Itoa(a.clients())}}
+		return r, nil
+	case "HELP":
+		r := result("SHOW", "command", Text)
+		for line := range strings.SplitSeq(Help, "\n") {
+			r.Rows = append(r.Rows, []string{line})
+		}
+		return r, nil
+	case "ROUTE":
+		// The statement is what follows the keyword ROUTE, as written.
+		i := strings.Index(strings.ToUpper(q), "ROUTE")
+		text, err := a.router.Route(ctx, strings.TrimSpace(q[i+len("ROUTE"):]))
+		if err != nil {
+			return nil, err
+		}
+		r := result("SHOW", "route", Text)
+		for line := range strings.SplitSeq(strings.TrimRight(text, "\n"), "\n") {
+			r.Rows = append(r.Rows, []string{line})
+		}
+		return r, nil
+	}
+	return nil, unknown(q)
+}
+
+func unknown(q string) error {
+	return &pgconn.PgError{Severity: "ERROR", Code: "42601",
+		Message: fmt.Sprintf("unknown admin command %q; SHOW HELP lists them", q)}
+}
+
+// pools answers SHOW POOLS with pgbouncer's columns, one row per data source. The
+// proxy has no per-user pools, so user is the data source's own; cl_active counts
+// the clients holding one of its connections, cl_waiting those waiting for one.
+func (a *Admin) pools() *Result {
+	r := result("SHOW", "database", Text, "user", Text, "cl_active", Bigint, "cl_waiting", Bigint,
+		"cl_active_cancel_req", Bigint, "cl_waiting_cancel_req", Bigint, "sv_active", Bigint,
+		"sv_active_cancel", Bigint, "sv_being_canceled", Bigint, "sv_idle", Bigint, "sv_used", Bigint,
+		"sv_tested", Bigint, "sv_login", Bigint, "maxwait", Bigint, "maxwait_us", Bigint, "pool_mode", Text)
+	i := strconv.FormatInt
+	for k, st := range a.stats() {
+		r.Rows = append(r.Rows, []string{st.DataSource, a.user(k), i(st.InUse, 10), i(st.Waiting, 10), "0", "0",
+			i(st.InUse, 10), "0", "0", i(st.Idle, 10), "0", "0", "0", "0", "0", a.router.Mode().String()})
+	}
+	return r
+}
+
+// databases answers SHOW DATABASES: each data source, where it is (no password), and
+// its pool.
+func (a *Admin) databases() *Result {
+	r := result("SHOW", "name", Text, "host", Text, "port", Text, "database", Text, "schema", Text,
+		"pool_size", Bigint, "pool_mode", Text, "opened", Bigint, "closed", Bigint, "checkout_timeouts", Bigint)
+	dss := a.router.Rules().DataSources()
+	for k, st := range a.stats() {
+		host, port, db, schema := "", "", "", ""
+		if u, err := url.Parse(dss[k].DSN); err == nil {
+			host, port, db = u.Hostname(), u.Port(), strings.TrimPrefix(u.Path, "/")
+			schema = u.Query().Get("search_path")
+		}
+		r.Rows = append(r.Rows, []string{st.DataSource, host, port, db, schema, strconv.Itoa(st.Size),
+			a.router.Mode().String(), strconv.FormatInt(st.Opened, 10), strconv.FormatInt(st.Closed, 10),
+			strconv.FormatInt(st.Timeouts, 10)})
+	}
+	return r
+}
+
+func (a *Admin) user(ds int) string {
+	if u, err := url.Parse(a.router.Rules().DataSources()[ds].DSN); err == nil && u.User != nil {
+		return u.User.Username()
+	}
+	return ""
+}
+
+func (a *Admin) stats() []backend.Stats {
+	var out []backend.Stats
+	for _, p := range a.router.Pools() {
+		out = append(out, p.Stats())
+	}
+	return out
+}

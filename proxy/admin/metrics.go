@@ -1,0 +1,60 @@
+package admin
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+var (
+	labels          = []string{"data_source"}
+	descInUse       = prometheus.NewDesc("shardlab_proxy_server_connections_in_use", "Server connections lent to clients.", labels, nil)
+	descIdle        = prometheus.NewDesc("shardlab_proxy_server_connections_idle", "Server connections open and free.", labels, nil)
+	descWaiting     = prometheus.NewDesc("shardlab_proxy_checkouts_waiting", "Statements waiting for a free server connection.", labels, nil)
+	descPoolSize    = prometheus.NewDesc("shardlab_proxy_pool_size", "The bound on a pool's server connections.", labels, nil)
+	descOpened      = prometheus.NewDesc("shardlab_proxy_server_connections_opened_total", "Server connections opened.", labels, nil)
+	descClosed      = prometheus.NewDesc("shardlab_proxy_server_connections_closed_total", "Server connections closed.", labels, nil)
+	descTimeouts    = prometheus.NewDesc("shardlab_proxy_checkout_timeouts_total", "Statements that gave up waiting for a server connection (53300).", labels, nil)
+	descWaitSeconds = prometheus.NewDesc("shardlab_proxy_checkout_wait_seconds_total", "Time statements spent waiting for a server connection.", labels, nil)
+	descClients     = prometheus.NewDesc("shardlab_proxy_clients", "Client sessions.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (a *Admin) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descInUse, descIdle, descWaiting, descPoolSize, descOpened, descClosed, descTimeouts, descWaitSeconds, descClients} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector: a snapshot of every pool.
+func (a *Admin) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range a.stats() {
+		gauge := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, st.DataSource)
+		}
+		counter := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, st.DataSource)
+		}
+		gauge(descInUse, float64(st.InUse))
+		gauge(descIdle, float64(st.Idle))
+		gauge(descWaiting, float64(st.Waiting))
+		gauge(descPoolSize, float64(st.Size))
+		counter(descOpened, float64(st.Opened))
+		counter(descClosed, float64(st.Closed))
+		counter(descTimeouts, float64(st.Timeouts))
+		counter(descWaitSeconds, st.WaitTime.Seconds())
+	}
+	ch <- prometheus.MustNewConstMetric(descClients, prometheus.GaugeValue, float64(a.clients()))
+}
+
+var _ prometheus.Collector = (*Admin)(nil)
+
+// MetricsHandler serves the proxy's metrics in Prometheus's text format, with the Go
+// runtime's.
+func (a *Admin) MetricsHandler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(a, collectors.NewGoCollector())
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+}

@@ -1,0 +1,472 @@
+package backend
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/shardlab/shardlab/sqlexec"
+)
+
+// MaxPreparedPerConn bounds the statements the proxy keeps prepared on one server
+// connection; past it, one is closed for each new one.
+const MaxPreparedPerConn = 512
+
+// statementPrefix starts the names of the statements the proxy prepares on servers.
+const statementPrefix = "shardlab_proxy_"
+
+// Conn is one server connection lent by a Pool. It is used by one goroutine at a time.
+type Conn struct {
+	pool     *Pool
+	pg       *pgconn.PgConn
+	lastUsed time.Time
+	broken   bool
+
+	// settings identifies the SET statements applied since the connection's last
+	// RESET ALL ("" for none); unknownSettings is the key of a connection whose
+	// settings are not known (a transaction that set some rolled back, or a function
+	// changed them).
+	settings string
+
+	stmts   map[stmtKey]string // prepared statement text and types -> server name
+	stmtSeq int
+	evict   []string // names to close with the next round trip
+}
+
+const unknownSettings = "\x00unknown"
+
+type stmtKey struct {
+	sql  string
+	oids string
+}
+
+func newConn(p *Pool, pg *pgconn.PgConn) *Conn {
+	return &Conn{pool: p, pg: pg, lastUsed: time.Now(), stmts: map[stmtKey]string{}}
+}
+
+// PgConn returns the server connection, for code that runs its own statements on it
+// (package sqlexec). Whatever it prepares must not start with the proxy's statement
+// prefix.
+func (c *Conn) PgConn() *pgconn.PgConn { return c.pg }
+
+// DataSource returns the name of the data source the connection belongs to.
+func (c *Conn) DataSource() string { return c.pool.name }
+
+// MarkBroken makes Release close the connection instead of pooling it.
+func (c *Conn) MarkBroken() { c.broken = true }
+
+// Sink receives the messages of a relayed answer, in order.
+type Sink interface {
+	Send(msg pgproto3.BackendMessage)
+}
+
+// ApplySettings makes the connection carry exactly the settings identified by key:
+// when it carries others, it runs RESET ALL and then statements (each a SET), in one
+// round trip. Startup parameters of the connection's DSN survive RESET ALL.
+func (c *Conn) ApplySettings(ctx context.Context, key string, statements []string) error {
+	if c.settings == key {
+		return nil
+	}
+	var b strings.Builder
+	if c.settings != "" {
+		b.WriteString("RESET ALL;")
+	}
+	for _, s := range statements {
+		b.WriteString(s)
+		b.WriteByte(';')
+	}
+	c.settings = unknownSettings
+	if b.Len() > 0 {
+		if err := c.exec(ctx, b.String()); err != nil {
+			return err
+		}
+	}
+	c.settings = key
+	return nil
+}
+
+// SetSettingsKey records that the connection now carries the settings identified by
+// key (the caller ran a SET on it that its key accounts for).
+func (c *Conn) SetSettingsKey(key string) { c.settings = key }
+
+// ForgetSettings records that the connection's settings are unknown: the next
+// ApplySettings resets it.
+func (c *Conn) ForgetSettings() { c.settings = unknownSettings }
+
+// Discard resets the connection as a new session would find it (DISCARD ALL: settings,
+// prepared statements, temporary tables, advisory locks), for a connection a client
+// kept for its whole session.
+func (c *Conn) Discard(ctx context.Context) error {
+	err := c.exec(ctx, "DISCARD ALL")
+	sqlexec.ForgetStatements(c.pg) // the core's statements went with DISCARD ALL too
+	clear(c.stmts)
+	c.evict = nil
+	c.settings = ""
+	if err != nil {
+		c.settings = unknownSettings
+	}
+	return err
+}
+
+// exec runs statements with the simple protocol and discards their results.
+func (c *Conn) exec(ctx context.Context, sql string) error {
+	err := c.pg.Exec(ctx, sql).Close()
+	if err != nil && (c.pg.IsClosed() || !isServerError(err)) {
+		return c.brokenErr(err)
+	}
+	return err
+}
+
+// isServerError reports whether err is the server's answer to a statement (an ERROR),
+// after which the connection goes on; a FATAL one ends the server's session.
+func isServerError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Severity != "FATAL" && pe.Severity != "PANIC"
+}
+
+// BrokenError is a failure of a server connection itself: the network, or the server
+// ending the session (a FATAL error such as a shutdown's 57P01). It is not the server's
+// answer to the statement, so it carries no SQLSTATE of its own: a client sees it as
+// the data source being unavailable (08006).
+type BrokenError struct {
+	DataSource string
+	Err        error
+}
+
+func (e *BrokenError) Error() string {
+	return fmt.Sprintf("connection to data source %s failed: %v", e.DataSource, e.Err)
+}
+
+// brokenErr marks the connection broken and describes why.
+func (c *Conn) brokenErr(err error) error {
+	c.broken = true
+	var be *BrokenError
+	if errors.As(err, &be) {
+		return err
+	}
+	return &BrokenError{DataSource: c.pool.name, Err: errors.New(err.Error())}
+}
+
+// Statement is one execution with the extended protocol.
+type Statement struct {
+	SQL           string
+	ParamOIDs     []uint32 // declared parameter types; 0 or missing: the server infers
+	Values        [][]byte // nil is NULL
+	ParamFormats  []int16
+	ResultFormats []int16
+	// Prepare keeps the statement prepared on this connection, under a name of the
+	// proxy's, for the next execution of the same text; else it goes as the unnamed
+	// statement.
+	Prepare bool
+	// Describe asks for the portal's RowDescription, relayed before the rows.
+	Describe bool
+}
+
+// Exec runs st and relays its answer (rows, command tag, notices) to sink, ending with
+// the server's ReadyForQuery, which is not relayed. A server error is returned as
+// *pgconn.PgError after the server is ready again; any other error leaves the
+// connection broken. Cancelling ctx interrupts the exchange and breaks the connection.
+func (c *Conn) Exec(ctx context.Context, st *Statement, sink Sink) error {
+	for attempt := 0; ; attempt++ {
+		sent, err := c.execOnce(ctx, st, sink)
+		if err != nil && attempt == 0 && !sent && st.Prepare && stale(err) && c.pg.TxStatus() == 'I' {
+			// The server lost or outdated the prepared statement (DDL changed its
+			// result, or someone deallocated it): prepare it again, once.
+			delete(c.stmts, stmtKey{st.SQL, oidKey(st.ParamOIDs)})
+			continue
+		}
+		return err
+	}
+}
+
+// stale reports whether a server error means a prepared statement must be prepared
+// again.
+func stale(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pe.Code == "26000" || (pe.Code == "0A000" && strings.Contains(pe.Message, "cached plan must not change result type"))
+}
+
+func oidKey(oids []uint32) string {
+	if len(oids) == 0 {
+		return ""
+	}
+	b := make([]byte, 4*len(oids))
+	for i, o := range oids {
+		binary.BigEndian.PutUint32(b[4*i:], o)
+	}
+	return string(b)
+}
+
+func (c *Conn) execOnce(ctx context.Context, st *Statement, sink Sink) (sent bool, err error) {
+	fe := c.pg.Frontend()
+	name := ""
+	parsed := false
+	if st.Prepare {
+		key := stmtKey{st.SQL, oidKey(st.ParamOIDs)}
+		if n, ok := c.stmts[key]; ok {
+			name = n
+		} else {
+			c.stmtSeq++
+			name = statementPrefix + strconv.Itoa(c.stmtSeq)
+			if len(c.stmts) >= MaxPreparedPerConn {
+				for k, old := range c.stmts {
+					delete(c.stmts, k)
+					c.evict = append(c.evict, old)
+					break
+				}
+			}
+			c.stmts[key] = name
+			parsed = true
+		}
+	}
+	for _, old := range c.evict {
+		fe.Send(&pgproto3.Close{ObjectType: 'S', Name: old})
+	}
+	c.evict = c.evict[:0]
+	if name == "" || parsed {
+		fe.Send(&pgproto3.Parse{Name: name, Query: st.SQL, ParameterOIDs: st.ParamOIDs})
+	}
+	fe.Send(&pgproto3.Bind{PreparedStatement: name, ParameterFormatCodes: st.ParamFormats,
+		Parameters: st.Values, ResultFormatCodes: st.ResultFormats})
+	if st.Describe {
+		fe.Send(&pgproto3.Describe{ObjectType: 'P'})
+	}
+	fe.Send(&pgproto3.Execute{})
+	fe.Send(&pgproto3.Sync{})
+	stop := c.watch(ctx)
+	defer c.unwatch(stop)
+	if err := fe.Flush(); err != nil {
+		return false, c.brokenErr(err)
+	}
+	var serverErr error
+	for {
+		msg, err := c.pg.ReceiveMessage(context.Background())
+		if err != nil {
+			return sent, c.brokenErr(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ReadyForQuery:
+			if serverErr != nil && parsed {
+				// The Parse may have failed: forget the name so the next use parses again.
+				delete(c.stmts, stmtKey{st.SQL, oidKey(st.ParamOIDs)})
+			}
+			return sent, serverErr
+		case *pgproto3.ErrorResponse:
+			serverErr = pgconn.ErrorResponseToPgError(m)
+		case *pgproto3.ParseComplete, *pgproto3.BindComplete, *pgproto3.NoData, *pgproto3.CloseComplete:
+		case *pgproto3.DataRow, *pgproto3.RowDescription:
+			sent = true
+			sink.Send(msg)
+		case *pgproto3.CommandComplete, *pgproto3.EmptyQueryResponse, *pgproto3.NoticeResponse, *pgproto3.PortalSuspended:
+			sink.Send(msg)
+		case *pgproto3.ParameterStatus:
+			// A function changed a reported setting (set_config): the connection's
+			// settings are no longer the ones its key names.
+			c.settings = unknownSettings
+			sink.Send(msg)
+		case *pgproto3.CopyInResponse:
+			fe.Send(&pgproto3.CopyFail{Message: "COPY through the extended protocol is not supported by the proxy"})
+			if err := fe.Flush(); err != nil {
+				return sent, c.brokenErr(err)
+			}
+		default:
+			// CopyOut data and anything else unexpected: not for this client.
+		}
+	}
+}
+
+// watch makes cancelling ctx interrupt the connection's reads and writes; unwatch
+// undoes it and marks the connection broken when ctx did interrupt it.
+func (c *Conn) watch(ctx context.Context) func() bool {
+	if ctx.Done() == nil {
+		return nil
+	}
+	conn := c.pg.Conn()
+	return context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+}
+
+func (c *Conn) unwatch(stop func() bool) {
+	if stop != nil && !stop() {
+		c.broken = true // the deadline was set: the connection is mid-message
+	}
+}
+
+// Query runs sql with the simple protocol and relays every message of its answer to
+// sink except the final ReadyForQuery: row descriptions, rows, command tags, notices,
+// parameter changes, and COPY TO data. A server error is returned as *pgconn.PgError.
+// COPY FROM is refused here (see StartCopy).
+func (c *Conn) Query(ctx context.Context, sql string, sink Sink) error {
+	fe := c.pg.Frontend()
+	fe.Send(&pgproto3.Query{String: sql})
+	stop := c.watch(ctx)
+	defer c.unwatch(stop)
+	if err := fe.Flush(); err != nil {
+		return c.brokenErr(err)
+	}
+	var serverErr error
+	for {
+		msg, err := c.pg.ReceiveMessage(context.Background())
+		if err != nil {
+			return c.brokenErr(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ReadyForQuery:
+			return serverErr
+		case *pgproto3.ErrorResponse:
+			if serverErr == nil {
+				serverErr = pgconn.ErrorResponseToPgError(m)
+			}
+		case *pgproto3.CopyInResponse:
+			fe.Send(&pgproto3.CopyFail{Message: "unexpected COPY FROM"})
+			if err := fe.Flush(); err != nil {
+				return c.brokenErr(err)
+			}
+		case *pgproto3.ParameterStatus:
+			c.settings = unknownSettings
+			sink.Send(msg)
+		default:
+			sink.Send(msg)
+		}
+	}
+}
+
+// Describe prepares sql as the unnamed statement and returns its parameter types and
+// result columns (nil fields: the statement returns no rows).
+func (c *Conn) Describe(ctx context.Context, sql string, oids []uint32) (params []uint32, fields []pgproto3.FieldDescription, err error) {
+	fe := c.pg.Frontend()
+	fe.Send(&pgproto3.Parse{Query: sql, ParameterOIDs: oids})
+	fe.Send(&pgproto3.Describe{ObjectType: 'S'})
+	fe.Send(&pgproto3.Sync{})
+	stop := c.watch(ctx)
+	defer c.unwatch(stop)
+	if err := fe.Flush(); err != nil {
+		return nil, nil, c.brokenErr(err)
+	}
+	var serverErr error
+	for {
+		msg, err := c.pg.ReceiveMessage(context.Background())
+		if err != nil {
+			return nil, nil, c.brokenErr(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ReadyForQuery:
+			return params, fields, serverErr
+		case *pgproto3.ErrorResponse:
+			serverErr = pgconn.ErrorResponseToPgError(m)
+		case *pgproto3.ParameterDescription:
+			params = append([]uint32{}, m.ParameterOIDs...)
+		case *pgproto3.RowDescription:
+			fields = make([]pgproto3.FieldDescription, len(m.Fields))
+			for i, f := range m.Fields {
+				fields[i] = f
+				fields[i].Name = append([]byte(nil), f.Name...)
+			}
+		}
+	}
+}
+
+// Copy is a COPY FROM STDIN in progress on one connection.
+type Copy struct {
+	c   *Conn
+	buf []byte
+}
+
+// copyFlushSize is how much COPY data is gathered before it is sent.
+const copyFlushSize = 64 << 10
+
+// StartCopy sends a COPY ... FROM STDIN statement and waits until the server is ready
+// for the data. The context bounds the whole COPY until Finish.
+func (c *Conn) StartCopy(ctx context.Context, sql string) (*Copy, *pgproto3.CopyInResponse, error) {
+	fe := c.pg.Frontend()
+	fe.Send(&pgproto3.Query{String: sql})
+	if err := fe.Flush(); err != nil {
+		return nil, nil, c.brokenErr(err)
+	}
+	var serverErr error
+	for {
+		msg, err := c.pg.ReceiveMessage(ctx)
+		if err != nil {
+			return nil, nil, c.brokenErr(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyInResponse:
+			resp := &pgproto3.CopyInResponse{OverallFormat: m.OverallFormat, ColumnFormatCodes: append([]uint16{}, m.ColumnFormatCodes...)}
+			return &Copy{c: c}, resp, nil
+		case *pgproto3.ErrorResponse:
+			serverErr = pgconn.ErrorResponseToPgError(m)
+		case *pgproto3.ReadyForQuery:
+			if serverErr == nil {
+				serverErr = fmt.Errorf("backend: %s did not start COPY", c.pool.name)
+			}
+			return nil, nil, serverErr
+		}
+	}
+}
+
+// Write queues data (whole rows) for the server, sending when enough has gathered.
+func (cp *Copy) Write(data []byte) error {
+	cp.buf = append(cp.buf, data...)
+	if len(cp.buf) >= copyFlushSize {
+		return cp.flush()
+	}
+	return nil
+}
+
+func (cp *Copy) flush() error {
+	if len(cp.buf) == 0 {
+		return nil
+	}
+	fe := cp.c.pg.Frontend()
+	fe.Send(&pgproto3.CopyData{Data: cp.buf})
+	cp.buf = cp.buf[:0]
+	if err := fe.Flush(); err != nil {
+		return cp.c.brokenErr(err)
+	}
+	return nil
+}
+
+// Finish ends the COPY: with failure "" it sends the rest of the data and CopyDone and
+// returns the server's command tag; otherwise it sends CopyFail with that message.
+func (cp *Copy) Finish(ctx context.Context, failure string) (pgconn.CommandTag, error) {
+	fe := cp.c.pg.Frontend()
+	if failure == "" {
+		if err := cp.flush(); err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		fe.Send(&pgproto3.CopyDone{})
+	} else {
+		cp.buf = cp.buf[:0]
+		fe.Send(&pgproto3.CopyFail{Message: failure})
+	}
+	if err := fe.Flush(); err != nil {
+		return pgconn.CommandTag{}, cp.c.brokenErr(err)
+	}
+	var tag pgconn.CommandTag
+	var serverErr error
+	for {
+		msg, err := cp.c.pg.ReceiveMessage(ctx)
+		if err != nil {
+			return tag, cp.c.brokenErr(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CommandComplete:
+			tag = pgconn.NewCommandTag(string(m.CommandTag))
+		case *pgproto3.ErrorResponse:
+			if serverErr == nil {
+				serverErr = pgconn.ErrorResponseToPgError(m)
+			}
+		case *pgproto3.ReadyForQuery:
+			return tag, serverErr
+		}
+	}
+}

@@ -1,0 +1,265 @@
+// Package backend is the proxy's server side: one pool of PostgreSQL connections per
+// data source, and the connection type that runs a client's statements on a server,
+// relaying the answer message by message.
+//
+// A Conn remembers what it carries from one user to the next, so that nothing leaks
+// between clients and nothing is done twice: the statements prepared on it (named by
+// the proxy, found by their text) and the settings (SET) applied to it, identified by
+// a key. A client that takes a connection whose settings differ from its own resets it
+// (RESET ALL) and applies its own; a connection that is not idle in a transaction, or
+// that saw an error that may have broken it, is closed rather than pooled.
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/postgres"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultSize            = 20
+	DefaultCheckoutTimeout = 5 * time.Second
+	DefaultConnectTimeout  = 5 * time.Second
+	// DefaultIdleCheck is how long a connection may sit idle before it is checked for
+	// life before reuse (a server restart leaves dead connections in the pool).
+	DefaultIdleCheck = time.Second
+)
+
+// Options tunes a Pool. The zero value is usable.
+type Options struct {
+	// Size bounds the connections open to the data source, in use or idle.
+	Size int
+	// CheckoutTimeout bounds how long Acquire waits for a connection when all of them
+	// are in use.
+	CheckoutTimeout time.Duration
+	// ConnectTimeout bounds dialling, TLS and authentication of a new connection.
+	ConnectTimeout time.Duration
+	// IdleCheck: a connection idle for longer is pinged before it is handed out.
+	// Negative turns the check off.
+	IdleCheck time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Size <= 0 {
+		o.Size = DefaultSize
+	}
+	if o.CheckoutTimeout <= 0 {
+		o.CheckoutTimeout = DefaultCheckoutTimeout
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.IdleCheck == 0 {
+		o.IdleCheck = DefaultIdleCheck
+	}
+	return o
+}
+
+// ErrPoolClosed is returned by Acquire after Close.
+var ErrPoolClosed = errors.New("backend: pool closed")
+
+// Pool is a bounded pool of connections to one data source. Connections are made on
+// demand, so a data source that is down fails only the statements that need it.
+type Pool struct {
+	name string
+	cfg  *pgconn.Config
+	opts Options
+
+	// tokens holds one token per connection in use or being dialled; idle connections
+	// hold none, and one is dialled only when none is idle, so at most Size are open.
+	tokens chan struct{}
+
+	mu struct {
+		sync.Mutex
+		idle   []*Conn // most recently used last
+		closed bool
+	}
+	dialing sync.WaitGroup
+
+	stats struct {
+		inUse, waiting              atomic.Int64
+		opened, closed, timeouts    atomic.Int64
+		acquires, waitedNanoseconds atomic.Int64
+	}
+}
+
+// NewPool returns a pool for the data source named name at dsn. It only parses the DSN;
+// no connection is made until Acquire.
+func NewPool(name, dsn string, o Options) (*Pool, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("backend: data source %s (%s): %w", name, postgres.RedactDSN(dsn), err)
+	}
+	o = o.withDefaults()
+	if cfg.ConnectTimeout == 0 || cfg.ConnectTimeout > o.ConnectTimeout {
+		cfg.ConnectTimeout = o.ConnectTimeout
+	}
+	p := &Pool{name: name, cfg: cfg, opts: o, tokens: make(chan struct{}, o.Size)}
+	return p, nil
+}
+
+// Name returns the data source's name.
+func (p *Pool) Name() string { return p.name }
+
+// Size returns the pool's bound.
+func (p *Pool) Size() int { return p.opts.Size }
+
+// Acquire returns a connection for the caller's exclusive use until Release. It waits
+// at most the checkout timeout for one to become free, then fails with a
+// *pgconn.PgError of SQLSTATE 53300 (too_many_connections) naming the data source; and
+// cancelling ctx stops the wait and any dial in progress.
+func (p *Pool) Acquire(ctx context.Context) (*Conn, error) {
+	p.stats.acquires.Add(1)
+	select {
+	case p.tokens <- struct{}{}:
+	default:
+		p.stats.waiting.Add(1)
+		start := time.Now()
+		t := time.NewTimer(p.opts.CheckoutTimeout)
+		select {
+		case p.tokens <- struct{}{}:
+			t.Stop()
+			p.stats.waiting.Add(-1)
+			p.stats.waitedNanoseconds.Add(int64(time.Since(start)))
+		case <-t.C:
+			p.stats.waiting.Add(-1)
+			p.stats.timeouts.Add(1)
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "53300", Message: fmt.Sprintf(
+				"shardlab proxy: no server connection to data source %s became free within %v (pool size %d, all in use)",
+				p.name, p.opts.CheckoutTimeout, p.opts.Size)}
+		case <-ctx.Done():
+			t.Stop()
+			p.stats.waiting.Add(-1)
+			return nil, ctx.Err()
+		}
+	}
+	// Holding a token: reuse an idle connection or dial a new one.
+	for {
+		p.mu.Lock()
+		if p.mu.closed {
+			p.mu.Unlock()
+			<-p.tokens
+			return nil, ErrPoolClosed
+		}
+		var c *Conn
+		if n := len(p.mu.idle); n > 0 {
+			c = p.mu.idle[n-1]
+			p.mu.idle = p.mu.idle[:n-1]
+		}
+		if c == nil {
+			p.dialing.Add(1)
+		}
+		p.mu.Unlock()
+		if c == nil {
+			break
+		}
+		if p.opts.IdleCheck > 0 && time.Since(c.lastUsed) > p.opts.IdleCheck && !p.alive(ctx, c) {
+			p.discard(c)
+			continue
+		}
+		p.stats.inUse.Add(1)
+		return c, nil
+	}
+	defer p.dialing.Done()
+	pg, err := pgconn.ConnectConfig(ctx, p.cfg)
+	if err != nil {
+		<-p.tokens
+		return nil, err
+	}
+	p.stats.opened.Add(1)
+	p.stats.inUse.Add(1)
+	return newConn(p, pg), nil
+}
+
+// alive pings a connection that sat idle: a server restart or a network cut leaves
+// dead connections in a pool, and a statement should not be the one to find out.
+func (p *Pool) alive(ctx context.Context, c *Conn) bool {
+	ctx, cancel := context.WithTimeout(ctx, p.opts.ConnectTimeout)
+	defer cancel()
+	return c.pg.Ping(ctx) == nil
+}
+
+// Release gives a connection back. With reuse false, or when the connection is not
+// idle outside a transaction (a client left in the middle of one), it is closed
+// instead of pooled, so no transaction or half-read answer reaches another client.
+func (p *Pool) Release(c *Conn, reuse bool) {
+	p.stats.inUse.Add(-1)
+	if !reuse || c.pg.IsClosed() || c.pg.TxStatus() != 'I' || c.broken {
+		p.discard(c)
+		<-p.tokens
+		return
+	}
+	c.lastUsed = time.Now()
+	p.mu.Lock()
+	if p.mu.closed {
+		p.mu.Unlock()
+		p.discard(c)
+		<-p.tokens
+		return
+	}
+	p.mu.idle = append(p.mu.idle, c)
+	p.mu.Unlock()
+	<-p.tokens
+}
+
+// discard closes a connection. Whoever holds its token gives it back.
+func (p *Pool) discard(c *Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	c.pg.Close(ctx)
+	cancel()
+	p.stats.closed.Add(1)
+}
+
+// Close closes the idle connections and makes Acquire fail; connections in use are
+// closed when they are released. It waits for dials in progress. It is idempotent.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	if p.mu.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.mu.closed = true
+	idle := p.mu.idle
+	p.mu.idle = nil
+	p.mu.Unlock()
+	for _, c := range idle {
+		p.discard(c)
+	}
+	p.dialing.Wait()
+}
+
+// Stats is a snapshot of a pool's counters.
+type Stats struct {
+	DataSource string
+	Size       int
+	InUse      int64 // connections lent out
+	Idle       int64 // connections open and free
+	Waiting    int64 // Acquire calls waiting for a connection now
+	Opened     int64 // connections ever opened
+	Closed     int64 // connections ever closed
+	Timeouts   int64 // Acquire calls that gave up after the checkout timeout
+	Acquires   int64
+	// WaitTime is the total time Acquire calls waited for a free connection.
+	WaitTime time.Duration
+}
+
+// Stats returns the pool's counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	idle := int64(len(p.mu.idle))
+	p.mu.Unlock()
+	return Stats{
+		DataSource: p.name, Size: p.opts.Size,
+		InUse: p.stats.inUse.Load(), Idle: idle, Waiting: p.stats.waiting.Load(),
+		Opened: p.stats.opened.Load(), Closed: p.stats.closed.Load(), Timeouts: p.stats.timeouts.Load(),
+		Acquires: p.stats.acquires.Load(), WaitTime: time.Duration(p.stats.waitedNanoseconds.Load()),
+	}
+}

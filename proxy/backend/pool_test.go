@@ -1,0 +1,203 @@
+package backend_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/proxy/backend"
+)
+
+// collect is a Sink that keeps what it is sent.
+type collect struct{ msgs []pgproto3.BackendMessage }
+
+func (c *collect) Send(m pgproto3.BackendMessage) {
+	// Messages are only valid until the next receive: keep copies.
+	switch m := m.(type) {
+	case *pgproto3.DataRow:
+		var vals [][]byte
+		for _, v := range m.Values {
+			vals = append(vals, append([]byte(nil), v...))
+		}
+		c.msgs = append(c.msgs, &pgproto3.DataRow{Values: vals})
+	case *pgproto3.CommandComplete:
+		c.msgs = append(c.msgs, &pgproto3.CommandComplete{CommandTag: append([]byte(nil), m.CommandTag...)})
+	default:
+		c.msgs = append(c.msgs, m)
+	}
+}
+
+func (c *collect) rows() []string {
+	var out []string
+	for _, m := range c.msgs {
+		if d, ok := m.(*pgproto3.DataRow); ok {
+			out = append(out, string(d.Values[0]))
+		}
+	}
+	return out
+}
+
+func newPool(t *testing.T, o backend.Options) *backend.Pool {
+	t.Helper()
+	p, err := backend.NewPool("ds_0", pgtest.NewDatabase(t, "pool"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// TestPoolBoundAndCheckoutTimeout: a pool never opens more than its size, a caller
+// waits at most the checkout timeout (then 53300 naming the data source), and a
+// released connection serves the next caller.
+func TestPoolBoundAndCheckoutTimeout(t *testing.T) {
+	p := newPool(t, backend.Options{Size: 2, CheckoutTimeout: 200 * time.Millisecond})
+	ctx := context.Background()
+	a, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = p.Acquire(ctx)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "53300" || !strings.Contains(pe.Message, "ds_0") {
+		t.Fatalf("third Acquire of a pool of 2: %v, want 53300 naming ds_0", err)
+	}
+	if waited := time.Since(start); waited < 150*time.Millisecond || waited > 2*time.Second {
+		t.Errorf("waited %v for a checkout timeout of 200ms", waited)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		p.Release(a, true)
+	}()
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("Acquire after a release: %v", err)
+	}
+	if c != a {
+		t.Error("the released connection was not reused")
+	}
+	st := p.Stats()
+	if st.Opened != 2 || st.InUse != 2 || st.Timeouts != 1 {
+		t.Errorf("stats %+v: want 2 opened, 2 in use, 1 timeout", st)
+	}
+	p.Release(b, true)
+	p.Release(c, true)
+	if st := p.Stats(); st.InUse != 0 || st.Idle != 2 {
+		t.Errorf("after releasing all: %+v", st)
+	}
+	p.Close()
+	p.Close() // idempotent
+	if _, err := p.Acquire(ctx); !errors.Is(err, backend.ErrPoolClosed) {
+		t.Errorf("Acquire after Close: %v", err)
+	}
+}
+
+// TestReleaseInTransactionCloses: a connection given back in the middle of a
+// transaction (a client that left) is closed, not handed to the next caller.
+func TestReleaseInTransactionCloses(t *testing.T) {
+	p := newPool(t, backend.Options{Size: 1})
+	ctx := context.Background()
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := c.PgConn().PID()
+	if err := c.Query(ctx, "BEGIN", &collect{}); err != nil {
+		t.Fatal(err)
+	}
+	p.Release(c, true)
+	c2, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(c2, true)
+	if c2.PgConn().PID() == pid {
+		t.Fatal("a connection left in a transaction went back to the pool")
+	}
+	if st := p.Stats(); st.Closed != 1 {
+		t.Errorf("closed %d connections, want 1", st.Closed)
+	}
+}
+
+// TestExecPreparesOnce: a statement run with Prepare is parsed on the server once per
+// connection, and a server error leaves the connection usable.
+func TestExecPreparesOnce(t *testing.T) {
+	p := newPool(t, backend.Options{Size: 1})
+	ctx := context.Background()
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(c, true)
+	for i, v := range []string{"1", "2", "3"} {
+		var out collect
+		st := backend.Statement{SQL: "SELECT $1::int + 1", Values: [][]byte{[]byte(v)}, Prepare: true}
+		if err := c.Exec(ctx, &st, &out); err != nil {
+			t.Fatal(err)
+		}
+		if got := out.rows(); len(got) != 1 || got[0] != string(rune('2'+i)) {
+			t.Errorf("row %q", got)
+		}
+	}
+	var out collect
+	if err := c.Query(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'shardlab_proxy_%'", &out); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.rows(); len(got) != 1 || got[0] != "1" {
+		t.Errorf("prepared statements on the server: %v, want 1", got)
+	}
+	err = c.Exec(ctx, &backend.Statement{SQL: "SELECT 1/0", Prepare: true}, &collect{})
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "22012" {
+		t.Fatalf("division by zero: %v", err)
+	}
+	out = collect{}
+	if err := c.Query(ctx, "SELECT 42", &out); err != nil || out.rows()[0] != "42" {
+		t.Fatalf("after a server error: %v %v", out.rows(), err)
+	}
+}
+
+// TestSettingsFollowTheKey: ApplySettings resets a connection that carries other
+// settings, and does nothing when it carries the same ones.
+func TestSettingsFollowTheKey(t *testing.T) {
+	p := newPool(t, backend.Options{Size: 1})
+	ctx := context.Background()
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(c, true)
+	show := func() string {
+		var out collect
+		if err := c.Query(ctx, "SHOW application_name", &out); err != nil {
+			t.Fatal(err)
+		}
+		return out.rows()[0]
+	}
+	if err := c.ApplySettings(ctx, "a", []string{"SET application_name = 'alice'"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := show(); got != "alice" {
+		t.Errorf("application_name %q, want alice", got)
+	}
+	if err := c.ApplySettings(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := show(); got != "" {
+		t.Errorf("after reset: application_name %q, want empty", got)
+	}
+	if err := c.ApplySettings(ctx, "bad", []string{"SET no_such_setting = 1"}); err == nil {
+		t.Error("an invalid setting was accepted")
+	}
+}

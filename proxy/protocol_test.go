@@ -1,0 +1,661 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/shardlab/shardlab/proxy"
+)
+
+// TestCrossShardQueries: DDL, writes and reads through the proxy land on the right
+// shards and come back merged, in the simple and the extended protocol, text and binary.
+func TestCrossShardQueries(t *testing.T) {
+	e := startProxy(t, 3, []string{"orders=id"}, []string{"regions"})
+	c := e.connect(t)
+	exec1(t, c, "CREATE TABLE orders (id bigint PRIMARY KEY, region int, amount numeric(10,2), note text)")
+	exec1(t, c, "CREATE TABLE regions (id int PRIMARY KEY, name text)")
+	exec1(t, c, "INSERT INTO regions VALUES (1, 'north'), (2, 'south')")
+	for i := 1; i <= 60; i++ {
+		exec1(t, c, "INSERT INTO orders VALUES ($1, $2, $3, $4)", i, i%2+1, fmt.Sprintf("%d.25", i), fmt.Sprintf("n%02d", i))
+	}
+	// Every shard holds some rows, and they add up.
+	var total int64
+	for i := range e.dsns {
+		n := queryInt(t, e.shard(t, i), "SELECT count(*) FROM orders")
+		if n == 0 {
+			t.Errorf("shard %d holds no orders", i)
+		}
+		total += n
+		if r := queryInt(t, e.shard(t, i), "SELECT count(*) FROM regions"); r != 2 {
+			t.Errorf("shard %d holds %d regions, want the 2 broadcast rows", i, r)
+		}
+	}
+	if total != 60 {
+		t.Errorf("shards hold %d orders in all, want 60", total)
+	}
+	ctx := context.Background()
+	// Extended protocol (pgx), binary results.
+	var count, sum int64
+	var avg float64
+	if err := c.QueryRow(ctx, "SELECT count(*), sum(id), avg(amount) FROM orders").Scan(&count, &sum, &avg); err != nil {
+		t.Fatal(err)
+	}
+	if count != 60 || sum != 1830 || avg != 30.75 {
+		t.Errorf("count %d sum %d avg %v", count, sum, avg)
+	}
+	rows, err := c.Query(ctx, "SELECT id, note FROM orders WHERE id > $1 ORDER BY id DESC LIMIT 3", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		var note string
+		if err := rows.Scan(&id, &note); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if rows.Err() != nil || !slices.Equal(ids, []int64{60, 59, 58}) {
+		t.Errorf("ORDER BY ... LIMIT 3: %v %v", ids, rows.Err())
+	}
+	// Simple protocol, text.
+	pc := e.pgconnect(t)
+	res, err := pc.Exec(ctx, "SELECT region, count(*) FROM orders GROUP BY region ORDER BY region; SELECT name FROM regions WHERE id = 2").ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || len(res[0].Rows) != 2 || string(res[0].Rows[0][1]) != "30" || string(res[1].Rows[0][0]) != "south" {
+		t.Errorf("multi-statement query: %+v", res)
+	}
+	// A shape the merge cannot answer exactly is refused with 0A000.
+	_, err = c.Exec(ctx, "SELECT id, row_number() OVER (ORDER BY id) FROM orders")
+	if sqlState(err) != "0A000" {
+		t.Errorf("window function across shards: %v, want 0A000", err)
+	}
+	// The refusal did not break the connection.
+	if n := queryInt(t, c, "SELECT count(*) FROM orders WHERE id = $1", 7); n != 1 {
+		t.Errorf("point read after a refusal: %d", n)
+	}
+	// Binary parameters with declared types route too.
+	rr := pc.ExecParams(ctx, "SELECT note FROM orders WHERE id = $1", [][]byte{binary.BigEndian.AppendUint64(nil, 42)}, []uint32{20}, []int16{1}, nil)
+	r := rr.Read()
+	if r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][0]) != "n42" {
+		t.Errorf("binary key: %v %v", r.Rows, r.Err)
+	}
+}
+
+// TestDescribeBeforeBind: a driver describes a statement before it has values; the
+// proxy answers with the parameter types and columns a shard gives.
+func TestDescribeBeforeBind(t *testing.T) {
+	e := startProxy(t, 2, []string{"items=id"}, nil)
+	c := e.connect(t)
+	exec1(t, c, "CREATE TABLE items (id int PRIMARY KEY, name text, price numeric)")
+	pc := e.pgconnect(t)
+	sd, err := pc.Prepare(context.Background(), "by_id", "SELECT name, price FROM items WHERE id = $1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(sd.ParamOIDs, []uint32{23}) || len(sd.Fields) != 2 || sd.Fields[0].Name != "name" || sd.Fields[1].DataTypeOID != 1700 {
+		t.Errorf("description: params %v fields %+v", sd.ParamOIDs, sd.Fields)
+	}
+	// The named statement then runs on whichever shard each value names, in binary.
+	exec1(t, c, "INSERT INTO items VALUES (1, 'a', 1.5), (2, 'b', 2.5), (3, 'c', 3.5)")
+	for id, want := range map[string]string{"1": "a", "2": "b", "3": "c"} {
+		r := pc.ExecPrepared(context.Background(), "by_id", [][]byte{[]byte(id)}, nil, []int16{1}).Read()
+		if r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][0]) != want {
+			t.Errorf("id %s: %v %v", id, r.Rows, r.Err)
+		}
+	}
+	if _, err := pc.Prepare(context.Background(), "by_id", "SELECT 1", nil); sqlState(err) != "42P05" {
+		t.Errorf("preparing a name twice: %v, want 42P05", err)
+	}
+	if err := pc.Deallocate(context.Background(), "by_id"); err != nil {
+		t.Fatal(err)
+	}
+	r := pc.ExecPrepared(context.Background(), "by_id", [][]byte{[]byte("1")}, nil, nil).Read()
+	if sqlState(r.Err) != "26000" {
+		t.Errorf("a closed statement: %v, want 26000", r.Err)
+	}
+}
+
+// TestExtendedErrorRecovery: after an error the proxy skips to Sync, the batch's
+// implicit transaction rolls back, and the connection goes on.
+func TestExtendedErrorRecovery(t *testing.T) {
+	e := startProxy(t, 2, []string{"kv=k"}, nil)
+	c := e.connect(t)
+	exec1(t, c, "CREATE TABLE kv (k int PRIMARY KEY, v int)")
+	ctx := context.Background()
+	// One batch: two inserts on different shards, then a failing one. PostgreSQL runs a
+	// batch in one implicit transaction: nothing of it stays.
+	b := &pgx.Batch{}
+	b.Queue("INSERT INTO kv VALUES ($1, 1)", 1)
+	b.Queue("INSERT INTO kv VALUES ($1, 1)", 2)
+	b.Queue("INSERT INTO kv VALUES ($1, 1)", 1) // duplicate key
+	b.Queue("INSERT INTO kv VALUES ($1, 1)", 3) // skipped after the error
+	err := c.SendBatch(ctx, b).Close()
+	if sqlState(err) != "23505" {
+		t.Fatalf("batch: %v, want 23505", err)
+	}
+	if n := queryInt(t, c, "SELECT count(*) FROM kv"); n != 0 {
+		t.Errorf("%d rows after a failed batch, want 0 (its implicit transaction rolls back)", n)
+	}
+	// A batch that succeeds commits on every shard it touched.
+	b = &pgx.Batch{}
+	for k := 1; k <= 6; k++ {
+		b.Queue("INSERT INTO kv VALUES ($1, $2)", k, k*10)
+	}
+	if err := c.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := queryInt(t, c, "SELECT sum(v) FROM kv"); n != 210 {
+		t.Errorf("sum %d, want 210", n)
+	}
+	// A multi-statement simple query is one implicit transaction too.
+	pc := e.pgconnect(t)
+	_, err = pc.Exec(ctx, "UPDATE kv SET v = 0 WHERE k = 1; UPDATE kv SET v = 0 WHERE k = 2; SELECT 1/0").ReadAll()
+	if sqlState(err) != "22012" {
+		t.Fatalf("multi-statement query: %v, want 22012", err)
+	}
+	if n := queryInt(t, c, "SELECT sum(v) FROM kv"); n != 210 {
+		t.Errorf("sum %d after a failed multi-statement query, want 210", n)
+	}
+	// Raw protocol: an error in the middle of a pipeline, then the next Sync works.
+	fe := pc.Frontend()
+	fe.SendParse(&pgproto3.Parse{Query: "SELECT nonexistent_column FROM kv"})
+	fe.SendBind(&pgproto3.Bind{})
+	fe.SendExecute(&pgproto3.Execute{})
+	fe.SendParse(&pgproto3.Parse{Query: "SELECT 1"})
+	fe.SendBind(&pgproto3.Bind{})
+	fe.SendExecute(&pgproto3.Execute{})
+	fe.SendSync(&pgproto3.Sync{})
+	fe.SendQuery(&pgproto3.Query{String: "SELECT 2"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(got) == 0 || got[len(got)-1] != "Z" || strings.Count(strings.Join(got, ""), "Z") < 2 {
+		msg, err := pc.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			got = append(got, "E"+m.Code)
+		case *pgproto3.DataRow:
+			got = append(got, "D"+string(m.Values[0]))
+		case *pgproto3.ReadyForQuery:
+			got = append(got, "Z")
+		case *pgproto3.CommandComplete:
+			got = append(got, "C")
+		}
+	}
+	if want := []string{"E42703", "Z", "D2", "C", "Z"}; !slices.Equal(got, want) {
+		t.Errorf("messages %v, want %v", got, want)
+	}
+}
+
+// TestTransactions: BEGIN/COMMIT/ROLLBACK across shards, savepoints, a failed
+// transaction, and PostgreSQL's warnings.
+func TestTransactions(t *testing.T) {
+	e := startProxy(t, 2, []string{"acct=id"}, nil)
+	c := e.connect(t)
+	ctx := context.Background()
+	exec1(t, c, "CREATE TABLE acct (id int PRIMARY KEY, bal int NOT NULL)")
+	exec1(t, c, "INSERT INTO acct VALUES (1, 100), (2, 100), (3, 100), (4, 100)")
+
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, c, "UPDATE acct SET bal = bal - 10 WHERE id = 1")
+	exec1(t, c, "UPDATE acct SET bal = bal + 10 WHERE id = 2")
+	exec1(t, c, "SAVEPOINT s1")
+	exec1(t, c, "UPDATE acct SET bal = 0 WHERE id IN (3, 4)")
+	exec1(t, c, "ROLLBACK TO SAVEPOINT s1")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := queryInt(t, c, "SELECT sum(bal) FROM acct"); n != 400 {
+		t.Errorf("sum %d, want 400", n)
+	}
+	if n := queryInt(t, c, "SELECT bal FROM acct WHERE id = 3"); n != 100 {
+		t.Errorf("balance of 3 is %d after ROLLBACK TO SAVEPOINT, want 100", n)
+	}
+	// A rolled-back transaction leaves nothing on any shard.
+	tx, _ = c.Begin(ctx)
+	exec1(t, c, "UPDATE acct SET bal = 0")
+	tx.Rollback(ctx)
+	if n := queryInt(t, c, "SELECT sum(bal) FROM acct"); n != 400 {
+		t.Errorf("sum %d after rollback, want 400", n)
+	}
+	// A failed statement aborts the transaction; COMMIT then rolls back.
+	pc := e.pgconnect(t)
+	res, err := pc.Exec(ctx, "BEGIN").ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res
+	pc.Exec(ctx, "UPDATE acct SET bal = 1 WHERE id = 1").ReadAll()
+	if _, err := pc.Exec(ctx, "SELECT 1/0").ReadAll(); sqlState(err) != "22012" {
+		t.Fatalf("division by zero: %v", err)
+	}
+	if pc.TxStatus() != 'E' {
+		t.Errorf("transaction status %c after an error, want E", pc.TxStatus())
+	}
+	if _, err := pc.Exec(ctx, "SELECT 1").ReadAll(); sqlState(err) != "25P02" {
+		t.Errorf("statement in a failed transaction: %v, want 25P02", err)
+	}
+	res, err = pc.Exec(ctx, "COMMIT").ReadAll()
+	if err != nil || res[0].CommandTag.String() != "ROLLBACK" {
+		t.Errorf("COMMIT of a failed transaction: tag %v err %v, want ROLLBACK", res, err)
+	}
+	if n := queryInt(t, c, "SELECT bal FROM acct WHERE id = 1"); n != 90 {
+		t.Errorf("balance %d, want 90", n)
+	}
+	// BEGIN opening a multi-statement query keeps its options.
+	res, err = pc.Exec(ctx, "BEGIN ISOLATION LEVEL SERIALIZABLE; SHOW transaction_isolation; COMMIT").ReadAll()
+	if err != nil || len(res) != 3 || string(res[1].Rows[0][0]) != "serializable" {
+		t.Errorf("BEGIN ISOLATION LEVEL SERIALIZABLE; SHOW ...: %v %v", res, err)
+	}
+	// COMMIT outside a transaction warns, as PostgreSQL does.
+	var notices []string
+	cfg, _ := pgconn.ParseConfig(e.url(""))
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Code) }
+	warn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer warn.Close(ctx)
+	warn.Exec(ctx, "COMMIT").ReadAll()
+	warn.Exec(ctx, "BEGIN; BEGIN; COMMIT").ReadAll()
+	if !slices.Equal(notices, []string{"25P01", "25001"}) {
+		t.Errorf("warnings %v, want 25P01 then 25001", notices)
+	}
+}
+
+// TestSessionStateDoesNotLeak: in transaction pooling a client's SET follows it to
+// whichever server connection serves it, and no other client sees it; a client that
+// leaves in the middle of a transaction leaves no transaction and no lock behind.
+func TestSessionStateDoesNotLeak(t *testing.T) {
+	e := startProxy(t, 2, []string{"t=id"}, nil, withPool(1, 5*time.Second))
+	a, b := e.connect(t), e.connect(t)
+	ctx := context.Background()
+	exec1(t, a, "CREATE TABLE t (id int PRIMARY KEY, v int)")
+	exec1(t, a, "INSERT INTO t VALUES (1, 0), (2, 0)")
+	exec1(t, a, "SET application_name = 'client_a'")
+	exec1(t, a, "SET statement_timeout = '123s'")
+	show := func(c *pgx.Conn, name string) string {
+		var v string
+		if err := c.QueryRow(ctx, "SHOW "+name).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for range 3 {
+		if got := show(b, "application_name"); got == "client_a" {
+			t.Fatal("client b sees client a's application_name")
+		}
+		if got := show(b, "statement_timeout"); got != "0" {
+			t.Fatalf("client b sees statement_timeout %s", got)
+		}
+		if got := show(a, "statement_timeout"); got != "123s" {
+			t.Fatalf("client a lost its statement_timeout: %s", got)
+		}
+	}
+	// A SET in a transaction that rolls back does not stay.
+	tx, _ := a.Begin(ctx)
+	exec1(t, a, "SET statement_timeout = '5s'")
+	tx.Rollback(ctx)
+	if got := show(a, "statement_timeout"); got != "123s" {
+		t.Errorf("after a rolled-back SET: statement_timeout %s, want 123s", got)
+	}
+	// RESET ALL goes back to the defaults.
+	exec1(t, a, "RESET ALL")
+	if got := show(a, "statement_timeout"); got != "0" {
+		t.Errorf("after RESET ALL: statement_timeout %s", got)
+	}
+
+	// A client that disconnects in the middle of a transaction.
+	leaver, err := pgx.Connect(ctx, e.url(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, leaver, "BEGIN")
+	exec1(t, leaver, "UPDATE t SET v = 99 WHERE id = 1")
+	exec1(t, leaver, "UPDATE t SET v = 99 WHERE id = 2")
+	leaver.Close(ctx) // Terminate, mid-transaction
+	// With one connection per pool, b gets the very connections leaver held: they must
+	// be idle, with the locks gone and the updates rolled back.
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := b.Exec(tctx, "UPDATE t SET v = 1 WHERE id IN (1, 2)"); err != nil {
+		t.Fatalf("update after a client left mid-transaction: %v", err)
+	}
+	if n := queryInt(t, b, "SELECT sum(v) FROM t"); n != 2 {
+		t.Errorf("sum %d, want 2 (the leaver's updates rolled back)", n)
+	}
+	for i := range e.dsns {
+		if n := queryInt(t, e.shard(t, i), "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'"); n != 0 {
+			t.Errorf("shard %d: %d sessions idle in transaction", i, n)
+		}
+	}
+}
+
+// TestPreparedStatementsUnderTransactionPooling: named statements prepared once by a
+// client run on whichever server connection serves each transaction.
+func TestPreparedStatementsUnderTransactionPooling(t *testing.T) {
+	e := startProxy(t, 2, []string{"p=id"}, nil, withPool(2, 10*time.Second))
+	setup := e.connect(t)
+	exec1(t, setup, "CREATE TABLE p (id int PRIMARY KEY, n int NOT NULL)")
+	var values []string
+	for id := 1; id <= 20; id++ {
+		values = append(values, fmt.Sprintf("(%d, 0)", id))
+	}
+	exec1(t, setup, "INSERT INTO p VALUES "+strings.Join(values, ", "))
+	const clients, rounds = 6, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for w := range clients {
+		wg.Go(func() {
+			ctx := context.Background()
+			c, err := pgconn.Connect(ctx, e.url(""))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close(ctx)
+			if _, err := c.Prepare(ctx, "bump", "UPDATE p SET n = n + 1 WHERE id = $1", nil); err != nil {
+				errs <- err
+				return
+			}
+			if _, err := c.Prepare(ctx, "get", "SELECT n FROM p WHERE id = $1", []uint32{23}); err != nil {
+				errs <- err
+				return
+			}
+			for i := range rounds {
+				id := []byte(fmt.Sprint((w*rounds+i)%20 + 1))
+				if err := c.ExecPrepared(ctx, "bump", [][]byte{id}, nil, nil).Read().Err; err != nil {
+					errs <- err
+					return
+				}
+				if err := c.ExecPrepared(ctx, "get", [][]byte{id}, nil, []int16{1}).Read().Err; err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := queryInt(t, setup, "SELECT sum(n) FROM p"); n != clients*rounds {
+		t.Errorf("sum %d, want %d", n, clients*rounds)
+	}
+}
+
+// TestCheckoutTimeout: when every server connection is taken, a statement waits at
+// most the checkout timeout, then fails with 53300; the client can go on.
+func TestCheckoutTimeout(t *testing.T) {
+	e := startProxy(t, 1, nil, nil, withPool(1, 300*time.Millisecond))
+	holder, waiter := e.connect(t), e.connect(t)
+	ctx := context.Background()
+	exec1(t, holder, "BEGIN")
+	exec1(t, holder, "SELECT 1") // holds the only connection until COMMIT
+	start := time.Now()
+	_, err := waiter.Exec(ctx, "SELECT 1")
+	if sqlState(err) != "53300" || !strings.Contains(err.Error(), "ds_0") {
+		t.Fatalf("statement with the pool exhausted: %v, want 53300 naming ds_0", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("waited %v with a checkout timeout of 300ms", d)
+	}
+	// A client may still connect (its settings are checked at its first statement).
+	late, err := pgx.Connect(ctx, e.url("")+"&application_name=late")
+	if err != nil {
+		t.Fatalf("connecting with every server connection busy: %v", err)
+	}
+	defer late.Close(ctx)
+	exec1(t, holder, "COMMIT")
+	var app string
+	if err := late.QueryRow(ctx, "SHOW application_name").Scan(&app); err != nil || app != "late" {
+		t.Errorf("the late client's application_name: %q %v", app, err)
+	}
+	exec1(t, waiter, "SELECT 1")
+}
+
+// TestSessionPooling: in session pooling a client keeps its server connection, so
+// server-side session state (a temporary table) lasts; the next client gets the
+// connection reset.
+func TestSessionPooling(t *testing.T) {
+	e := startProxy(t, 1, nil, nil, withSessionPooling(), withPool(1, 5*time.Second))
+	ctx := context.Background()
+	a, err := pgx.Connect(ctx, e.url(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, a, "CREATE TEMPORARY TABLE scratch (x int)")
+	exec1(t, a, "INSERT INTO scratch VALUES (1)")
+	if n := queryInt(t, a, "SELECT count(*) FROM scratch"); n != 1 {
+		t.Errorf("temporary table: %d rows", n)
+	}
+	a.Close(ctx)
+	b := e.connect(t)
+	if _, err := b.Exec(ctx, "SELECT * FROM scratch"); sqlState(err) != "42P01" {
+		t.Errorf("next client sees the temporary table: %v", err)
+	}
+}
+
+// TestCancelRequest: a cancel request reaches the server running the client's query.
+func TestCancelRequest(t *testing.T) {
+	e := startProxy(t, 2, []string{"t=id"}, nil)
+	pc := e.pgconnect(t)
+	ctx := context.Background()
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		cancelConn(t, e, pc)
+	}()
+	start := time.Now()
+	_, err := pc.Exec(ctx, "SELECT pg_sleep(20)").ReadAll()
+	if sqlState(err) != "57014" {
+		t.Fatalf("cancelled query: %v, want 57014", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the cancel took %v", d)
+	}
+	if _, err := pc.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+		t.Errorf("after a cancel: %v", err)
+	}
+}
+
+// cancelConn sends a CancelRequest for pc, as libpq does: a new connection to the
+// proxy with the key pc was given.
+func cancelConn(t testing.TB, e *env, pc *pgconn.PgConn) {
+	nc, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer nc.Close()
+	buf, _ := (&pgproto3.CancelRequest{ProcessID: pc.PID(), SecretKey: pc.SecretKey()}).Encode(nil)
+	nc.Write(buf)
+	io.ReadAll(nc) // the proxy closes the connection when done
+}
+
+// TestBadClients: malformed, oversized and unknown messages, a wrong protocol
+// version, an unknown database, too many clients: each gets an error and its
+// connection closes, while other clients go on.
+func TestBadClients(t *testing.T) {
+	e := startProxy(t, 1, nil, nil, func(c *proxy.Config) { c.MaxClients = 3; c.MaxMessage = 4096 })
+	good := e.pgconnect(t)
+	ctx := context.Background()
+	check := func(name string) {
+		t.Helper()
+		if _, err := good.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+			t.Fatalf("after %s the good client failed: %v", name, err)
+		}
+	}
+	// raw sends bytes on a new connection and returns the error the proxy answered.
+	raw := func(startup bool, data []byte) *pgproto3.ErrorResponse {
+		t.Helper()
+		nc, err := net.DialTimeout("tcp", e.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
+		fe := pgproto3.NewFrontend(nc, nc)
+		if startup {
+			fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersion30,
+				Parameters: map[string]string{"user": "postgres", "database": testDatabase}})
+			fe.Flush()
+			for {
+				msg, err := fe.Receive()
+				if err != nil {
+					t.Fatalf("startup: %v", err)
+				}
+				if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+					break
+				}
+			}
+		}
+		nc.Write(data)
+		for {
+			msg, err := fe.Receive()
+			if err != nil {
+				return nil
+			}
+			if er, ok := msg.(*pgproto3.ErrorResponse); ok {
+				// The connection must close after a FATAL error.
+				if er.Severity == "FATAL" {
+					if _, err := fe.Receive(); err == nil {
+						t.Errorf("connection still open after FATAL %s", er.Code)
+					}
+				}
+				return er
+			}
+		}
+	}
+	msg := func(typ byte, body []byte) []byte {
+		b := []byte{typ, 0, 0, 0, 0}
+		binary.BigEndian.PutUint32(b[1:], uint32(len(body)+4))
+		return append(b, body...)
+	}
+	for _, tt := range []struct {
+		name    string
+		startup bool
+		data    []byte
+		code    string
+	}{
+		{"wrong protocol version", false, []byte{0, 0, 0, 8, 0, 2, 0, 0}, "0A000"},
+		{"startup packet too long", false, []byte{0, 1, 0, 0, 0, 3, 0, 0}, "08P01"},
+		{"oversized message", true, msg('Q', make([]byte, 5000)), "08P01"},
+		{"unknown message type", true, msg('!', nil), "08P01"},
+		{"malformed bind", true, msg('B', []byte{0, 0, 0xff}), "08P01"},
+		{"bad message length", true, []byte{'Q', 0, 0, 0, 1}, "08P01"},
+	} {
+		er := raw(tt.startup, tt.data)
+		if er == nil || er.Code != tt.code || er.Severity != "FATAL" {
+			t.Errorf("%s: got %+v, want FATAL %s", tt.name, er, tt.code)
+		}
+		check(tt.name)
+	}
+	// Unknown database.
+	_, err := pgconn.Connect(ctx, e.url("nope"))
+	if sqlState(err) != "3D000" {
+		t.Errorf("unknown database: %v, want 3D000", err)
+	}
+	check("unknown database")
+	// The cap on clients (3): good, plus two more; the fourth is refused.
+	e.pgconnect(t)
+	e.pgconnect(t)
+	_, err = pgconn.Connect(ctx, e.url(""))
+	if sqlState(err) != "53300" {
+		t.Errorf("client over --max-clients: %v, want 53300", err)
+	}
+	check("too many clients")
+}
+
+// TestUnsupportedProtocolFeatures answer errors, not crashes.
+func TestUnsupportedProtocolFeatures(t *testing.T) {
+	e := startProxy(t, 1, nil, nil)
+	pc := e.pgconnect(t)
+	ctx := context.Background()
+	for _, q := range []string{"LISTEN x", "PREPARE p AS SELECT 1", "DECLARE c CURSOR FOR SELECT 1"} {
+		if _, err := pc.Exec(ctx, q).ReadAll(); sqlState(err) != "0A000" {
+			t.Errorf("%s: %v, want 0A000", q, err)
+		}
+	}
+	if _, err := pc.Exec(ctx, "SELEC 1").ReadAll(); sqlState(err) != "42601" {
+		t.Errorf("syntax error: %v, want 42601", err)
+	}
+	// An empty query gets EmptyQueryResponse, as from PostgreSQL itself.
+	res, err := pc.Exec(ctx, " ;").ReadAll()
+	direct, err2 := pgconn.Connect(ctx, e.dsns[0])
+	if err2 != nil {
+		t.Fatal(err2)
+	}
+	defer direct.Close(ctx)
+	want, _ := direct.Exec(ctx, " ;").ReadAll()
+	if err != nil || len(res) != len(want) {
+		t.Errorf("empty query: %d results (%v), PostgreSQL gives %d", len(res), err, len(want))
+	}
+}
+
+// TestProtocolNegotiation: a client asking for protocol 3.2 gets
+// NegotiateProtocolVersion and is served in 3.0.
+func TestProtocolNegotiation(t *testing.T) {
+	e := startProxy(t, 1, nil, nil)
+	nc, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	fe := pgproto3.NewFrontend(nc, nc)
+	fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersion32,
+		Parameters: map[string]string{"user": "postgres", "database": testDatabase, "_pq_.x": "1"}})
+	fe.Flush()
+	var seen []string
+	for {
+		msg, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.NegotiateProtocolVersion:
+			if m.NewestMinorProtocol != 0 || !slices.Equal(m.UnrecognizedOptions, []string{"_pq_.x"}) {
+				t.Errorf("negotiation %+v", m)
+			}
+			seen = append(seen, "v")
+		case *pgproto3.BackendKeyData:
+			seen = append(seen, "K")
+		case *pgproto3.ParameterStatus:
+			if m.Name == "server_version" {
+				seen = append(seen, "S")
+			}
+		case *pgproto3.ErrorResponse:
+			t.Fatalf("error %s: %s", m.Code, m.Message)
+		}
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	if !slices.Equal(seen, []string{"v", "S", "K"}) {
+		t.Errorf("startup messages %v", seen)
+	}
+}

@@ -1,0 +1,313 @@
+// Package proxy is shardlab's PostgreSQL wire-protocol sharding proxy: unmodified
+// PostgreSQL clients (psql, pgbench, sysbench, any driver) connect to it as to one
+// database, and it runs their SQL on the shards the rules name.
+//
+// The proxy follows the protocol stack, one package per side:
+//
+//	frontend  client connections: startup, SSL, SCRAM, the simple and extended protocols
+//	router    the client's session: plans each statement (sqlplan), runs it on one data
+//	          source (relaying the answer) or several (through sqlexec's engine)
+//	backend   one pool of server connections per data source, transaction or session pooling
+//	auth      the users file and SCRAM-SHA-256
+//	admin     the admin database (SHOW POOLS, SHOW ROUTE) and /metrics
+//	copyin    COPY FROM STDIN data split into rows and routed by key
+//
+// This package puts them together: Server listens, hands each connection to the
+// frontend, and shuts down gracefully.
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/shardlab/shardlab/proxy/admin"
+	"github.com/shardlab/shardlab/proxy/auth"
+	"github.com/shardlab/shardlab/proxy/backend"
+	"github.com/shardlab/shardlab/proxy/frontend"
+	"github.com/shardlab/shardlab/proxy/router"
+	"github.com/shardlab/shardlab/rules"
+)
+
+// Config is a proxy's configuration. Rules and Database are required.
+type Config struct {
+	Rules *rules.Compiled
+	// Database is the database name clients connect to.
+	Database string
+	// PoolMode is transaction (the default) or session pooling.
+	PoolMode router.PoolMode
+	// Pool sizes and times each data source's pool (backend.Options defaults).
+	Pool backend.Options
+	// MaxClients caps client connections; 0 means DefaultMaxClients.
+	MaxClients int
+	// Users authenticates clients with SCRAM-SHA-256; nil trusts every client.
+	Users *auth.Users
+	// TLS is offered to clients that ask for SSL; nil answers 'N'.
+	TLS *tls.Config
+	// TwoPhase commits transactions that span data sources with two-phase commit
+	// (every data source needs max_prepared_transactions > 0).
+	TwoPhase bool
+	// MaxMessage bounds one client message (frontend.DefaultMaxMessage when 0).
+	MaxMessage int
+	// LockWaitTimeout bounds lock waits of transactions that span data sources, whose
+	// deadlocks no server can see (see router.Config); 0 leaves them unbounded. Callers
+	// usually want router.DefaultLockWaitTimeout.
+	LockWaitTimeout time.Duration
+	// DeadlockInterval is how often transactions that span data sources are checked
+	// for deadlocks across shards (see router.Config): 0 is the default interval,
+	// negative never.
+	DeadlockInterval time.Duration
+	// AdminDatabase, when set, is the database name of the admin console: SHOW POOLS,
+	// SHOW DATABASES, SHOW CLIENTS, SHOW ROUTE <statement>, SHOW HELP.
+	AdminDatabase string
+	// StatsInterval, when positive, logs every pool's connections in use and idle at
+	// that interval.
+	StatsInterval time.Duration
+	// Logger receives the proxy's log; nil discards it.
+	Logger *slog.Logger
+}
+
+// DefaultMaxClients is the cap on client connections unless Config says otherwise.
+const DefaultMaxClients = 1000
+
+// ErrConfig is wrapped by New's errors about a bad Config.
+var ErrConfig = errors.New("proxy: bad config")
+
+// Server is a running proxy: pools, router and frontend. Serve it on a listener;
+// Shutdown stops it.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	pools    []*backend.Pool
+	router   *router.Router
+	frontend *frontend.Server
+	admin    *admin.Admin
+
+	mu struct {
+		sync.Mutex
+		listeners map[net.Listener]bool
+		closed    bool
+	}
+	conns   chan struct{} // bounds the connections being served, startup included
+	serving sync.WaitGroup
+	once    sync.Once
+	stop    chan struct{} // closed by Shutdown: ends the stats logger
+	logger  sync.WaitGroup
+}
+
+// New builds a proxy from cfg. It makes no connection: a data source that is down
+// fails only the statements that need it. With TwoPhase it first finishes prepared
+// transactions a crash left behind, which needs every data source up.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Rules == nil {
+		return nil, fmt.Errorf("%w: no rules", ErrConfig)
+	}
+	if cfg.Database == "" {
+		return nil, fmt.Errorf("%w: no database name for clients", ErrConfig)
+	}
+	if cfg.MaxClients <= 0 {
+		cfg.MaxClients = DefaultMaxClients
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, log: log}
+	for _, ds := range cfg.Rules.DataSources() {
+		p, err := backend.NewPool(ds.Name, ds.DSN, cfg.Pool)
+		if err != nil {
+			s.closePools()
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		s.pools = append(s.pools, p)
+	}
+	r, err := router.New(router.Config{Rules: cfg.Rules, Pools: s.pools, Mode: cfg.PoolMode, TwoPhase: cfg.TwoPhase,
+		LockWaitTimeout: cfg.LockWaitTimeout, DeadlockInterval: cfg.DeadlockInterval, Logger: log})
+	if err != nil {
+		s.closePools()
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	s.router = r
+	if cfg.TwoPhase {
+		committed, rolledBack, err := r.Recover(ctx)
+		if err != nil {
+			s.closePools()
+			return nil, err
+		}
+		if committed+rolledBack > 0 {
+			log.Info("finished two-phase transactions left by a crash", "committed", committed, "rolled_back", rolledBack)
+		}
+	}
+	if cfg.AdminDatabase == cfg.Database {
+		s.closePools()
+		return nil, fmt.Errorf("%w: the admin database cannot be the database clients use (%q)", ErrConfig, cfg.Database)
+	}
+	s.admin = admin.New(r, func() int { return s.frontend.Stats().Clients })
+	s.frontend = frontend.NewServer(frontend.Config{Router: r, Database: cfg.Database, Users: cfg.Users, TLS: cfg.TLS,
+		MaxClients: cfg.MaxClients, MaxMessage: cfg.MaxMessage, AdminDatabase: cfg.AdminDatabase, Admin: s.admin, Logger: log})
+	// Connections past the cap still get their FATAL answer from the frontend; beyond
+	// a margin they are closed unanswered, so that a flood cannot make goroutines
+	// without bound.
+	s.conns = make(chan struct{}, cfg.MaxClients+cfg.MaxClients/4+16)
+	s.mu.listeners = map[net.Listener]bool{}
+	s.stop = make(chan struct{})
+	if cfg.StatsInterval > 0 {
+		s.logger.Go(func() {
+			t := time.NewTicker(cfg.StatsInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					s.logPools("pool")
+				case <-s.stop:
+					return
+				}
+			}
+		})
+	}
+	return s, nil
+}
+
+func (s *Server) closePools() {
+	for _, p := range s.pools {
+		p.Close()
+	}
+}
+
+// Router returns the proxy's router.
+func (s *Server) Router() *router.Router { return s.router }
+
+// MetricsHandler serves the proxy's metrics (per pool: connections in use, idle,
+// waiting; clients) in Prometheus's text format, for /metrics.
+func (s *Server) MetricsHandler() http.Handler { return s.admin.MetricsHandler() }
+
+// ErrServerClosed is returned by Serve after Shutdown.
+var ErrServerClosed = errors.New("proxy: server closed")
+
+// Serve accepts connections on ln until Shutdown; it closes ln. It returns
+// ErrServerClosed after Shutdown, else the listener's error.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.mu.listeners[ln] = true
+	s.serving.Add(1)
+	s.mu.Unlock()
+	defer s.serving.Done()
+	defer ln.Close()
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.mu.closed
+			s.mu.Unlock()
+			if closed {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Too many open files and the like: wait a little, as net/http does.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		select {
+		case s.conns <- struct{}{}:
+		default:
+			nc.Close()
+			continue
+		}
+		s.serving.Go(func() {
+			defer func() { <-s.conns }()
+			if tc, ok := nc.(*net.TCPConn); ok {
+				tc.SetNoDelay(true)
+				tc.SetKeepAlive(true)
+			}
+			s.frontend.Serve(nc)
+		})
+	}
+}
+
+// ListenAndServe listens on the TCP address addr and serves; ready, when not nil, is
+// called with the bound address (addr may have port 0) once the proxy accepts
+// connections.
+func (s *Server) ListenAndServe(addr string, ready func(net.Addr)) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	s.log.Info("shard-proxy listening", "addr", ln.Addr().String(), "database", s.cfg.Database,
+		"data_sources", len(s.pools), "pool_mode", s.cfg.PoolMode.String())
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	return s.Serve(ln)
+}
+
+// Shutdown stops accepting connections, lets the clients finish their transactions
+// (idle ones are disconnected at once), and closes the pools. When ctx ends first, the
+// remaining clients are disconnected and their transactions rolled back. It is
+// idempotent; it returns ctx's error when it had to cut clients off.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.mu.closed = true
+		for ln := range s.mu.listeners {
+			ln.Close()
+		}
+		s.mu.Unlock()
+		err = s.frontend.Shutdown(ctx)
+		s.serving.Wait()
+		close(s.stop)
+		s.logger.Wait()
+		s.router.Close()
+		s.closePools()
+		s.logPools("pools at shutdown")
+	})
+	return err
+}
+
+// Close shuts down without waiting for clients.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.Shutdown(ctx)
+	return nil
+}
+
+// Stats is a snapshot of the proxy: its clients and, per data source, its pool.
+type Stats struct {
+	Frontend frontend.Stats
+	Pools    []backend.Stats
+}
+
+// Stats returns the proxy's counters.
+func (s *Server) Stats() Stats {
+	st := Stats{Frontend: s.frontend.Stats()}
+	for _, p := range s.pools {
+		st.Pools = append(st.Pools, p.Stats())
+	}
+	return st
+}
+
+func (s *Server) logPools(msg string) {
+	for _, p := range s.pools {
+		st := p.Stats()
+		s.log.Info(msg, "data_source", st.DataSource, "in_use", st.InUse, "idle", st.Idle, "waiting", st.Waiting,
+			"opened", st.Opened, "closed", st.Closed, "checkout_timeouts", st.Timeouts, "clients", s.frontend.Stats().Clients)
+	}
+}

@@ -1,0 +1,385 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/shardlab/shardlab/proxy/backend"
+	"github.com/shardlab/shardlab/proxy/copyin"
+	"github.com/shardlab/shardlab/rules"
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// copy runs COPY ... FROM STDIN or TO STDOUT.
+func (s *Session) copy(ctx context.Context, plan *sqlplan.Plan) error {
+	if plan.Copy.From {
+		return s.copyFrom(ctx, plan.Copy)
+	}
+	return s.copyTo(ctx, plan.Copy)
+}
+
+func copyOptions(spec *sqlplan.CopySpec) []copyin.Option {
+	out := make([]copyin.Option, len(spec.Options))
+	for i, o := range spec.Options {
+		out[i] = copyin.Option{Name: o.Name, Value: o.Value}
+	}
+	return out
+}
+
+// copyTarget is one physical table a COPY FROM writes to.
+type copyTarget struct {
+	node int // index in the table rule's nodes
+	ds   int
+	sql  string
+	// streamed targets get rows as they arrive; a data source with several physical
+	// tables of the table streams to the first and gathers the others' rows, sent by a
+	// second COPY on the same connection once the first has finished.
+	streamed bool
+	cp       *backend.Copy
+	gathered []byte
+}
+
+// copyFrom loads COPY FROM STDIN data: a sharded table's rows go to the shard their
+// key names, a broadcast table's to every data source. Several data sources are
+// written in one transaction each, committed together (or in the client's open
+// transaction, which is how pgbench -i's TRUNCATE and COPY ... FREEZE share one
+// server transaction on each shard).
+func (s *Session) copyFrom(ctx context.Context, spec *sqlplan.CopySpec) error {
+	rule := spec.Table
+	sharded := rule.Kind == rules.KindSharded
+	var split *copyin.Splitter
+	var keyCols []string
+	var keyTypes map[string]rules.KeyType
+	if sharded {
+		format, err := copyin.ParseFormat(copyOptions(spec))
+		if err != nil {
+			return pgError("0A000", "shardlab: COPY into sharded table %s: %v", rule.Name, err)
+		}
+		cols := spec.Columns
+		if cols == nil {
+			if cols, err = s.r.catalog.Columns(ctx, rule); err != nil {
+				return err
+			}
+		}
+		keyCols = rule.KeyColumns()
+		keyTypes = map[string]rules.KeyType{}
+		var idx []int
+		for _, k := range keyCols {
+			i := slices.Index(cols, k)
+			if i < 0 {
+				return pgError("0A000", "shardlab: COPY into sharded table %s without its sharding column %s: every row needs it to find its shard", rule.Name, k)
+			}
+			idx = append(idx, i)
+			t := rule.KeyType(k)
+			if t == rules.TypeUnknown {
+				if t, err = s.r.catalog.KeyType(ctx, rule, k); err != nil {
+					return err
+				}
+			}
+			keyTypes[k] = t
+		}
+		split = copyin.NewSplitter(format, idx)
+	}
+
+	var targets []*copyTarget
+	seen := map[int]bool{}
+	for i, n := range rule.Nodes {
+		t := &copyTarget{node: i, ds: n.DataSource, sql: spec.SQL[i], streamed: !seen[n.DataSource]}
+		seen[n.DataSource] = true
+		targets = append(targets, t)
+	}
+	dss := slices.Sorted(func(yield func(int) bool) {
+		for ds := range seen {
+			if !yield(ds) {
+				return
+			}
+		}
+	})
+	own := false
+	if len(dss) > 1 && !s.explicit && !s.implicit {
+		s.beginImplicit()
+		own = true
+	}
+	err := s.onDataSources(ctx, dss, func(conns map[int]*backend.Conn) error {
+		return s.copyStream(ctx, spec, targets, conns, split, keyCols, keyTypes)
+	})
+	if own {
+		if cerr := s.endImplicit(ctx, err == nil); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// onDataSources runs fn holding the client's connections to every data source in dss
+// (joining the open transaction), then releases them.
+func (s *Session) onDataSources(ctx context.Context, dss []int, fn func(map[int]*backend.Conn) error) error {
+	held := map[int]*backend.Conn{}
+	var run func(i int) error
+	run = func(i int) error {
+		if i == len(dss) {
+			return fn(held)
+		}
+		ds := dss[i]
+		err := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
+			held[ds] = c
+			return run(i + 1)
+		})
+		return err
+	}
+	return run(0)
+}
+
+// copyStream starts the COPY on every streamed target, tells the client to send its
+// data, routes the rows, and finishes.
+func (s *Session) copyStream(ctx context.Context, spec *sqlplan.CopySpec, targets []*copyTarget,
+	conns map[int]*backend.Conn, split *copyin.Splitter, keyCols []string, keyTypes map[string]rules.KeyType) error {
+	var resp *pgproto3.CopyInResponse
+	for _, t := range targets {
+		if !t.streamed {
+			continue
+		}
+		cp, r, err := conns[t.ds].StartCopy(ctx, t.sql)
+		if err != nil {
+			s.abortCopies(ctx, targets, "another shard refused the COPY")
+			return s.shardErr(t.ds, err)
+		}
+		t.cp = cp
+		if resp == nil {
+			resp = r
+		}
+	}
+	s.client.Send(resp)
+	if err := s.client.Flush(); err != nil {
+		s.abortCopies(ctx, targets, "the client went away")
+		return err
+	}
+
+	// Route the client's data until CopyDone or CopyFail. After an error the rest of the
+	// data is read and dropped, since the client sends it all before it listens.
+	var copyErr error
+	route := func(r copyin.Row) error {
+		if r.Header {
+			for _, t := range targets {
+				if err := t.write(r.Data); err != nil {
+					return s.shardErr(t.ds, err)
+				}
+			}
+			return nil
+		}
+		keys := make(map[string]rules.Key, len(keyCols))
+		for i, k := range keyCols {
+			if r.Fields[i].Null {
+				keys[k] = rules.NullKey()
+			} else {
+				keys[k] = rules.TextKey(r.Fields[i].Value)
+			}
+		}
+		shards, err := spec.Table.ShardsFor(keys, keyTypes)
+		if err != nil || len(shards) != 1 {
+			if err == nil {
+				err = errors.New("the key does not name one shard")
+			}
+			return pgError("22P02", "COPY %s, line %d: cannot route the row by its sharding key: %v", spec.Table.Name, r.Line, err)
+		}
+		t := targets[shards[0]]
+		if err := t.write(r.Data); err != nil {
+			return s.shardErr(t.ds, err)
+		}
+		return nil
+	}
+	for done := false; !done; {
+		msg, err := s.client.Receive()
+		if err != nil {
+			s.abortCopies(ctx, targets, "the client went away")
+			return err
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if copyErr != nil {
+				continue
+			}
+			if split == nil {
+				for _, t := range targets {
+					if err := t.write(m.Data); err != nil {
+						copyErr = s.shardErr(t.ds, err)
+						break
+					}
+				}
+				continue
+			}
+			copyErr = split.Write(m.Data, route)
+		case *pgproto3.CopyDone:
+			if copyErr == nil && split != nil {
+				copyErr = split.Close(route)
+			}
+			done = true
+		case *pgproto3.CopyFail:
+			if copyErr == nil {
+				copyErr = pgError("57014", "COPY from stdin failed: %s", m.Message)
+			}
+			done = true
+		case *pgproto3.Flush, *pgproto3.Sync:
+			// PostgreSQL ignores these during COPY.
+		default:
+			if copyErr == nil {
+				copyErr = pgError("08P01", "unexpected message type 0x%02X during COPY from stdin", messageType(msg))
+			}
+			done = true
+		}
+	}
+	var ek interface{ SQLState() string }
+	if copyErr != nil && !errors.As(copyErr, &ek) {
+		copyErr = pgError("22P04", "COPY %s: %v", spec.Table.Name, copyErr)
+	}
+	if copyErr != nil {
+		s.abortCopies(ctx, targets, copyErr.Error())
+		return copyErr
+	}
+
+	var total int64
+	var firstErr error
+	count := func(ds int, tag pgconn.CommandTag, err error) {
+		if err != nil {
+			if firstErr == nil {
+				firstErr = s.shardErr(ds, err)
+			}
+			return
+		}
+		if spec.Table.Kind != rules.KindBroadcast || ds == targets[0].ds {
+			total += tag.RowsAffected()
+		}
+	}
+	for _, t := range targets {
+		if t.cp != nil {
+			tag, err := t.cp.Finish(ctx, "")
+			t.cp = nil
+			count(t.ds, tag, err)
+		}
+	}
+	// Second round: the physical tables that gathered their rows.
+	for _, t := range targets {
+		if t.streamed || firstErr != nil {
+			continue
+		}
+		cp, _, err := conns[t.ds].StartCopy(ctx, t.sql)
+		if err != nil {
+			count(t.ds, pgconn.CommandTag{}, err)
+			continue
+		}
+		if err := cp.Write(t.gathered); err != nil {
+			count(t.ds, pgconn.CommandTag{}, err)
+			continue
+		}
+		tag, err := cp.Finish(ctx, "")
+		count(t.ds, tag, err)
+	}
+	if firstErr != nil {
+		return firstErr
+	}
+	s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte("COPY " + strconv.FormatInt(total, 10))})
+	return nil
+}
+
+// write sends or gathers one row (or chunk) for a target.
+func (t *copyTarget) write(data []byte) error {
+	if t.streamed {
+		return t.cp.Write(data)
+	}
+	t.gathered = append(t.gathered, data...)
+	return nil
+}
+
+// abortCopies fails the COPY on every target that started it.
+func (s *Session) abortCopies(ctx context.Context, targets []*copyTarget, why string) {
+	for _, t := range targets {
+		if t.cp != nil {
+			t.cp.Finish(ctx, why)
+			t.cp = nil
+		}
+	}
+}
+
+func messageType(msg pgproto3.FrontendMessage) byte {
+	b, err := msg.Encode(nil)
+	if err != nil || len(b) == 0 {
+		return 0
+	}
+	return b[0]
+}
+
+// copyTo runs COPY ... TO STDOUT: for a sharded table, each shard's rows in turn, as
+// one COPY answer (a header line only from the first); for a broadcast table, one copy.
+func (s *Session) copyTo(ctx context.Context, spec *sqlplan.CopySpec) error {
+	rule := spec.Table
+	nodes := []int{0}
+	if rule.Kind == rules.KindSharded {
+		nodes = nodes[:0]
+		for i := range rule.Nodes {
+			nodes = append(nodes, i)
+		}
+	}
+	header := false
+	for _, o := range spec.Options {
+		switch strings.ToLower(o.Name) {
+		case "format":
+			if strings.EqualFold(o.Value, "binary") && len(nodes) > 1 {
+				return pgError("0A000", "shardlab: binary COPY TO of sharded table %s (each shard's data has its own header); use text or csv", rule.Name)
+			}
+		case "header":
+			header = !slices.Contains([]string{"false", "off", "0", "no"}, strings.ToLower(o.Value))
+		}
+	}
+	sink := &copyOutSink{client: s.client, header: header}
+	for k, i := range nodes {
+		sink.node, sink.rows = k, 0
+		ds := rule.Nodes[i].DataSource
+		err := s.onDataSource(ctx, ds, func(c *backend.Conn) error { return c.Query(ctx, spec.SQL[i], sink) })
+		if err != nil {
+			return err
+		}
+	}
+	if sink.started {
+		s.client.Send(&pgproto3.CopyDone{})
+	}
+	s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(fmt.Sprintf("COPY %d", sink.total))})
+	return nil
+}
+
+// copyOutSink merges the COPY TO answers of several shards into one.
+type copyOutSink struct {
+	client  Client
+	header  bool
+	node    int   // which shard is answering (0 is the first)
+	rows    int   // CopyData messages of this shard so far
+	total   int64 // rows copied, from the command tags
+	started bool
+}
+
+func (k *copyOutSink) Send(msg pgproto3.BackendMessage) {
+	switch m := msg.(type) {
+	case *pgproto3.CopyOutResponse:
+		if !k.started {
+			k.started = true
+			k.client.Send(m)
+		}
+	case *pgproto3.CopyData:
+		k.rows++
+		if k.header && k.node > 0 && k.rows == 1 {
+			return // the header line again
+		}
+		k.client.Send(m)
+	case *pgproto3.CopyDone:
+	case *pgproto3.CommandComplete:
+		k.total += pgconn.NewCommandTag(string(m.CommandTag)).RowsAffected()
+	default:
+		k.client.Send(msg)
+	}
+}

@@ -1,0 +1,185 @@
+package router
+
+import (
+	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/shardlab/shardlab/proxy/backend"
+	"github.com/shardlab/shardlab/sqlexec"
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// single reports whether a bound statement runs on one data source as it is: the
+// fast path relays the server's answer.
+func single(b *sqlplan.Bound) bool {
+	return len(b.Targets) == 1 && b.Merge == nil
+}
+
+// prepareOnServer reports whether a statement is worth keeping prepared on server
+// connections: the data statements a client runs again and again.
+func prepareOnServer(p *sqlplan.Plan) bool {
+	switch p.Kind {
+	case sqlplan.KindSelect, sqlplan.KindInsert, sqlplan.KindUpdate, sqlplan.KindDelete:
+		return len(p.SQL) <= 16<<10
+	}
+	return false
+}
+
+// execute runs a portal (extended protocol). maxRows > 0 sends at most that many rows
+// and suspends the portal.
+func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error {
+	if p.started {
+		return s.sendRest(p, maxRows)
+	}
+	b := p.bound
+	plan := p.stmt.plan
+	defer s.afterStatement(plan)
+	if single(b) && maxRows == 0 {
+		p.finished = true
+		t := b.Targets[0]
+		values, oids, formats := targetArgs(t, p.args)
+		st := backend.Statement{SQL: t.SQL, ParamOIDs: oids, Values: values, ParamFormats: formats,
+			ResultFormats: p.resultFormats, Prepare: prepareOnServer(plan)}
+		return s.onDataSource(ctx, t.DataSource, func(c *backend.Conn) error {
+			if p.stmt.setsConfig {
+				defer c.ForgetSettings()
+			}
+			return c.Exec(ctx, &st, s.client)
+		})
+	}
+	res, err := s.engineExecute(ctx, b, p.args, p.resultFormats)
+	if err != nil {
+		return err
+	}
+	p.started = true
+	p.rest, p.tag = res.Rows, res.Tag
+	return s.sendRest(p, maxRows)
+}
+
+// engineExecute runs a statement through the SQL core's engine (merges, writes to
+// several data sources).
+func (s *Session) engineExecute(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16) (*sqlexec.Result, error) {
+	if b.MultiTarget() {
+		s.conns.mu.Lock()
+		s.conns.multi = true
+		s.conns.mu.Unlock()
+		defer func() {
+			s.conns.mu.Lock()
+			s.conns.multi = false
+			s.conns.mu.Unlock()
+		}()
+	}
+	return s.r.engine.Execute(ctx, b, args, formats, &s.conns)
+}
+
+// sendRest sends a portal's remaining rows, at most maxRows of them (0: all).
+func (s *Session) sendRest(p *portal, maxRows uint32) error {
+	rows := p.rest
+	if maxRows > 0 && uint32(len(rows)) > maxRows {
+		rows = rows[:maxRows]
+	}
+	for _, row := range rows {
+		s.client.Send(&pgproto3.DataRow{Values: row})
+	}
+	p.rest = p.rest[len(rows):]
+	if maxRows > 0 && len(rows) == int(maxRows) && len(p.rest) > 0 {
+		s.client.Send(&pgproto3.PortalSuspended{})
+		return nil
+	}
+	p.finished = true
+	s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(p.tag.String())})
+	return nil
+}
+
+// targetArgs selects and orders the client's parameters for one target.
+func targetArgs(t sqlplan.Target, a sqlplan.Args) (values [][]byte, oids []uint32, formats []int16) {
+	if t.Params == nil {
+		if len(a.OIDs) == len(a.Values) {
+			oids = a.OIDs
+		}
+		return a.Values, oids, a.Formats
+	}
+	values = make([][]byte, len(t.Params))
+	if len(a.OIDs) == len(a.Values) && len(a.OIDs) > 0 {
+		oids = make([]uint32, len(t.Params))
+	}
+	if len(a.Formats) > 1 {
+		formats = make([]int16, len(t.Params))
+	} else {
+		formats = a.Formats
+	}
+	for i, p := range t.Params {
+		values[i] = a.Values[p]
+		if oids != nil {
+			oids[i] = a.OIDs[p]
+		}
+		if len(a.Formats) > 1 {
+			formats[i] = a.Formats[p]
+		}
+	}
+	return values, oids, formats
+}
+
+// afterStatement follows up on a statement that ran (or failed) on data sources: DDL
+// makes plans and descriptions stale; a function that changes settings (set_config)
+// leaves the connections it ran on with settings the proxy does not know.
+func (s *Session) afterStatement(plan *sqlplan.Plan) {
+	if plan.Kind == sqlplan.KindDDL {
+		s.r.schemaChanged()
+	}
+}
+
+// runSimple runs one bound simple-protocol statement, sending the whole answer:
+// columns, rows and command tag.
+func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
+	plan := b.Plan
+	defer s.afterStatement(plan)
+	if single(b) {
+		t := b.Targets[0]
+		return s.onDataSource(ctx, t.DataSource, func(c *backend.Conn) error {
+			if mayChangeSettings(t.SQL) {
+				defer c.ForgetSettings()
+			}
+			return c.Query(ctx, t.SQL, s.client)
+		})
+	}
+	res, err := s.engineExecute(ctx, b, sqlplan.Args{}, nil)
+	if err != nil {
+		return err
+	}
+	if res.Fields != nil || plan.Kind == sqlplan.KindSelect {
+		s.client.Send(&pgproto3.RowDescription{Fields: fieldsOf(res.Fields)})
+	}
+	for _, row := range res.Rows {
+		s.client.Send(&pgproto3.DataRow{Values: row})
+	}
+	s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(res.Tag.String())})
+	return nil
+}
+
+// mayChangeSettings reports whether a statement may change session settings through a
+// function (set_config), which the proxy cannot follow.
+func mayChangeSettings(sql string) bool {
+	const word = "set_config"
+	for i := 0; i+len(word) <= len(sql); i++ {
+		if (sql[i] == 's' || sql[i] == 'S') && strings.EqualFold(sql[i:i+len(word)], word) {
+			return true
+		}
+	}
+	return false
+}
+
+// fieldsOf converts the engine's column descriptions to the protocol's.
+func fieldsOf(fields []pgconn.FieldDescription) []pgproto3.FieldDescription {
+	out := make([]pgproto3.FieldDescription, len(fields))
+	for i, f := range fields {
+		out[i] = pgproto3.FieldDescription{
+			Name: []byte(f.Name), TableOID: f.TableOID, TableAttributeNumber: f.TableAttributeNumber,
+			DataTypeOID: f.DataTypeOID, DataTypeSize: f.DataTypeSize, TypeModifier: f.TypeModifier, Format: f.Format,
+		}
+	}
+	return out
+}

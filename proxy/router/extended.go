@@ -1,0 +1,387 @@
+package router
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/shardlab/shardlab/proxy/backend"
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// statement is a client's prepared statement (named, or the unnamed one).
+type statement struct {
+	name string
+	sql  string
+	oids []uint32 // the types Parse declared; 0 where left to the server
+	plan *sqlplan.Plan
+	gen  uint64 // the router's schema generation the plan belongs to
+	desc *description
+	// setsConfig: the text calls set_config, which changes settings behind the proxy's
+	// back.
+	setsConfig bool
+}
+
+// portal is a bound statement, ready to execute.
+type portal struct {
+	stmt          *statement
+	bound         *sqlplan.Bound // nil for statements the session handles itself
+	args          sqlplan.Args
+	resultFormats []int16
+	// rows not yet sent, after an Execute with a row limit suspended the portal.
+	rest     [][][]byte
+	tag      pgconn.CommandTag
+	started  bool
+	finished bool
+}
+
+func pgError(code, format string, args ...any) *pgconn.PgError {
+	return &pgconn.PgError{Severity: "ERROR", Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// failedTx is PostgreSQL's answer to anything but the end of a failed transaction.
+func failedTx() error {
+	return pgError("25P02", "current transaction is aborted, commands ignored until end of transaction block")
+}
+
+// exitStatement reports whether a plan may run in a failed transaction: COMMIT,
+// ROLLBACK and ROLLBACK TO SAVEPOINT.
+func exitStatement(p *sqlplan.Plan) bool {
+	return p.Kind == sqlplan.KindTransaction && (p.Tx == sqlplan.TxCommit || p.Tx == sqlplan.TxRollback || p.Tx == sqlplan.TxRollbackTo)
+}
+
+// fail records an error of the current batch (and of the explicit transaction), and
+// returns it as the client should see it.
+func (s *Session) fail(err error) error {
+	if err == nil {
+		return nil
+	}
+	s.batchFailed = true
+	if s.explicit {
+		s.failed = true
+	}
+	return s.clientError(err)
+}
+
+// Parse handles a Parse message: it plans the statement (cached by text) and keeps it
+// under its name.
+func (s *Session) Parse(ctx context.Context, name, sql string, oids []uint32) error {
+	if name != "" {
+		if _, ok := s.stmts[name]; ok {
+			return s.fail(pgError("42P05", "prepared statement %q already exists", name))
+		}
+	}
+	gen := s.r.generation.Load()
+	plan, err := s.r.planner.Prepare(ctx, sql)
+	if err != nil {
+		return s.fail(err)
+	}
+	if s.isFailed() && !exitStatement(plan) {
+		return s.fail(failedTx())
+	}
+	if plan.Kind == sqlplan.KindCopy {
+		return s.fail(pgError("0A000", "shardlab: COPY through the extended protocol; send it as a simple query"))
+	}
+	st := &statement{name: name, sql: sql, plan: plan, gen: gen, setsConfig: mayChangeSettings(sql)}
+	if len(oids) > 0 {
+		st.oids = append([]uint32(nil), oids...)
+	}
+	s.stmts[name] = st
+	s.client.Send(&pgproto3.ParseComplete{})
+	return nil
+}
+
+// statementNamed finds a prepared statement, planning it again if DDL ran since.
+func (s *Session) statementNamed(ctx context.Context, name string) (*statement, error) {
+	st, ok := s.stmts[name]
+	if !ok {
+		if name == "" {
+			return nil, pgError("26000", "unnamed prepared statement does not exist")
+		}
+		return nil, pgError("26000", "prepared statement %q does not exist", name)
+	}
+	if gen := s.r.generation.Load(); st.gen != gen {
+		plan, err := s.r.planner.Prepare(ctx, st.sql)
+		if err != nil {
+			return nil, err
+		}
+		st.plan, st.gen, st.desc = plan, gen, nil
+	}
+	return st, nil
+}
+
+// Bind handles a Bind message: it fixes the parameter values, which decide the data
+// sources the statement runs on.
+func (s *Session) Bind(ctx context.Context, m *pgproto3.Bind) error {
+	st, err := s.statementNamed(ctx, m.PreparedStatement)
+	if err != nil {
+		return s.fail(err)
+	}
+	if s.isFailed() && !exitStatement(st.plan) {
+		return s.fail(failedTx())
+	}
+	if m.DestinationPortal != "" {
+		if _, ok := s.portals[m.DestinationPortal]; ok {
+			return s.fail(pgError("42P03", "cursor %q already exists", m.DestinationPortal))
+		}
+	}
+	n := len(m.Parameters)
+	if f := len(m.ParameterFormatCodes); f > 1 && f != n {
+		return s.fail(pgError("08P01", "bind message has %d parameter formats but %d parameters", f, n))
+	}
+	if st.plan.NumParams != n && !(st.plan.NumParams == 0 && n == 0) && st.plan.Kind != sqlplan.KindEmpty {
+		return s.fail(pgError("08P01", "bind message supplies %d parameters, but prepared statement %q requires %d", n, st.name, st.plan.NumParams))
+	}
+	p := &portal{stmt: st}
+	p.args.Values = copyValues(m.Parameters)
+	if len(m.ParameterFormatCodes) > 0 {
+		p.args.Formats = append([]int16(nil), m.ParameterFormatCodes...)
+	}
+	if len(m.ResultFormatCodes) > 0 {
+		p.resultFormats = append([]int16(nil), m.ResultFormatCodes...)
+	}
+	if routed(st.plan) {
+		oids, err := s.paramTypes(ctx, st, p.args)
+		if err != nil {
+			return s.fail(err)
+		}
+		p.args.OIDs = oids
+		if p.bound, err = st.plan.Bind(p.args); err != nil {
+			return s.fail(err)
+		}
+	}
+	s.portals[m.DestinationPortal] = p
+	s.client.Send(&pgproto3.BindComplete{})
+	return nil
+}
+
+// routed reports whether a plan runs on data sources (rather than in the session).
+func routed(p *sqlplan.Plan) bool {
+	switch p.Kind {
+	case sqlplan.KindEmpty, sqlplan.KindTransaction, sqlplan.KindSet, sqlplan.KindDiscard, sqlplan.KindCopy:
+		return false
+	}
+	return true
+}
+
+// copyValues copies Bind's parameter values (which point into the reader's buffer)
+// into one allocation.
+func copyValues(src [][]byte) [][]byte {
+	if len(src) == 0 {
+		return nil
+	}
+	size := 0
+	for _, v := range src {
+		size += len(v)
+	}
+	buf := make([]byte, 0, size)
+	out := make([][]byte, len(src))
+	for i, v := range src {
+		if v == nil {
+			continue
+		}
+		start := len(buf)
+		buf = append(buf, v...)
+		out[i] = buf[start:len(buf):len(buf)]
+	}
+	return out
+}
+
+// paramTypes returns the parameter types the binder needs: the declared ones, and when
+// a parameter comes in binary without a declared type, the types the server infers.
+func (s *Session) paramTypes(ctx context.Context, st *statement, args sqlplan.Args) ([]uint32, error) {
+	n := len(args.Values)
+	need := false
+	for i := range n {
+		if format(args.Formats, i) == 1 && (i >= len(st.oids) || st.oids[i] == 0) {
+			need = true
+			break
+		}
+	}
+	if !need {
+		if len(st.oids) == n {
+			return st.oids, nil
+		}
+		return nil, nil
+	}
+	d, err := s.describe(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	return d.params, nil
+}
+
+func format(formats []int16, i int) int16 {
+	switch len(formats) {
+	case 0:
+		return 0
+	case 1:
+		return formats[0]
+	}
+	if i < len(formats) {
+		return formats[i]
+	}
+	return 0
+}
+
+// Describe handles a Describe message: 'S' for a statement (its parameter types and
+// columns), 'P' for a portal (its columns, in the formats Bind asked for). A statement
+// is described on a data source before any value is known; any data source, having the
+// same schema, describes it alike.
+func (s *Session) Describe(ctx context.Context, kind byte, name string) error {
+	switch kind {
+	case 'S':
+		st, err := s.statementNamed(ctx, name)
+		if err != nil {
+			return s.fail(err)
+		}
+		d, err := s.describe(ctx, st)
+		if err != nil {
+			return s.fail(err)
+		}
+		s.client.Send(&pgproto3.ParameterDescription{ParameterOIDs: d.params})
+		s.sendRowDescription(d.fields, nil)
+		return nil
+	case 'P':
+		p, ok := s.portals[name]
+		if !ok {
+			return s.fail(pgError("34000", "portal %q does not exist", name))
+		}
+		d, err := s.describe(ctx, p.stmt)
+		if err != nil {
+			return s.fail(err)
+		}
+		s.sendRowDescription(d.fields, p.resultFormats)
+		return nil
+	}
+	return s.fail(pgError("08P01", "invalid DESCRIBE message subtype %d", kind))
+}
+
+// sendRowDescription sends the columns with the given result formats, or NoData.
+func (s *Session) sendRowDescription(fields []pgproto3.FieldDescription, formats []int16) {
+	if fields == nil {
+		s.client.Send(&pgproto3.NoData{})
+		return
+	}
+	out := make([]pgproto3.FieldDescription, len(fields))
+	copy(out, fields)
+	for i := range out {
+		out[i].Format = format(formats, i)
+	}
+	s.client.Send(&pgproto3.RowDescription{Fields: out})
+}
+
+// describe returns a statement's description, asking a data source once per statement
+// text (the router caches it).
+func (s *Session) describe(ctx context.Context, st *statement) (*description, error) {
+	if st.desc != nil {
+		return st.desc, nil
+	}
+	if !routed(st.plan) || st.plan.Kind == sqlplan.KindDDL {
+		// Session statements and DDL return no rows.
+		params := make([]uint32, st.plan.NumParams)
+		copy(params, st.oids)
+		st.desc = &description{params: params}
+		return st.desc, nil
+	}
+	key := describeKey{sql: st.sql, oids: oidString(st.oids), settings: s.key}
+	if d := s.r.describes.get(key); d != nil {
+		st.desc = d
+		return d, nil
+	}
+	ds, sql := st.plan.DescribeSQL()
+	var d description
+	err := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
+		var err error
+		d.params, d.fields, err = c.Describe(ctx, sql, st.oids)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.r.describes.put(key, &d)
+	st.desc = &d
+	return &d, nil
+}
+
+func oidString(oids []uint32) string {
+	b := make([]byte, 0, 4*len(oids))
+	for _, o := range oids {
+		b = append(b, byte(o>>24), byte(o>>16), byte(o>>8), byte(o))
+	}
+	return string(b)
+}
+
+// Execute handles an Execute message. lastInBatch says whether the client's next
+// message, already here, is Sync: a statement alone in its batch runs on its own
+// (autocommit); several in one batch share an implicit transaction, as PostgreSQL
+// runs them.
+func (s *Session) Execute(ctx context.Context, name string, maxRows uint32, lastInBatch bool) error {
+	p, ok := s.portals[name]
+	if !ok {
+		return s.fail(pgError("34000", "portal %q does not exist", name))
+	}
+	plan := p.stmt.plan
+	if s.isFailed() && !exitStatement(plan) {
+		return s.fail(failedTx())
+	}
+	if p.finished {
+		// PostgreSQL answers a finished portal with an empty result.
+		s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(emptyTag(p.tag))})
+		return nil
+	}
+	var err error
+	switch plan.Kind {
+	case sqlplan.KindEmpty:
+		s.client.Send(&pgproto3.EmptyQueryResponse{})
+	case sqlplan.KindTransaction:
+		err = s.transaction(ctx, plan)
+	case sqlplan.KindSet:
+		err = s.set(ctx, plan.SQL)
+	case sqlplan.KindDiscard:
+		err = s.discard(plan.SQL)
+	default:
+		if !lastInBatch {
+			s.beginImplicit()
+		}
+		err = s.execute(ctx, p, maxRows)
+	}
+	return s.fail(err)
+}
+
+// emptyTag is the tag of a finished portal executed again: the command with no rows.
+func emptyTag(t pgconn.CommandTag) string {
+	switch {
+	case t.Select():
+		return "SELECT 0"
+	}
+	return t.String()
+}
+
+// Close handles a Close message.
+func (s *Session) Close(kind byte, name string) error {
+	switch kind {
+	case 'S':
+		delete(s.stmts, name)
+	case 'P':
+		delete(s.portals, name)
+	default:
+		return s.fail(pgError("08P01", "invalid CLOSE message subtype %d", kind))
+	}
+	s.client.Send(&pgproto3.CloseComplete{})
+	return nil
+}
+
+// Sync handles a Sync message: it ends the batch, committing its implicit transaction
+// (or rolling it back after an error). Outside a transaction block, portals end here.
+func (s *Session) Sync(ctx context.Context) error {
+	failed := s.batchFailed
+	s.batchFailed = false
+	err := s.endImplicit(ctx, !failed)
+	if !s.explicit {
+		clear(s.portals)
+	}
+	return err
+}

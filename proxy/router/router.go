@@ -1,0 +1,399 @@
+// Package router is the part of the proxy between a client's protocol session
+// (package frontend) and the servers (package backend): it plans each statement with
+// the SQL core (package sqlplan), runs it on the data sources it needs, and writes the
+// answer back in the client's protocol.
+//
+// A statement that runs on one data source takes the fast path: the proxy prepares it
+// on the server connection (once per connection and statement text), binds the client's
+// values and relays the server's answer message by message. A statement that spans data
+// sources goes through the SQL core's engine (package sqlexec), which runs the parts
+// and merges them exactly as one database would answer, or refuses.
+//
+// Everything a client session holds lives in one Session value: its prepared
+// statements and portals, its transaction, and its settings (SET), which follow it to
+// whichever server connection serves it and never reach another client.
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/shardlab/shardlab/proxy/backend"
+	"github.com/shardlab/shardlab/rules"
+	"github.com/shardlab/shardlab/sqlexec"
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// PoolMode says how long a client keeps a server connection.
+type PoolMode int
+
+// Pool modes.
+const (
+	// PoolTransaction lends a client a server connection for one transaction (or one
+	// statement outside a transaction).
+	PoolTransaction PoolMode = iota
+	// PoolSession lends a client its server connections until it disconnects.
+	PoolSession
+)
+
+func (m PoolMode) String() string {
+	if m == PoolSession {
+		return "session"
+	}
+	return "transaction"
+}
+
+// Config is what a Router needs.
+type Config struct {
+	Rules *rules.Compiled
+	// Pools has one pool per data source of Rules, in order.
+	Pools []*backend.Pool
+	Mode  PoolMode
+	// TwoPhase commits transactions that span data sources with two-phase commit.
+	TwoPhase bool
+	// LockWaitTimeout bounds the lock waits of a transaction that spans several data
+	// sources (0: unbounded, the default). Such a transaction may be half of a deadlock
+	// across shards, which no server can see; the deadlock detector (DeadlockInterval)
+	// finds those cycles, and this bound is a coarser backstop: when it runs out the
+	// transaction ends as a deadlock victim (SQLSTATE 40P01), which clients retry, even
+	// when it only waited behind a slow transaction. A transaction on one data source
+	// is left to its server, which detects its deadlocks itself.
+	LockWaitTimeout time.Duration
+	// DeadlockInterval is how often transactions that span data sources are checked for
+	// deadlocks across shards, from the servers' wait-for graphs (0:
+	// sqlexec.DefaultDeadlockInterval; negative: never). The youngest transaction of a
+	// cycle is ended with 40P01.
+	DeadlockInterval time.Duration
+	// Logger receives the router's log lines; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultLockWaitTimeout is the proxy's usual LockWaitTimeout: none, since the
+// deadlock detector ends cross-shard deadlocks without failing slow lock waits.
+const DefaultLockWaitTimeout = 0
+
+// ErrConfig is wrapped by New's errors about a bad Config.
+var ErrConfig = errors.New("router: bad config")
+
+// Router holds what every client session shares: the rules, the planner and its plan
+// cache, the engine, the catalog, and the pools. It is safe for concurrent use.
+type Router struct {
+	rules     *rules.Compiled
+	pools     []*backend.Pool
+	mode      PoolMode
+	catalog   *sqlexec.Catalog
+	planner   *sqlplan.Planner
+	engine    *sqlexec.Engine
+	committer *sqlexec.Committer
+	detector  *sqlexec.DeadlockDetector
+	log       *slog.Logger
+
+	lockWait    time.Duration
+	lockWaitSQL string
+
+	// generation counts schema changes made through the proxy: a client's prepared
+	// statement planned in an older generation is planned again before it runs.
+	generation atomic.Uint64
+
+	describes describeCache
+
+	params struct {
+		sync.Mutex
+		values map[string]string // ParameterStatus values of the default data source
+	}
+
+	// lastWarned is, per data source, when the log last said it is unavailable (unix
+	// nanoseconds): once every few seconds is enough, however many clients fail.
+	lastWarned []atomic.Int64
+}
+
+// warnEvery bounds how often the log repeats that a data source is unavailable.
+const warnEvery = 5 * time.Second
+
+// noteUnavailable logs that a data source could not serve a statement, at most once
+// every warnEvery per data source.
+func (r *Router) noteUnavailable(err error) {
+	var se *sqlexec.ShardError
+	if !errors.As(err, &se) || se.DataSource < 0 || se.DataSource >= len(r.lastWarned) {
+		return
+	}
+	var pe *pgconn.PgError
+	if errors.As(se.Err, &pe) && pe.Severity != "FATAL" && pe.Severity != "PANIC" {
+		return // the server's answer to a statement, not a failure of the data source
+	}
+	now := time.Now().UnixNano()
+	last := &r.lastWarned[se.DataSource]
+	if prev := last.Load(); now-prev < int64(warnEvery) || !last.CompareAndSwap(prev, now) {
+		return
+	}
+	r.log.Warn("data source unavailable", "data_source", se.Name, "err", se.Err)
+}
+
+// New returns a router. It makes no connection.
+func New(cfg Config) (*Router, error) {
+	if cfg.Rules == nil {
+		return nil, errors.Join(ErrConfig, errors.New("no rules"))
+	}
+	if len(cfg.Pools) != cfg.Rules.NumDataSources() {
+		return nil, errors.Join(ErrConfig, errors.New("one pool per data source is needed"))
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Router{rules: cfg.Rules, pools: cfg.Pools, mode: cfg.Mode, log: log, lockWait: cfg.LockWaitTimeout}
+	if r.lockWait > 0 {
+		r.lockWaitSQL = fmt.Sprintf("SET LOCAL lock_timeout = %d", max(r.lockWait.Milliseconds(), 1))
+	}
+	r.catalog = sqlexec.NewCatalog(cfg.Rules, serverPool{r})
+	r.planner = sqlplan.New(cfg.Rules, r.catalog, sqlplan.Options{})
+	r.committer = sqlexec.NewCommitter(cfg.Rules, cfg.TwoPhase)
+	r.engine = sqlexec.NewEngine(cfg.Rules, r.catalog, r.committer)
+	if cfg.DeadlockInterval >= 0 {
+		r.detector = sqlexec.NewDeadlockDetector(cfg.Rules, serverPool{r}, cfg.DeadlockInterval)
+		r.detector.Start()
+	}
+	r.describes.entries = map[describeKey]*description{}
+	r.lastWarned = make([]atomic.Int64, cfg.Rules.NumDataSources())
+	return r, nil
+}
+
+// Rules returns the router's rules.
+func (r *Router) Rules() *rules.Compiled { return r.rules }
+
+// Close stops the router's deadlock detector. Sessions must have ended.
+func (r *Router) Close() {
+	if r.detector != nil {
+		r.detector.Close()
+	}
+}
+
+// DeadlockVictims returns how many transactions the deadlock detector ended.
+func (r *Router) DeadlockVictims() int64 {
+	if r.detector == nil {
+		return 0
+	}
+	return r.detector.Victims()
+}
+
+// Pools returns the pools, one per data source.
+func (r *Router) Pools() []*backend.Pool { return r.pools }
+
+// Mode returns the pool mode.
+func (r *Router) Mode() PoolMode { return r.mode }
+
+// Recover finishes two-phase transactions a crash left behind (see
+// sqlexec.Committer.Recover); it is for start-up with TwoPhase.
+func (r *Router) Recover(ctx context.Context) (committed, rolledBack int, err error) {
+	return r.committer.Recover(ctx, serverPool{r})
+}
+
+// serverPool lends the router's own connections (for the catalog and two-phase
+// recovery): connections with no client's settings.
+type serverPool struct{ r *Router }
+
+var _ sqlexec.Pool = serverPool{}
+
+// Acquire implements sqlexec.Pool.
+func (p serverPool) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
+	pool := p.r.pools[ds]
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.ApplySettings(ctx, "", nil); err != nil {
+		pool.Release(c, reusable(err))
+		return nil, err
+	}
+	return serverLease{pool: pool, c: c}, nil
+}
+
+type serverLease struct {
+	pool *backend.Pool
+	c    *backend.Conn
+}
+
+func (l serverLease) Run(_ context.Context, fn func(*pgconn.PgConn) error) error {
+	return fn(l.c.PgConn())
+}
+func (l serverLease) Release(reuse bool) { l.pool.Release(l.c, reuse) }
+
+// reusable reports whether a connection that saw err may serve someone else: after a
+// server error yes, after a network error or a cancelled statement no.
+func reusable(err error) bool {
+	if err == nil {
+		return true
+	}
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code != "57014"
+}
+
+// schemaChanged forgets what DDL may have made stale: plans, catalog answers and
+// statement descriptions.
+func (r *Router) schemaChanged() {
+	r.generation.Add(1)
+	r.planner.Invalidate()
+	r.catalog.Invalidate()
+	r.describes.reset()
+}
+
+// description is what Describe answers for a statement: its parameter types and the
+// columns it returns (nil: none, NoData).
+type description struct {
+	params []uint32
+	fields []pgproto3.FieldDescription
+}
+
+type describeKey struct {
+	sql, oids, settings string
+}
+
+// describeCache keeps statement descriptions by text, parameter types and settings,
+// so that a driver that describes every statement it runs (libpq, pgx) costs a server
+// round trip once per statement text, not once per execution.
+type describeCache struct {
+	mu      sync.Mutex
+	entries map[describeKey]*description
+}
+
+const maxDescriptions = 8192
+
+func (c *describeCache) get(k describeKey) *description {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.entries[k]
+}
+
+func (c *describeCache) put(k describeKey, d *description) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) >= maxDescriptions {
+		clear(c.entries)
+	}
+	c.entries[k] = d
+}
+
+func (c *describeCache) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.entries)
+}
+
+// reportedParameters are the settings PostgreSQL reports to clients with
+// ParameterStatus.
+var reportedParameters = []string{
+	"application_name", "client_encoding", "DateStyle", "default_transaction_read_only",
+	"in_hot_standby", "integer_datetimes", "IntervalStyle", "is_superuser", "server_encoding",
+	"server_version", "session_authorization", "standard_conforming_strings", "TimeZone",
+}
+
+// fallbackParameters answer when the default data source cannot be reached.
+var fallbackParameters = map[string]string{
+	"application_name": "", "client_encoding": "UTF8", "DateStyle": "ISO, MDY",
+	"default_transaction_read_only": "off", "in_hot_standby": "off", "integer_datetimes": "on",
+	"IntervalStyle": "postgres", "is_superuser": "off", "server_encoding": "UTF8",
+	"server_version": "15.0", "standard_conforming_strings": "on", "TimeZone": "UTC",
+}
+
+// readParameters reads the reported settings of a server connection.
+func readParameters(pg *pgconn.PgConn) map[string]string {
+	out := map[string]string{}
+	for _, name := range reportedParameters {
+		if v := pg.ParameterStatus(name); v != "" || name == "application_name" {
+			out[name] = v
+		}
+	}
+	return out
+}
+
+// serverParameters returns the default data source's reported settings, read once.
+func (r *Router) serverParameters(ctx context.Context) map[string]string {
+	r.params.Lock()
+	defer r.params.Unlock()
+	if r.params.values != nil {
+		return r.params.values
+	}
+	l, err := serverPool{r}.Acquire(ctx, r.rules.DefaultDataSource())
+	if err != nil {
+		return fallbackParameters
+	}
+	l.Run(ctx, func(pg *pgconn.PgConn) error {
+		r.params.values = readParameters(pg)
+		return nil
+	})
+	l.Release(true)
+	return r.params.values
+}
+
+// clientError turns an error into what the client should see: a server connection
+// that failed, or a server that ended its session (a FATAL error, say at shutdown), is
+// the data source being unavailable (08006), never a FATAL for the client's own
+// connection; a lock wait the proxy bounded is a deadlock (40P01).
+func (s *Session) clientError(err error) error {
+	s.r.noteUnavailable(err)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Severity == "FATAL" || pe.Severity == "PANIC") {
+		name := "?"
+		var se *sqlexec.ShardError
+		if errors.As(err, &se) {
+			name = se.Name
+		}
+		return &pgconn.PgError{Severity: "ERROR", Code: "08006",
+			Message: fmt.Sprintf("shardlab: data source %s is unavailable: %s (SQLSTATE %s)", name, pe.Message, pe.Code)}
+	}
+	return s.deadlockVictim(err)
+}
+
+// deadlockVictim turns a lock timeout of a transaction that spans data sources, which
+// the proxy's own bound caused, into the deadlock error clients know how to retry.
+func (s *Session) deadlockVictim(err error) error {
+	var pe *pgconn.PgError
+	if s.r.lockWait == 0 || !errors.As(err, &pe) || pe.Code != "55P03" || !strings.Contains(pe.Message, "lock timeout") || !s.conns.spans() {
+		return err
+	}
+	return &pgconn.PgError{Severity: "ERROR", Code: "40P01",
+		Message: "deadlock detected",
+		Detail: fmt.Sprintf("shardlab: a lock wait of this transaction, which spans several data sources, lasted over %v: "+
+			"it may be half of a deadlock across shards, which no single server can detect, and was ended as its victim", s.r.lockWait),
+		Hint: "Retry the transaction.",
+	}
+}
+
+// Route explains where a simple-protocol statement (values inline) would run, without
+// running it: the routing answer, each target's data source, shard and rewritten SQL,
+// and the merge. A statement the sharding layer refuses returns its refusal.
+func (r *Router) Route(ctx context.Context, sql string) (string, error) {
+	stmts := sqlplan.SplitStatements(sql)
+	if len(stmts) != 1 {
+		return "", pgError("42601", "route preview takes one statement, got %d", len(stmts))
+	}
+	plan, lits, err := r.planner.PlanSimple(ctx, stmts[0])
+	if err != nil {
+		return "", err
+	}
+	switch plan.Kind {
+	case sqlplan.KindEmpty, sqlplan.KindTransaction, sqlplan.KindSet, sqlplan.KindDiscard:
+		return fmt.Sprintf("%s: the proxy handles it in the client's session (settings and transactions follow the client to every data source it uses)\n", plan.Kind), nil
+	case sqlplan.KindCopy:
+		var b strings.Builder
+		fmt.Fprintf(&b, "copy of %s (%s table)\n", plan.Copy.Table.Name, plan.Copy.Table.Kind)
+		for i, n := range plan.Copy.Table.Nodes {
+			fmt.Fprintf(&b, "  %s shard %d: %s\n", r.rules.DataSources()[n.DataSource].Name, i, plan.Copy.SQL[i])
+		}
+		return b.String(), nil
+	}
+	b, err := plan.BindSimple(stmts[0], lits)
+	if err != nil {
+		return "", err
+	}
+	return b.Explain(), nil
+}

@@ -1,0 +1,444 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/shardlab/shardlab/proxy/backend"
+	"github.com/shardlab/shardlab/sqlexec"
+)
+
+// Client is what a Session needs of its client connection: somewhere to send messages,
+// and, for COPY FROM STDIN, the client's next message.
+type Client interface {
+	backend.Sink
+	// Flush sends what Send queued.
+	Flush() error
+	// Receive reads the client's next message (CopyData, CopyDone, CopyFail ...).
+	Receive() (pgproto3.FrontendMessage, error)
+}
+
+// Session is one client's session: all the state a client holds, in one place.
+// Its methods are called from one goroutine, the client's; Cancel may be called from
+// any.
+type Session struct {
+	r      *Router
+	client Client
+	user   string
+
+	// Protocol objects.
+	stmts   map[string]*statement
+	portals map[string]*portal
+
+	// Settings: the startup packet's, then the session's SETs (committed), then those of
+	// the open transaction (pending until it commits). key identifies the whole list,
+	// which every server connection the client uses carries.
+	startup  []setting
+	settings []setting
+	pending  []setting
+	key      string
+	stmtsSQL []string
+	// txLocal are SET LOCAL and SET TRANSACTION statements of the open transaction,
+	// run on each data source when it joins the transaction.
+	txLocal []string
+	// dirty: a SET ran inside the open transaction; the connections it used carry
+	// settings a rollback may undo, so they are marked unknown when released.
+	dirty bool
+
+	// Transaction state. explicit: the client said BEGIN; implicit: the proxy opened a
+	// transaction for several statements sent together (a multi-statement query, or an
+	// extended-protocol batch of several executions), as PostgreSQL does.
+	tx       *sqlexec.Session
+	explicit bool
+	implicit bool
+	failed   bool // a statement of the explicit transaction failed in the proxy itself
+	// batchFailed: an error happened since the last Sync; the implicit transaction of
+	// the batch rolls back.
+	batchFailed bool
+
+	leases *leases
+	conns  conns
+}
+
+// setting is one SET statement and the parameter it sets (lower case).
+type setting struct {
+	name string
+	sql  string
+}
+
+// NewSession starts a client's session; startup holds the startup packet's parameters
+// (user and database are left out). Call Start before serving statements.
+func (r *Router) NewSession(client Client, user string, startup map[string]string) (*Session, error) {
+	s := &Session{r: r, client: client, user: user, stmts: map[string]*statement{}, portals: map[string]*portal{}}
+	s.leases = &leases{s: s, held: map[int]*lease{}, pinned: map[int]*backend.Conn{}}
+	s.tx = sqlexec.NewSession(s.leases, r.committer)
+	if r.detector != nil {
+		s.tx.SetDeadlockDetector(r.detector)
+	}
+	s.conns = conns{s: s, state: map[int]joinState{}}
+	for _, name := range slices.Sorted(maps.Keys(startup)) {
+		stmts, err := startupSettings(name, startup[name])
+		if err != nil {
+			return nil, err
+		}
+		for _, sql := range stmts {
+			s.startup = append(s.startup, setting{name: strings.ToLower(name), sql: sql})
+		}
+	}
+	s.settingsChanged()
+	return s, nil
+}
+
+// gucName is what a setting's name may look like (custom settings have a dot).
+var gucName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$`)
+
+// startupSettings turns one startup parameter into SET statements; "options" holds
+// command-line style settings ("-c name=value" or "--name=value").
+func startupSettings(name, value string) ([]string, error) {
+	if name == "options" {
+		var out []string
+		fields := strings.Fields(value)
+		for i := 0; i < len(fields); i++ {
+			f := fields[i]
+			var kv string
+			switch {
+			case f == "-c" && i+1 < len(fields):
+				i++
+				kv = fields[i]
+			case strings.HasPrefix(f, "-c"):
+				kv = f[2:]
+			case strings.HasPrefix(f, "--"):
+				kv = f[2:]
+			default:
+				return nil, &pgconn.PgError{Severity: "FATAL", Code: "42704", Message: fmt.Sprintf("invalid command-line argument for server process: %s", f)}
+			}
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				return nil, &pgconn.PgError{Severity: "FATAL", Code: "42601", Message: fmt.Sprintf("-c %s requires a value", kv)}
+			}
+			stmts, err := startupSettings(strings.ReplaceAll(k, "-", "_"), v)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, stmts...)
+		}
+		return out, nil
+	}
+	switch name {
+	case "replication":
+		return nil, &pgconn.PgError{Severity: "FATAL", Code: "0A000", Message: "the shardlab proxy does not support replication connections"}
+	}
+	if !gucName.MatchString(name) {
+		return nil, &pgconn.PgError{Severity: "FATAL", Code: "42704", Message: fmt.Sprintf("unrecognized configuration parameter %q", name)}
+	}
+	return []string{"SET " + quoteIdent(name) + " = " + quoteLiteral(value)}, nil
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+func quoteLiteral(s string) string {
+	if strings.ContainsRune(s, '\\') {
+		return "E'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", "''") + "'"
+	}
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// settingsChanged recomputes the key and statement list of the client's settings.
+func (s *Session) settingsChanged() {
+	s.stmtsSQL = s.stmtsSQL[:0]
+	for _, list := range [][]setting{s.startup, s.settings, s.pending} {
+		for _, st := range list {
+			s.stmtsSQL = append(s.stmtsSQL, st.sql)
+		}
+	}
+	s.key = strings.Join(s.stmtsSQL, ";")
+}
+
+// Start checks the client's startup settings on the default data source and returns
+// the values to report with ParameterStatus. A setting the server refuses is returned
+// as an error for a FATAL answer; a default data source that cannot be reached is not
+// an error (other data sources may serve the client), and the values then come from
+// what the proxy last saw.
+func (s *Session) Start(ctx context.Context) (map[string]string, error) {
+	base := s.r.serverParameters(ctx)
+	out := maps.Clone(base)
+	out["session_authorization"] = s.user
+	ds := s.r.rules.DefaultDataSource()
+	var params map[string]string
+	err := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
+		params = readParameters(c.PgConn())
+		return nil
+	})
+	if err != nil {
+		var se *sqlexec.ShardError
+		var pe *pgconn.PgError
+		switch {
+		case errors.As(err, &se):
+			return out, nil // unreachable: other data sources may serve the client
+		case errors.As(err, &pe) && pe.Code == "53300":
+			return out, nil // every connection busy: the client's settings wait for its first statement
+		case errors.As(err, &pe):
+			pe.Severity = "FATAL"
+			return nil, pe
+		}
+		return nil, err
+	}
+	maps.Copy(out, params)
+	out["session_authorization"] = s.user
+	return out, nil
+}
+
+// End ends the session when the client leaves: an open transaction rolls back, and
+// every server connection goes back to its pool, reset. It is idempotent.
+func (s *Session) End(ctx context.Context) error {
+	err := s.tx.Close(ctx)
+	s.explicit, s.implicit = false, false
+	s.leases.closeAll(ctx)
+	return err
+}
+
+// Cancel asks the servers running the client's current statement to cancel it
+// (PostgreSQL's CancelRequest, forwarded to every server connection the client holds).
+func (s *Session) Cancel(ctx context.Context) {
+	s.leases.cancel(ctx)
+}
+
+// TxStatus is the transaction status for ReadyForQuery: 'I' idle, 'T' in a
+// transaction, 'E' in a failed transaction.
+func (s *Session) TxStatus() byte {
+	switch {
+	case !s.explicit:
+		return 'I'
+	case s.isFailed():
+		return 'E'
+	}
+	return 'T'
+}
+
+func (s *Session) isFailed() bool { return s.failed || s.tx.Failed() }
+
+// leases is the client's view of the pools: it implements sqlexec.Pool for the
+// client's sqlexec.Session, applies the client's settings to every connection it lends,
+// keeps connections for the whole session in session pooling, and remembers which
+// connections the client holds so that a cancel request reaches them.
+type leases struct {
+	s      *Session
+	mu     sync.Mutex
+	held   map[int]*lease
+	pinned map[int]*backend.Conn // session pooling
+}
+
+var _ sqlexec.Pool = (*leases)(nil)
+
+type lease struct {
+	l  *leases
+	ds int
+	c  *backend.Conn
+}
+
+// Acquire implements sqlexec.Pool.
+func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
+	pool := l.s.r.pools[ds]
+	l.mu.Lock()
+	c := l.pinned[ds]
+	l.mu.Unlock()
+	if c == nil {
+		var err error
+		if c, err = pool.Acquire(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.ApplySettings(ctx, l.s.key, l.s.stmtsSQL); err != nil {
+		l.mu.Lock()
+		delete(l.pinned, ds)
+		l.mu.Unlock()
+		pool.Release(c, reusable(err))
+		return nil, err
+	}
+	x := &lease{l: l, ds: ds, c: c}
+	l.mu.Lock()
+	l.held[ds] = x
+	if l.s.r.mode == PoolSession {
+		l.pinned[ds] = c
+	}
+	l.mu.Unlock()
+	return x, nil
+}
+
+// conn returns the connection the client holds on data source ds.
+func (l *leases) conn(ds int) *backend.Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if x := l.held[ds]; x != nil {
+		return x.c
+	}
+	return nil
+}
+
+// Run implements sqlexec.Lease.
+func (x *lease) Run(_ context.Context, fn func(*pgconn.PgConn) error) error {
+	return fn(x.c.PgConn())
+}
+
+// Release implements sqlexec.Lease.
+func (x *lease) Release(reuse bool) {
+	l := x.l
+	l.mu.Lock()
+	delete(l.held, x.ds)
+	keep := l.s.r.mode == PoolSession && reuse && l.pinned[x.ds] == x.c
+	if !keep {
+		delete(l.pinned, x.ds)
+	}
+	l.mu.Unlock()
+	if l.s.dirty {
+		x.c.ForgetSettings()
+	}
+	if !keep {
+		l.s.r.pools[x.ds].Release(x.c, reuse)
+	}
+}
+
+// closeAll gives back the connections kept for the session (session pooling), reset
+// with DISCARD ALL as a new session would find them.
+func (l *leases) closeAll(ctx context.Context) {
+	l.mu.Lock()
+	pinned := l.pinned
+	l.pinned = map[int]*backend.Conn{}
+	l.mu.Unlock()
+	for ds, c := range pinned {
+		err := c.Discard(ctx)
+		l.s.r.pools[ds].Release(c, err == nil)
+	}
+}
+
+// cancel forwards a cancel request to every connection the client holds. The lock is
+// held meanwhile, so that no connection goes back to its pool (and to another client)
+// while its cancel request is on the way.
+func (l *leases) cancel(ctx context.Context) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ctx, stop := context.WithTimeout(ctx, 5*time.Second)
+	defer stop()
+	for _, x := range l.held {
+		x.c.PgConn().CancelRequest(ctx)
+	}
+}
+
+// conns is the sqlexec.Conns the client's statements run through: the client's
+// sqlexec.Session, plus what a data source needs the first time it serves the open
+// transaction: the transaction's SET LOCAL statements, and once the transaction spans
+// several data sources, a bound on lock waits (see Config.LockWaitTimeout).
+type conns struct {
+	s     *Session
+	mu    sync.Mutex
+	state map[int]joinState // data sources in the open transaction
+	// multi is set while a statement with several targets runs: its data sources may
+	// join concurrently, so each is bounded at once.
+	multi bool
+}
+
+// joinState records what a data source of the open transaction has run.
+type joinState struct {
+	local   bool // the transaction's SET LOCAL statements
+	bounded bool // SET LOCAL lock_timeout
+}
+
+var _ sqlexec.Conns = (*conns)(nil)
+
+// Run implements sqlexec.Conns.
+func (c *conns) Run(ctx context.Context, ds int, fn func(*pgconn.PgConn) error) error {
+	s := c.s
+	if !s.tx.InTransaction() {
+		return s.tx.Run(ctx, ds, fn)
+	}
+	return s.tx.Run(ctx, ds, func(pg *pgconn.PgConn) error {
+		if err := c.join(ctx, ds, pg); err != nil {
+			return err
+		}
+		return fn(pg)
+	})
+}
+
+// join runs what data source ds owes the open transaction before a statement.
+func (c *conns) join(ctx context.Context, ds int, pg *pgconn.PgConn) error {
+	s := c.s
+	c.mu.Lock()
+	st, seen := c.state[ds]
+	if !seen {
+		c.state[ds] = st
+	}
+	spans := len(c.state) > 1 || c.multi
+	c.mu.Unlock()
+	if !st.local && len(s.txLocal) > 0 {
+		for _, q := range s.txLocal {
+			if err := pg.Exec(ctx, q).Close(); err != nil {
+				return err
+			}
+		}
+		st.local = true
+	}
+	if !st.bounded && spans && s.r.lockWait > 0 {
+		if err := pg.Exec(ctx, s.r.lockWaitSQL).Close(); err != nil {
+			return err
+		}
+		st.bounded = true
+	}
+	c.mu.Lock()
+	c.state[ds] = st
+	c.mu.Unlock()
+	return nil
+}
+
+// spans reports whether the open transaction has touched several data sources.
+func (c *conns) spans() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.state) > 1
+}
+
+// Release implements sqlexec.Conns.
+func (c *conns) Release(ds int, err error) { c.s.tx.Release(ds, err) }
+
+// InTransaction implements sqlexec.Conns.
+func (c *conns) InTransaction() bool { return c.s.tx.InTransaction() }
+
+// onDataSource runs fn with the client's connection to data source ds (joining the open
+// transaction, if any), then releases it outside a transaction. Errors other than the
+// server's own name the data source.
+func (s *Session) onDataSource(ctx context.Context, ds int, fn func(*backend.Conn) error) error {
+	err := s.conns.Run(ctx, ds, func(*pgconn.PgConn) error {
+		c := s.leases.conn(ds)
+		if c == nil {
+			return errors.New("router: no connection held")
+		}
+		return fn(c)
+	})
+	s.conns.Release(ds, err)
+	return s.shardErr(ds, err)
+}
+
+// shardErr names the data source of an error that is not the server's answer.
+func (s *Session) shardErr(ds int, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *sqlexec.ShardError
+	if errors.As(err, &se) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Severity != "FATAL" && pe.Severity != "PANIC" {
+		return err // the server's answer to the statement
+	}
+	return &sqlexec.ShardError{DataSource: ds, Name: s.r.rules.DataSources()[ds].Name, Err: err}
+}

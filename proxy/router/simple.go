@@ -1,0 +1,78 @@
+package router
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// Query handles a simple-protocol Query message, which may hold several statements.
+// It sends every statement's answer and stops at the first error, which it returns
+// (the caller sends it, then ReadyForQuery). Statements sent together outside a
+// transaction block run in one implicit transaction, as in PostgreSQL.
+func (s *Session) Query(ctx context.Context, sql string) error {
+	stmts := sqlplan.SplitStatements(sql)
+	if len(stmts) == 0 {
+		s.client.Send(&pgproto3.EmptyQueryResponse{})
+		return nil
+	}
+	multi := len(stmts) > 1
+	for _, stmt := range stmts {
+		if err := s.simpleStatement(ctx, stmt, multi); err != nil {
+			err = s.fail(err)
+			s.batchFailed = false
+			s.endImplicit(ctx, false)
+			s.endQuery()
+			return err
+		}
+	}
+	err := s.endImplicit(ctx, true)
+	s.endQuery()
+	return err
+}
+
+// endQuery drops the unnamed portal a simple query destroys, and every portal outside
+// a transaction block.
+func (s *Session) endQuery() {
+	if !s.explicit {
+		clear(s.portals)
+	} else {
+		delete(s.portals, "")
+	}
+}
+
+// simpleStatement runs one statement of a Query message; multi says whether the
+// message holds several, which then share an implicit transaction (a BEGIN among them
+// opens the client's own, with its options).
+func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) error {
+	plan, lits, err := s.r.planner.PlanSimple(ctx, stmt)
+	if err != nil {
+		return err
+	}
+	if s.isFailed() && !exitStatement(plan) {
+		return failedTx()
+	}
+	if multi && plan.Kind != sqlplan.KindTransaction {
+		s.beginImplicit()
+	}
+	switch plan.Kind {
+	case sqlplan.KindEmpty:
+		s.client.Send(&pgproto3.EmptyQueryResponse{})
+		return nil
+	case sqlplan.KindTransaction:
+		return s.transaction(ctx, plan)
+	case sqlplan.KindSet:
+		return s.set(ctx, stmt)
+	case sqlplan.KindDiscard:
+		return s.discard(stmt)
+	case sqlplan.KindCopy:
+		return s.copy(ctx, plan)
+	}
+	b, err := plan.BindSimple(stmt, lits)
+	if err != nil {
+		return err
+	}
+	return s.runSimple(ctx, b)
+}

@@ -1,0 +1,200 @@
+package router
+
+import (
+	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// beginImplicit opens the implicit transaction of statements sent together, unless a
+// transaction is open already. Data sources join it lazily, so a batch that touches
+// one data source costs a BEGIN and a COMMIT there and nothing elsewhere.
+func (s *Session) beginImplicit() {
+	if s.explicit || s.implicit {
+		return
+	}
+	s.tx.Begin("BEGIN")
+	s.implicit = true
+}
+
+// endImplicit ends the implicit transaction: commit when ok, else roll back.
+func (s *Session) endImplicit(ctx context.Context, ok bool) error {
+	if !s.implicit {
+		return nil
+	}
+	s.implicit = false
+	var err error
+	if ok && !s.tx.Failed() {
+		err = s.tx.Commit(ctx)
+		s.endTx(err == nil)
+	} else {
+		s.tx.Rollback(ctx)
+		s.endTx(false)
+	}
+	return err
+}
+
+// endTx forgets what lived for the transaction only; committed says whether its SETs
+// stay.
+func (s *Session) endTx(committed bool) {
+	if len(s.pending) > 0 {
+		if committed {
+			for _, st := range s.pending {
+				s.settings = setSetting(s.settings, st)
+			}
+		}
+		s.pending = nil
+		s.settingsChanged()
+	}
+	s.txLocal = nil
+	s.conns.mu.Lock()
+	clear(s.conns.state)
+	s.conns.mu.Unlock()
+	s.dirty = false
+	s.failed = false
+}
+
+// transaction runs BEGIN, COMMIT, ROLLBACK and the savepoint statements, answering as
+// PostgreSQL does (with its warnings for a BEGIN inside a transaction and a COMMIT
+// outside one).
+func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
+	tag := transactionTag(plan)
+	switch plan.Tx {
+	case sqlplan.TxBegin:
+		switch {
+		case s.explicit:
+			s.notice("25001", "there is already a transaction in progress")
+		case s.implicit:
+			// BEGIN among statements sent together turns their implicit transaction
+			// into the client's own, as in PostgreSQL.
+			s.implicit, s.explicit = false, true
+		default:
+			s.tx.Begin(plan.SQL)
+			s.explicit = true
+		}
+	case sqlplan.TxCommit, sqlplan.TxRollback:
+		if !s.explicit && !s.implicit {
+			s.notice("25P01", "there is no transaction in progress")
+			break
+		}
+		s.explicit, s.implicit = false, false
+		if plan.Tx == sqlplan.TxRollback || s.isFailed() {
+			// COMMIT of a failed transaction rolls back, and says so in its tag.
+			if plan.Tx == sqlplan.TxCommit {
+				tag = "ROLLBACK"
+			}
+			err := s.tx.Rollback(ctx)
+			s.endTx(false)
+			if err != nil {
+				return err
+			}
+			break
+		}
+		err := s.tx.Commit(ctx)
+		s.endTx(err == nil)
+		if err != nil {
+			return err
+		}
+	case sqlplan.TxSavepoint, sqlplan.TxRelease, sqlplan.TxRollbackTo:
+		if !s.explicit {
+			return pgError("25P01", "%s can only be used in transaction blocks", strings.ToUpper(firstWord(plan.SQL)))
+		}
+		name, err := savepointName(plan.SQL)
+		if err != nil {
+			return err
+		}
+		switch plan.Tx {
+		case sqlplan.TxSavepoint:
+			err = s.tx.Savepoint(ctx, name)
+		case sqlplan.TxRelease:
+			err = s.tx.ReleaseSavepoint(ctx, name)
+		case sqlplan.TxRollbackTo:
+			if err = s.tx.RollbackTo(ctx, name); err == nil {
+				s.failed = false
+			}
+		}
+		if err != nil {
+			return err
+		}
+	default:
+		return pgError("0A000", "shardlab: this transaction statement is not supported")
+	}
+	s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(tag)})
+	return nil
+}
+
+// notice sends a WARNING, as PostgreSQL does for harmless transaction mistakes.
+func (s *Session) notice(code, msg string) {
+	s.client.Send(&pgproto3.NoticeResponse{Severity: "WARNING", SeverityUnlocalized: "WARNING", Code: code, Message: msg})
+}
+
+// transactionTag is the command tag PostgreSQL gives a transaction statement.
+func transactionTag(plan *sqlplan.Plan) string {
+	w := strings.ToUpper(firstWord(plan.SQL))
+	switch plan.Tx {
+	case sqlplan.TxBegin:
+		if w == "START" {
+			return "START TRANSACTION"
+		}
+		return "BEGIN"
+	case sqlplan.TxCommit:
+		return "COMMIT"
+	case sqlplan.TxRollback, sqlplan.TxRollbackTo:
+		return "ROLLBACK"
+	case sqlplan.TxSavepoint:
+		return "SAVEPOINT"
+	case sqlplan.TxRelease:
+		return "RELEASE"
+	}
+	return w
+}
+
+// firstWord returns the first keyword of a statement, past comments and blanks.
+func firstWord(sql string) string {
+	for {
+		sql = strings.TrimLeft(sql, " \t\r\n\f")
+		switch {
+		case strings.HasPrefix(sql, "--"):
+			i := strings.IndexByte(sql, '\n')
+			if i < 0 {
+				return ""
+			}
+			sql = sql[i+1:]
+			continue
+		case strings.HasPrefix(sql, "/*"):
+			i := strings.Index(sql, "*/")
+			if i < 0 {
+				return ""
+			}
+			sql = sql[i+2:]
+			continue
+		}
+		break
+	}
+	end := strings.IndexFunc(sql, func(r rune) bool {
+		return !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	})
+	if end < 0 {
+		return sql
+	}
+	return sql[:end]
+}
+
+// savepointName reads a savepoint statement's name, quoted as an identifier so that
+// every data source reads it alike.
+func savepointName(sql string) (string, error) {
+	tree, err := pg.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return "", pgError("42601", "cannot read the savepoint name of %q", sql)
+	}
+	t := tree.Stmts[0].Stmt.GetTransactionStmt()
+	if t == nil || t.SavepointName == "" {
+		return "", pgError("42601", "cannot read the savepoint name of %q", sql)
+	}
+	return pgx.Identifier{t.SavepointName}.Sanitize(), nil
+}
