@@ -146,7 +146,13 @@ func Open(cfg Config) (*sql.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sql.OpenDB(c), nil
+	db := sql.OpenDB(c)
+	// A logical connection holds no shard connection while idle (it borrows one from a
+	// data source's pool for each statement or transaction), so keeping them costs
+	// nothing, while database/sql's default of two idle connections would close and
+	// reopen them, re-preparing every *sql.Stmt, under any concurrency above two.
+	db.SetMaxIdleConns(max(cfg.MaxConns, DefaultMaxConns))
+	return db, nil
 }
 
 // Connector is a sharded database's driver.Connector: the data sources' pools and the

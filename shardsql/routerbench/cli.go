@@ -61,6 +61,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	cfg.Seed = uint64(seed)
+	cfg.Command = strings.Join(append([]string{"go run ./cmd/routerbench"}, quoteArgs(args)...), " ")
 	out := cfg.Out
 	cfg.Out = "-" // validated below with the real directory
 	if err := cfg.Validate(); err != nil {
@@ -92,4 +93,17 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "routerbench: done; the report is %s/report.md\n", cfg.Out)
 	return nil
+}
+
+// quoteArgs quotes the arguments that a shell would split or expand, so that the
+// recorded command line runs as it ran.
+func quoteArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"$&;|<>*?()[]{}\\`!#~") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out[i] = a
+	}
+	return out
 }

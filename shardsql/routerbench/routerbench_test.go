@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/report"
 	"github.com/shardlab/shardlab/shardsql/routerbench"
 )
 
@@ -78,6 +79,16 @@ func TestLimitRunSQLite(t *testing.T) {
 	recs := readCSV(t, filepath.Join(out, "limit.csv"))
 	if len(recs) != 1+5*3 {
 		t.Errorf("limit.csv has %d lines, want 16: %v", len(recs), recs)
+	}
+	// run.txt records the command (which scripts/promote.sh requires), the machine and
+	// its load, and that the run finished.
+	info, err := report.ReadRunInfo(filepath.Join(out, report.RunInfoName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(info.Command, "go run ./cmd/routerbench --experiment limit --backend sqlite") ||
+		info.Finished == "" || info.CPUs < 1 || len(info.LoadStart) != 3 || len(info.LoadEnd) != 3 {
+		t.Errorf("run.txt: %+v", info)
 	}
 }
 

@@ -47,6 +47,7 @@ type Config struct {
 	Out         string        // the run directory
 	DataDir     string        // SQLite files (default Out/data)
 	Progress    io.Writer     // one line per measurement; nil for none
+	Command     string        // recorded in run.txt and the report (default: routerbench and its arguments)
 }
 
 // Validate checks c and fills defaults.
@@ -127,6 +128,10 @@ func Run(ctx context.Context, cfg Config) ([]Measurement, error) {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err
 	}
+	started, err := startRunInfo(cfg)
+	if err != nil {
+		return nil, err
+	}
 	progress := func(format string, args ...any) {
 		if cfg.Progress != nil {
 			fmt.Fprintf(cfg.Progress, format+"\n", args...)
@@ -173,7 +178,7 @@ func Run(ctx context.Context, cfg Config) ([]Measurement, error) {
 	if err := writeOutputs(cfg, out); err != nil {
 		return out, err
 	}
-	return out, nil
+	return out, finishRunInfo(cfg, started)
 }
 
 func measure(ctx context.Context, cfg Config, h *handle, op string, trial int, nextID *atomic.Uint64) (Measurement, error) {
