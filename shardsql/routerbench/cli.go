@@ -37,6 +37,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Duration, "duration", 4*time.Second, "length of each measurement (a Go duration)")
 	fs.DurationVar(&cfg.Warmup, "warmup", time.Second, "unmeasured load before each measurement")
 	fs.IntVar(&cfg.Trials, "trials", 6, "interleaved trials (6 or more give confidence intervals)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: requests per second in each measurement, timed from when each should start (0: closed loop, at saturation)")
+	fs.StringVar(&cfg.Arrival, "arrival", "constant", "open loop: constant or poisson gaps between requests")
 	fs.IntVar(&cfg.Orders, "orders", 20000, "orders loaded before measuring")
 	fs.Int64Var(&seed, "seed", 4, "seed of the order ids and request sequences")
 	fs.StringVar(&cfg.Out, "out", "", "the run directory (default: a new results/runs/routerbench-<time>/)")

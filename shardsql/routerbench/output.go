@@ -28,6 +28,7 @@ type Summary struct {
 	RatioCI           report.Interval
 	Test              report.Test // against the baseline's trials
 	Trials            int
+	P50, P95, P99     float64 // ms: medians over trials of each trial's percentile
 }
 
 func summarize(ms []Measurement, baseline string) []Summary {
@@ -45,8 +46,10 @@ func summarize(ms []Measurement, baseline string) []Summary {
 		trials := by[k]
 		base := by[[2]string{baseline, k[1]}]
 		var xs, bs, ratios []float64
+		var p50, p95, p99 []float64
 		for _, t := range trials {
 			xs = append(xs, t.OpsPerSec)
+			p50, p95, p99 = append(p50, t.P50), append(p95, t.P95), append(p99, t.P99)
 		}
 		byTrial := map[int]float64{}
 		for _, b := range base {
@@ -58,7 +61,8 @@ func summarize(ms []Measurement, baseline string) []Summary {
 				ratios = append(ratios, t.OpsPerSec/b)
 			}
 		}
-		s := Summary{Config: k[0], Operation: k[1], Median: report.Median(xs), CI: report.MedianCI(xs), Trials: len(xs)}
+		s := Summary{Config: k[0], Operation: k[1], Median: report.Median(xs), CI: report.MedianCI(xs), Trials: len(xs),
+			P50: report.Median(p50), P95: report.Median(p95), P99: report.Median(p99)}
 		if len(ratios) > 0 {
 			s.Ratio = report.Median(ratios)
 			s.RatioCI = report.RatioCI(ratios)
@@ -198,8 +202,12 @@ func markdown(cfg Config, sums []Summary) string {
 		command = info.Command
 	}
 	fmt.Fprintf(&b, "- Command: `%s`\n", command)
-	fmt.Fprintf(&b, "- Backend: %s; %d workers, closed loop; %v per measurement after %v of warm-up; %d interleaved trials (the order of the configurations alternates from trial to trial); %d orders loaded first.\n",
-		cfg.Backend, cfg.Concurrency, cfg.Duration, cfg.Warmup, cfg.Trials, cfg.Orders)
+	loop := "closed loop (each worker sends its next request when the last is answered: throughput at saturation)"
+	if cfg.Rate > 0 {
+		loop = fmt.Sprintf("open loop at %.0f requests/s (%s arrivals; latency timed from when each request should have started, so a stall is not hidden)", cfg.Rate, cfg.Arrival)
+	}
+	fmt.Fprintf(&b, "- Backend: %s; %d workers, %s; %v per measurement after %v of warm-up; %d interleaved trials (the order of the configurations alternates from trial to trial); %d orders loaded first.\n",
+		cfg.Backend, cfg.Concurrency, loop, cfg.Duration, cfg.Warmup, cfg.Trials, cfg.Orders)
 	loadStart := "unknown"
 	if info != nil && len(info.LoadStart) == 3 {
 		loadStart = fmt.Sprintf("%.2f %.2f %.2f", info.LoadStart[0], info.LoadStart[1], info.LoadStart[2])
@@ -248,6 +256,17 @@ func markdown(cfg Config, sums []Summary) string {
 				fmt.Fprintf(&b, "- %s %s: %s\n", s.Config, s.Operation, verdict(s))
 			}
 		}
+	}
+	if cfg.Rate > 0 {
+		for _, s := range sums {
+			if s.Median < 0.95*cfg.Rate {
+				fmt.Fprintf(&b, "\n**%s %s did not reach the target rate**: %.0f of %.0f requests/s (median); its latencies include the queueing.\n", s.Config, s.Operation, s.Median, cfg.Rate)
+			}
+		}
+	}
+	b.WriteString("\nLatency (HDR histograms; the median over trials of each trial's percentile):\n\n| configuration | operation | p50 ms | p95 ms | p99 ms |\n|---|---|---|---|---|\n")
+	for _, s := range sums {
+		fmt.Fprintf(&b, "| %s | %s | %.3f | %.3f | %.3f |\n", s.Config, s.Operation, s.P50, s.P95, s.P99)
 	}
 	fmt.Fprintf(&b, "\n![chart](%s.png)\n", cfg.Experiment)
 	return b.String()

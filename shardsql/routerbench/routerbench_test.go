@@ -92,10 +92,29 @@ func TestLimitRunSQLite(t *testing.T) {
 	}
 }
 
+// TestOpenLoopSQLite runs the overhead experiment open loop: the report says so and
+// gives the latencies, and a rate within reach is not called missed.
+func TestOpenLoopSQLite(t *testing.T) {
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	err := routerbench.Main(context.Background(), []string{"--experiment", "overhead", "--backend", "sqlite", "--duration", "500ms",
+		"--warmup", "0s", "--trials", "1", "--orders", "100", "--concurrency", "4", "--rate", "100", "--out", out}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	rep, _ := os.ReadFile(filepath.Join(out, "report.md"))
+	if !strings.Contains(string(rep), "open loop at 100 requests/s") || !strings.Contains(string(rep), "| p50 ms | p95 ms | p99 ms |") {
+		t.Errorf("the report does not describe the open loop or its latencies:\n%s", rep)
+	}
+	if strings.Contains(string(rep), "did not reach the target rate") {
+		t.Errorf("100 requests/s called missed:\n%s", rep)
+	}
+}
+
 func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--experiment", "speed"}, {"--backend", "mysql"}, {"--concurrency", "0"}, {"--duration", "1ms"},
-		{"--trials", "0"}, {"extra"}, {"--dsn", "a", "--dsn", "b", "--dsn", "c"},
+		{"--trials", "0"}, {"extra"}, {"--dsn", "a", "--dsn", "b", "--dsn", "c"}, {"--rate", "-1"}, {"--arrival", "burst"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := routerbench.Main(context.Background(), append(args, "--out", t.TempDir()), &stdout, &stderr)

@@ -48,6 +48,8 @@ type Config struct {
 	DataDir     string        // SQLite files (default Out/data)
 	Progress    io.Writer     // one line per measurement; nil for none
 	Command     string        // recorded in run.txt and the report (default: routerbench and its arguments)
+	Rate        float64       // open loop: requests per second per measurement (0: closed loop, at saturation)
+	Arrival     string        // open loop: loadgen.ArrivalConstant (default) or loadgen.ArrivalPoisson
 }
 
 // Validate checks c and fills defaults.
@@ -78,6 +80,16 @@ func (c *Config) Validate() error {
 	}
 	if c.Trials < 1 || c.Trials > 100 {
 		return fmt.Errorf("trials must be 1..100, got %d", c.Trials)
+	}
+	if c.Rate < 0 {
+		return fmt.Errorf("rate must not be negative, got %v", c.Rate)
+	}
+	switch c.Arrival {
+	case "":
+		c.Arrival = loadgen.ArrivalConstant
+	case loadgen.ArrivalConstant, loadgen.ArrivalPoisson:
+	default:
+		return fmt.Errorf("arrival must be %s or %s, got %q", loadgen.ArrivalConstant, loadgen.ArrivalPoisson, c.Arrival)
 	}
 	if c.Orders < 1 {
 		return fmt.Errorf("orders must be at least 1, got %d", c.Orders)
@@ -194,7 +206,7 @@ func measure(ctx context.Context, cfg Config, h *handle, op string, trial int, n
 	res, err := loadgen.RunTarget(ctx, t, loadgen.Config{
 		Duration: cfg.Duration, Warmup: cfg.Warmup, Concurrency: cfg.Concurrency, WriteRatio: write,
 		Keys: cfg.Orders, Dist: loadgen.DistUniform, Seed: int64(cfg.Seed) + int64(trial), DataSize: 24,
-		Timeout: 30 * time.Second,
+		Timeout: 30 * time.Second, Rate: cfg.Rate, Arrival: cfg.Arrival,
 	})
 	if err != nil {
 		return Measurement{}, err
