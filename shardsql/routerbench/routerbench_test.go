@@ -87,7 +87,7 @@ func TestLimitRunSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(info.Command, "go run ./cmd/routerbench --experiment limit --backend sqlite") ||
-		info.Finished == "" || info.CPUs < 1 || len(info.LoadStart) != 3 || len(info.LoadEnd) != 3 {
+		info.Finished == "" || info.GitCommit == "" || info.GitCommit == "unknown" || info.CPUs < 1 || len(info.LoadStart) != 3 || len(info.LoadEnd) != 3 {
 		t.Errorf("run.txt: %+v", info)
 	}
 }

@@ -3,6 +3,7 @@ package routerbench
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -60,29 +61,38 @@ func readRunInfo(cfg Config) *report.RunInfo {
 	return info
 }
 
-// gitCommit is the commit the binary was built from, as the go command stamped it,
-// with "-dirty" when the tree had changes; "unknown" when it was not stamped.
+// gitCommit is the commit the binary was built from, as the go command stamped it, or
+// else the commit of the git checkout it runs in (as the lab scripts record it), with
+// "-dirty" when tracked files outside results/ had changes; "unknown" when neither
+// says.
 func gitCommit() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	rev, dirty := "", false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		rev, dirty := "", false
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if rev != "" {
+			if len(rev) > 12 {
+				rev = rev[:12]
+			}
+			if dirty {
+				rev += "-dirty"
+			}
+			return rev
 		}
 	}
-	if rev == "" {
+	out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
 		return "unknown"
 	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if dirty {
+	rev := strings.TrimSpace(string(out))
+	status, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results").Output()
+	if err == nil && len(strings.TrimSpace(string(status))) > 0 {
 		rev += "-dirty"
 	}
 	return rev
