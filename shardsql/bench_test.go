@@ -78,3 +78,78 @@ func cpuTime() time.Duration {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkSeedSelect is seed 004's select (seventeen columns of an order joined with
+// its item on the order id), one client at a time, through plain database/sql and
+// through shardlab's driver over the same tables: where routerbench's select overhead
+// goes, with -cpuprofile.
+//
+//	SHARDLAB_PG_DSN=... go test -run XXX -bench SeedSelect -benchmem -count 6 ./shardsql
+func BenchmarkSeedSelect(b *testing.B) {
+	dsn := pgtest.NewDatabase(b, "bench_seed_select")
+	direct, err := sql.Open("pgx", dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer direct.Close()
+	for _, ddl := range []string{
+		`CREATE TABLE t_order (order_id bigint PRIMARY KEY, order_no varchar(50) NOT NULL, order_type int, cust_id int,
+		cust_type int, cust_email varchar(50), payment_method_type int, payment_provider_id int,
+		shipping_method_type int, packing_type int, preferred_shipping_time_type int, receiver_name varchar(100),
+		receiver_address varchar(200), receiver_country_id int, receiver_province_id int, receiver_city_id int,
+		receiver_zip varchar(20), receiver_tel varchar(50), receiver_mobile_tel varchar(50), cust_message varchar(500))`,
+		`CREATE TABLE t_order_item (order_id bigint NOT NULL, idm bigint NOT NULL, order_idm varchar(50), order_typem int,
+		cust_idm int, cust_typem int, PRIMARY KEY (order_id, idm))`,
+		`INSERT INTO t_order SELECT g, 'no' || g, 0, 10, 1, 'dtest002@dangdang.com', 1, 6, 1, 0, 3, 'ttt ttt',
+		'beijingshijinganqu', 1, 1, 1, '100000', '01088888888', '13888888888', 'test message' FROM generate_series(1, 10000) g`,
+		`INSERT INTO t_order_item SELECT g, g, 'no' || g, 0, 10, 1 FROM generate_series(1, 10000) g`,
+	} {
+		if _, err := direct.Exec(ddl); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c, err := rules.Compile(rules.Rules{DataSources: []rules.DataSource{{Name: "ds_0", DSN: dsn}},
+		Tables: []rules.Table{
+			{Name: "t_order", Strategy: rules.Strategy{Column: "order_id", Type: rules.TypeInt8}},
+			{Name: "t_order_item", Strategy: rules.Strategy{Column: "order_id", Type: rules.TypeInt8}},
+		},
+		Bindings: [][]string{{"t_order", "t_order_item"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	router, err := shardsql.Open(shardsql.Config{Rules: c})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer router.Close()
+	const q = `SELECT a.cust_id, a.cust_type, a.cust_email, a.payment_method_type, a.payment_provider_id,
+	a.shipping_method_type, a.packing_type, a.preferred_shipping_time_type, a.receiver_name, a.receiver_address,
+	a.receiver_country_id, a.receiver_province_id, a.receiver_city_id, a.receiver_zip, a.receiver_tel,
+	a.receiver_mobile_tel, a.cust_message FROM t_order a, t_order_item b WHERE a.order_id = $1 AND b.order_id = a.order_id`
+	for _, h := range []struct {
+		name string
+		db   *sql.DB
+	}{{"direct", direct}, {"router", router}} {
+		b.Run(h.name, func(b *testing.B) {
+			st, err := h.db.PrepareContext(context.Background(), q)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			var cols [17]any
+			ptrs := make([]any, len(cols))
+			for i := range cols {
+				ptrs[i] = &cols[i]
+			}
+			i := 0
+			before := cpuTime()
+			for b.Loop() {
+				i++
+				if err := st.QueryRow(int64(i%10000 + 1)).Scan(ptrs...); err != nil {
+					b.Fatal(fmt.Errorf("%s: %w", h.name, err))
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-before)/float64(i), "client-cpu-ns/op")
+		})
+	}
+}

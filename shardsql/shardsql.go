@@ -141,18 +141,36 @@ func ParseDSN(name string) (Config, error) {
 
 // Open returns a *sql.DB over the sharded database cfg describes. Closing it closes the
 // data sources' pools.
+//
+// A logical connection holds no shard connection while idle (it borrows one from a data
+// source's pool for each statement or transaction), so keeping idle ones costs nothing,
+// while database/sql's default of two idle connections would close and reopen them,
+// re-preparing every *sql.Stmt, under any concurrency above two: Open keeps as many as a
+// pool's size. A handle from sql.Open("shardlab", ...) has database/sql's default; call
+// its SetMaxIdleConns.
 func Open(cfg Config) (*sql.DB, error) {
 	c, err := NewConnector(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}
+	return OpenDB(c), nil
+}
+
+// OpenDB returns a *sql.DB over c, keeping idle logical connections as Open does.
+func OpenDB(c *Connector) *sql.DB {
 	db := sql.OpenDB(c)
-	// A logical connection holds no shard connection while idle (it borrows one from a
-	// data source's pool for each statement or transaction), so keeping them costs
-	// nothing, while database/sql's default of two idle connections would close and
-	// reopen them, re-preparing every *sql.Stmt, under any concurrency above two.
-	db.SetMaxIdleConns(max(cfg.MaxConns, DefaultMaxConns))
-	return db, nil
+	db.SetMaxIdleConns(max(c.cfg.MaxConns, DefaultMaxConns))
+	return db
+}
+
+// CloseIdle closes the data sources' idle connections, and those in use as they are
+// given back: a program that takes turns between several sharded handles on one server
+// (a benchmark, for instance) gives the server its connections back between turns.
+// The pools stay open and reconnect on demand.
+func (c *Connector) CloseIdle() {
+	for _, p := range c.pgxPools {
+		p.Reset()
+	}
 }
 
 // Connector is a sharded database's driver.Connector: the data sources' pools and the

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -291,5 +292,66 @@ func TestExplain(t *testing.T) {
 	text, err = shardsql.Explain(context.Background(), conn, "SELECT k FROM kv ORDER BY v LIMIT 3")
 	if err != nil || !strings.Contains(text, "merge: merge-sort") || !strings.Contains(text, "2 targets") {
 		t.Errorf("explain of a merge: %q %v", text, err)
+	}
+}
+
+// TestCloseIdle: CloseIdle gives a handle's server connections back, and the handle
+// reconnects on its next statement; Open keeps idle logical connections, so a
+// concurrent burst does not churn them.
+func TestCloseIdle(t *testing.T) {
+	dsns := []string{pgtest.NewDatabase(t, "closeidle0"), pgtest.NewDatabase(t, "closeidle1")}
+	conn, err := shardsql.NewConnector(context.Background(), shardsql.Config{Rules: kv(t, dsns)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := shardsql.OpenDB(conn)
+	defer db.Close()
+	if _, err := db.Exec("CREATE TABLE kv (k int PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 20 {
+				if _, err := db.Exec("INSERT INTO kv VALUES ($1, 'x')", i*100+j); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if st := db.Stats(); st.MaxIdleClosed != 0 {
+		t.Errorf("database/sql closed %d idle logical connections: Open must keep them", st.MaxIdleClosed)
+	}
+	server, err := sql.Open("pgx", dsns[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	server.SetMaxOpenConns(1)
+	backends := func() int {
+		var n int
+		if err := server.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := backends(); n == 0 {
+		t.Fatal("no pooled connection to the first data source after the inserts")
+	}
+	conn.CloseIdle()
+	deadline := time.Now().Add(5 * time.Second)
+	for backends() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections to the first data source remain after CloseIdle", backends())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM kv").Scan(&n); err != nil || n != 160 {
+		t.Errorf("after CloseIdle: count = %d, %v; want 160", n, err)
 	}
 }

@@ -178,6 +178,12 @@ func Run(ctx context.Context, cfg Config) ([]Measurement, error) {
 					return out, err
 				}
 				m, err := measure(ctx, cfg, h, op, trial, &nextID)
+				if h.idle != nil {
+					// Only the configuration being measured holds server connections: five
+					// configurations at full concurrency would not fit in PostgreSQL's
+					// default max_connections of 100.
+					h.idle()
+				}
 				if err != nil {
 					return out, fmt.Errorf("%s %s trial %d: %w", h.name, op, trial+1, err)
 				}
@@ -272,11 +278,12 @@ func setup(ctx context.Context, cfg Config, l layout, made map[string][]string) 
 		if err != nil {
 			return nil, err
 		}
-		db, err := shardsql.Open(shardsql.Config{Rules: c, MaxConns: cfg.Concurrency})
+		conn, err := shardsql.NewConnector(ctx, shardsql.Config{Rules: c, MaxConns: cfg.Concurrency})
 		if err != nil {
 			return nil, err
 		}
-		h.read, h.write, h.close = db, db, db.Close
+		db := shardsql.OpenDB(conn)
+		h.read, h.write, h.close, h.idle = db, db, db.Close, conn.CloseIdle
 		for _, ddl := range []string{createOrder("t_order"), createItem("t_order_item")} {
 			if shared {
 				break
@@ -302,6 +309,10 @@ func setup(ctx context.Context, cfg Config, l layout, made map[string][]string) 
 			db.SetMaxOpenConns(cfg.Concurrency)
 			db.SetMaxIdleConns(cfg.Concurrency)
 			h.read, h.write, h.close = db, db, db.Close
+			h.idle = func() {
+				db.SetMaxIdleConns(0) // closes the idle connections
+				db.SetMaxIdleConns(cfg.Concurrency)
+			}
 		}
 		for i := range max(l.tables, 1) {
 			if shared {

@@ -32,6 +32,7 @@ type handle struct {
 	tables int     // physical tables the application spreads over (direct only)
 	router bool
 	close  func() error
+	idle   func() // closes the idle server connections between measurements; nil for none
 }
 
 // tableName is the physical name of a table for an order id, as the application picks
