@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -69,6 +70,95 @@ func isSQLite(r *rules.Compiled) (bool, error) {
 type sqliteShards struct {
 	rules *rules.Compiled
 	dbs   []*sqlite.DB
+
+	// What a statement text needs before SQLite runs it, worked out once: the subset
+	// check (checked), the text with ? placeholders and whether it returns rows (texts),
+	// and a prepared statement per data source, reader or writer (stmts). A repeated
+	// statement then costs what it costs through the SQLite driver directly. Each memo
+	// stops growing at maxSQLiteMemo entries; beyond that, statements run unprepared.
+	checked, texts, stmts sync.Map
+	memoSize              atomic.Int64
+}
+
+// maxSQLiteMemo bounds each memo of sqliteShards (statement shapes are bounded by the
+// planner's cache, but literals in statement texts are not).
+const maxSQLiteMemo = 4096
+
+// liteText is a target's statement as SQLite takes it.
+type liteText struct {
+	text string // $n placeholders numbered ?n
+	rows bool   // returns rows
+}
+
+// liteStmtKey names a prepared statement: a data source's reader or writer pool.
+type liteStmtKey struct {
+	ds    int
+	write bool
+	sql   string
+}
+
+// memo returns m's value for key, computing and keeping it while the memos are small.
+func memo[V any](s *sqliteShards, m *sync.Map, key any, compute func() (V, error)) (V, error) {
+	if v, ok := m.Load(key); ok {
+		return v.(V), nil
+	}
+	v, err := compute()
+	if err != nil || s.memoSize.Load() >= 3*maxSQLiteMemo {
+		return v, err
+	}
+	if _, loaded := m.LoadOrStore(key, v); !loaded {
+		s.memoSize.Add(1)
+	}
+	return v, nil
+}
+
+// subsetError is the subset check of a statement text, memoised.
+func (s *sqliteShards) subsetError(sql string) error {
+	type checkResult struct{ err error }
+	r, _ := memo(s, &s.checked, sql, func() (checkResult, error) { return checkResult{checkSQLiteSubset(sql)}, nil })
+	return r.err
+}
+
+// liteTextOf is a target's SQLite text, memoised.
+func (s *sqliteShards) liteTextOf(pl *sqlplan.Plan, sql string) liteText {
+	t, _ := memo(s, &s.texts, sql, func() (liteText, error) {
+		return liteText{text: sqlplan.NumberedParams(sql, "?"), rows: returnsRows(pl, sql)}, nil
+	})
+	return t
+}
+
+// prepared is the writer's statement for text if one was prepared already, else nil.
+func (s *sqliteShards) prepared(ds int, text string) *sql.Stmt {
+	if v, ok := s.stmts.Load(liteStmtKey{ds, true, text}); ok {
+		return v.(*sql.Stmt)
+	}
+	return nil
+}
+
+// stmt is the statement text prepared on a data source's reader or writer pool (kept,
+// and safe for concurrent use); nil when the memo is full, to run it unprepared.
+func (s *sqliteShards) stmt(ctx context.Context, ds int, write bool, text string) (*sql.Stmt, error) {
+	key := liteStmtKey{ds, write, text}
+	if v, ok := s.stmts.Load(key); ok {
+		return v.(*sql.Stmt), nil
+	}
+	if s.memoSize.Load() >= 3*maxSQLiteMemo {
+		return nil, nil
+	}
+	db := s.dbs[ds].Reader()
+	if write {
+		db = s.dbs[ds].Writer()
+	}
+	st, err := db.PrepareContext(context.WithoutCancel(ctx), text)
+	if err != nil {
+		return nil, err
+	}
+	if v, loaded := s.stmts.LoadOrStore(key, st); loaded {
+		st.Close()
+		return v.(*sql.Stmt), nil
+	}
+	s.memoSize.Add(1)
+	return st, nil
 }
 
 func openSQLite(ctx context.Context, r *rules.Compiled) (*sqliteShards, error) {
@@ -86,6 +176,10 @@ func openSQLite(ctx context.Context, r *rules.Compiled) (*sqliteShards, error) {
 
 func (s *sqliteShards) close() error {
 	var first error
+	s.stmts.Range(func(_, v any) bool {
+		v.(*sql.Stmt).Close()
+		return true
+	})
 	for _, db := range s.dbs {
 		if err := db.Close(); err != nil && first == nil {
 			first = err
@@ -292,7 +386,8 @@ func (s *sqliteSession) run(ctx context.Context, b *sqlplan.Bound, args []driver
 		return nil, sqlexec.ErrTxAborted
 	}
 	pl := b.Plan
-	if err := checkSQLiteSubset(pl.SQL); err != nil {
+	shards := s.c.sqlite
+	if err := shards.subsetError(pl.SQL); err != nil {
 		return nil, err
 	}
 	results := make([]sqlexec.ShardResult, len(b.Targets))
@@ -312,10 +407,12 @@ func (s *sqliteSession) run(ctx context.Context, b *sqlplan.Bound, args []driver
 	// when the context it began with ends), so they begin without its cancellation.
 	runDS := func(ctx context.Context, ds int) error {
 		var q querier = s.c.sqlite.dbs[ds].Reader()
+		var tx *sql.Tx
+		onWriter := write || s.inTx
 		switch {
 		case s.inTx:
 			s.mu.Lock()
-			tx := s.txs[ds]
+			tx = s.txs[ds]
 			s.mu.Unlock()
 			if tx == nil {
 				var err error
@@ -328,8 +425,8 @@ func (s *sqliteSession) run(ctx context.Context, b *sqlplan.Bound, args []driver
 			}
 			q = tx
 		case wrap:
-			tx, err := s.c.sqlite.dbs[ds].Writer().BeginTx(context.WithoutCancel(ctx), nil)
-			if err != nil {
+			var err error
+			if tx, err = s.c.sqlite.dbs[ds].Writer().BeginTx(context.WithoutCancel(ctx), nil); err != nil {
 				return err
 			}
 			s.mu.Lock()
@@ -340,7 +437,32 @@ func (s *sqliteSession) run(ctx context.Context, b *sqlplan.Bound, args []driver
 			q = s.c.sqlite.dbs[ds].Writer()
 		}
 		for _, i := range byDS[ds] {
-			r, err := runSQLiteTarget(ctx, q, pl, b.Targets[i], args)
+			lt := shards.liteTextOf(pl, b.Targets[i].SQL)
+			var st *sql.Stmt
+			var err error
+			if tx == nil {
+				st, err = shards.stmt(ctx, ds, onWriter, lt.text)
+			} else {
+				// A transaction holds the writer's one connection: preparing on the
+				// writer pool would wait for it. Take a statement prepared earlier, bound
+				// to the transaction's connection, or run the text.
+				st = shards.prepared(ds, lt.text)
+			}
+			if err != nil {
+				return err
+			}
+			var r sqlexec.ShardResult
+			if st == nil {
+				r, err = runSQLiteTarget(ctx, q, nil, pl, lt, b.Targets[i], args)
+			} else {
+				if tx != nil {
+					st = tx.StmtContext(ctx, st)
+				}
+				r, err = runSQLiteTarget(ctx, nil, st, pl, lt, b.Targets[i], args)
+				if tx != nil {
+					st.Close()
+				}
+			}
 			if err != nil {
 				return err
 			}
@@ -443,8 +565,8 @@ func sqliteError(err error) error {
 
 // runSQLiteTarget runs one target and turns its rows into the wire's text form, with
 // PostgreSQL type OIDs, so that the merge reads them as it reads a PostgreSQL shard's.
-func runSQLiteTarget(ctx context.Context, q querier, pl *sqlplan.Plan, t sqlplan.Target, args []driver.NamedValue) (sqlexec.ShardResult, error) {
-	sqlText := sqlplan.NumberedParams(t.SQL, "?")
+// It runs st, a prepared statement, or else the text on q.
+func runSQLiteTarget(ctx context.Context, q querier, st *sql.Stmt, pl *sqlplan.Plan, lt liteText, t sqlplan.Target, args []driver.NamedValue) (sqlexec.ShardResult, error) {
 	vals := make([]any, 0, len(args))
 	if t.Params == nil {
 		for _, a := range args {
@@ -456,8 +578,14 @@ func runSQLiteTarget(ctx context.Context, q querier, pl *sqlplan.Plan, t sqlplan
 		}
 	}
 	var r sqlexec.ShardResult
-	if !returnsRows(pl, t.SQL) {
-		res, err := q.ExecContext(ctx, sqlText, vals...)
+	if !lt.rows {
+		var res sql.Result
+		var err error
+		if st != nil {
+			res, err = st.ExecContext(ctx, vals...)
+		} else {
+			res, err = q.ExecContext(ctx, lt.text, vals...)
+		}
 		if err != nil {
 			return r, err
 		}
@@ -465,7 +593,13 @@ func runSQLiteTarget(ctx context.Context, q querier, pl *sqlplan.Plan, t sqlplan
 		r.Tag = tagFor(pl.Kind, n)
 		return r, nil
 	}
-	rows, err := q.QueryContext(ctx, sqlText, vals...)
+	var rows *sql.Rows
+	var err error
+	if st != nil {
+		rows, err = st.QueryContext(ctx, vals...)
+	} else {
+		rows, err = q.QueryContext(ctx, lt.text, vals...)
+	}
 	if err != nil {
 		return r, err
 	}
