@@ -104,7 +104,7 @@ func (e *Env) CheckPlacement(t *testing.T) {
 				types[col] = rules.TypeInt4
 			}
 			for n, node := range rule.Nodes {
-				rows, err := conns[node.DataSource].Query(ctx, fmt.Sprintf("SELECT %s::text FROM %s", col, pgx.Identifier{node.Table}.Sanitize()))
+				rows, err := conns[node.DataSource].Query(ctx, fmt.Sprintf("SELECT %s::text FROM %s", col, nodeName(node)))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -124,7 +124,7 @@ func (e *Env) CheckPlacement(t *testing.T) {
 			var first string
 			for _, node := range rule.Nodes {
 				var s string
-				q := fmt.Sprintf("SELECT coalesce(string_agg(t::text, '|' ORDER BY t::text COLLATE \"C\"), '') FROM %s t", node.Table)
+				q := fmt.Sprintf("SELECT coalesce(string_agg(t::text, '|' ORDER BY t::text COLLATE \"C\"), '') FROM %s t", nodeName(node))
 				if err := conns[node.DataSource].QueryRow(ctx, q).Scan(&s); err != nil {
 					t.Fatal(err)
 				}
@@ -211,4 +211,12 @@ func (e *Env) RunWrites(t *testing.T, sharded Runner) Outcome {
 	}
 	e.CheckPlacement(t)
 	return out
+}
+
+// nodeName names a physical table in SQL, schema-qualified when it has a schema.
+func nodeName(n rules.Node) string {
+	if n.Schema != "" {
+		return pgx.Identifier{n.Schema, n.Table}.Sanitize()
+	}
+	return pgx.Identifier{n.Table}.Sanitize()
 }
