@@ -100,7 +100,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics on http://ADDR/metrics (pool connections in use, idle, waiting; clients)")
 	fs.StringVar(&o.addrFile, "addr-file", "", "write the address actually listened on to this file")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&o.aggregate, "aggregate", false, "share one pool among shards that are schemas of one database (not implemented yet)")
+	fs.BoolVar(&o.aggregate, "aggregate", false, "shards that are schemas of one database (--shard DSNs differing only in search_path=NAME) share one pool of --pool-size connections, and a transaction over several of them one connection")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -114,8 +114,6 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	switch {
 	case o.database == "":
 		return nil, fmt.Errorf("%w: --database is required (the name clients connect to)", ErrUsage)
-	case o.aggregate:
-		return nil, fmt.Errorf("%w: --aggregate is not implemented yet", ErrUsage)
 	case o.config != "" && (len(o.shards) > 0 || len(o.sharded) > 0 || len(o.broadcast) > 0):
 		return nil, fmt.Errorf("%w: --config names the shards and tables itself; do not combine it with --shard, --sharded or --broadcast", ErrUsage)
 	case o.config == "" && len(o.shards) == 0:
@@ -190,7 +188,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg := proxy.Config{
-		Rules: rs, Database: o.database, MaxClients: o.maxClients, MaxMessage: o.maxMessage, TwoPhase: o.twoPhase,
+		Rules: rs, Database: o.database, MaxClients: o.maxClients, MaxMessage: o.maxMessage, TwoPhase: o.twoPhase, Aggregate: o.aggregate,
 		LockWaitTimeout: o.lockWaitTimeout, DeadlockInterval: deadlockInterval(o.deadlockInterval), StatsInterval: o.statsInterval, AdminDatabase: o.adminDatabase,
 		Pool:   backend.Options{Size: o.poolSize, CheckoutTimeout: o.checkoutTimeout, ConnectTimeout: o.connectTimeout},
 		Logger: log,

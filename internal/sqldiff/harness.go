@@ -3,6 +3,7 @@ package sqldiff
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"testing"
 	"time"
 
@@ -44,8 +45,12 @@ func NewEnv(t *testing.T, layout Layout, options string) *Env {
 	}
 	env := &Env{Layout: layout}
 	refDSN := newDB("diff_ref")
-	for i := range layout.DataSources {
-		env.DSNs = append(env.DSNs, newDB(fmt.Sprintf("diff_%s_%d", layout.Name, i)))
+	if layout.Schemas {
+		env.DSNs = schemaDSNs(t, newDB("diff_"+layout.Name), layout.DataSources)
+	} else {
+		for i := range layout.DataSources {
+			env.DSNs = append(env.DSNs, newDB(fmt.Sprintf("diff_%s_%d", layout.Name, i)))
+		}
 	}
 	c, err := rules.Compile(layout.Rules(env.DSNs))
 	if err != nil {
@@ -152,6 +157,9 @@ func (e *Env) RunReads(t *testing.T, sharded Runner, queries []Query) Outcome {
 	var out Outcome
 	for i, q := range queries {
 		label := fmt.Sprintf("%s query %d", e.Layout.Name, i)
+		if q.OtherDatabase && e.Layout.Schemas {
+			q.Refused, q.MayRefuse = false, true
+		}
 		refused := false
 		modes := e.Modes
 		if modes == nil {
@@ -219,4 +227,33 @@ func nodeName(n rules.Node) string {
 		return pgx.Identifier{n.Schema, n.Table}.Sanitize()
 	}
 	return pgx.Identifier{n.Table}.Sanitize()
+}
+
+// schemaDSNs creates schemas s0, s1 ... in the database at dsn and returns a DSN for
+// each: dsn with search_path set to it.
+func schemaDSNs(t *testing.T, dsn string, n int) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i := range n {
+		schema := fmt.Sprintf("s%d", i)
+		if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("search_path", schema)
+		u.RawQuery = q.Encode()
+		out = append(out, u.String())
+	}
+	return out
 }
