@@ -178,8 +178,8 @@ func (a *analyzer) cut(text string) *template {
 
 // renderer fills a template's holes for one target.
 type renderer struct {
-	sql     string    // the client's text, for literals
-	lits    []Literal // the client's literals
+	sql     string               // the client's text, for literals
+	lits    []Literal            // the client's literals
 	table   func(ref int) string // the reference's name as SQL (quoted, qualified)
 	slot    func(n int) string
 	params  []int // collected: target parameter i+1 is client parameter params[i]
