@@ -13,11 +13,12 @@ usage() {
 	cat <<'USAGE'
 Usage: scripts/proxy_sweep.sh [options] [proxysweep run flags]
 
-  --quick            a short sweep: 2 tables x 2000 rows, threads 8,32,256, 3s runs,
-                     1 trial, pgbench scale 1 (about 5 minutes)
+  --quick            a short sweep: 2 tables x 2000 rows, threads 8,32,256, 3s runs
+                     after 1s of warm-up, 1 trial, pgbench scale 1 (about 5 minutes)
   --threads LIST     sysbench thread counts (default 8,16,32,64,128,256)
   --trials N         interleaved trials (default 3)
   --time SECONDS     length of each client run (default 10)
+  --warmup SECONDS   sysbench --warmup-time before it (default 2)
   --tables N         sysbench --tables (default 10)
   --table-size N     sysbench --table-size (default 100000)
   --pool-size N      shard-proxy --pool-size, pgbouncer's transaction-mode pool (default 20)
@@ -35,15 +36,16 @@ USAGE
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$root/scripts/lib.sh"
 cmdline="scripts/proxy_sweep.sh$(quote_args "$@")"
-threads=8,16,32,64,128,256 trials=3 time_s=10 tables=10 table_size=100000 pool_size=20 scale=10
+threads=8,16,32,64,128,256 trials=3 time_s=10 warmup=2 tables=10 table_size=100000 pool_size=20 scale=10
 runs_dir="$root/results/runs" build=1 extra=()
 need() { [[ $# -ge 2 && -n "$2" ]] || { echo "proxy_sweep.sh: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
 	case "$1" in
-	--quick) threads=8,32,256 trials=1 time_s=3 tables=2 table_size=2000 scale=1; shift ;;
+	--quick) threads=8,32,256 trials=1 time_s=3 warmup=1 tables=2 table_size=2000 scale=1; shift ;;
 	--threads) need "$@"; threads=$2; shift 2 ;;
 	--trials) need "$@"; trials=$2; shift 2 ;;
 	--time) need "$@"; time_s=$2; shift 2 ;;
+	--warmup) need "$@"; warmup=$2; shift 2 ;;
 	--tables) need "$@"; tables=$2; shift 2 ;;
 	--table-size) need "$@"; table_size=$2; shift 2 ;;
 	--pool-size) need "$@"; pool_size=$2; shift 2 ;;
@@ -76,7 +78,7 @@ else
 	bin_dir="$root/bin"
 	[[ -x $bin_dir/shard-proxy && -x $bin_dir/proxysweep ]] || { echo "proxy_sweep.sh: --no-build but bin/shard-proxy or bin/proxysweep is missing" >&2; exit 2; }
 fi
-args=(run --proxy "$bin_dir/shard-proxy" --threads "$threads" --trials "$trials" --time "${time_s}s"
+args=(run --proxy "$bin_dir/shard-proxy" --threads "$threads" --trials "$trials" --time "${time_s}s" --warmup "${warmup}s"
 	--tables "$tables" --table-size "$table_size" --pool-size "$pool_size" --pgbench-scale "$scale" "${extra[@]}")
 claim_run_dir "$runs_dir" "$(new_run_id proxysweep-)" || exit 1
 echo "run $run_id: writing to $(show_path "$run_dir")" >&2

@@ -32,6 +32,7 @@ type Config struct {
 	Tables         int
 	TableSize      int
 	Time           time.Duration // of each client run
+	Warmup         time.Duration // sysbench's --warmup-time: runs before the measured time
 	Trials         int
 	PoolSize       int // the proxy's --pool-size, and pgbouncer's in transaction mode
 	Shards         int // schemas of the sharded database
@@ -231,6 +232,9 @@ func (s *sweep) sysbenchArgs(workload string, port int, db string, threads int, 
 		"--rand-type=uniform", "--range_selects=off"}
 	if command == "run" {
 		args = append(args, "--time="+strconv.Itoa(int(cfg.Time.Seconds())), "--report-interval=0", "--histogram=on")
+		if cfg.Warmup > 0 {
+			args = append(args, "--warmup-time="+strconv.Itoa(int(cfg.Warmup.Seconds())))
+		}
 	}
 	return append(args, command)
 }
