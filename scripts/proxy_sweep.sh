@@ -18,7 +18,7 @@ Usage: scripts/proxy_sweep.sh [options] [proxysweep run flags]
   --threads LIST     sysbench thread counts (default 8,16,32,64,128,256)
   --trials N         interleaved trials (default 3)
   --time SECONDS     length of each client run (default 10)
-  --warmup SECONDS   sysbench --warmup-time before it (default 2)
+  --warmup SECONDS   sysbench load before it, not measured (default 2)
   --tables N         sysbench --tables (default 10)
   --table-size N     sysbench --table-size (default 100000)
   --pool-size N      shard-proxy --pool-size, pgbouncer's transaction-mode pool (default 20)

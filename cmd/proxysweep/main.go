@@ -70,7 +70,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		fs.IntVar(&cfg.Tables, "tables", 10, "sysbench --tables")
 		fs.IntVar(&cfg.TableSize, "table-size", 100000, "sysbench --table-size")
 		fs.DurationVar(&cfg.Time, "time", 10*time.Second, "length of each client run")
-		fs.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "sysbench --warmup-time: load before the measured time (new server connections, statements prepared)")
+		fs.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "sysbench load before the measured time (new server connections, statements prepared), ended by a report checkpoint")
 		fs.IntVar(&cfg.Trials, "trials", 3, "interleaved trials")
 		fs.IntVar(&cfg.PoolSize, "pool-size", 20, "shard-proxy --pool-size, and pgbouncer's pool in transaction mode")
 		fs.IntVar(&cfg.Shards, "shards", 4, "schema shards of the sharded database")

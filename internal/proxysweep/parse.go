@@ -40,7 +40,8 @@ var (
 )
 
 // ParseSysbench reads sysbench's report, run with --histogram=on: throughput, ignored
-// errors, and the 95th and 99th percentiles from the latency histogram.
+// errors, and the 95th and 99th percentiles from the latency histogram. When the output
+// holds several reports (--report-checkpoints ends a warm-up with one), the last counts.
 func ParseSysbench(r io.Reader) (Measure, error) {
 	var m Measure
 	var hist []bucket
@@ -49,6 +50,11 @@ func ParseSysbench(r io.Reader) (Measure, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
+		if strings.Contains(line, "Latency histogram") {
+			// A report checkpoint (the end of the warm-up) printed one before: the
+			// last report counts.
+			hist = hist[:0]
+		}
 		if g := sbTransactions.FindStringSubmatch(line); g != nil {
 			m.TPS, _ = strconv.ParseFloat(g[1], 64)
 			found = true

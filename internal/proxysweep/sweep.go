@@ -32,7 +32,7 @@ type Config struct {
 	Tables         int
 	TableSize      int
 	Time           time.Duration // of each client run
-	Warmup         time.Duration // sysbench's --warmup-time: runs before the measured time
+	Warmup         time.Duration // sysbench runs this long before the measured time
 	Trials         int
 	PoolSize       int // the proxy's --pool-size, and pgbouncer's in transaction mode
 	Shards         int // schemas of the sharded database
@@ -231,9 +231,12 @@ func (s *sweep) sysbenchArgs(workload string, port int, db string, threads int, 
 		"--table-size=" + strconv.Itoa(cfg.TableSize), "--threads=" + strconv.Itoa(threads), "--auto_inc=off",
 		"--rand-type=uniform", "--range_selects=off"}
 	if command == "run" {
-		args = append(args, "--time="+strconv.Itoa(int(cfg.Time.Seconds())), "--report-interval=0", "--histogram=on")
-		if cfg.Warmup > 0 {
-			args = append(args, "--warmup-time="+strconv.Itoa(int(cfg.Warmup.Seconds())))
+		// sysbench 1.0.20 has no --warmup-time: a report checkpoint at the end of the
+		// warm-up resets the counters, and the final report covers the rest.
+		w := int(cfg.Warmup.Seconds())
+		args = append(args, "--time="+strconv.Itoa(w+int(cfg.Time.Seconds())), "--report-interval=0", "--histogram=on")
+		if w > 0 {
+			args = append(args, "--report-checkpoints="+strconv.Itoa(w))
 		}
 	}
 	return append(args, command)
