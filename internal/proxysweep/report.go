@@ -21,16 +21,25 @@ import (
 
 // ReadRows reads results.csv.
 func ReadRows(r io.Reader) ([]Row, error) {
-	recs, err := csv.NewReader(r).ReadAll()
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	recs, err := cr.ReadAll()
 	if err != nil {
 		return nil, err
 	}
-	if len(recs) == 0 || !slices.Equal(recs[0], CSVHeader) {
+	if len(recs) == 0 || !slices.Equal(recs[0][:min(len(recs[0]), 13)], CSVHeader[:13]) {
 		return nil, fmt.Errorf("proxysweep: results.csv does not start with the header %v", CSVHeader)
 	}
 	var rows []Row
 	for i, rec := range recs[1:] {
+		if len(rec) < 13 {
+			return nil, fmt.Errorf("proxysweep: results.csv line %d has %d fields", i+2, len(rec))
+		}
 		var row Row
+		row.Status = "ok"
+		if len(rec) > 13 {
+			row.Status = rec[13]
+		}
 		var errs [9]error
 		row.Trial, errs[0] = strconv.Atoi(rec[0])
 		row.Suite, row.Workload, row.Target = rec[1], rec[2], rec[4]
@@ -269,6 +278,19 @@ func WriteReport(cfg ReportConfig) error {
 					fmt.Fprintf(&b, " %.2f / %.2f |", p95, p99)
 				}
 				b.WriteString("\n")
+			}
+			var failed []string
+			for _, th := range threads[w] {
+				for _, tg := range targets {
+					for _, r := range t.by[key{suite, w, th, tg}] {
+						if r.Status != "ok" {
+							failed = append(failed, fmt.Sprintf("- trial %d, %d threads, %s: %.0f %s measured before it failed: %s", r.Trial, th, tg, get(r), mname, r.Status))
+						}
+					}
+				}
+			}
+			if len(failed) > 0 {
+				b.WriteString("\nFailed runs (their figures count in the medians as measured):\n\n" + strings.Join(failed, "\n") + "\n")
 			}
 			errs := 0.0
 			for _, th := range threads[w] {

@@ -72,16 +72,18 @@ type Row struct {
 	Target   string
 	Measure
 	PeakBackends int
+	// Status is "ok", or why the client failed (what it measured before is kept).
+	Status string
 }
 
 // CSVHeader names results.csv's columns.
 var CSVHeader = []string{"trial", "suite", "workload", "threads", "target", "tps", "qps", "p95_ms", "p99_ms",
-	"errors", "latencies", "duration_s", "peak_backends"}
+	"errors", "latencies", "duration_s", "peak_backends", "status"}
 
 func (r Row) record() []string {
 	f := func(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
 	return []string{strconv.Itoa(r.Trial), r.Suite, r.Workload, strconv.Itoa(r.Threads), r.Target, f(r.TPS), f(r.QPS),
-		f(r.P95), f(r.P99), f(r.Errors), strconv.Itoa(r.Latencies), f(r.DurationS), strconv.Itoa(r.PeakBackends)}
+		f(r.P95), f(r.P99), f(r.Errors), strconv.Itoa(r.Latencies), f(r.DurationS), strconv.Itoa(r.PeakBackends), r.Status}
 }
 
 type sweep struct {
@@ -234,7 +236,8 @@ func (s *sweep) sysbenchArgs(workload string, port int, db string, threads int, 
 		// sysbench 1.0.20 has no --warmup-time: a report checkpoint at the end of the
 		// warm-up resets the counters, and the final report covers the rest.
 		w := int(cfg.Warmup.Seconds())
-		args = append(args, "--time="+strconv.Itoa(w+int(cfg.Time.Seconds())), "--report-interval=0", "--histogram=on")
+		args = append(args, "--time="+strconv.Itoa(w+int(cfg.Time.Seconds())), "--report-interval=0", "--histogram=on",
+			"--forced-shutdown=15")
 		if w > 0 {
 			args = append(args, "--report-checkpoints="+strconv.Itoa(w))
 		}
@@ -472,24 +475,31 @@ func (s *sweep) measure(ctx context.Context, trial int, suite, workload string, 
 		return err
 	}
 	name := fmt.Sprintf("t%d_%s_%d_%s", trial, strings.ReplaceAll(workload, "/", "-"), threads, target)
+	// A client that hangs (a thread that died holding a transaction others wait for)
+	// is stopped, and the run recorded as failed.
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.Warmup+s.cfg.Time+time.Minute)
+	defer cancel()
 	var m Measure
+	var out []byte
 	if suite == SuiteSysbench {
-		var out []byte
-		out, err = s.client(ctx, name+".txt", "sysbench", s.sysbenchArgs(workload, port, db, threads, "run")...)
-		if err == nil {
-			m, err = ParseSysbench(bytes.NewReader(out))
-		}
+		out, err = s.client(rctx, name+".txt", "sysbench", s.sysbenchArgs(workload, port, db, threads, "run")...)
+		m, _ = ParseSysbench(bytes.NewReader(out))
 	} else {
-		m, err = s.pgbench(ctx, name, port, db, threads, strings.TrimPrefix(workload, "select-only/"))
+		m, err = s.pgbench(rctx, name, port, db, threads, strings.TrimPrefix(workload, "select-only/"))
 	}
 	peak, serr := sm.stop()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	status := "ok"
 	if err != nil {
-		return err
+		status = failure(out, err)
+		s.progress("%s failed: %s", name, status)
 	}
 	if serr != nil {
 		return fmt.Errorf("sampling pg_stat_activity: %w", serr)
 	}
-	row := Row{Trial: trial, Suite: suite, Workload: workload, Threads: threads, Target: target, Measure: m, PeakBackends: peak}
+	row := Row{Trial: trial, Suite: suite, Workload: workload, Threads: threads, Target: target, Measure: m, PeakBackends: peak, Status: status}
 	s.csv.Write(row.record())
 	s.csv.Flush()
 	if err := s.csv.Error(); err != nil {
@@ -559,4 +569,23 @@ func (s *sweep) waitQuiet(ctx context.Context) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return nil
+}
+
+// failure says in a line why a client run failed: its first FATAL line, or the error.
+func failure(out []byte, err error) string {
+	msg := err.Error()
+	if errors.Is(err, context.DeadlineExceeded) || strings.Contains(msg, "signal: killed") {
+		msg = "timed out (killed)"
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "FATAL: ") {
+			msg += "; " + strings.TrimPrefix(line, "FATAL: ")
+			break
+		}
+	}
+	msg = strings.NewReplacer("\n", " ", ",", ";").Replace(msg)
+	if len(msg) > 200 {
+		msg = msg[:200]
+	}
+	return msg
 }
