@@ -571,21 +571,25 @@ func (s *sweep) waitQuiet(ctx context.Context) error {
 	return nil
 }
 
-// failure says in a line why a client run failed: its first FATAL line, or the error.
+// failure says in a line why a client run failed: its first FATAL line, or how it
+// ended.
 func failure(out []byte, err error) string {
-	msg := err.Error()
+	msg := "failed"
+	if u := errors.Unwrap(err); u != nil {
+		msg = u.Error() // exit status 1, signal: killed
+	}
 	if errors.Is(err, context.DeadlineExceeded) || strings.Contains(msg, "signal: killed") {
 		msg = "timed out (killed)"
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.HasPrefix(line, "FATAL: ") {
-			msg += "; " + strings.TrimPrefix(line, "FATAL: ")
+			msg += ": " + strings.TrimPrefix(line, "FATAL: ")
 			break
 		}
 	}
 	msg = strings.NewReplacer("\n", " ", ",", ";").Replace(msg)
-	if len(msg) > 200 {
-		msg = msg[:200]
+	if len(msg) > 240 {
+		msg = msg[:240]
 	}
 	return msg
 }
