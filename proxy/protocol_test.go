@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/shardlab/shardlab/proxy"
+	"github.com/shardlab/shardlab/rules"
 )
 
 // TestCrossShardQueries: DDL, writes and reads through the proxy land on the right
@@ -436,6 +437,56 @@ func TestCheckoutTimeout(t *testing.T) {
 		t.Errorf("the late client's application_name: %q %v", app, err)
 	}
 	exec1(t, waiter, "SELECT 1")
+}
+
+// TestPoolDeadlock: two transactions that each hold one data source's only server
+// connection and wait for the other's would wait on each other with no server seeing it;
+// the checkout timeout ends them as deadlock victims (40P01, which clients retry), and
+// their rollback frees both pools.
+func TestPoolDeadlock(t *testing.T) {
+	e := startProxy(t, 2, []string{"kv=id"}, nil, withPool(1, 300*time.Millisecond))
+	ctx := context.Background()
+	setup := e.connect(t)
+	exec1(t, setup, "CREATE TABLE kv (id int PRIMARY KEY)")
+	setup.Close(ctx)
+	rule := e.rules.Lookup("kv")
+	var onShard [2][]int
+	for id := 1; len(onShard[0]) < 2 || len(onShard[1]) < 2; id++ {
+		s, err := rule.ShardsFor(map[string]rules.Key{"id": rules.IntKey(int64(id))}, map[string]rules.KeyType{"id": rules.TypeInt4})
+		if err != nil || len(s) != 1 {
+			t.Fatal(s, err)
+		}
+		onShard[s[0]] = append(onShard[s[0]], id)
+	}
+	a, b := e.connect(t), e.connect(t)
+	exec1(t, a, "BEGIN")
+	exec1(t, a, "INSERT INTO kv VALUES ($1)", onShard[0][0])
+	exec1(t, b, "BEGIN")
+	exec1(t, b, "INSERT INTO kv VALUES ($1)", onShard[1][0])
+	errs := make(chan error, 2)
+	go func() { _, err := a.Exec(ctx, "INSERT INTO kv VALUES ($1)", onShard[1][1]); errs <- err }()
+	go func() { _, err := b.Exec(ctx, "INSERT INTO kv VALUES ($1)", onShard[0][1]); errs <- err }()
+	victims := 0
+	for range 2 {
+		select {
+		case err := <-errs:
+			if sqlState(err) == "40P01" {
+				victims++
+			} else if err != nil {
+				t.Errorf("waiting for the other pool: %v, want 40P01 or success", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the transactions still wait for each other's pools")
+		}
+	}
+	if victims == 0 {
+		t.Error("no transaction was ended as a deadlock victim")
+	}
+	exec1(t, a, "ROLLBACK")
+	exec1(t, b, "ROLLBACK")
+	if n := queryInt(t, a, "SELECT count(*) FROM kv"); n != 0 {
+		t.Errorf("%d rows after both rolled back", n)
+	}
 }
 
 // TestSessionPooling: in session pooling a client keeps its server connection, so

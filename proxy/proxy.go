@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,6 +70,10 @@ type Config struct {
 	// StatsInterval, when positive, logs every pool's connections in use and idle at
 	// that interval.
 	StatsInterval time.Duration
+	// Aggregate makes data sources that are schemas of one database share one pool and
+	// one server connection per transaction (see AggregateSchemas): however many shards
+	// there are, the connections to that database stay within Pool.Size.
+	Aggregate bool
 	// Logger receives the proxy's log; nil discards it.
 	Logger *slog.Logger
 }
@@ -117,6 +122,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Aggregate {
+		merged, groups, err := AggregateSchemas(cfg.Rules)
+		if err != nil {
+			return nil, fmt.Errorf("%w: aggregate: %v", ErrConfig, err)
+		}
+		for _, g := range groups {
+			log.Info("aggregate: data sources that are schemas of one database share one pool", "data_sources", strings.Join(g, ","))
+		}
+		if len(groups) == 0 {
+			log.Warn("aggregate: no two data sources are schemas of one database (a --shard DSN with search_path=NAME); nothing merged")
+		}
+		cfg.Rules = merged
 	}
 	s := &Server{cfg: cfg, log: log}
 	for _, ds := range cfg.Rules.DataSources() {

@@ -35,8 +35,11 @@ func (k Kind) String() string {
 }
 
 // Node is one physical table: a data source (by index) and the table's name there.
+// Schema is set when several shards are schemas of one data source (see
+// Compiled.MergeSchemas): the table is then Schema.Table, and statements name it so.
 type Node struct {
 	DataSource int
+	Schema     string
 	Table      string
 }
 
@@ -50,6 +53,12 @@ type Compiled struct {
 	broadcast map[string]bool
 	cache     sync.Map // logical name -> *TableRule
 	bindingOf map[*tableSpec]int
+
+	// sources are the data sources connections are made to; place maps a data source
+	// of the rules to one of them and, when merged, to its schema there (nil: the
+	// identity, sources are the rules' data sources).
+	sources []DataSource
+	place   []SchemaMerge
 }
 
 // tableSpec is a Table rule after validation.
@@ -178,7 +187,63 @@ func Compile(r Rules) (*Compiled, error) {
 	if len(errs) > 0 {
 		return nil, &invalidError{errs: errs}
 	}
+	c.sources = r.DataSources
 	return c, nil
+}
+
+// SchemaMerge places a data source of the rules inside another: as schema Schema of
+// data source Into (an index into the rules' data sources). Into equal to the data
+// source's own index and Schema "" leaves it alone.
+type SchemaMerge struct {
+	Into   int
+	Schema string
+}
+
+// MergeSchemas returns rules in which data sources that are schemas of one database
+// are one data source: merge[i] says where data source i goes. The shards of a sharded
+// table keep their order and become schema-qualified tables (Node.Schema) of the data
+// source they were merged into, so that one connection reaches all of them and a
+// transaction over several of them is one transaction. Broadcast and default tables
+// are not qualified: they are the merged data source's own (found on its search_path),
+// one copy per database. The merged data sources keep the DSN of their Into, in order.
+func (c *Compiled) MergeSchemas(merge []SchemaMerge) (*Compiled, error) {
+	if len(merge) != len(c.rules.DataSources) {
+		return nil, fmt.Errorf("%w: MergeSchemas wants one entry per data source (%d), got %d", ErrInvalid, len(c.rules.DataSources), len(merge))
+	}
+	n := &Compiled{rules: c.rules, exact: c.exact, patterns: c.patterns, broadcast: c.broadcast, bindingOf: c.bindingOf}
+	newIndex := map[int]int{}
+	for i, m := range merge {
+		if m.Into < 0 || m.Into >= len(merge) || merge[m.Into].Into != m.Into {
+			return nil, fmt.Errorf("%w: data source %d is merged into %d, which is not kept", ErrInvalid, i, m.Into)
+		}
+		if m.Into == i {
+			newIndex[i] = len(n.sources)
+			n.sources = append(n.sources, c.rules.DataSources[i])
+		}
+	}
+	seen := map[SchemaMerge]int{}
+	for i, m := range merge {
+		p := SchemaMerge{Into: newIndex[m.Into], Schema: m.Schema}
+		if m.Schema != "" {
+			if prev, dup := seen[p]; dup {
+				return nil, fmt.Errorf("%w: data sources %d and %d are the same schema %q", ErrInvalid, prev, i, m.Schema)
+			}
+			seen[p] = i
+		}
+		n.place = append(n.place, p)
+	}
+	n.defaultDS = n.place[c.defaultDS].Into
+	return n, nil
+}
+
+// node places physical table name of data source d (an index of the rules' data
+// sources).
+func (c *Compiled) node(d int, name string) Node {
+	if c.place == nil {
+		return Node{DataSource: d, Table: name}
+	}
+	p := c.place[d]
+	return Node{DataSource: p.Into, Schema: p.Schema, Table: name}
 }
 
 // invalidError lists every problem Compile found; it matches ErrInvalid.
@@ -348,10 +413,11 @@ func (c *Compiled) matchPattern(name string) *tableSpec {
 }
 
 // DataSources returns the data sources, in order; index i is data source i of every Node.
-func (c *Compiled) DataSources() []DataSource { return slices.Clone(c.rules.DataSources) }
+// After MergeSchemas they are the merged ones.
+func (c *Compiled) DataSources() []DataSource { return slices.Clone(c.sources) }
 
 // NumDataSources returns the number of data sources.
-func (c *Compiled) NumDataSources() int { return len(c.rules.DataSources) }
+func (c *Compiled) NumDataSources() int { return len(c.sources) }
 
 // DefaultDataSource returns the index of the data source that holds unruled tables.
 func (c *Compiled) DefaultDataSource() int { return c.defaultDS }
@@ -373,7 +439,7 @@ func (c *Compiled) Lookup(name string) *TableRule {
 func (c *Compiled) build(name string) *TableRule {
 	if c.broadcast[name] {
 		r := &TableRule{Name: name, Kind: KindBroadcast, Binding: -1}
-		for d := range c.rules.DataSources {
+		for d := range c.sources {
 			r.Nodes = append(r.Nodes, Node{DataSource: d, Table: name})
 		}
 		return r
@@ -395,7 +461,7 @@ func (c *Compiled) build(name string) *TableRule {
 			if spec.perDS > 1 {
 				phys = name + "_" + strconv.Itoa(t)
 			}
-			r.Nodes = append(r.Nodes, Node{DataSource: d, Table: phys})
+			r.Nodes = append(r.Nodes, c.node(d, phys))
 		}
 	}
 	return r

@@ -39,7 +39,7 @@ func TestLookupPlacesTables(t *testing.T) {
 	if o.Kind != rules.KindSharded || o.ShardCount() != 4 {
 		t.Fatalf("t_order: kind %v, %d shards", o.Kind, o.ShardCount())
 	}
-	want := []rules.Node{{0, "t_order_0"}, {0, "t_order_1"}, {1, "t_order_0"}, {1, "t_order_1"}}
+	want := []rules.Node{{0, "", "t_order_0"}, {0, "", "t_order_1"}, {1, "", "t_order_0"}, {1, "", "t_order_1"}}
 	if !slices.Equal(o.Nodes, want) {
 		t.Errorf("t_order nodes %v, want %v", o.Nodes, want)
 	}
@@ -49,7 +49,7 @@ func TestLookupPlacesTables(t *testing.T) {
 	if b := c.Lookup("t_config"); b.Kind != rules.KindBroadcast || len(b.Nodes) != 2 {
 		t.Errorf("t_config: %v %v", b.Kind, b.Nodes)
 	}
-	if d := c.Lookup("t_user"); d.Kind != rules.KindDefault || !slices.Equal(d.Nodes, []rules.Node{{0, "t_user"}}) {
+	if d := c.Lookup("t_user"); d.Kind != rules.KindDefault || !slices.Equal(d.Nodes, []rules.Node{{0, "", "t_user"}}) {
 		t.Errorf("t_user: %v %v", d.Kind, d.Nodes)
 	}
 }
@@ -319,5 +319,56 @@ func TestFileErrorsNameLineAndField(t *testing.T) {
 				t.Errorf("error %q does not contain %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestMergeSchemas(t *testing.T) {
+	c, err := rules.Compile(rules.Rules{
+		DataSources: []rules.DataSource{{Name: "ds_0", DSN: "a0"}, {Name: "ds_1", DSN: "a1"}, {Name: "ds_2", DSN: "b"}, {Name: "ds_3", DSN: "a3"}},
+		Tables:      []rules.Table{{Name: "sbtest*", Strategy: rules.Strategy{Column: "id"}}},
+		Broadcast:   []string{"dict"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ds_0, ds_1 and ds_3 are schemas s0, s1, s3 of one database; ds_2 stays alone.
+	m, err := c.MergeSchemas([]rules.SchemaMerge{{0, "s0"}, {0, "s1"}, {2, ""}, {0, "s3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.NumDataSources() != 2 || m.DataSources()[0].DSN != "a0" || m.DataSources()[1].DSN != "b" {
+		t.Fatalf("merged data sources %v", m.DataSources())
+	}
+	want := []rules.Node{{0, "s0", "sbtest1"}, {0, "s1", "sbtest1"}, {1, "", "sbtest1"}, {0, "s3", "sbtest1"}}
+	if got := m.Lookup("sbtest1").Nodes; !slices.Equal(got, want) {
+		t.Errorf("sbtest1 nodes %v, want %v", got, want)
+	}
+	// The shard a key maps to does not change.
+	for k := int64(0); k < 100; k++ {
+		key := map[string]rules.Key{"id": rules.IntKey(k)}
+		types := map[string]rules.KeyType{"id": rules.TypeInt4}
+		a, err1 := c.Lookup("sbtest1").ShardsFor(key, types)
+		b, err2 := m.Lookup("sbtest1").ShardsFor(key, types)
+		if err1 != nil || err2 != nil || !slices.Equal(a, b) {
+			t.Fatalf("key %d: shards %v and %v (%v, %v)", k, a, b, err1, err2)
+		}
+	}
+	if got := m.Lookup("dict").Nodes; len(got) != 2 || got[0].Schema != "" {
+		t.Errorf("broadcast nodes %v: one unqualified copy per merged data source", got)
+	}
+	if got := m.Lookup("other").Nodes; !slices.Equal(got, []rules.Node{{0, "", "other"}}) {
+		t.Errorf("default table nodes %v", got)
+	}
+	if c.NumDataSources() != 4 || c.Lookup("sbtest1").Nodes[1] != (rules.Node{1, "", "sbtest1"}) {
+		t.Error("MergeSchemas changed the rules it was called on")
+	}
+	for _, bad := range [][]rules.SchemaMerge{
+		{{0, "s0"}, {1, "s1"}, {2, ""}},            // too short
+		{{1, "s0"}, {0, "s1"}, {2, ""}, {0, "s3"}}, // into a data source that is merged itself
+		{{0, "s0"}, {0, "s0"}, {2, ""}, {3, ""}},   // one schema twice
+	} {
+		if _, err := c.MergeSchemas(bad); !errors.Is(err, rules.ErrInvalid) {
+			t.Errorf("MergeSchemas(%v): %v, want ErrInvalid", bad, err)
+		}
 	}
 }

@@ -98,7 +98,7 @@ func (c *Catalog) KeyType(ctx context.Context, t *rules.TableRule, column string
 		`SELECT c.oid::text, format_type(a.atttypid, NULL)
 		   FROM (SELECT to_regclass($1) AS oid) c
 		   LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped`,
-		pgx.Identifier{node.Table}.Sanitize(), column)
+		nodeName(node), column)
 	if err != nil {
 		return "", err
 	}
@@ -130,7 +130,7 @@ func (c *Catalog) Columns(ctx context.Context, t *rules.TableRule) ([]string, er
 	rows, err := c.query(ctx, node.DataSource,
 		`SELECT a.attname FROM pg_catalog.pg_attribute a
 		  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
-		pgx.Identifier{node.Table}.Sanitize())
+		nodeName(node))
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +214,7 @@ func (c *Catalog) TextOrder(ctx context.Context, ds int, tables []string) (byteO
 			var names []string
 			for _, n := range c.rules.Lookup(t).Nodes {
 				if n.DataSource == ds {
-					names = append(names, pgx.Identifier{n.Table}.Sanitize())
+					names = append(names, nodeName(n))
 				}
 			}
 			ans = orderAnswer{byteOrder: true}
@@ -268,4 +268,12 @@ func quoteArray(items []string) []string {
 		out[i] = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
 	}
 	return out
+}
+
+// nodeName names a physical table for to_regclass, schema-qualified when it has one.
+func nodeName(n rules.Node) string {
+	if n.Schema != "" {
+		return pgx.Identifier{n.Schema, n.Table}.Sanitize()
+	}
+	return pgx.Identifier{n.Table}.Sanitize()
 }

@@ -222,12 +222,12 @@ func (pl *Plan) names(place placement) func(int) string {
 			for _, p := range place {
 				for _, gr := range p.g.refs {
 					if gr == r {
-						return r.rule.Nodes[p.node].Table
+						return nodeSQL(r.rule.Nodes[p.node])
 					}
 				}
 			}
 		}
-		return r.name
+		return quoteIdent(r.name)
 	}
 }
 

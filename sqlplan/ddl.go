@@ -136,20 +136,33 @@ func (a *analyzer) addRefNoCatalog(rv *pg.RangeVar) (*tableRef, error) {
 	return r, nil
 }
 
-// perNode sends the statement once per physical table of ref: renamed when the
-// physical name differs, on the data source that holds it. A broadcast table gets it on
-// every data source; a default table on the default one.
-func (a *analyzer) perNode(stmt *pg.Node, ref *tableRef, rename func(phys string, node int)) error {
+// perNode sends the statement once per physical table of ref: renamed (rv, the
+// statement's reference to the table, names the physical table, qualified with its
+// schema when shards are schemas of one data source) when the physical name differs,
+// on the data source that holds it. A broadcast table gets it on every data source; a
+// default table on the default one. also, when given, renames what else the physical
+// table needs (node -1: back to the logical name).
+func (a *analyzer) perNode(stmt *pg.Node, ref *tableRef, rv *pg.RangeVar, also func(phys string, node int)) error {
 	for i, n := range ref.rule.Nodes {
 		sql := a.sql
-		if n.Table != ref.name {
-			rename(n.Table, i)
+		if n.Table != ref.name || n.Schema != "" {
+			relname, schema := rv.Relname, rv.Schemaname
+			rv.Relname = n.Table
+			if n.Schema != "" {
+				rv.Schemaname = n.Schema
+			}
+			if also != nil {
+				also(n.Table, i)
+			}
 			s, err := a.deparse(stmt)
+			rv.Relname, rv.Schemaname = relname, schema
+			if also != nil {
+				also(ref.name, -1)
+			}
 			if err != nil {
 				return err
 			}
 			sql = s
-			rename(ref.name, -1)
 		}
 		shard := -1
 		if ref.sharded() {
@@ -214,7 +227,7 @@ func (a *analyzer) createTable(stmt *pg.Node, c *pg.CreateStmt) error {
 			}
 		}
 	}
-	return a.perNode(stmt, ref, func(phys string, _ int) { c.Relation.Relname = phys })
+	return a.perNode(stmt, ref, c.Relation, nil)
 }
 
 func (a *analyzer) createIndex(stmt *pg.Node, ix *pg.IndexStmt) error {
@@ -234,8 +247,7 @@ func (a *analyzer) createIndex(stmt *pg.Node, ix *pg.IndexStmt) error {
 		}
 	}
 	name := ix.Idxname
-	return a.perNode(stmt, ref, func(phys string, node int) {
-		ix.Relation.Relname = phys
+	return a.perNode(stmt, ref, ix.Relation, func(phys string, node int) {
 		// Index names are per schema: two physical tables in one database need two.
 		if name != "" && node >= 0 {
 			ix.Idxname = name + strings.TrimPrefix(phys, ref.name)
@@ -293,7 +305,7 @@ func (a *analyzer) alterTable(stmt *pg.Node, at *pg.AlterTableStmt) error {
 			}
 		}
 	}
-	return a.perNode(stmt, ref, func(phys string, _ int) { at.Relation.Relname = phys })
+	return a.perNode(stmt, ref, at.Relation, nil)
 }
 
 func (a *analyzer) rename(stmt *pg.Node, rn *pg.RenameStmt) error {
@@ -315,7 +327,7 @@ func (a *analyzer) rename(stmt *pg.Node, rn *pg.RenameStmt) error {
 			}
 		}
 	}
-	return a.perNode(stmt, ref, func(phys string, _ int) { rn.Relation.Relname = phys })
+	return a.perNode(stmt, ref, rn.Relation, nil)
 }
 
 // drop handles DROP TABLE (each data source drops the physical tables it holds) and
@@ -337,7 +349,10 @@ func (a *analyzer) drop(stmt *pg.Node, d *pg.DropStmt) error {
 		a.plan.Tables = appendUnique(a.plan.Tables, name)
 		for _, n := range rule.Nodes {
 			var items []*pg.Node
-			if schema != "" {
+			switch {
+			case n.Schema != "":
+				items = append(items, pg.MakeStrNode(n.Schema))
+			case schema != "":
 				items = append(items, pg.MakeStrNode(schema))
 			}
 			items = append(items, pg.MakeStrNode(n.Table))
@@ -374,7 +389,7 @@ func (a *analyzer) perDataSource(stmt *pg.Node, rels []*pg.Node, _ string) error
 		a.plan.Tables = appendUnique(a.plan.Tables, rv.Relname)
 		for _, n := range rule.Nodes {
 			c := cloneNode(r)
-			c.GetRangeVar().Relname = n.Table
+			setNode(c.GetRangeVar(), n)
 			perDS[n.DataSource] = append(perDS[n.DataSource], c)
 		}
 	}
@@ -390,7 +405,7 @@ func (a *analyzer) perDataSourceVacuum(stmt *pg.Node, v *pg.VacuumStmt) error {
 		a.plan.Tables = appendUnique(a.plan.Tables, vr.Relation.Relname)
 		for _, n := range rule.Nodes {
 			c := cloneNode(r)
-			c.GetVacuumRelation().Relation.Relname = n.Table
+			setNode(c.GetVacuumRelation().Relation, n)
 			perDS[n.DataSource] = append(perDS[n.DataSource], c)
 		}
 	}
@@ -442,7 +457,7 @@ func (a *analyzer) analyzeLock(l *pg.LockStmt) error {
 		rule := a.p.rules.Lookup(rv.Relname)
 		for _, n := range rule.Nodes {
 			c := cloneNode(r)
-			c.GetRangeVar().Relname = n.Table
+			setNode(c.GetRangeVar(), n)
 			perDS[n.DataSource] = append(perDS[n.DataSource], c)
 		}
 	}
@@ -503,14 +518,15 @@ func (a *analyzer) analyzeCopy(c *pg.CopyStmt) error {
 	name := c.Relation.Relname
 	for _, n := range spec.Table.Nodes {
 		sql := a.sql
-		if n.Table != name {
-			c.Relation.Relname = n.Table
+		if n.Table != name || n.Schema != "" {
+			relname, schema := c.Relation.Relname, c.Relation.Schemaname
+			setNode(c.Relation, n)
 			s, err := a.deparse(stmt)
+			c.Relation.Relname, c.Relation.Schemaname = relname, schema
 			if err != nil {
 				return err
 			}
 			sql = s
-			c.Relation.Relname = name
 		}
 		spec.SQL = append(spec.SQL, sql)
 	}
@@ -543,4 +559,12 @@ func defElemValue(de *pg.DefElem) string {
 		return strings.Join(parts, ",")
 	}
 	return ""
+}
+
+// setNode makes a (cloned) table reference name physical table n.
+func setNode(rv *pg.RangeVar, n rules.Node) {
+	rv.Relname = n.Table
+	if n.Schema != "" {
+		rv.Schemaname = n.Schema
+	}
 }

@@ -379,9 +379,9 @@ func (pl *Plan) bindInsert(b *Bound, v *values) error {
 	names := func(n int) func(int) string {
 		return func(ref int) string {
 			if ref == target.index {
-				return target.rule.Nodes[n].Table
+				return nodeSQL(target.rule.Nodes[n])
 			}
-			return pl.refs[ref].name
+			return quoteIdent(pl.refs[ref].name)
 		}
 	}
 	for _, n := range order {
@@ -415,7 +415,7 @@ func (pl *Plan) bindInsert(b *Bound, v *values) error {
 // needsRenameAt reports whether some table has another physical name on shard n.
 func (pl *Plan) needsRenameAt(n int) bool {
 	for _, r := range pl.refs {
-		if r.sharded() && r.rule.Nodes[n].Table != r.name {
+		if nd := r.rule.Nodes[n]; r.sharded() && (nd.Table != r.name || nd.Schema != "") {
 			return true
 		}
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/shardlab/shardlab/rules"
 )
 
 // A template is rewritten SQL with holes: the physical name of each table reference,
@@ -61,6 +63,9 @@ func (a *analyzer) markTables() {
 			rv.Alias = &pg.Alias{Aliasname: rv.Relname}
 		}
 		rv.Relname = markerPrefix + strconv.Itoa(r.index)
+		if r.rule.Nodes[0].Schema != "" {
+			rv.Schemaname = "" // the marker becomes a schema-qualified name
+		}
 	}
 }
 
@@ -87,7 +92,7 @@ func (a *analyzer) qualifiers() map[string]bool {
 // renamed reports whether a reference has another physical name on some shard.
 func renamed(r *tableRef) bool {
 	for _, n := range r.rule.Nodes {
-		if n.Table != r.name {
+		if n.Table != r.name || n.Schema != "" {
 			return true
 		}
 	}
@@ -98,10 +103,8 @@ func renamed(r *tableRef) bool {
 // name on some target, so that the client's text cannot be sent as it is.
 func (a *analyzer) needsRename() bool {
 	for _, r := range a.plan.refs {
-		for _, n := range r.rule.Nodes {
-			if n.Table != r.name {
-				return true
-			}
+		if renamed(r) {
+			return true
 		}
 	}
 	return false
@@ -175,9 +178,9 @@ func (a *analyzer) cut(text string) *template {
 
 // renderer fills a template's holes for one target.
 type renderer struct {
-	sql     string    // the client's text, for literals
-	lits    []Literal // the client's literals
-	table   func(ref int) string
+	sql     string               // the client's text, for literals
+	lits    []Literal            // the client's literals
+	table   func(ref int) string // the reference's name as SQL (quoted, qualified)
 	slot    func(n int) string
 	params  []int // collected: target parameter i+1 is client parameter params[i]
 	renumOf map[int]int
@@ -192,7 +195,7 @@ func (r *renderer) render(t *template) string {
 		case segText:
 			b.WriteString(s.text)
 		case segTable:
-			b.WriteString(quoteIdent(r.table(s.n)))
+			b.WriteString(r.table(s.n))
 		case segLiteral:
 			l := r.lits[s.n-1]
 			b.WriteString(r.sql[l.Start:l.End])
@@ -218,6 +221,15 @@ func (r *renderer) render(t *template) string {
 		}
 	}
 	return b.String()
+}
+
+// nodeSQL names a physical table in SQL: quoted when needed, and qualified with its
+// schema when shards are schemas of one data source.
+func nodeSQL(n rules.Node) string {
+	if n.Schema != "" {
+		return quoteIdent(n.Schema) + "." + quoteIdent(n.Table)
+	}
+	return quoteIdent(n.Table)
 }
 
 // quoteIdent quotes a physical table name unless it is a plain lower-case identifier

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -60,6 +61,7 @@ type options struct {
 	adminDatabase, metricsListen       string
 	users, tlsCert, tlsKey, logLevel   string
 	twoPhase, aggregate                bool
+	cpuProfile                         string
 }
 
 type list []string
@@ -100,7 +102,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics on http://ADDR/metrics (pool connections in use, idle, waiting; clients)")
 	fs.StringVar(&o.addrFile, "addr-file", "", "write the address actually listened on to this file")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&o.aggregate, "aggregate", false, "share one pool among shards that are schemas of one database (not implemented yet)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file at shutdown (go tool pprof)")
+	fs.BoolVar(&o.aggregate, "aggregate", false, "shards that are schemas of one database (--shard DSNs differing only in search_path=NAME) share one pool of --pool-size connections, and a transaction over several of them one connection")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -114,8 +117,6 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	switch {
 	case o.database == "":
 		return nil, fmt.Errorf("%w: --database is required (the name clients connect to)", ErrUsage)
-	case o.aggregate:
-		return nil, fmt.Errorf("%w: --aggregate is not implemented yet", ErrUsage)
 	case o.config != "" && (len(o.shards) > 0 || len(o.sharded) > 0 || len(o.broadcast) > 0):
 		return nil, fmt.Errorf("%w: --config names the shards and tables itself; do not combine it with --shard, --sharded or --broadcast", ErrUsage)
 	case o.config == "" && len(o.shards) == 0:
@@ -190,7 +191,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg := proxy.Config{
-		Rules: rs, Database: o.database, MaxClients: o.maxClients, MaxMessage: o.maxMessage, TwoPhase: o.twoPhase,
+		Rules: rs, Database: o.database, MaxClients: o.maxClients, MaxMessage: o.maxMessage, TwoPhase: o.twoPhase, Aggregate: o.aggregate,
 		LockWaitTimeout: o.lockWaitTimeout, DeadlockInterval: deadlockInterval(o.deadlockInterval), StatsInterval: o.statsInterval, AdminDatabase: o.adminDatabase,
 		Pool:   backend.Options{Size: o.poolSize, CheckoutTimeout: o.checkoutTimeout, ConnectTimeout: o.connectTimeout},
 		Logger: log,
@@ -209,6 +210,20 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%w: --tls-cert/--tls-key: %v", ErrUsage, err)
 		}
 		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
 	}
 	for _, ds := range rs.DataSources() {
 		log.Info("data source", "name", ds.Name, "dsn", postgres.RedactDSN(ds.DSN))

@@ -51,7 +51,6 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--database", "app", shard, "--config", badRules}, "do not combine it"},
 		{[]string{"--database", "app", "--config", badRules}, "--config"},
 		{[]string{"--database", "app", shard, "--users", badUsers}, "--users"},
-		{[]string{"--database", "app", shard, "--aggregate"}, "not implemented"},
 		{[]string{"--database", "app", shard, "--log-level", "loud"}, "--log-level"},
 		{[]string{"--database", "app", shard, "extra"}, "unexpected argument"},
 		{[]string{"--database", "app", shard, "--admin-database", "app"}, "--admin-database must differ"},

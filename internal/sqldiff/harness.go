@@ -3,6 +3,7 @@ package sqldiff
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"testing"
 	"time"
 
@@ -44,8 +45,12 @@ func NewEnv(t *testing.T, layout Layout, options string) *Env {
 	}
 	env := &Env{Layout: layout}
 	refDSN := newDB("diff_ref")
-	for i := range layout.DataSources {
-		env.DSNs = append(env.DSNs, newDB(fmt.Sprintf("diff_%s_%d", layout.Name, i)))
+	if layout.Schemas {
+		env.DSNs = schemaDSNs(t, newDB("diff_"+layout.Name), layout.DataSources)
+	} else {
+		for i := range layout.DataSources {
+			env.DSNs = append(env.DSNs, newDB(fmt.Sprintf("diff_%s_%d", layout.Name, i)))
+		}
 	}
 	c, err := rules.Compile(layout.Rules(env.DSNs))
 	if err != nil {
@@ -104,7 +109,7 @@ func (e *Env) CheckPlacement(t *testing.T) {
 				types[col] = rules.TypeInt4
 			}
 			for n, node := range rule.Nodes {
-				rows, err := conns[node.DataSource].Query(ctx, fmt.Sprintf("SELECT %s::text FROM %s", col, pgx.Identifier{node.Table}.Sanitize()))
+				rows, err := conns[node.DataSource].Query(ctx, fmt.Sprintf("SELECT %s::text FROM %s", col, nodeName(node)))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -124,7 +129,7 @@ func (e *Env) CheckPlacement(t *testing.T) {
 			var first string
 			for _, node := range rule.Nodes {
 				var s string
-				q := fmt.Sprintf("SELECT coalesce(string_agg(t::text, '|' ORDER BY t::text COLLATE \"C\"), '') FROM %s t", node.Table)
+				q := fmt.Sprintf("SELECT coalesce(string_agg(t::text, '|' ORDER BY t::text COLLATE \"C\"), '') FROM %s t", nodeName(node))
 				if err := conns[node.DataSource].QueryRow(ctx, q).Scan(&s); err != nil {
 					t.Fatal(err)
 				}
@@ -152,6 +157,9 @@ func (e *Env) RunReads(t *testing.T, sharded Runner, queries []Query) Outcome {
 	var out Outcome
 	for i, q := range queries {
 		label := fmt.Sprintf("%s query %d", e.Layout.Name, i)
+		if q.OtherDatabase && e.Layout.Schemas {
+			q.Refused, q.MayRefuse = false, true
+		}
 		refused := false
 		modes := e.Modes
 		if modes == nil {
@@ -210,5 +218,42 @@ func (e *Env) RunWrites(t *testing.T, sharded Runner) Outcome {
 		Compare(ctx, t, e.Layout.Name+" after writes", q, e.Ref, sharded, "binary", true)
 	}
 	e.CheckPlacement(t)
+	return out
+}
+
+// nodeName names a physical table in SQL, schema-qualified when it has a schema.
+func nodeName(n rules.Node) string {
+	if n.Schema != "" {
+		return pgx.Identifier{n.Schema, n.Table}.Sanitize()
+	}
+	return pgx.Identifier{n.Table}.Sanitize()
+}
+
+// schemaDSNs creates schemas s0, s1 ... in the database at dsn and returns a DSN for
+// each: dsn with search_path set to it.
+func schemaDSNs(t *testing.T, dsn string, n int) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i := range n {
+		schema := fmt.Sprintf("s%d", i)
+		if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("search_path", schema)
+		u.RawQuery = q.Encode()
+		out = append(out, u.String())
+	}
 	return out
 }

@@ -127,6 +127,10 @@ type Query struct {
 	// MayRefuse: an exact answer or a 0A000 refusal are both right (whether it spans
 	// shards depends on the layout).
 	MayRefuse bool
+	// OtherDatabase: refused only because a table of the default data source meets
+	// shards on other databases; where every shard is a schema of one database
+	// (Layout.Schemas) it may be answered, exactly.
+	OtherDatabase bool
 	// TextOrder: the answer depends on text comparison across shards, which a layout
 	// whose collation is not byte order refuses.
 	TextOrder bool
@@ -150,6 +154,9 @@ type Layout struct {
 	DataSources int
 	// ByteOrder is false when the databases' collation does not order text by bytes.
 	ByteOrder bool
+	// Schemas makes the data sources schemas s0, s1 ... of one database (DSNs with
+	// search_path), instead of databases of their own.
+	Schemas bool
 }
 
 // Outcome tallies a run.

@@ -53,6 +53,16 @@ func ICULayout() Layout {
 	return Layout{Name: "3shards-icu", DataSources: 3, ByteOrder: false, Rules: threeShards}
 }
 
+// SchemaLayout is the 3-shard layout's rules over 4 shards that are schemas of one
+// database (the proxy's --aggregate runs them on one pool).
+func SchemaLayout() Layout {
+	return Layout{Name: "4schemas", DataSources: 4, ByteOrder: true, Schemas: true, Rules: func(dsns []string) rules.Rules {
+		r := threeShards(dsns)
+		r.Tables[3].Strategy.Bounds = []int64{100, 200, 300}
+		return r
+	}}
+}
+
 func threeShards(dsns []string) rules.Rules {
 	return rules.Rules{
 		DataSources: dataSources(dsns),
@@ -320,7 +330,7 @@ func Queries() []Query {
 		ref("SELECT DISTINCT ON (user_id) user_id, order_id FROM t_order ORDER BY user_id, order_id"),
 		ref("SELECT user_id, count(*) FROM t_order GROUP BY ROLLUP (user_id)"),
 		ref("SELECT order_id FROM t_order ORDER BY order_id LIMIT 3 + 1"),
-		ref("SELECT r.name FROM t_region r JOIN t_order o ON o.user_id = r.region_id"),
+		{SQL: "SELECT r.name FROM t_region r JOIN t_order o ON o.user_id = r.region_id", Refused: true, OtherDatabase: true},
 		ref("SELECT count(*) FILTER (WHERE qty > 2) FROM t_order"),
 		ref("SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY qty) FROM t_order"),
 		ref("SELECT order_id FROM t_order ORDER BY user_id FETCH FIRST 3 ROWS WITH TIES"),

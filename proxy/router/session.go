@@ -255,7 +255,7 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	if c == nil {
 		var err error
 		if c, err = pool.Acquire(ctx); err != nil {
-			return nil, err
+			return nil, l.poolDeadlock(ds, err)
 		}
 	}
 	if err := c.ApplySettings(ctx, l.s.key, l.s.stmtsSQL); err != nil {
@@ -273,6 +273,33 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	}
 	l.mu.Unlock()
 	return x, nil
+}
+
+// poolDeadlock turns a checkout timeout of a transaction that holds server connections
+// of other data sources into a deadlock (40P01): transactions that each hold one pool's
+// connections and wait for another's can wait on each other with no server seeing it,
+// and only ending one frees the connections (and the locks) the others wait for.
+// Clients retry 40P01; a 53300 would leave the transaction open, holding both.
+func (l *leases) poolDeadlock(ds int, err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "53300" || !l.s.tx.InTransaction() {
+		return err
+	}
+	l.mu.Lock()
+	others := 0
+	for d := range l.held {
+		if d != ds {
+			others++
+		}
+	}
+	l.mu.Unlock()
+	if others == 0 {
+		return err
+	}
+	return &pgconn.PgError{Severity: "ERROR", Code: "40P01", Message: "deadlock detected",
+		Detail: fmt.Sprintf("shardlab: this transaction holds server connections of %d other data sources and waited in vain for one of %s: %s",
+			others, l.s.r.rules.DataSources()[ds].Name, pe.Message),
+		Hint: "Retry the transaction. A larger --pool-size, or --aggregate for shards that are schemas of one database, makes it rarer."}
 }
 
 // conn returns the connection the client holds on data source ds.

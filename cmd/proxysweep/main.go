@@ -1,0 +1,135 @@
+// Command proxysweep runs seed 001's experiment for shard-proxy (see
+// scripts/proxy_sweep.sh, which makes the run directory and records the run) and writes
+// its report.
+//
+//	proxysweep run --out DIR --proxy BIN [flags]
+//	proxysweep report --dir DIR --pool-size N --shards N
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/shardlab/shardlab/internal/proxysweep"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(os.Stderr, "proxysweep:", err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "proxysweep:", err)
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%w: want positive integers separated by commas, got %q", errUsage, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: proxysweep run|report [flags]", errUsage)
+	}
+	switch args[0] {
+	case "run":
+		fs := flag.NewFlagSet("proxysweep run", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		cfg := proxysweep.Config{Progress: stderr}
+		var threads, clients, workloads, modes string
+		fs.StringVar(&cfg.Out, "out", "", "run directory (required)")
+		fs.StringVar(&cfg.ProxyBin, "proxy", "", "shard-proxy binary (required)")
+		fs.StringVar(&cfg.BinDir, "pg-bindir", proxysweep.DefaultBinDir, "PostgreSQL server programs (initdb, pg_ctl)")
+		fs.StringVar(&workloads, "workloads", "oltp_point_select,oltp_write_only,oltp_read_write", "sysbench workloads")
+		fs.StringVar(&threads, "threads", "8,16,32,64,128,256", "sysbench thread counts")
+		fs.IntVar(&cfg.Tables, "tables", 10, "sysbench --tables")
+		fs.IntVar(&cfg.TableSize, "table-size", 100000, "sysbench --table-size")
+		fs.DurationVar(&cfg.Time, "time", 10*time.Second, "length of each client run")
+		fs.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "sysbench load before the measured time (new server connections, statements prepared), ended by a report checkpoint")
+		fs.IntVar(&cfg.Trials, "trials", 3, "interleaved trials")
+		fs.IntVar(&cfg.PoolSize, "pool-size", 20, "shard-proxy --pool-size, and pgbouncer's pool in transaction mode")
+		fs.IntVar(&cfg.Shards, "shards", 4, "schema shards of the sharded database")
+		fs.StringVar(&clients, "pgbench-clients", "8,32", "pgbench client counts (passthrough comparison)")
+		fs.StringVar(&modes, "pgbench-modes", "extended,simple", "pgbench -M modes")
+		fs.IntVar(&cfg.PgbenchScale, "pgbench-scale", 10, "pgbench -i -s")
+		if err := fs.Parse(args[1:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		var err error
+		if cfg.Threads, err = ints(threads); err != nil {
+			return err
+		}
+		if cfg.PgbenchClients, err = ints(clients); err != nil {
+			return err
+		}
+		cfg.Workloads = strings.Split(workloads, ",")
+		cfg.PgbenchModes = strings.Split(modes, ",")
+		if modes == "" {
+			cfg.PgbenchModes = nil
+		}
+		if cfg.Out == "" || cfg.ProxyBin == "" {
+			return fmt.Errorf("%w: --out and --proxy are required", errUsage)
+		}
+		if cfg.Tables < 1 || cfg.TableSize < 1 || cfg.Trials < 1 || cfg.PoolSize < 1 || cfg.Shards < 2 || cfg.Time < time.Second {
+			return fmt.Errorf("%w: --tables, --table-size, --trials, --pool-size must be positive, --shards at least 2, --time at least 1s", errUsage)
+		}
+		cfg.Work, err = os.MkdirTemp("", "shardlab-proxysweep-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(cfg.Work)
+		if err := os.Chmod(cfg.Work, 0o755); err != nil {
+			return err
+		}
+		if err := proxysweep.Run(ctx, cfg); err != nil {
+			return err
+		}
+		return nil
+	case "report":
+		fs := flag.NewFlagSet("proxysweep report", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		var cfg proxysweep.ReportConfig
+		fs.StringVar(&cfg.Dir, "dir", "", "run directory (required)")
+		fs.IntVar(&cfg.PoolSize, "pool-size", 20, "the run's --pool-size")
+		fs.IntVar(&cfg.Shards, "shards", 4, "the run's --shards")
+		if err := fs.Parse(args[1:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		if cfg.Dir == "" {
+			return fmt.Errorf("%w: --dir is required", errUsage)
+		}
+		return proxysweep.WriteReport(cfg)
+	}
+	return fmt.Errorf("%w: unknown subcommand %q (run or report)", errUsage, args[0])
+}
