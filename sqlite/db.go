@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 )
 
@@ -30,19 +31,21 @@ type DB struct {
 	closeErr  error
 }
 
-// uri returns the database/sql name of path for the modernc driver with o's settings.
+// uri returns the database/sql name of path for the mattn/go-sqlite3 driver with o's
+// settings. The driver runs each _name=value parameter as a PRAGMA on every new
+// connection; _txlock=immediate makes every BeginTx a BEGIN IMMEDIATE.
 func uri(path string, o Options, readOnly bool) string {
 	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", o.BusyTimeout.Milliseconds()))
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous("+o.Sync+")")
-	fk := "OFF"
+	q.Set("_busy_timeout", fmt.Sprint(o.BusyTimeout.Milliseconds()))
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", strings.ToUpper(o.Sync))
+	fk := "0"
 	if o.ForeignKeys {
-		fk = "ON"
+		fk = "1"
 	}
-	q.Add("_pragma", "foreign_keys("+fk+")")
+	q.Set("_foreign_keys", fk)
 	if readOnly {
-		q.Add("_pragma", "query_only(1)")
+		q.Set("_query_only", "1")
 	} else {
 		q.Set("_txlock", "immediate")
 	}
@@ -63,7 +66,7 @@ func OpenDB(ctx context.Context, path string, opts Options) (*DB, error) {
 		return nil, err
 	}
 	d := &DB{path: path, opts: o}
-	if d.writer, err = sql.Open("sqlite", uri(path, o, false)); err != nil {
+	if d.writer, err = sql.Open(DriverName, uri(path, o, false)); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	// One connection, never recycled: it is the file's only writer in this process.
@@ -74,7 +77,7 @@ func OpenDB(ctx context.Context, path string, opts Options) (*DB, error) {
 	if err := d.writer.PingContext(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("sqlite: open %s: %w", path, err), d.writer.Close())
 	}
-	if d.reader, err = sql.Open("sqlite", uri(path, o, true)); err != nil {
+	if d.reader, err = sql.Open(DriverName, uri(path, o, true)); err != nil {
 		return nil, errors.Join(fmt.Errorf("sqlite: open %s for reading: %w", path, err), d.writer.Close())
 	}
 	d.reader.SetMaxOpenConns(o.ReadConns)

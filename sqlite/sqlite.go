@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" database/sql driver
 
 	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/shardset"
@@ -37,6 +37,10 @@ const (
 	// corrupt the file. It is for throwaway benchmarks only.
 	SyncOff = "off"
 )
+
+// DriverName is the database/sql driver shardlab opens SQLite with: mattn/go-sqlite3, the
+// SQLite C library through cgo (internal/sqlitedrivers measures why).
+const DriverName = "sqlite3"
 
 // ErrBadOptions is wrapped by errors about invalid Options.
 var ErrBadOptions = errors.New("sqlite: invalid options")
@@ -247,7 +251,7 @@ func OpenShards(ctx context.Context, dir string, n int, opts Options) ([]*Store,
 
 // Version returns the SQLite library version, e.g. "3.50.4".
 func Version(ctx context.Context) (string, error) {
-	db, err := sql.Open("sqlite", ":memory:")
+	db, err := sql.Open(DriverName, ":memory:")
 	if err != nil {
 		return "", err
 	}

@@ -261,7 +261,7 @@ func TestPragmas(t *testing.T) {
 	if err := st.Put(ctx, "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", "file:"+st.Path())
+	db, err := sql.Open(sqlite.DriverName, "file:"+st.Path())
 	if err != nil {
 		t.Fatal(err)
 	}

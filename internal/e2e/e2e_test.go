@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	_ "modernc.org/sqlite"
-
 	"github.com/shardlab/shardlab/loadgen"
 	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/sqlite"
@@ -236,7 +234,7 @@ func checkShardFiles(t *testing.T, dataDir string, router routing.Router, acks *
 	t.Helper()
 	dbs := make([]*sql.DB, router.Shards())
 	for i := range dbs {
-		db, err := sql.Open("sqlite", "file:"+sqlite.ShardFile(dataDir, i)+"?mode=ro")
+		db, err := sql.Open(sqlite.DriverName, "file:"+sqlite.ShardFile(dataDir, i)+"?mode=ro")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,7 +355,7 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 func checkShardFilesPlacement(t *testing.T, dataDir string, router routing.Router, acks *ackLog) {
 	t.Helper()
 	for i := range router.Shards() {
-		db, err := sql.Open("sqlite", "file:"+sqlite.ShardFile(dataDir, i)+"?mode=ro")
+		db, err := sql.Open(sqlite.DriverName, "file:"+sqlite.ShardFile(dataDir, i)+"?mode=ro")
 		if err != nil {
 			t.Fatal(err)
 		}
