@@ -281,12 +281,16 @@ func (s *Shards) Config() Config { return s.cfg }
 // OpenCounter opens the hot-row counter store that goes with the set, with the set's own
 // settings: CounterFile in the data directory with Config.SQLite (its sync mode
 // included), or shard 0's PostgreSQL database through a pool made with
-// Config.Postgres (its pool size included). The caller closes it.
+// Config.Postgres (its pool size included). The caller closes it. The record shards'
+// variants (group commit, the rollback journal, one connection) do not apply to it: the
+// counter store keeps its own design.
 func (s *Shards) OpenCounter(ctx context.Context, opts counters.Options) (counters.Counter, error) {
 	if s.cfg.Backend == BackendPostgres {
 		return counters.OpenPostgres(ctx, s.dsns[0], opts, s.cfg.Postgres)
 	}
-	return counters.OpenSQLite(ctx, filepath.Join(s.cfg.Dir, CounterFile), opts, s.cfg.SQLite)
+	so := s.cfg.SQLite
+	so.GroupCommit, so.OneConn, so.Journal = false, false, sqlite.JournalWAL
+	return counters.OpenSQLite(ctx, filepath.Join(s.cfg.Dir, CounterFile), opts, so)
 }
 
 // Close closes every shard and returns the first error; a second call returns nil.
