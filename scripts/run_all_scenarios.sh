@@ -64,23 +64,6 @@ done
 [[ $warmup =~ ^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$ || $warmup == 0 ]] || { echo "run_all_scenarios.sh: --warmup must be a duration such as 2s, got '$warmup'" >&2; exit 2; }
 if ((quick)); then trials=1 warmup=0.3s; fi
 
-# server_flags turns a scenario's server column (- or a comma list such as
-# sync=full,group-commit) into run_scenario.sh options, one a line; it fails on an unknown one.
-server_flags() {
-	[[ $1 == - ]] && return 0
-	local o
-	IFS=, read -r -a opts <<<"$1"
-	for o in "${opts[@]}"; do
-		case $o in
-		sync=normal | sync=full) printf '%s\n' --sync "${o#sync=}" ;;
-		journal=wal | journal=delete) printf '%s\n' --journal "${o#journal=}" ;;
-		group-commit) printf '%s\n' --group-commit ;;
-		one-conn) printf '%s\n' --one-conn ;;
-		*) return 1 ;;
-		esac
-	done
-}
-
 # Parse and check the scenario file before running anything.
 names=() lines=()
 lineno=0
