@@ -87,8 +87,9 @@ type Shards struct {
 	// Config.Postgres.Lazy; their layout is checked by nobody until a restart.
 	Down shardset.Errors
 
-	cfg  Config   // defaults filled in
-	dsns []string // the PostgreSQL shards' DSNs, after Create
+	cfg    Config          // defaults filled in
+	dsns   []string        // the PostgreSQL shards' DSNs, after Create
+	stores []*sqlite.Store // the SQLite shards
 }
 
 // Open opens the shard set cfg describes and checks that every shard was made for this
@@ -192,6 +193,7 @@ func (s *Shards) openSQLite(ctx context.Context) ([]shardset.Backend, error) {
 		return nil, err
 	}
 	s.PoolSize = c.SQLite.ReadConns
+	s.stores = stores
 	backends := make([]shardset.Backend, len(stores))
 	for i, st := range stores {
 		backends[i] = st
@@ -291,6 +293,16 @@ func (s *Shards) OpenCounter(ctx context.Context, opts counters.Options) (counte
 	so := s.cfg.SQLite
 	so.GroupCommit, so.OneConn, so.Journal = false, false, sqlite.JournalWAL
 	return counters.OpenSQLite(ctx, filepath.Join(s.cfg.Dir, CounterFile), opts, so)
+}
+
+// CommitStats adds up, over the SQLite shards with group commit, the transactions
+// committed and the writes they held; zeros otherwise.
+func (s *Shards) CommitStats() (commits, writes int64) {
+	for _, st := range s.stores {
+		c, w := st.CommitStats()
+		commits, writes = commits+c, writes+w
+	}
+	return commits, writes
 }
 
 // Close closes every shard and returns the first error; a second call returns nil.

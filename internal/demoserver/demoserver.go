@@ -277,6 +277,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := set.Close(); err != nil {
 		return fmt.Errorf("close shards: %w", err)
 	}
+	if commits, writes := shards.CommitStats(); c.groupCommit && commits > 0 {
+		fmt.Fprintf(stdout, "demo-server: group commit: %d writes in %d commits, %.1f writes per commit\n", writes, commits, float64(writes)/float64(commits))
+	}
 	if err := cfg.Counter.Close(); err != nil {
 		return fmt.Errorf("close counter store: %w", err)
 	}
