@@ -89,9 +89,11 @@ func (a *Analysis) readLesson() (Lesson, bool) {
 		s.WriteString(lessonHeldPrefix + " on the baseline itself: this machine has spare capacity that one database file did not use.")
 	case naiveFaster && wal != nil && (wal.Kind == KindNoDifference || wal.Kind == KindSlower):
 		s.WriteString(lessonPartlyHeldPrefix + " where each shard serializes its accesses**: there, N shards give N queues " +
-			"instead of one, so sharding multiplies throughput. A database that already reads concurrently (WAL and a pool " +
-			"of read connections) gains nothing from shards until the machine, not a lock, is the limit, and on this machine " +
-			"the CPU that the server shares with the load generator is that limit.")
+			"instead of one, and sharding buys throughput in proportion to the time requests spent waiting in that one queue. " +
+			"What makes a queue long is a lock held across the disk (the rollback journal locks the readers out for the " +
+			"whole of each commit), not one connection as such: a read holds it for microseconds. A database that already " +
+			"reads concurrently (WAL and a pool of read connections) gains nothing from shards until the machine, not a " +
+			"lock, is the limit, and on this machine the CPU that the server shares with the load generator is that limit.")
 	case naiveFaster:
 		s.WriteString(lessonPartlyHeldPrefix + " where each shard serializes its accesses**; the baseline's own comparison did not decide.")
 	case isUndecided(wal) || isUndecided(one) || isUndecided(rollback):
