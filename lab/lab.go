@@ -87,8 +87,9 @@ type Shards struct {
 	// Config.Postgres.Lazy; their layout is checked by nobody until a restart.
 	Down shardset.Errors
 
-	cfg  Config   // defaults filled in
-	dsns []string // the PostgreSQL shards' DSNs, after Create
+	cfg    Config          // defaults filled in
+	dsns   []string        // the PostgreSQL shards' DSNs, after Create
+	stores []*sqlite.Store // the SQLite shards
 }
 
 // Open opens the shard set cfg describes and checks that every shard was made for this
@@ -192,6 +193,7 @@ func (s *Shards) openSQLite(ctx context.Context) ([]shardset.Backend, error) {
 		return nil, err
 	}
 	s.PoolSize = c.SQLite.ReadConns
+	s.stores = stores
 	backends := make([]shardset.Backend, len(stores))
 	for i, st := range stores {
 		backends[i] = st
@@ -281,12 +283,26 @@ func (s *Shards) Config() Config { return s.cfg }
 // OpenCounter opens the hot-row counter store that goes with the set, with the set's own
 // settings: CounterFile in the data directory with Config.SQLite (its sync mode
 // included), or shard 0's PostgreSQL database through a pool made with
-// Config.Postgres (its pool size included). The caller closes it.
+// Config.Postgres (its pool size included). The caller closes it. The record shards'
+// variants (group commit, the rollback journal, one connection) do not apply to it: the
+// counter store keeps its own design.
 func (s *Shards) OpenCounter(ctx context.Context, opts counters.Options) (counters.Counter, error) {
 	if s.cfg.Backend == BackendPostgres {
 		return counters.OpenPostgres(ctx, s.dsns[0], opts, s.cfg.Postgres)
 	}
-	return counters.OpenSQLite(ctx, filepath.Join(s.cfg.Dir, CounterFile), opts, s.cfg.SQLite)
+	so := s.cfg.SQLite
+	so.GroupCommit, so.OneConn, so.Journal = false, false, sqlite.JournalWAL
+	return counters.OpenSQLite(ctx, filepath.Join(s.cfg.Dir, CounterFile), opts, so)
+}
+
+// CommitStats adds up, over the SQLite shards with group commit, the transactions
+// committed and the writes they held; zeros otherwise.
+func (s *Shards) CommitStats() (commits, writes int64) {
+	for _, st := range s.stores {
+		c, w := st.CommitStats()
+		commits, writes = commits+c, writes+w
+	}
+	return commits, writes
 }
 
 // Close closes every shard and returns the first error; a second call returns nil.

@@ -296,6 +296,14 @@ func (a *Analysis) WriteMarkdown(w io.Writer, opt MarkdownOptions) error {
 	}
 	p("\n")
 
+	if lessons := a.Lessons(); len(lessons) > 0 {
+		p("## The seed's lessons\n\n")
+		for _, l := range lessons {
+			p("- %s %s\n", l.Claim, l.Verdict)
+		}
+		p("\n")
+	}
+
 	if len(a.Sweeps) > 0 {
 		p("## Scalability (Universal Scalability Law)\n\n")
 		p("X(N) = lambda*N / (1 + sigma*(N-1) + kappa*N*(N-1)), fitted by non-linear least squares to every trial; ")

@@ -75,7 +75,7 @@ run_info_start "$run_dir/run.txt" "$cmdline" "$root"
 	echo "cpu: $(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
 	echo "memory: $(awk '/MemTotal/ { print $2 / 1024 / 1024 " GiB" }' /proc/meminfo)"
 	"$bin" env
-	echo "driver: modernc.org/sqlite $(cd "$root" && go list -m -f '{{.Version}}' modernc.org/sqlite 2>/dev/null || echo unknown)"
+	echo "driver: github.com/mattn/go-sqlite3 $(cd "$root" && go list -m -f '{{.Version}}' github.com/mattn/go-sqlite3 2>/dev/null || echo unknown)"
 	echo "loadavg at start: $(cat /proc/loadavg)"
 	echo "command: $cmdline"
 	# Exactly what ran: the flags above with every value the sweep used.

@@ -145,3 +145,20 @@ run_info_finish() {
 		echo "lab_cpu_s: $lab"
 	} >>"$file"
 }
+
+# server_flags turns a scenario's server column (- or a comma list such as
+# sync=full,group-commit) into run_scenario.sh options, one a line; it fails on an unknown one.
+server_flags() {
+	[[ $1 == - ]] && return 0
+	local o opts
+	IFS=, read -r -a opts <<<"$1"
+	for o in "${opts[@]}"; do
+		case $o in
+		sync=normal | sync=full) printf '%s\n' --sync "${o#sync=}" ;;
+		journal=wal | journal=delete) printf '%s\n' --journal "${o#journal=}" ;;
+		group-commit) printf '%s\n' --group-commit ;;
+		one-conn) printf '%s\n' --one-conn ;;
+		*) return 1 ;;
+		esac
+	done
+}

@@ -70,10 +70,15 @@ lineno=0
 while IFS= read -r line || [[ -n $line ]]; do
 	lineno=$((lineno + 1))
 	[[ $line =~ ^[[:space:]]*(#|$) ]] && continue
-	read -r name ops conc wr keys dist preload shards extra <<<"$line"
+	read -r name ops conc wr keys dist preload shards server extra <<<"$line"
 	if [[ -z ${shards:-} || -n ${extra:-} ]]; then
-		echo "run_all_scenarios.sh: $scenarios:$lineno: want 8 columns (name ops concurrency write_ratio keys dist preload shards)" >&2
+		echo "run_all_scenarios.sh: $scenarios:$lineno: want 8 or 9 columns (name ops concurrency write_ratio keys dist preload shards [server])" >&2
 		exit 2
+	fi
+	server_flags "${server:--}" >/dev/null || { echo "run_all_scenarios.sh: $scenarios:$lineno: server options are - or a comma list of sync=normal|full, group-commit, journal=wal|delete, one-conn; got '$server'" >&2; exit 2; }
+	if [[ $backend != sqlite && ${server:--} != - ]]; then
+		echo "run_all_scenarios.sh: skipping $name: its server options ($server) are SQLite's" >&2
+		continue
 	fi
 	[[ $ops =~ ^[0-9]+$ && $conc =~ ^[0-9]+$ && $keys =~ ^[0-9]+$ ]] || { echo "run_all_scenarios.sh: $scenarios:$lineno: ops, concurrency and keys must be integers" >&2; exit 2; }
 	[[ $wr =~ ^[0-9]+([.][0-9]+)?$ ]] && awk -v w="$wr" 'BEGIN { exit !(w <= 1) }' || { echo "run_all_scenarios.sh: $scenarios:$lineno: write_ratio must be between 0 and 1" >&2; exit 2; }
@@ -114,8 +119,9 @@ run_info_start "$run_dir/run.txt" "$cmdline" "$root"
 start=$(date +%s)
 for ((trial = 1; trial <= trials; trial++)); do
 	for line in "${lines[@]}"; do
-		read -r name ops conc wr keys dist preload shards <<<"$line"
+		read -r name ops conc wr keys dist preload shards server <<<"$line"
 		((quick)) && ops=$((ops / 10)) && keys=$(((keys + 4) / 5))
+		mapfile -t own < <(server_flags "${server:--}") # after extra_args: a scenario's sync wins
 		pre=()
 		[[ $preload == yes ]] && pre=(--preload)
 		IFS=, read -r -a shard_list <<<"$shards"
@@ -127,7 +133,7 @@ for ((trial = 1; trial <= trials; trial++)); do
 		for n in "${shard_list[@]}"; do
 			"$root/scripts/run_scenario.sh" --scenario "$name" --ops "$ops" --concurrency "$conc" \
 				--writeRatio "$wr" --keys "$keys" --dist "$dist" --shards "$n" --seed "$trial" \
-				--first-trial "$trial" "${pre[@]}" "${extra_args[@]}"
+				--first-trial "$trial" "${pre[@]}" "${extra_args[@]}" "${own[@]}"
 		done
 	done
 done

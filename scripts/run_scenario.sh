@@ -31,6 +31,9 @@ More options:
   --sync S           SQLite durability: normal or full (default normal)
   --router R         crc32 or jump (default crc32)
   --read-conns N     read connections per shard (default: server default)
+  --group-commit     SQLite: commit the writes waiting for a shard together (demo-server --group-commit)
+  --journal J        SQLite journal: wal (default) or delete, the rollback journal (naive variant)
+  --one-conn         SQLite: one connection per shard for reads and writes (naive variant)
   --backend B        sqlite (default) or postgres
   --dsn URL          postgres: one per shard, repeat the option; or one base DSN with --create.
                      Without --dsn, SHARDLAB_PG_DSN is the base DSN and --create is implied
@@ -59,7 +62,7 @@ USAGE
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ops=10000 concurrency=50 write_ratio=0.5 shards=1 scenario=adhoc dist=uniform keys=10000
-preload=0 warmup=0s duration="" rate=0 arrival=constant sync=normal router=crc32 read_conns=0
+preload=0 warmup=0s duration="" rate=0 arrival=constant sync=normal router=crc32 read_conns=0 group_commit=0 journal=wal one_conn=0
 backend=sqlite dsns=() create=0 reset=0 db_prefix="" pool=0 trials=1 first_trial=1 seed=1 run_id="" out=""
 runs_dir="$root/results/runs" ts_dir="" build=1 command=""
 . "$root/scripts/lib.sh"
@@ -83,6 +86,9 @@ while [[ $# -gt 0 ]]; do
 	--sync) need "$@"; sync=$2; shift 2 ;;
 	--router) need "$@"; router=$2; shift 2 ;;
 	--read-conns) need "$@"; read_conns=$2; shift 2 ;;
+	--group-commit) group_commit=1; shift ;;
+	--journal) need "$@"; journal=$2; shift 2 ;;
+	--one-conn) one_conn=1; shift ;;
 	--backend) need "$@"; backend=$2; shift 2 ;;
 	--dsn) need "$@"; dsns+=("$2"); shift 2 ;;
 	--create) create=1; shift ;;
@@ -121,12 +127,15 @@ is_dur "$warmup" || die "--warmup must be a duration such as 2s, got '$warmup'"
 [[ $dist == uniform || $dist == zipfian || $dist == hotspot ]] || die "--dist must be uniform, zipfian or hotspot, got '$dist'"
 [[ $arrival == constant || $arrival == poisson ]] || die "--arrival must be constant or poisson, got '$arrival'"
 [[ $sync == normal || $sync == full ]] || die "--sync must be normal or full, got '$sync'"
+[[ $journal == wal || $journal == delete ]] || die "--journal must be wal or delete, got '$journal'"
 [[ $router == crc32 || $router == jump ]] || die "--router must be crc32 or jump, got '$router'"
 case $backend in
 sqlite)
 	((${#dsns[@]} == 0 && !create && !reset)) && [[ -z $db_prefix ]] || die "--dsn, --create, --reset and --db-prefix are for --backend postgres"
+	((one_conn && read_conns > 0)) && die "--one-conn and --read-conns exclude each other"
 	;;
 postgres)
+	((!group_commit && !one_conn)) && [[ $journal == wal ]] || die "--group-commit, --journal and --one-conn are for --backend sqlite"
 	if ((${#dsns[@]} == 0)); then
 		[[ -n ${SHARDLAB_PG_DSN:-} ]] || die "--backend postgres needs --dsn (or SHARDLAB_PG_DSN)"
 		dsns=("$SHARDLAB_PG_DSN")
@@ -166,6 +175,9 @@ server_args=("${mode_args[@]}" --router "$router" --backend "$backend")
 if [[ $backend == sqlite ]]; then
 	server_args+=(--sync "$sync")
 	((read_conns > 0)) && server_args+=(--read-conns "$read_conns")
+	((group_commit)) && server_args+=(--group-commit)
+	((one_conn)) && server_args+=(--one-conn)
+	server_args+=(--journal "$journal")
 else
 	for d in "${dsns[@]}"; do server_args+=(--dsn "$d"); done
 	((create)) && server_args+=(--create --db-prefix "$db_prefix")

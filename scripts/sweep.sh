@@ -58,7 +58,9 @@ if ((distinct < 6)); then
 fi
 line=$(awk -v s="$scenario" '$1 == s && $1 !~ /^#/ { print; exit }' "$scenarios")
 [[ -n $line ]] || { echo "sweep.sh: no scenario '$scenario' in $scenarios" >&2; exit 2; }
-read -r name ops conc wr keys dist preload _ <<<"$line"
+read -r name ops conc wr keys dist preload _ server _ <<<"$line"
+own=()
+mapfile -t own < <(server_flags "${server:--}") || true # the scenario's own server options win over --sync
 [[ -n $ops_override ]] && ops=$ops_override
 [[ $sync == normal || $sync == full ]] || { echo "sweep.sh: --sync must be normal or full, got '$sync'" >&2; exit 2; }
 [[ $warmup =~ ^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$ || $warmup == 0 ]] || { echo "sweep.sh: --warmup must be a duration such as 2s, got '$warmup'" >&2; exit 2; }
@@ -84,7 +86,7 @@ for ((trial = 1; trial <= trials; trial++)); do
 		"$root/scripts/run_scenario.sh" --scenario "$name" --ops "$ops" --concurrency "$conc" \
 			--writeRatio "$wr" --keys "$keys" --dist "$dist" --shards "$n" --seed "$trial" \
 			--first-trial "$trial" --sync "$sync" --out "$out" --run-id "$run_id" --warmup "$warmup" \
-			--command "$cmdline" --no-build "${pre[@]}"
+			--command "$cmdline" --no-build "${pre[@]}" "${own[@]}"
 	done
 done
 

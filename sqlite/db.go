@@ -6,18 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 )
 
 // DB is one SQLite database file opened the way every part of shardlab opens SQLite (the
 // key-value shards, the hot-row counters, the auto-splitting block store):
 //
-//   - WAL journal, so that readers never block the writer nor each other;
+//   - WAL journal, so that readers never block the writer nor each other (or, for the
+//     lab's naive variant, the rollback journal of Options.Journal);
 //   - the busy timeout, synchronous mode and foreign-key enforcement of Options;
 //   - a writer pool of exactly one connection whose transactions begin with
 //     BEGIN IMMEDIATE, so that writers of this process queue in Go instead of failing
 //     with SQLITE_BUSY when a read transaction tries to upgrade its lock;
-//   - a pool of Options.ReadConns read-only connections (PRAGMA query_only).
+//   - a pool of Options.ReadConns read-only connections (PRAGMA query_only), or, with
+//     Options.OneConn, none: reads share the writer's one connection.
 //
 // Callers create their schema through Writer and read through Reader.
 type DB struct {
@@ -30,19 +33,21 @@ type DB struct {
 	closeErr  error
 }
 
-// uri returns the database/sql name of path for the modernc driver with o's settings.
+// uri returns the database/sql name of path for the mattn/go-sqlite3 driver with o's
+// settings. The driver runs each _name=value parameter as a PRAGMA on every new
+// connection; _txlock=immediate makes every BeginTx a BEGIN IMMEDIATE.
 func uri(path string, o Options, readOnly bool) string {
 	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", o.BusyTimeout.Milliseconds()))
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous("+o.Sync+")")
-	fk := "OFF"
+	q.Set("_busy_timeout", fmt.Sprint(o.BusyTimeout.Milliseconds()))
+	q.Set("_journal_mode", strings.ToUpper(o.Journal))
+	q.Set("_synchronous", strings.ToUpper(o.Sync))
+	fk := "0"
 	if o.ForeignKeys {
-		fk = "ON"
+		fk = "1"
 	}
-	q.Add("_pragma", "foreign_keys("+fk+")")
+	q.Set("_foreign_keys", fk)
 	if readOnly {
-		q.Add("_pragma", "query_only(1)")
+		q.Set("_query_only", "1")
 	} else {
 		q.Set("_txlock", "immediate")
 	}
@@ -63,7 +68,7 @@ func OpenDB(ctx context.Context, path string, opts Options) (*DB, error) {
 		return nil, err
 	}
 	d := &DB{path: path, opts: o}
-	if d.writer, err = sql.Open("sqlite", uri(path, o, false)); err != nil {
+	if d.writer, err = sql.Open(DriverName, uri(path, o, false)); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	// One connection, never recycled: it is the file's only writer in this process.
@@ -74,7 +79,11 @@ func OpenDB(ctx context.Context, path string, opts Options) (*DB, error) {
 	if err := d.writer.PingContext(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("sqlite: open %s: %w", path, err), d.writer.Close())
 	}
-	if d.reader, err = sql.Open("sqlite", uri(path, o, true)); err != nil {
+	if o.OneConn {
+		d.reader = d.writer
+		return d, nil
+	}
+	if d.reader, err = sql.Open(DriverName, uri(path, o, true)); err != nil {
 		return nil, errors.Join(fmt.Errorf("sqlite: open %s for reading: %w", path, err), d.writer.Close())
 	}
 	d.reader.SetMaxOpenConns(o.ReadConns)
@@ -88,7 +97,8 @@ func OpenDB(ctx context.Context, path string, opts Options) (*DB, error) {
 // starts with BEGIN IMMEDIATE.
 func (d *DB) Writer() *sql.DB { return d.writer }
 
-// Reader returns the pool of read-only connections; a write through it fails.
+// Reader returns the pool of read-only connections; a write through it fails. With
+// Options.OneConn it is the writer's pool itself.
 func (d *DB) Reader() *sql.DB { return d.reader }
 
 // Path returns the database file's path.
@@ -124,7 +134,11 @@ func (d *DB) Close() error {
 	done := false
 	d.closeOnce.Do(func() {
 		done = true
-		d.closeErr = errors.Join(d.reader.Close(), d.writer.Close())
+		var readErr error
+		if d.reader != d.writer {
+			readErr = d.reader.Close()
+		}
+		d.closeErr = errors.Join(readErr, d.writer.Close())
 	})
 	if !done {
 		return nil

@@ -108,7 +108,7 @@ func TestOpenDBWriterBeginsImmediate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(0)")
+	other, err := sql.Open(sqlite.DriverName, "file:"+path+"?_busy_timeout=0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,9 +104,24 @@ func TestNotFoundAndUpsert(t *testing.T) {
 
 // TestConcurrentWritersAndReaders: with writers and readers running at once, no write is
 // lost and no reader sees an error or a value nobody wrote. Run it with -race.
+// TestConcurrentWritersAndReaders runs in every access variant: each must store every
+// write and serve every read, whatever it serializes.
 func TestConcurrentWritersAndReaders(t *testing.T) {
+	for name, opts := range map[string]sqlite.Options{
+		"wal":                        {ReadConns: 4},
+		"group commit":               {ReadConns: 4, GroupCommit: true},
+		"group commit, full sync":    {ReadConns: 4, GroupCommit: true, Sync: sqlite.SyncFull},
+		"one connection":             {OneConn: true},
+		"rollback journal":           {ReadConns: 4, Journal: sqlite.JournalDelete},
+		"rollback journal, one conn": {Journal: sqlite.JournalDelete, OneConn: true, GroupCommit: true},
+	} {
+		t.Run(name, func(t *testing.T) { concurrentWritersAndReaders(t, opts) })
+	}
+}
+
+func concurrentWritersAndReaders(t *testing.T, opts sqlite.Options) {
 	ctx := context.Background()
-	st := openStore(t, sqlite.Options{ReadConns: 4})
+	st := openStore(t, opts)
 	const writers, perWriter, readers = 4, 60, 4
 	var wg sync.WaitGroup
 	errs := make(chan error, writers+readers)
@@ -184,6 +199,7 @@ func TestBadOptionsRefused(t *testing.T) {
 		{"negative read conns", sqlite.Options{ReadConns: -1}},
 		{"too many read conns", sqlite.Options{ReadConns: 1025}},
 		{"negative busy timeout", sqlite.Options{BusyTimeout: -time.Second}},
+		{"unknown journal", sqlite.Options{Journal: "memory"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -261,7 +277,7 @@ func TestPragmas(t *testing.T) {
 	if err := st.Put(ctx, "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", "file:"+st.Path())
+	db, err := sql.Open(sqlite.DriverName, "file:"+st.Path())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,5 +334,104 @@ func TestPathWithURICharacters(t *testing.T) {
 		if e.Name() != filepath.Base(dir) {
 			t.Errorf("stray file %q next to the data directory", e.Name())
 		}
+	}
+}
+
+// TestGroupCommitBatchesWaitingWrites holds the writer connection while writes arrive, so
+// they must wait together: the committer then commits them in at most two transactions
+// (the first write it took before finding the connection busy, and the rest), and every
+// one is acknowledged and stored.
+func TestGroupCommitBatchesWaitingWrites(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t, sqlite.Options{GroupCommit: true, Sync: sqlite.SyncFull})
+	hold, err := st.DB().Writer().Conn(ctx) // the pool's only connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- st.Put(ctx, fmt.Sprintf("k%d", i), []byte{byte(i)}) }()
+	}
+	// Nothing can commit while the connection is held; give every writer time to queue.
+	time.Sleep(200 * time.Millisecond)
+	if commits, _ := st.CommitStats(); commits != 0 {
+		t.Fatalf("%d commits while the writer connection was held", commits)
+	}
+	hold.Close()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	commits, writes := st.CommitStats()
+	if writes != n || commits > 2 {
+		t.Errorf("CommitStats = %d commits, %d writes; want at most 2 commits holding %d writes", commits, writes, n)
+	}
+	for i := range n {
+		got, err := st.Get(ctx, fmt.Sprintf("k%d", i))
+		if err != nil || !bytes.Equal(got, []byte{byte(i)}) {
+			t.Errorf("k%d = %v, %v", i, got, err)
+		}
+	}
+}
+
+// TestGroupCommitCloseCommitsQueuedWrites closes the store while writes wait: each is
+// either committed and acknowledged, or refused with ErrClosed, never lost after a nil.
+func TestGroupCommitCloseCommitsQueuedWrites(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "shard.db")
+	st, err := sqlite.Open(ctx, path, sqlite.Options{GroupCommit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = st.Put(ctx, fmt.Sprintf("k%d", i), []byte("v")) })
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if err := st.Put(ctx, "late", []byte("v")); !errors.Is(err, sqlite.ErrClosed) {
+		t.Errorf("Put after Close = %v, want ErrClosed", err)
+	}
+	again, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	for i, err := range errs {
+		switch _, getErr := again.Get(ctx, fmt.Sprintf("k%d", i)); {
+		case err == nil && getErr != nil:
+			t.Errorf("k%d acknowledged but not stored: %v", i, getErr)
+		case err != nil && !errors.Is(err, sqlite.ErrClosed):
+			t.Errorf("k%d: Put = %v, want nil or ErrClosed", i, err)
+		}
+	}
+}
+
+// TestAccessVariantsInEffect reads back what the naive variants change: the journal
+// mode of the file, and one connection for reads and writes.
+func TestAccessVariantsInEffect(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t, sqlite.Options{Journal: sqlite.JournalDelete, OneConn: true})
+	var mode string
+	if err := st.DB().Reader().QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "delete" {
+		t.Errorf("journal_mode = %q, %v; want delete", mode, err)
+	}
+	if st.DB().Reader() != st.DB().Writer() {
+		t.Error("OneConn: Reader is not the writer's pool")
+	}
+	if err := st.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.Get(ctx, "k"); err != nil || string(got) != "v" {
+		t.Errorf("Get = %q, %v", got, err)
+	}
+	if n := st.DB().Writer().Stats().OpenConnections; n != 1 {
+		t.Errorf("%d open connections, want 1", n)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardlab/shardlab/autoshard"
 	"github.com/shardlab/shardlab/internal/rundir"
+	"github.com/shardlab/shardlab/sqlite"
 )
 
 // ErrUsage wraps every command-line mistake, including a value out of range
@@ -288,7 +289,7 @@ func runChart(args []string, stderr io.Writer) error {
 
 // printEnv prints what a published number depends on.
 func printEnv(ctx context.Context, w io.Writer) error {
-	db, err := sql.Open("sqlite", ":memory:")
+	db, err := sql.Open(sqlite.DriverName, ":memory:")
 	if err != nil {
 		return err
 	}
@@ -297,7 +298,7 @@ func printEnv(ctx context.Context, w io.Writer) error {
 	if err := db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&version); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "go: %s %s/%s\nnum_cpu: %d\ngomaxprocs: %d\nsqlite: %s (modernc.org/sqlite, pure Go)\n",
+	fmt.Fprintf(w, "go: %s %s/%s\nnum_cpu: %d\ngomaxprocs: %d\nsqlite: %s (mattn/go-sqlite3, cgo)\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), version)
 	return nil
 }

@@ -135,7 +135,7 @@ func (t *sqliteTarget) open(ctx context.Context, o counters.Options) (counters.C
 }
 
 func (t *sqliteTarget) version(ctx context.Context) string {
-	db, err := sql.Open("sqlite", ":memory:")
+	db, err := sql.Open(sqlite.DriverName, ":memory:")
 	if err != nil {
 		return "unknown: " + err.Error()
 	}
@@ -144,7 +144,7 @@ func (t *sqliteTarget) version(ctx context.Context) string {
 	if err := db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&v); err != nil {
 		return "unknown: " + err.Error()
 	}
-	return "SQLite " + v + " (modernc.org/sqlite), WAL, synchronous=FULL"
+	return "SQLite " + v + " (mattn/go-sqlite3), WAL, synchronous=FULL"
 }
 
 func (t *sqliteTarget) close(context.Context) error { return os.RemoveAll(t.dir) }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"regexp"
 	"strings"
@@ -37,6 +38,8 @@ type config struct {
 	shards, readConns, pool                           int
 	dsns                                              []string
 	create, reset, lazy                               bool
+	groupCommit, oneConn                              bool
+	journal, pprofAddr                                string
 	dbPrefix                                          string
 	counter, bucketBy                                 string
 	buckets                                           int
@@ -96,6 +99,10 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.bucketBy, "bucket-by", string(counters.BucketWorker), "how an increment picks its bucket: random, time or worker")
 	fs.StringVar(&c.sync, "sync", sqlite.SyncNormal, "SQLite durability: normal (survives a process crash) or full (survives power loss)")
 	fs.IntVar(&c.readConns, "read-conns", 0, "read connections per shard (default max(4, GOMAXPROCS))")
+	fs.BoolVar(&c.groupCommit, "group-commit", false, "SQLite: commit the writes waiting for a shard together, one transaction (one fsync) for many; each is acknowledged after its commit")
+	fs.StringVar(&c.journal, "journal", sqlite.JournalWAL, "SQLite journal: wal, or delete (the rollback journal, where a commit locks readers out: the naive variant)")
+	fs.BoolVar(&c.oneConn, "one-conn", false, "SQLite: one connection per shard for reads and writes alike, so every access waits for the one before (the naive variant)")
+	fs.StringVar(&c.pprofAddr, "pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060), apart from the API")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on SIGINT/SIGTERM")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -133,6 +140,12 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		if c.sync != sqlite.SyncNormal && c.sync != sqlite.SyncFull {
 			return c, fmt.Errorf("%w: --sync must be %s or %s, got %q", ErrUsage, sqlite.SyncNormal, sqlite.SyncFull, c.sync)
 		}
+		if c.journal != sqlite.JournalWAL && c.journal != sqlite.JournalDelete {
+			return c, fmt.Errorf("%w: --journal must be %s or %s, got %q", ErrUsage, sqlite.JournalWAL, sqlite.JournalDelete, c.journal)
+		}
+		if c.oneConn && c.readConns != 0 {
+			return c, fmt.Errorf("%w: --one-conn and --read-conns exclude each other", ErrUsage)
+		}
 		if len(c.dsns) > 0 || c.create || c.reset || c.lazy || c.pool != 0 || c.dbPrefix != postgres.DefaultDatabasePrefix {
 			return c, fmt.Errorf("%w: --dsn, --create, --reset, --lazy, --pool and --db-prefix are for --backend postgres", ErrUsage)
 		}
@@ -141,6 +154,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		}
 	case "postgres":
 		switch {
+		case c.groupCommit || c.oneConn || c.journal != sqlite.JournalWAL:
+			return c, fmt.Errorf("%w: --group-commit, --one-conn and --journal are for --backend sqlite", ErrUsage)
 		case len(c.dsns) == 0:
 			return c, fmt.Errorf("%w: --backend postgres needs --dsn (once per shard, or once with --create)", ErrUsage)
 		case c.create && len(c.dsns) != 1:
@@ -214,6 +229,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    16 << 10,
 	}
+	if c.pprofAddr != "" {
+		stopProfiles, err := serveProfiles(c.pprofAddr, stdout)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stopProfiles()
+	}
 	addr := ln.Addr().String()
 	if c.addrFile != "" {
 		if err := writeFileAtomic(c.addrFile, addr+"\n"); err != nil {
@@ -224,6 +247,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	where := "data " + c.data
 	if c.backend == "postgres" {
 		where = fmt.Sprintf("%d database(s), %d connections each", c.shards, cfg.PoolSize)
+	}
+	if c.backend == lab.BackendSQLite {
+		where += fmt.Sprintf(", sync %s, journal %s", c.sync, c.journal)
+		if c.oneConn {
+			where += ", one connection per shard"
+		}
+		if c.groupCommit {
+			where += ", group commit"
+		}
 	}
 	fmt.Fprintf(stdout, "demo-server: %s mode, %d shard(s), backend %s, router %s, %s; counters %s\n", c.mode, c.shards, c.backend, c.router, where, c.counter)
 	fmt.Fprintf(stdout, "demo-server: listening on http://%s\n", addr)
@@ -244,6 +276,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	<-serveErr // http.ErrServerClosed
 	if err := set.Close(); err != nil {
 		return fmt.Errorf("close shards: %w", err)
+	}
+	if commits, writes := shards.CommitStats(); c.groupCommit && commits > 0 {
+		fmt.Fprintf(stdout, "demo-server: group commit: %d writes in %d commits, %.1f writes per commit\n", writes, commits, float64(writes)/float64(commits))
 	}
 	if err := cfg.Counter.Close(); err != nil {
 		return fmt.Errorf("close counter store: %w", err)
@@ -272,7 +307,7 @@ func (c config) labConfig() lab.Config {
 	return lab.Config{
 		Backend: c.backend, Shards: c.shards, Router: c.router,
 		Dir:    c.data,
-		SQLite: sqlite.Options{Sync: c.sync, ReadConns: c.readConns},
+		SQLite: sqlite.Options{Sync: c.sync, ReadConns: c.readConns, Journal: c.journal, OneConn: c.oneConn, GroupCommit: c.groupCommit},
 		DSNs:   c.dsns, Create: c.create, Reset: c.reset, DatabasePrefix: c.dbPrefix,
 		Postgres: postgres.Options{PoolSize: int32(c.pool), Lazy: c.lazy},
 	}
@@ -311,6 +346,26 @@ func openCounter(ctx context.Context, c config, shards *lab.Shards) (counters.Co
 		return nil, err
 	}
 	return shards.OpenCounter(ctx, opts)
+}
+
+// serveProfiles serves net/http/pprof's handlers on addr, on a listener and mux of their
+// own so that the API never exposes them. The returned function stops it.
+func serveProfiles(addr string, stdout io.Writer) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --pprof %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "demo-server: profiles on http://%s/debug/pprof/\n", ln.Addr())
+	return func() { srv.Close(); <-done }, nil
 }
 
 func writeFileAtomic(path, content string) error {

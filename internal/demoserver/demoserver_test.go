@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -66,6 +68,9 @@ func TestRunRefusesBadArguments(t *testing.T) {
 	for _, args := range [][]string{
 		{"--mode", "both"}, {"--shards", "-2"}, {"--router", "rendezvous"}, {"--backend", "mysql"},
 		{"extra-argument"}, {"--shutdown-timeout", "0s"}, {"--counter", "bucket", "--bucket-by", "moon"},
+		{"--journal", "memory"}, {"--one-conn", "--read-conns", "2"},
+		{"--backend", "postgres", "--dsn", "postgres://h/db", "--group-commit"},
+		{"--backend", "postgres", "--dsn", "postgres://h/db", "--journal", "delete"},
 	} {
 		var out bytes.Buffer
 		err := demoserver.Run(context.Background(), append(args, "--data", t.TempDir(), "--addr", "127.0.0.1:0"), &out, &out)
@@ -82,6 +87,12 @@ func TestRunRefusesBadArguments(t *testing.T) {
 // startRun runs the command in-process until the returned function stops it, which
 // reports how Run ended.
 func startRun(t *testing.T, args ...string) func() error {
+	_, stop := startRunAt(t, args...)
+	return stop
+}
+
+// startRunAt is startRun that also returns the address the API listens on.
+func startRunAt(t *testing.T, args ...string) (string, func() error) {
 	t.Helper()
 	addrFile := filepath.Join(t.TempDir(), "addr")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -90,8 +101,10 @@ func startRun(t *testing.T, args ...string) func() error {
 	go func() {
 		done <- demoserver.Run(ctx, append(args, "--addr", "127.0.0.1:0", "--addr-file", addrFile), io.Discard, &out)
 	}()
+	var addr string
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(addrFile); err == nil {
+		if raw, err := os.ReadFile(addrFile); err == nil && strings.HasSuffix(string(raw), "\n") {
+			addr = strings.TrimSpace(string(raw))
 			break
 		}
 		select {
@@ -105,7 +118,7 @@ func startRun(t *testing.T, args ...string) func() error {
 			t.Fatalf("demo-server %v did not start in 30s", args)
 		}
 	}
-	return func() error {
+	return addr, func() error {
 		cancel()
 		return <-done
 	}
@@ -175,5 +188,53 @@ func TestCreateRefusedStartLeavesNoDatabase(t *testing.T) {
 	})
 	if err := startRun(t, args("3", "--reset")...)(); err != nil {
 		t.Errorf("start with --reset: %v", err)
+	}
+}
+
+// TestProfilesAndVariantsServe starts the server with the naive access variants, group
+// commit and --pprof: the API stores and serves a record, the profiles answer on their own
+// address, and the API's address does not expose them.
+func TestProfilesAndVariantsServe(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pprofAddr := ln.Addr().String()
+	ln.Close()
+	addr, stop := startRunAt(t, "--mode", "sharded", "--shards", "2", "--data", t.TempDir(), "--journal", "delete",
+		"--one-conn", "--group-commit", "--sync", "full", "--pprof", pprofAddr)
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	}()
+	get := func(url string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for i := range 20 {
+		resp, err := http.Post("http://"+addr+"/insert", "application/json", strings.NewReader(fmt.Sprintf(`{"user_id":"u%d","data":"d%d"}`, i, i)))
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("insert: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+	for i := range 20 {
+		if code, body := get(fmt.Sprintf("http://%s/get?user_id=u%d", addr, i)); code != http.StatusOK || !strings.Contains(body, fmt.Sprintf(`"d%d"`, i)) {
+			t.Errorf("get u%d: %d %s", i, code, body)
+		}
+	}
+	// The goroutine profile shows the shards' group committers: --group-commit arrived.
+	if code, body := get("http://" + pprofAddr + "/debug/pprof/goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "groupCommitter") {
+		t.Errorf("pprof goroutine profile: %d, no group committer in:\n%s", code, body)
+	}
+	if code, _ := get("http://" + addr + "/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("the API address serves /debug/pprof/: %d", code)
 	}
 }

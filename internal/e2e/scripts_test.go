@@ -98,6 +98,17 @@ func TestRunScenarioSmoke(t *testing.T) {
 	}
 }
 
+// badServerConf writes a scenario file whose second scenario names an unknown server option.
+func badServerConf(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "bad-server.conf")
+	conf := "fine 100 4 0.5 100 uniform no 1,2 sync=full,group-commit\nbroken 100 4 0.5 100 uniform no 1 fast=yes\n"
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func TestScenarioScriptsRefuseBadArguments(t *testing.T) {
 	root := scriptRoot(t)
 	badConf := filepath.Join(t.TempDir(), "bad.conf")
@@ -127,6 +138,10 @@ func TestScenarioScriptsRefuseBadArguments(t *testing.T) {
 		{"sweep without scenario", "sweep.sh", []string{"--no-build"}, "--scenario is required"},
 		{"sweep unknown scenario", "sweep.sh", []string{"--scenario", "nope", "--no-build"}, "no scenario 'nope'"},
 		{"ceiling bad trials", "http_ceiling.sh", []string{"--trials", "x", "--no-build"}, "positive integers"},
+		{"ceiling unknown client", "http_ceiling.sh", []string{"--client", "curl", "--no-build"}, "--client must be loadgen, wrk or both"},
+		{"bad journal", "run_scenario.sh", []string{"--journal", "memory", "--no-build"}, "--journal must be wal or delete"},
+		{"one conn with read conns", "run_scenario.sh", []string{"--one-conn", "--read-conns", "2", "--no-build"}, "exclude each other"},
+		{"bad server options in the scenario file", "run_all_scenarios.sh", []string{"--scenarios", badServerConf(t), "--no-report"}, "bad-server.conf:2: server options are"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -459,9 +474,10 @@ func TestHTTPCeilingSmoke(t *testing.T) {
 	root := scriptRoot(t)
 	runs := filepath.Join(t.TempDir(), "runs")
 	code, output := script(t, root, "http_ceiling.sh", "--trials", "1", "--ops", "500", "--concurrency", "4",
-		"--runs-dir", runs, "--no-build")
-	if code != 0 || !strings.Contains(output, "median ratio") {
-		t.Fatalf("http_ceiling.sh: exit %d\n%s", code, output)
+		"--duration", "1", "--runs-dir", runs, "--no-build")
+	if code != 0 || !strings.Contains(output, "client loadgen: demo-server / http ceiling: median ratio") ||
+		!strings.Contains(output, "client wrk: demo-server / http ceiling: median ratio") {
+		t.Fatalf("http_ceiling.sh: exit %d, want a median ratio for each client\n%s", code, output)
 	}
 	if out, err := exec.Command("pgrep", "-f", filepath.Join(root, "bin")).Output(); err == nil {
 		t.Errorf("processes left running after the script ended:\n%s", out)
