@@ -3,6 +3,7 @@ package routerbench_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/csv"
 	"errors"
 	"flag"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/shardlab/shardlab/internal/pgtest"
 	"github.com/shardlab/shardlab/report"
 	"github.com/shardlab/shardlab/shardsql/routerbench"
@@ -80,6 +82,9 @@ func TestLimitRunSQLite(t *testing.T) {
 	if len(recs) != 1+5*3 {
 		t.Errorf("limit.csv has %d lines, want 16: %v", len(recs), recs)
 	}
+	if _, err := os.Stat(filepath.Join(out, "data")); !os.IsNotExist(err) {
+		t.Errorf("the SQLite files are left in the run directory (%v)", err)
+	}
 	// run.txt records the command (which scripts/promote.sh requires), the machine and
 	// its load, and that the run finished.
 	info, err := report.ReadRunInfo(filepath.Join(out, report.RunInfoName))
@@ -108,6 +113,56 @@ func TestOpenLoopSQLite(t *testing.T) {
 	}
 	if strings.Contains(string(rep), "did not reach the target rate") {
 		t.Errorf("100 requests/s called missed:\n%s", rep)
+	}
+}
+
+// TestLimitRunTwoServers runs the limit experiment with --dsn naming two servers: each
+// 2-database layout puts its second database on the second server, and every
+// configuration answers.
+func TestLimitRunTwoServers(t *testing.T) {
+	first := pgtest.DSN(t)
+	second := pgtest.StartCluster(t)
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	err := routerbench.Main(context.Background(), []string{"--experiment", "limit", "--dsn", first, "--dsn", second.DSN(),
+		"--duration", "150ms", "--warmup", "0s", "--trials", "1", "--orders", "100", "--concurrency", "2", "--out", out}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	recs := readCSV(t, filepath.Join(out, "limit.csv"))
+	if len(recs) != 1+5*3 {
+		t.Fatalf("limit.csv has %d lines, want 16: %v", len(recs), recs)
+	}
+	for _, r := range recs[1:] {
+		if r[2] == "0.0" {
+			t.Errorf("a configuration did nothing: %v", r)
+		}
+	}
+	db, err := sql.Open("pgx", second.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var names []string
+	rows, err := db.Query("SELECT datname FROM pg_database WHERE datname LIKE 'routerbench%' ORDER BY 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	rows.Close()
+	if len(names) == 0 {
+		t.Fatal("no benchmark database on the second server")
+	}
+	for _, n := range names {
+		if !strings.HasSuffix(n, "_1") {
+			t.Errorf("database %s on the second server: only the second database of a layout belongs there", n)
+		}
 	}
 }
 

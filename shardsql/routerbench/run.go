@@ -134,8 +134,14 @@ func layouts(experiment string) []layout {
 // Run runs the experiment and writes its raw measurements, summary CSV, charts and
 // report into cfg.Out. Cancelling ctx stops it between measurements.
 func Run(ctx context.Context, cfg Config) ([]Measurement, error) {
+	scratch := cfg.DataDir == "" // the SQLite files go under Out, and away at the end
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if scratch && cfg.Backend == BackendSQLite {
+		// Runs after the handles close (deferred below): the run directory keeps the
+		// measurements, not hundreds of megabytes of benchmark data.
+		defer os.RemoveAll(cfg.DataDir)
 	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err
