@@ -227,7 +227,7 @@ func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, f
 // execTarget runs one target's statement on conn.
 // With reuse, the statement is prepared once per connection and then executed by name.
 func execTarget(ctx context.Context, conn *pgconn.PgConn, t sqlplan.Target, args sqlplan.Args, formats []int16, reuse bool) (targetResult, error) {
-	values, oids, pformats := targetParams(t, args)
+	values, oids, pformats := TargetParams(t, args)
 	if !reuse {
 		return readResult(conn.ExecParams(ctx, t.SQL, values, oids, pformats, formats))
 	}
@@ -272,8 +272,9 @@ func readResult(rr *pgconn.ResultReader) (targetResult, error) {
 	return r, err
 }
 
-// targetParams selects and orders the client's parameters for a target.
-func targetParams(t sqlplan.Target, args sqlplan.Args) ([][]byte, []uint32, []int16) {
+// TargetParams selects and orders the client's parameters for a target: the values,
+// their type OIDs (nil when the client gave none for some) and their formats.
+func TargetParams(t sqlplan.Target, args sqlplan.Args) ([][]byte, []uint32, []int16) {
 	if t.Params == nil {
 		var oids []uint32
 		if len(args.OIDs) == len(args.Values) {
@@ -283,7 +284,7 @@ func targetParams(t sqlplan.Target, args sqlplan.Args) ([][]byte, []uint32, []in
 	}
 	values := make([][]byte, len(t.Params))
 	var oids []uint32
-	if len(args.OIDs) == len(args.Values) {
+	if len(args.OIDs) == len(args.Values) && len(args.OIDs) > 0 {
 		oids = make([]uint32, len(t.Params))
 	}
 	var formats []int16

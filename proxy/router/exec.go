@@ -40,7 +40,7 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 	if single(b) && maxRows == 0 {
 		p.finished = true
 		t := b.Targets[0]
-		values, oids, formats := targetArgs(t, p.args)
+		values, oids, formats := sqlexec.TargetParams(t, p.args)
 		st := backend.Statement{SQL: t.SQL, ParamOIDs: oids, Values: values, ParamFormats: formats,
 			ResultFormats: p.resultFormats, Prepare: prepareOnServer(plan)}
 		return s.onDataSource(ctx, t.DataSource, func(c *backend.Conn) error {
@@ -92,35 +92,6 @@ func (s *Session) sendRest(p *portal, maxRows uint32) error {
 	p.finished = true
 	s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(p.tag.String())})
 	return nil
-}
-
-// targetArgs selects and orders the client's parameters for one target.
-func targetArgs(t sqlplan.Target, a sqlplan.Args) (values [][]byte, oids []uint32, formats []int16) {
-	if t.Params == nil {
-		if len(a.OIDs) == len(a.Values) {
-			oids = a.OIDs
-		}
-		return a.Values, oids, a.Formats
-	}
-	values = make([][]byte, len(t.Params))
-	if len(a.OIDs) == len(a.Values) && len(a.OIDs) > 0 {
-		oids = make([]uint32, len(t.Params))
-	}
-	if len(a.Formats) > 1 {
-		formats = make([]int16, len(t.Params))
-	} else {
-		formats = a.Formats
-	}
-	for i, p := range t.Params {
-		values[i] = a.Values[p]
-		if oids != nil {
-			oids[i] = a.OIDs[p]
-		}
-		if len(a.Formats) > 1 {
-			formats[i] = a.Formats[p]
-		}
-	}
-	return values, oids, formats
 }
 
 // afterStatement follows up on a statement that ran (or failed) on data sources: DDL
