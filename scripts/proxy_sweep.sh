@@ -22,6 +22,8 @@ Usage: scripts/proxy_sweep.sh [options] [proxysweep run flags]
   --tables N         sysbench --tables (default 10)
   --table-size N     sysbench --table-size (default 100000)
   --pool-size N      shard-proxy --pool-size, pgbouncer's transaction-mode pool (default 20)
+  --proxy-procs N    shard-proxy --procs, the OS threads running its Go code (default 1,
+                     as pgbouncer runs one thread; 0: Go's choice, one per CPU)
   --runs-dir DIR     where the run directory goes (default results/runs)
   --no-build         use bin/shard-proxy and bin/proxysweep instead of building them
   -h, --help         this help (writes nothing)
@@ -36,7 +38,7 @@ USAGE
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$root/scripts/lib.sh"
 cmdline="scripts/proxy_sweep.sh$(quote_args "$@")"
-threads=8,16,32,64,128,256 trials=3 time_s=10 warmup=2 tables=10 table_size=100000 pool_size=20 scale=10
+threads=8,16,32,64,128,256 trials=3 time_s=10 warmup=2 tables=10 table_size=100000 pool_size=20 proxy_procs=1 scale=10
 runs_dir="$root/results/runs" build=1 extra=()
 need() { [[ $# -ge 2 && -n "$2" ]] || { echo "proxy_sweep.sh: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
@@ -49,6 +51,7 @@ while [[ $# -gt 0 ]]; do
 	--tables) need "$@"; tables=$2; shift 2 ;;
 	--table-size) need "$@"; table_size=$2; shift 2 ;;
 	--pool-size) need "$@"; pool_size=$2; shift 2 ;;
+	--proxy-procs) need "$@"; proxy_procs=$2; shift 2 ;;
 	--pgbench-scale) need "$@"; scale=$2; shift 2 ;;
 	--runs-dir) need "$@"; runs_dir=$2; shift 2 ;;
 	--no-build) build=0; shift ;;
@@ -59,6 +62,7 @@ done
 for v in "$trials" "$time_s" "$tables" "$table_size" "$pool_size" "$scale"; do
 	[[ $v =~ ^[1-9][0-9]*$ ]] || { echo "proxy_sweep.sh: --trials, --time, --tables, --table-size, --pool-size and --pgbench-scale take positive integers, got '$v'" >&2; exit 2; }
 done
+[[ $proxy_procs =~ ^[0-9]+$ ]] || { echo "proxy_sweep.sh: --proxy-procs takes 0 or a positive integer, got '$proxy_procs'" >&2; exit 2; }
 [[ $threads =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "proxy_sweep.sh: --threads takes positive integers separated by commas, got '$threads'" >&2; exit 2; }
 for prog in sysbench pgbench pgbouncer; do
 	command -v "$prog" >/dev/null || { echo "proxy_sweep.sh: $prog is not installed" >&2; exit 2; }
@@ -79,7 +83,7 @@ else
 	[[ -x $bin_dir/shard-proxy && -x $bin_dir/proxysweep ]] || { echo "proxy_sweep.sh: --no-build but bin/shard-proxy or bin/proxysweep is missing" >&2; exit 2; }
 fi
 args=(run --proxy "$bin_dir/shard-proxy" --threads "$threads" --trials "$trials" --time "${time_s}s" --warmup "${warmup}s"
-	--tables "$tables" --table-size "$table_size" --pool-size "$pool_size" --pgbench-scale "$scale" "${extra[@]}")
+	--tables "$tables" --table-size "$table_size" --pool-size "$pool_size" --proxy-procs "$proxy_procs" --pgbench-scale "$scale" "${extra[@]}")
 claim_run_dir "$runs_dir" "$(new_run_id proxysweep-)" || exit 1
 echo "run $run_id: writing to $(show_path "$run_dir")" >&2
 run_info_start "$run_dir/run.txt" "$cmdline" "$root"
@@ -107,6 +111,6 @@ echo "loadavg at end: $(cat /proc/loadavg)" >>"$run_dir/machine.txt"
 echo "finished: $(date -u +%Y-%m-%dT%H:%M:%SZ) (exit $status)" >>"$run_dir/machine.txt"
 ((status == 0)) || exit "$status"
 run_info_finish "$run_dir/run.txt"
-"$bin_dir/proxysweep" report --dir "$run_dir" --pool-size "$pool_size" --shards "$shards"
+"$bin_dir/proxysweep" report --dir "$run_dir" --pool-size "$pool_size" --proxy-procs "$proxy_procs" --shards "$shards"
 echo "report: $(show_path "$run_dir/report.md")" >&2
 echo "results: $(show_path "$run_dir")" >&2

@@ -236,15 +236,33 @@ func (pl *Plan) render(tmpl *template, v *values, place placement, b *Bound) (st
 	if tmpl == nil {
 		return v.sql, nil
 	}
+	// A statement prepared once runs many times on few shards: its text for a shard
+	// is made once (the returned parameter list is shared and must not be changed).
+	var key renderKey
+	cache := tmpl.static && len(place) <= 1
+	if cache {
+		key.node = -1
+		if len(place) == 1 {
+			key = renderKey{place[0].g, place[0].node}
+		}
+		if c, ok := tmpl.rendered.Load(key); ok {
+			r := c.(*rendering)
+			return r.sql, r.params
+		}
+	}
 	r := &renderer{sql: v.sql, lits: v.lits, table: pl.names(place), slot: pl.slotFunc(b)}
 	sql := r.render(tmpl)
-	if identity(r.params, pl.NumParams) {
-		return sql, nil
+	params := r.params
+	switch {
+	case identity(params, pl.NumParams):
+		params = nil
+	case params == nil:
+		params = []int{}
 	}
-	if r.params == nil {
-		return sql, []int{}
+	if cache {
+		tmpl.rendered.Store(key, &rendering{sql, params})
 	}
-	return sql, r.params
+	return sql, params
 }
 
 func identity(params []int, n int) bool {

@@ -408,3 +408,53 @@ func TestPlanCacheConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestRenderedTextPerShard: a prepared statement's text for each shard is made once and
+// kept; every later execution, from any goroutine, gets the same text and parameters
+// as a plan made afresh would, for its own shard.
+func TestRenderedTextPerShard(t *testing.T) {
+	const sql = "SELECT o.status FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id WHERE o.order_id = $2 AND i.qty > $1"
+	kept, err := sqlplan.New(testRules(t), nil, sqlplan.Options{}).Prepare(context.Background(), sql)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := func(k int) sqlplan.Args {
+		return sqlplan.Args{Values: [][]byte{[]byte("1"), []byte(fmt.Sprint(k))}}
+	}
+	want := map[int]sqlplan.Target{} // key -> target of a fresh plan
+	texts := map[string]bool{}
+	for k := range 16 {
+		fresh, err := sqlplan.New(testRules(t), nil, sqlplan.Options{}).Prepare(context.Background(), sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := fresh.Bind(args(k))
+		if err != nil || len(b.Targets) != 1 {
+			t.Fatalf("key %d: %v targets, %v", k, len(b.Targets), err)
+		}
+		want[k] = b.Targets[0]
+		texts[fmt.Sprint(b.Targets[0].DataSource, b.Targets[0].SQL)] = true
+	}
+	if len(texts) != 4 {
+		t.Fatalf("16 keys over 4 shards gave %d distinct data source and text pairs", len(texts))
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for round := range 50 {
+				k := (g + round) % 16
+				b, err := kept.Bind(args(k))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got, w := b.Targets[0], want[k]
+				if got.SQL != w.SQL || got.Shard != w.Shard || got.DataSource != w.DataSource || !slices.Equal(got.Params, w.Params) {
+					t.Errorf("key %d: shard %d %q %v, want shard %d %q %v", k, got.Shard, got.SQL, got.Params, w.Shard, w.SQL, w.Params)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -3,6 +3,7 @@ package sqlplan
 import (
 	"strconv"
 	"strings"
+	"sync"
 
 	"google.golang.org/protobuf/proto"
 
@@ -48,6 +49,22 @@ type segment struct {
 
 type template struct {
 	segs []segment
+	// static is set when the text depends only on where the tables are placed (no
+	// literal or computed slot): its renderings are then kept in rendered.
+	static   bool
+	rendered sync.Map // renderKey -> *rendering
+}
+
+// renderKey identifies a rendering of a static template: the one group of sharded
+// tables placed and its node (nil and -1 for none).
+type renderKey struct {
+	g    *group
+	node int
+}
+
+type rendering struct {
+	sql    string
+	params []int
 }
 
 // markTables renames every table reference in the parse tree to its marker, adding an
@@ -173,6 +190,12 @@ func (a *analyzer) cut(text string) *template {
 		}
 	}
 	flush(len(text))
+	t.static = true
+	for _, s := range t.segs {
+		if s.kind == segLiteral || s.kind == segSlot {
+			t.static = false
+		}
+	}
 	return t
 }
 

@@ -74,6 +74,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		fs.IntVar(&cfg.Trials, "trials", 3, "interleaved trials")
 		fs.IntVar(&cfg.PoolSize, "pool-size", 20, "shard-proxy --pool-size, and pgbouncer's pool in transaction mode")
 		fs.IntVar(&cfg.Shards, "shards", 4, "schema shards of the sharded database")
+		fs.IntVar(&cfg.ProxyProcs, "proxy-procs", 1, "shard-proxy --procs (GOMAXPROCS; 0: Go's choice, one per CPU); 1 matches pgbouncer's one thread")
 		fs.StringVar(&clients, "pgbench-clients", "8,32", "pgbench client counts (passthrough comparison)")
 		fs.StringVar(&modes, "pgbench-modes", "extended,simple", "pgbench -M modes")
 		fs.IntVar(&cfg.PgbenchScale, "pgbench-scale", 10, "pgbench -i -s")
@@ -98,8 +99,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if cfg.Out == "" || cfg.ProxyBin == "" {
 			return fmt.Errorf("%w: --out and --proxy are required", errUsage)
 		}
-		if cfg.Tables < 1 || cfg.TableSize < 1 || cfg.Trials < 1 || cfg.PoolSize < 1 || cfg.Shards < 2 || cfg.Time < time.Second {
-			return fmt.Errorf("%w: --tables, --table-size, --trials, --pool-size must be positive, --shards at least 2, --time at least 1s", errUsage)
+		if cfg.Tables < 1 || cfg.TableSize < 1 || cfg.Trials < 1 || cfg.PoolSize < 1 || cfg.Shards < 2 || cfg.Time < time.Second || cfg.ProxyProcs < 0 {
+			return fmt.Errorf("%w: --tables, --table-size, --trials, --pool-size must be positive, --shards at least 2, --time at least 1s, --proxy-procs 0 or more", errUsage)
 		}
 		cfg.Work, err = os.MkdirTemp("", "shardlab-proxysweep-")
 		if err != nil {
@@ -120,6 +121,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		fs.StringVar(&cfg.Dir, "dir", "", "run directory (required)")
 		fs.IntVar(&cfg.PoolSize, "pool-size", 20, "the run's --pool-size")
 		fs.IntVar(&cfg.Shards, "shards", 4, "the run's --shards")
+		fs.IntVar(&cfg.ProxyProcs, "proxy-procs", 1, "the run's --proxy-procs")
 		if err := fs.Parse(args[1:]); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return err

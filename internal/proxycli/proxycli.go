@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"time"
@@ -54,6 +55,7 @@ type options struct {
 	shards, sharded, broadcast         []string
 	poolMode                           string
 	poolSize, maxClients, maxMessage   int
+	procs                              int
 	checkoutTimeout, connectTimeout    time.Duration
 	shutdownTimeout, lockWaitTimeout   time.Duration
 	deadlockInterval                   time.Duration
@@ -102,6 +104,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics on http://ADDR/metrics (pool connections in use, idle, waiting; clients)")
 	fs.StringVar(&o.addrFile, "addr-file", "", "write the address actually listened on to this file")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.IntVar(&o.procs, "procs", 0, "OS threads that run the proxy's Go code at once (GOMAXPROCS); 0 (default) keeps Go's choice, one per CPU. "+
+		"1 costs the least CPU per statement when the proxy shares a small machine with its clients and servers (docs/proxy.md, \"Where the time goes\")")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file at shutdown (go tool pprof)")
 	fs.BoolVar(&o.aggregate, "aggregate", false, "shards that are schemas of one database (--shard DSNs differing only in search_path=NAME) share one pool of --pool-size connections, and a transaction over several of them one connection")
 	if err := fs.Parse(args); err != nil {
@@ -125,6 +129,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("%w: --pool-mode must be transaction or session, got %q", ErrUsage, o.poolMode)
 	case o.poolSize < 1 || o.poolSize > 10000:
 		return nil, fmt.Errorf("%w: --pool-size must be 1..10000, got %d", ErrUsage, o.poolSize)
+	case o.procs < 0 || o.procs > 1024:
+		return nil, fmt.Errorf("%w: --procs must be 0 (Go's choice) or 1..1024, got %d", ErrUsage, o.procs)
 	case o.maxClients < 1:
 		return nil, fmt.Errorf("%w: --max-clients must be at least 1, got %d", ErrUsage, o.maxClients)
 	case o.checkoutTimeout <= 0 || o.connectTimeout <= 0 || o.shutdownTimeout < 0 || o.lockWaitTimeout < 0 || o.deadlockInterval < 0 || o.statsInterval < 0:
@@ -210,6 +216,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%w: --tls-cert/--tls-key: %v", ErrUsage, err)
 		}
 		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if o.procs > 0 {
+		runtime.GOMAXPROCS(o.procs)
 	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)

@@ -40,6 +40,14 @@ func ReadRows(r io.Reader) ([]Row, error) {
 		if len(rec) > 13 {
 			row.Status = rec[13]
 		}
+		row.MiddlewareCPU = math.NaN()
+		if len(rec) > 14 && rec[14] != "" {
+			v, err := strconv.ParseFloat(rec[14], 64)
+			if err != nil {
+				return nil, fmt.Errorf("proxysweep: results.csv line %d: %w", i+2, err)
+			}
+			row.MiddlewareCPU = v
+		}
 		var errs [9]error
 		row.Trial, errs[0] = strconv.Atoi(rec[0])
 		row.Suite, row.Workload, row.Target = rec[1], rec[2], rec[4]
@@ -98,7 +106,12 @@ func (t *table) median(k key, get func(Row) float64) (float64, bool) {
 	}
 	xs := make([]float64, 0, len(rows))
 	for _, r := range rows {
-		xs = append(xs, get(r))
+		if v := get(r); !math.IsNaN(v) {
+			xs = append(xs, v)
+		}
+	}
+	if len(xs) == 0 {
+		return math.NaN(), true // runs that measured nothing of this
 	}
 	return report.Median(xs), true
 }
@@ -120,7 +133,7 @@ func (t *table) ratio(a, b key, get func(Row) float64) (med, lo, hi float64, n i
 	}
 	var rs []float64
 	for _, r := range t.by[a] {
-		if d, ok := base[r.Trial]; ok && d > 0 {
+		if d, ok := base[r.Trial]; ok && d > 0 && !math.IsNaN(get(r)) {
 			rs = append(rs, get(r)/d)
 		}
 	}
@@ -153,9 +166,10 @@ func (t *table) values(suite string) (workloads []string, threads map[string][]i
 
 // ReportConfig says what the report needs beyond the rows.
 type ReportConfig struct {
-	Dir      string // the run directory: results.csv in, report.md, summary.csv and charts out
-	PoolSize int
-	Shards   int
+	Dir        string // the run directory: results.csv in, report.md, summary.csv and charts out
+	PoolSize   int
+	Shards     int
+	ProxyProcs int // the proxy's --procs (0: Go's choice, one thread per CPU)
 }
 
 // Targets the issue sets, as ratios measured in one run.
@@ -205,6 +219,13 @@ func WriteReport(cfg ReportConfig) error {
 		"`pgbouncer-session` pgbouncer 1.18 in session mode with a pool as large as the thread count, since 1.18 cannot keep sysbench's "+
 		"named prepared statements in transaction mode; `pgbouncer-transaction` transaction mode, pool %d, for pgbench -S; "+
 		"`proxy-passthrough` the proxy over the direct database, one shard, no rules\n", cfg.Shards, cfg.PoolSize, cfg.PoolSize)
+	if cfg.ProxyProcs > 0 {
+		fmt.Fprintf(&b, "- shard-proxy ran with `--procs %d` (GOMAXPROCS): %d OS thread(s) running its Go code; pgbouncer runs one thread\n", cfg.ProxyProcs, cfg.ProxyProcs)
+	} else {
+		b.WriteString("- shard-proxy ran with Go's default GOMAXPROCS (one OS thread per CPU running its Go code); pgbouncer runs one thread\n")
+	}
+	b.WriteString("- middleware CPU: the user and system CPU time of the proxy's or pgbouncer's processes during the measured part, per transaction " +
+		"(from /proc), which the client and the server could not use on a shared machine\n")
 	b.WriteString("- peak backends: the most client backends pg_stat_activity showed, sampled every 100 ms during the run\n\n")
 
 	var summary [][]string
@@ -279,6 +300,7 @@ func WriteReport(cfg ReportConfig) error {
 				}
 				b.WriteString("\n")
 			}
+			b.WriteString(cpuTable(t, suite, w, threads[w], targets))
 			var failed []string
 			for _, th := range threads[w] {
 				for _, tg := range targets {
@@ -375,6 +397,24 @@ func targetsSection(t *table, cfg ReportConfig) string {
 		fmt.Fprintf(&b, "| %d shards (%s), sysbench oltp_point_select 32 threads, >= %.1fx direct | %s | %s |\n",
 			cfg.Shards, tg, ShardedTarget, ratioCell(m, lo, hi, n), verdict(m >= ShardedTarget))
 	}
+	cpuLine := func(what string, a, bk key) {
+		cpu := func(r Row) float64 { return r.MiddlewareCPU }
+		m, lo, hi, n := t.ratio(a, bk, cpu)
+		if n == 0 || math.IsNaN(m) {
+			return
+		}
+		va, _ := t.median(a, cpu)
+		vb, _ := t.median(bk, cpu)
+		fmt.Fprintf(&b, "| (for scale, not a target) %s: middleware CPU per transaction, %s / %s | %.1f / %.1f µs: %s | |\n",
+			what, a.target, bk.target, va, vb, ratioCell(m, lo, hi, n))
+	}
+	for _, mode := range []string{"extended", "simple"} {
+		for _, c := range []int{8, 32} {
+			w := "select-only/" + mode
+			cpuLine(fmt.Sprintf("pgbench -S -M %s, %d clients", mode, c), key{SuitePgbench, w, c, TargetProxyPass}, key{SuitePgbench, w, c, TargetBouncerTx})
+		}
+	}
+	cpuLine("sysbench oltp_point_select, 32 threads", key{SuiteSysbench, "oltp_point_select", 32, TargetProxyAgg}, key{SuiteSysbench, "oltp_point_select", 32, TargetBouncerSess})
 	peak, runs := -1, 0
 	for k := range t.by {
 		if k.target == TargetProxyAgg {
@@ -435,4 +475,44 @@ func (tt threadTicks) Ticks(lo, hi float64) []plot.Tick {
 		out = append(out, plot.Tick{Value: float64(t), Label: strconv.Itoa(t)})
 	}
 	return out
+}
+
+// cpuTable lists the middleware's CPU time per transaction (medians) for the targets
+// that have a middleware; "" when none of the runs measured it.
+func cpuTable(t *table, suite, w string, threads []int, targets []string) string {
+	cpu := func(r Row) float64 { return r.MiddlewareCPU }
+	var mw []string
+	for _, tg := range targets {
+		if tg == TargetDirect {
+			continue
+		}
+		for _, th := range threads {
+			if v, ok := t.median(key{suite, w, th, tg}, cpu); ok && !math.IsNaN(v) {
+				mw = append(mw, tg)
+				break
+			}
+		}
+	}
+	if len(mw) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\nMiddleware CPU per transaction (µs), medians:\n\n| threads |")
+	for _, tg := range mw {
+		fmt.Fprintf(&b, " %s |", tg)
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(mw)) + "\n")
+	for _, th := range threads {
+		fmt.Fprintf(&b, "| %d |", th)
+		for _, tg := range mw {
+			v, ok := t.median(key{suite, w, th, tg}, cpu)
+			if !ok || math.IsNaN(v) {
+				b.WriteString(" - |")
+				continue
+			}
+			fmt.Fprintf(&b, " %.1f |", v)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }

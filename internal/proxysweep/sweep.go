@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -35,6 +36,7 @@ type Config struct {
 	Warmup         time.Duration // sysbench runs this long before the measured time
 	Trials         int
 	PoolSize       int // the proxy's --pool-size, and pgbouncer's in transaction mode
+	ProxyProcs     int // the proxy's --procs (0: Go's choice)
 	Shards         int // schemas of the sharded database
 	PgbenchClients []int
 	PgbenchModes   []string
@@ -74,16 +76,21 @@ type Row struct {
 	PeakBackends int
 	// Status is "ok", or why the client failed (what it measured before is kept).
 	Status string
+	// MiddlewareCPU is the CPU time (user and system) the proxy or pgbouncer spent per
+	// transaction of the measured part, in microseconds; NaN for direct runs. On a
+	// machine the client, the server and the middleware share, it is what the
+	// middleware takes from the other two, and far steadier than throughput.
+	MiddlewareCPU float64
 }
 
 // CSVHeader names results.csv's columns.
 var CSVHeader = []string{"trial", "suite", "workload", "threads", "target", "tps", "qps", "p95_ms", "p99_ms",
-	"errors", "latencies", "duration_s", "peak_backends", "status"}
+	"errors", "latencies", "duration_s", "peak_backends", "status", "mw_cpu_us_per_tx"}
 
 func (r Row) record() []string {
 	f := func(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
 	return []string{strconv.Itoa(r.Trial), r.Suite, r.Workload, strconv.Itoa(r.Threads), r.Target, f(r.TPS), f(r.QPS),
-		f(r.P95), f(r.P99), f(r.Errors), strconv.Itoa(r.Latencies), f(r.DurationS), strconv.Itoa(r.PeakBackends), r.Status}
+		f(r.P95), f(r.P99), f(r.Errors), strconv.Itoa(r.Latencies), f(r.DurationS), strconv.Itoa(r.PeakBackends), r.Status, cpuField(r.MiddlewareCPU)}
 }
 
 type sweep struct {
@@ -324,7 +331,8 @@ func (s *sweep) startProxy(_ context.Context, aggregate bool, label string) (*se
 		return nil, err
 	}
 	args := []string{"--listen", "127.0.0.1:" + strconv.Itoa(port), "--pool-size", strconv.Itoa(s.cfg.PoolSize),
-		"--stats-interval", "0", "--log-level", "warn", "--shutdown-timeout", "5s", "--max-clients", "2000"}
+		"--stats-interval", "0", "--log-level", "warn", "--shutdown-timeout", "5s", "--max-clients", "2000",
+		"--procs", strconv.Itoa(s.cfg.ProxyProcs)}
 	if label == TargetProxyPass {
 		args = append(args, "--database", directDB, "--shard", s.cl.dsn(directDB))
 	} else {
@@ -481,12 +489,16 @@ func (s *sweep) measure(ctx context.Context, trial int, suite, workload string, 
 	defer cancel()
 	var m Measure
 	var out []byte
+	cpu := svc.cpuMeter()
 	if suite == SuiteSysbench {
+		cpu.startAfter(s.cfg.Warmup) // sysbench's warm-up is not measured
 		out, err = s.client(rctx, name+".txt", "sysbench", s.sysbenchArgs(workload, port, db, threads, "run")...)
 		m, _ = ParseSysbench(bytes.NewReader(out))
 	} else {
+		cpu.startAfter(0)
 		m, err = s.pgbench(rctx, name, port, db, threads, strings.TrimPrefix(workload, "select-only/"))
 	}
+	mwCPU := cpu.perTx(m.TPS * m.DurationS)
 	peak, serr := sm.stop()
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -499,7 +511,8 @@ func (s *sweep) measure(ctx context.Context, trial int, suite, workload string, 
 	if serr != nil {
 		return fmt.Errorf("sampling pg_stat_activity: %w", serr)
 	}
-	row := Row{Trial: trial, Suite: suite, Workload: workload, Threads: threads, Target: target, Measure: m, PeakBackends: peak, Status: status}
+	row := Row{Trial: trial, Suite: suite, Workload: workload, Threads: threads, Target: target, Measure: m, PeakBackends: peak, Status: status,
+		MiddlewareCPU: mwCPU}
 	s.csv.Write(row.record())
 	s.csv.Flush()
 	if err := s.csv.Error(); err != nil {
@@ -508,8 +521,12 @@ func (s *sweep) measure(ctx context.Context, trial int, suite, workload string, 
 	s.done++
 	elapsed := time.Since(s.start)
 	left := time.Duration(float64(elapsed) / float64(s.done) * float64(s.total-s.done))
-	s.progress("[%d/%d] trial %d %s %s %d %s: %.0f tps %.0f qps, p99 %.2f ms, peak %d backends (elapsed %s, about %s left)",
-		s.done, s.total, trial, suite, workload, threads, target, m.TPS, m.QPS, m.P99, peak,
+	cpuNote := ""
+	if !math.IsNaN(mwCPU) {
+		cpuNote = fmt.Sprintf(", %s %.1f µs CPU per transaction", target, mwCPU)
+	}
+	s.progress("[%d/%d] trial %d %s %s %d %s: %.0f tps %.0f qps, p99 %.2f ms, peak %d backends%s (elapsed %s, about %s left)",
+		s.done, s.total, trial, suite, workload, threads, target, m.TPS, m.QPS, m.P99, peak, cpuNote,
 		elapsed.Round(time.Second), left.Round(time.Second))
 	return nil
 }

@@ -1,6 +1,7 @@
 package proxysweep_test
 
 import (
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,6 +64,9 @@ func TestSweepScript(t *testing.T) {
 		if r.TPS <= 0 || r.PeakBackends < 1 {
 			t.Errorf("%+v: no throughput or no backend seen", r)
 		}
+		if direct := r.Target == proxysweep.TargetDirect; direct != math.IsNaN(r.MiddlewareCPU) || (!direct && r.MiddlewareCPU <= 0) {
+			t.Errorf("%s: middleware CPU %v µs per transaction", r.Target, r.MiddlewareCPU)
+		}
 		if r.Target == proxysweep.TargetProxyAgg && r.PeakBackends > 3 {
 			t.Errorf("aggregated proxy: %d backends at the peak, pool size 3", r.PeakBackends)
 		}
@@ -76,7 +80,8 @@ func TestSweepScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## oltp_point_select (QPS)", "## Targets", "backend connections <= --pool-size 3"} {
+	for _, want := range []string{"## oltp_point_select (QPS)", "## Targets", "backend connections <= --pool-size 3",
+		"Middleware CPU per transaction", "`--procs 1`"} {
 		if !strings.Contains(string(rep), want) {
 			t.Errorf("report.md lacks %q", want)
 		}
