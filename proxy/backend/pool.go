@@ -27,7 +27,11 @@ import (
 const (
 	DefaultSize            = 20
 	DefaultCheckoutTimeout = 5 * time.Second
-	DefaultConnectTimeout  = 5 * time.Second
+	// DefaultConnectTimeout is pgbouncer's server_connect_timeout: a server that is up
+	// but busy forking dozens of backends at once (a pool filling under load) can take
+	// seconds to finish a login, and a client whose statement waits for it should not
+	// fail for that (the sweep saw 5 s exceeded once on this 2-core machine).
+	DefaultConnectTimeout = 15 * time.Second
 	// DefaultIdleCheck is how long a connection may sit idle before it is checked for
 	// life before reuse (a server restart leaves dead connections in the pool).
 	DefaultIdleCheck = time.Second
