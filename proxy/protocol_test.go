@@ -489,6 +489,81 @@ func TestPoolDeadlock(t *testing.T) {
 	}
 }
 
+// TestCrossPoolWait: with a long checkout timeout, transactions that hold each other's
+// pools are still ended as deadlock victims after the cross-pool wait; a client that
+// holds no connection waits past that bound for the pool, as pgbouncer's clients do.
+func TestCrossPoolWait(t *testing.T) {
+	e := startProxy(t, 2, []string{"kv=id"}, nil, withPool(1, time.Minute),
+		func(c *proxy.Config) { c.CrossPoolWait = 300 * time.Millisecond })
+	ctx := context.Background()
+	setup := e.connect(t)
+	exec1(t, setup, "CREATE TABLE kv (id int PRIMARY KEY)")
+	setup.Close(ctx)
+	rule := e.rules.Lookup("kv")
+	var onShard [2][]int
+	for id := 1; len(onShard[0]) < 3 || len(onShard[1]) < 3; id++ {
+		s, err := rule.ShardsFor(map[string]rules.Key{"id": rules.IntKey(int64(id))}, map[string]rules.KeyType{"id": rules.TypeInt4})
+		if err != nil || len(s) != 1 {
+			t.Fatal(s, err)
+		}
+		onShard[s[0]] = append(onShard[s[0]], id)
+	}
+	a, b := e.connect(t), e.connect(t)
+	exec1(t, a, "BEGIN")
+	exec1(t, a, "INSERT INTO kv VALUES ($1)", onShard[0][0])
+	exec1(t, b, "BEGIN")
+	exec1(t, b, "INSERT INTO kv VALUES ($1)", onShard[1][0])
+	start := time.Now()
+	errs := make(chan error, 2)
+	go func() { _, err := a.Exec(ctx, "INSERT INTO kv VALUES ($1)", onShard[1][1]); errs <- err }()
+	go func() { _, err := b.Exec(ctx, "INSERT INTO kv VALUES ($1)", onShard[0][1]); errs <- err }()
+	victims := 0
+	for range 2 {
+		select {
+		case err := <-errs:
+			if sqlState(err) == "40P01" {
+				victims++
+			} else if err != nil {
+				t.Errorf("waiting for the other pool: %v, want 40P01 or success", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the transactions still wait for each other's pools")
+		}
+	}
+	if victims == 0 {
+		t.Error("no transaction was ended as a deadlock victim")
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the deadlock lasted %v with a cross-pool wait of 300ms", d)
+	}
+	exec1(t, a, "ROLLBACK")
+	exec1(t, b, "ROLLBACK")
+
+	// A client holding nothing waits longer than the cross-pool bound, and gets the
+	// connection when the holder commits.
+	exec1(t, a, "BEGIN")
+	exec1(t, a, "INSERT INTO kv VALUES ($1)", onShard[0][2])
+	done := make(chan error, 1)
+	go func() { _, err := b.Exec(ctx, "INSERT INTO kv VALUES ($1)", onShard[0][1]); done <- err }()
+	select {
+	case err := <-done:
+		t.Fatalf("a client holding no connection stopped waiting early: %v", err)
+	case <-time.After(time.Second):
+	}
+	exec1(t, a, "COMMIT")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("after the holder committed: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting client never got the connection")
+	}
+	if n := queryInt(t, a, "SELECT count(*) FROM kv"); n != 2 {
+		t.Errorf("%d rows, want 2", n)
+	}
+}
+
 // TestSessionPooling: in session pooling a client keeps its server connection, so
 // server-side session state (a temporary table) lasts; the next client gets the
 // connection reset.

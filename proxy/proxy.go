@@ -64,6 +64,10 @@ type Config struct {
 	// for deadlocks across shards (see router.Config): 0 is the default interval,
 	// negative never.
 	DeadlockInterval time.Duration
+	// CrossPoolWait bounds how long a transaction that holds server connections of
+	// other data sources waits for one more before it ends as a deadlock victim
+	// (40P01; see router.Config); 0 is router.DefaultCrossPoolWait.
+	CrossPoolWait time.Duration
 	// AdminDatabase, when set, is the database name of the admin console: SHOW POOLS,
 	// SHOW DATABASES, SHOW CLIENTS, SHOW ROUTE <statement>, SHOW HELP.
 	AdminDatabase string
@@ -146,7 +150,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.pools = append(s.pools, p)
 	}
 	r, err := router.New(router.Config{Rules: cfg.Rules, Pools: s.pools, Mode: cfg.PoolMode, TwoPhase: cfg.TwoPhase,
-		LockWaitTimeout: cfg.LockWaitTimeout, DeadlockInterval: cfg.DeadlockInterval, Logger: log})
+		LockWaitTimeout: cfg.LockWaitTimeout, DeadlockInterval: cfg.DeadlockInterval, CrossPoolWait: cfg.CrossPoolWait, Logger: log})
 	if err != nil {
 		s.closePools()
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)

@@ -25,8 +25,12 @@ import (
 
 // Defaults for zero Options fields.
 const (
-	DefaultSize            = 20
-	DefaultCheckoutTimeout = 5 * time.Second
+	DefaultSize = 20
+	// DefaultCheckoutTimeout is pgbouncer's query_wait_timeout. A client that holds no
+	// server connection cannot be part of a wait cycle (one that holds another pool's
+	// connection gets 40P01 instead, see Session), so a long wait is safe; a short one
+	// failed whole sysbench runs at 256 threads with 53300 while the queue drained.
+	DefaultCheckoutTimeout = 120 * time.Second
 	// DefaultConnectTimeout is pgbouncer's server_connect_timeout: a server that is up
 	// but busy forking dozens of backends at once (a pool filling under load) can take
 	// seconds to finish a login, and a client whose statement waits for it should not

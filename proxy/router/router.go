@@ -73,9 +73,20 @@ type Config struct {
 	// sqlexec.DefaultDeadlockInterval; negative: never). The youngest transaction of a
 	// cycle is ended with 40P01.
 	DeadlockInterval time.Duration
+	// CrossPoolWait bounds how long a transaction that holds server connections of
+	// other data sources waits for a connection of one more (0:
+	// DefaultCrossPoolWait). Transactions that each hold one pool's connections and
+	// wait for another's can wait on each other with no server seeing it; when the
+	// bound runs out the transaction ends as a deadlock victim (40P01), which clients
+	// retry, freeing what it holds. A client that holds no connection cannot be part of
+	// such a cycle and waits up to the pool's checkout timeout.
+	CrossPoolWait time.Duration
 	// Logger receives the router's log lines; nil discards them.
 	Logger *slog.Logger
 }
+
+// DefaultCrossPoolWait is the usual Config.CrossPoolWait.
+const DefaultCrossPoolWait = 5 * time.Second
 
 // DefaultLockWaitTimeout is the proxy's usual LockWaitTimeout: none, since the
 // deadlock detector ends cross-shard deadlocks without failing slow lock waits.
@@ -99,6 +110,7 @@ type Router struct {
 
 	lockWait    time.Duration
 	lockWaitSQL string
+	poolWait    time.Duration // Config.CrossPoolWait
 
 	// generation counts schema changes made through the proxy: a client's prepared
 	// statement planned in an older generation is planned again before it runs.
@@ -150,7 +162,10 @@ func New(cfg Config) (*Router, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Router{rules: cfg.Rules, pools: cfg.Pools, mode: cfg.Mode, log: log, lockWait: cfg.LockWaitTimeout}
+	r := &Router{rules: cfg.Rules, pools: cfg.Pools, mode: cfg.Mode, log: log, lockWait: cfg.LockWaitTimeout, poolWait: cfg.CrossPoolWait}
+	if r.poolWait <= 0 {
+		r.poolWait = DefaultCrossPoolWait
+	}
 	if r.lockWait > 0 {
 		r.lockWaitSQL = fmt.Sprintf("SET LOCAL lock_timeout = %d", max(r.lockWait.Milliseconds(), 1))
 	}

@@ -253,8 +253,18 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	c := l.pinned[ds]
 	l.mu.Unlock()
 	if c == nil {
+		actx := ctx
+		if l.holdsOthers(ds) {
+			var cancel context.CancelFunc
+			actx, cancel = context.WithTimeoutCause(ctx, l.s.r.poolWait, errCrossPoolWait)
+			defer cancel()
+		}
 		var err error
-		if c, err = pool.Acquire(ctx); err != nil {
+		if c, err = pool.Acquire(actx); err != nil {
+			if ctx.Err() == nil && context.Cause(actx) == errCrossPoolWait {
+				err = &pgconn.PgError{Severity: "ERROR", Code: "53300", Message: fmt.Sprintf(
+					"shardlab proxy: no server connection to data source %s became free within %v", pool.Name(), l.s.r.poolWait)}
+			}
 			return nil, l.poolDeadlock(ds, err)
 		}
 	}
@@ -273,6 +283,26 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	}
 	l.mu.Unlock()
 	return x, nil
+}
+
+// errCrossPoolWait ends the wait of a transaction that holds other pools' connections
+// (Config.CrossPoolWait).
+var errCrossPoolWait = errors.New("router: cross-pool wait bound reached")
+
+// holdsOthers reports whether the client is in a transaction holding server
+// connections of data sources other than ds.
+func (l *leases) holdsOthers(ds int) bool {
+	if !l.s.tx.InTransaction() {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for d := range l.held {
+		if d != ds {
+			return true
+		}
+	}
+	return false
 }
 
 // poolDeadlock turns a checkout timeout of a transaction that holds server connections
