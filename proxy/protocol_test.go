@@ -564,6 +564,61 @@ func TestCrossPoolWait(t *testing.T) {
 	}
 }
 
+// TestMaxTransactions: with one turn and pools of one connection, the transactions of
+// TestPoolDeadlock cannot hold each other's pools: the second waits for its turn at
+// its first statement, the first goes on to the second pool and commits, and then the
+// second runs. Neither is ended as a deadlock victim.
+func TestMaxTransactions(t *testing.T) {
+	e := startProxy(t, 2, []string{"kv=id"}, nil, withPool(1, 20*time.Second),
+		func(c *proxy.Config) { c.MaxTransactions = 1 })
+	ctx := context.Background()
+	setup := e.connect(t)
+	exec1(t, setup, "CREATE TABLE kv (id int PRIMARY KEY)")
+	setup.Close(ctx)
+	rule := e.rules.Lookup("kv")
+	var onShard [2][]int
+	for id := 1; len(onShard[0]) < 2 || len(onShard[1]) < 2; id++ {
+		s, err := rule.ShardsFor(map[string]rules.Key{"id": rules.IntKey(int64(id))}, map[string]rules.KeyType{"id": rules.TypeInt4})
+		if err != nil || len(s) != 1 {
+			t.Fatal(s, err)
+		}
+		onShard[s[0]] = append(onShard[s[0]], id)
+	}
+	a, b := e.connect(t), e.connect(t)
+	exec1(t, a, "BEGIN")
+	exec1(t, a, "INSERT INTO kv VALUES ($1)", onShard[0][0])
+	exec1(t, b, "BEGIN")
+	bDone := make(chan error, 1)
+	go func() {
+		_, err := b.Exec(ctx, "INSERT INTO kv VALUES ($1)", onShard[1][0])
+		if err == nil {
+			_, err = b.Exec(ctx, "INSERT INTO kv VALUES ($1)", onShard[0][1])
+		}
+		if err == nil {
+			_, err = b.Exec(ctx, "COMMIT")
+		}
+		bDone <- err
+	}()
+	select {
+	case err := <-bDone:
+		t.Fatalf("the second transaction ran while the first held the only turn: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	exec1(t, a, "INSERT INTO kv VALUES ($1)", onShard[1][1]) // the second pool is free
+	exec1(t, a, "COMMIT")
+	select {
+	case err := <-bDone:
+		if err != nil {
+			t.Fatalf("the second transaction after the first committed: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the second transaction never got its turn")
+	}
+	if n := queryInt(t, a, "SELECT count(*) FROM kv"); n != 4 {
+		t.Errorf("%d rows, want 4", n)
+	}
+}
+
 // TestSessionPooling: in session pooling a client keeps its server connection, so
 // server-side session state (a temporary table) lasts; the next client gets the
 // connection reset.

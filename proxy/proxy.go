@@ -68,6 +68,10 @@ type Config struct {
 	// other data sources waits for one more before it ends as a deadlock victim
 	// (40P01; see router.Config); 0 is router.DefaultCrossPoolWait.
 	CrossPoolWait time.Duration
+	// MaxTransactions, when positive, bounds the clients holding server connections at
+	// once in transaction pooling (see router.Config); at most the pool size, it keeps
+	// transactions that span pools from waiting on each other's.
+	MaxTransactions int
 	// AdminDatabase, when set, is the database name of the admin console: SHOW POOLS,
 	// SHOW DATABASES, SHOW CLIENTS, SHOW ROUTE <statement>, SHOW HELP.
 	AdminDatabase string
@@ -150,7 +154,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.pools = append(s.pools, p)
 	}
 	r, err := router.New(router.Config{Rules: cfg.Rules, Pools: s.pools, Mode: cfg.PoolMode, TwoPhase: cfg.TwoPhase,
-		LockWaitTimeout: cfg.LockWaitTimeout, DeadlockInterval: cfg.DeadlockInterval, CrossPoolWait: cfg.CrossPoolWait, Logger: log})
+		LockWaitTimeout: cfg.LockWaitTimeout, DeadlockInterval: cfg.DeadlockInterval, CrossPoolWait: cfg.CrossPoolWait,
+		MaxTransactions: cfg.MaxTransactions, CheckoutTimeout: cfg.Pool.CheckoutTimeout, Logger: log})
 	if err != nil {
 		s.closePools()
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)

@@ -28,7 +28,7 @@ Usage: scripts/proxy_sweep.sh [options] [proxysweep run flags]
   --no-build         use bin/shard-proxy and bin/proxysweep instead of building them
   -h, --help         this help (writes nothing)
 
-Any other flag goes to "proxysweep run" as given (--workloads, --shards,
+Any other flag goes to "proxysweep run" as given (--workloads, --shards, --proxy-arg,
 --pgbench-clients, --pgbench-modes, --pgbench-scale, --pg-bindir). Needs sysbench,
 pgbench, pgbouncer and PostgreSQL's initdb/pg_ctl; run as root, the servers run as the
 "postgres" OS user. On a shared machine, wrap it: flock /tmp/shardlab-heavy.lock scripts/proxy_sweep.sh

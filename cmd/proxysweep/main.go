@@ -62,6 +62,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		fs.SetOutput(stderr)
 		cfg := proxysweep.Config{Progress: stderr}
 		var threads, clients, workloads, modes string
+		var proxyArgs listFlag
 		fs.StringVar(&cfg.Out, "out", "", "run directory (required)")
 		fs.StringVar(&cfg.ProxyBin, "proxy", "", "shard-proxy binary (required)")
 		fs.StringVar(&cfg.BinDir, "pg-bindir", proxysweep.DefaultBinDir, "PostgreSQL server programs (initdb, pg_ctl)")
@@ -75,6 +76,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		fs.IntVar(&cfg.PoolSize, "pool-size", 20, "shard-proxy --pool-size, and pgbouncer's pool in transaction mode")
 		fs.IntVar(&cfg.Shards, "shards", 4, "schema shards of the sharded database")
 		fs.IntVar(&cfg.ProxyProcs, "proxy-procs", 1, "shard-proxy --procs (GOMAXPROCS; 0: Go's choice, one per CPU); 1 matches pgbouncer's one thread")
+		fs.Var(&proxyArgs, "proxy-arg", "one more shard-proxy flag for every proxy target, such as --proxy-arg=--max-transactions=20; repeatable")
 		fs.StringVar(&clients, "pgbench-clients", "8,32", "pgbench client counts (passthrough comparison)")
 		fs.StringVar(&modes, "pgbench-modes", "extended,simple", "pgbench -M modes")
 		fs.IntVar(&cfg.PgbenchScale, "pgbench-scale", 10, "pgbench -i -s")
@@ -91,6 +93,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if cfg.PgbenchClients, err = ints(clients); err != nil {
 			return err
 		}
+		cfg.ProxyArgs = proxyArgs
 		cfg.Workloads = strings.Split(workloads, ",")
 		cfg.PgbenchModes = strings.Split(modes, ",")
 		if modes == "" {
@@ -135,3 +138,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	return fmt.Errorf("%w: unknown subcommand %q (run or report)", errUsage, args[0])
 }
+
+// listFlag collects a repeatable flag's values.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, " ") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }

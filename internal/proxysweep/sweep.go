@@ -35,9 +35,10 @@ type Config struct {
 	Time           time.Duration // of each client run
 	Warmup         time.Duration // sysbench runs this long before the measured time
 	Trials         int
-	PoolSize       int // the proxy's --pool-size, and pgbouncer's in transaction mode
-	ProxyProcs     int // the proxy's --procs (0: Go's choice)
-	Shards         int // schemas of the sharded database
+	PoolSize       int      // the proxy's --pool-size, and pgbouncer's in transaction mode
+	ProxyProcs     int      // the proxy's --procs (0: Go's choice)
+	ProxyArgs      []string // more shard-proxy flags, for every proxy target
+	Shards         int      // schemas of the sharded database
 	PgbenchClients []int
 	PgbenchModes   []string
 	PgbenchScale   int
@@ -333,6 +334,7 @@ func (s *sweep) startProxy(_ context.Context, aggregate bool, label string) (*se
 	args := []string{"--listen", "127.0.0.1:" + strconv.Itoa(port), "--pool-size", strconv.Itoa(s.cfg.PoolSize),
 		"--stats-interval", "0", "--log-level", "warn", "--shutdown-timeout", "5s", "--max-clients", "2000",
 		"--procs", strconv.Itoa(s.cfg.ProxyProcs)}
+	args = append(args, s.cfg.ProxyArgs...)
 	if label == TargetProxyPass {
 		args = append(args, "--database", directDB, "--shard", s.cl.dsn(directDB))
 	} else {

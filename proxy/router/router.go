@@ -81,6 +81,17 @@ type Config struct {
 	// retry, freeing what it holds. A client that holds no connection cannot be part of
 	// such a cycle and waits up to the pool's checkout timeout.
 	CrossPoolWait time.Duration
+	// MaxTransactions, when positive, bounds how many clients hold server connections
+	// at once in transaction pooling, each for a transaction or for a statement outside
+	// one; the others wait their turn, up to CheckoutTimeout. A client holds at most one
+	// connection of each pool, so with MaxTransactions at most the smallest pool's size
+	// no pool is ever exhausted: transactions that span pools never wait on each
+	// other's, which without the bound can stall a heavy load of them (each holds one
+	// pool's connections and waits, in vain, for another's).
+	MaxTransactions int
+	// CheckoutTimeout bounds a client's wait for its turn under MaxTransactions (0:
+	// backend.DefaultCheckoutTimeout).
+	CheckoutTimeout time.Duration
 	// Logger receives the router's log lines; nil discards them.
 	Logger *slog.Logger
 }
@@ -111,6 +122,10 @@ type Router struct {
 	lockWait    time.Duration
 	lockWaitSQL string
 	poolWait    time.Duration // Config.CrossPoolWait
+	// turns holds a token per client holding server connections (Config.MaxTransactions);
+	// nil without a bound.
+	turns       chan struct{}
+	turnTimeout time.Duration
 
 	// generation counts schema changes made through the proxy: a client's prepared
 	// statement planned in an older generation is planned again before it runs.
@@ -165,6 +180,13 @@ func New(cfg Config) (*Router, error) {
 	r := &Router{rules: cfg.Rules, pools: cfg.Pools, mode: cfg.Mode, log: log, lockWait: cfg.LockWaitTimeout, poolWait: cfg.CrossPoolWait}
 	if r.poolWait <= 0 {
 		r.poolWait = DefaultCrossPoolWait
+	}
+	if cfg.MaxTransactions > 0 && cfg.Mode == PoolTransaction {
+		r.turns = make(chan struct{}, cfg.MaxTransactions)
+		r.turnTimeout = cfg.CheckoutTimeout
+		if r.turnTimeout <= 0 {
+			r.turnTimeout = backend.DefaultCheckoutTimeout
+		}
 	}
 	if r.lockWait > 0 {
 		r.lockWaitSQL = fmt.Sprintf("SET LOCAL lock_timeout = %d", max(r.lockWait.Milliseconds(), 1))

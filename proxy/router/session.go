@@ -236,6 +236,11 @@ type leases struct {
 	mu     sync.Mutex
 	held   map[int]*lease
 	pinned map[int]*backend.Conn // session pooling
+	// turn: the client holds one of the router's turns (Config.MaxTransactions), for
+	// turnUsers connections held or being acquired; the last to go gives it back.
+	turnMu    sync.Mutex // serialises taking the turn among concurrent Acquires
+	turn      bool
+	turnUsers int
 }
 
 var _ sqlexec.Pool = (*leases)(nil)
@@ -253,6 +258,9 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	c := l.pinned[ds]
 	l.mu.Unlock()
 	if c == nil {
+		if err := l.takeTurn(ctx); err != nil {
+			return nil, err
+		}
 		actx := ctx
 		if l.holdsOthers(ds) {
 			var cancel context.CancelFunc
@@ -265,6 +273,7 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 				err = &pgconn.PgError{Severity: "ERROR", Code: "53300", Message: fmt.Sprintf(
 					"shardlab proxy: no server connection to data source %s became free within %v", pool.Name(), l.s.r.poolWait)}
 			}
+			l.giveTurn()
 			return nil, l.poolDeadlock(ds, err)
 		}
 	}
@@ -273,6 +282,7 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 		delete(l.pinned, ds)
 		l.mu.Unlock()
 		pool.Release(c, reusable(err))
+		l.giveTurn()
 		return nil, err
 	}
 	x := &lease{l: l, ds: ds, c: c}
@@ -362,6 +372,65 @@ func (x *lease) Release(reuse bool) {
 	}
 	if !keep {
 		l.s.r.pools[x.ds].Release(x.c, reuse)
+		l.giveTurn()
+	}
+}
+
+// takeTurn makes the client hold one of the router's turns (Config.MaxTransactions)
+// for one more connection, waiting for one if it holds none.
+func (l *leases) takeTurn(ctx context.Context) error {
+	r := l.s.r
+	if r.turns == nil {
+		return nil
+	}
+	l.turnMu.Lock()
+	defer l.turnMu.Unlock()
+	l.mu.Lock()
+	if l.turn {
+		l.turnUsers++
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.Unlock()
+	select {
+	case r.turns <- struct{}{}:
+	default:
+		t := time.NewTimer(r.turnTimeout)
+		defer t.Stop()
+		select {
+		case r.turns <- struct{}{}:
+		case <-t.C:
+			return &pgconn.PgError{Severity: "ERROR", Code: "53300", Message: fmt.Sprintf(
+				"shardlab proxy: no turn among the %d clients allowed to hold server connections at once (--max-transactions) became free within %v",
+				cap(r.turns), r.turnTimeout)}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	l.mu.Lock()
+	l.turn, l.turnUsers = true, 1
+	l.mu.Unlock()
+	return nil
+}
+
+// giveTurn ends one use of the client's turn; the last gives the turn back.
+func (l *leases) giveTurn() {
+	if l.s.r.turns == nil {
+		return
+	}
+	l.mu.Lock()
+	if !l.turn {
+		l.mu.Unlock()
+		return
+	}
+	l.turnUsers--
+	last := l.turnUsers == 0
+	if last {
+		l.turn = false
+	}
+	l.mu.Unlock()
+	if last {
+		<-l.s.r.turns
 	}
 }
 
