@@ -14,8 +14,11 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -122,6 +125,7 @@ func (s *Server) Registry() *prometheus.Registry { return s.registry }
 // records the request in the metrics.
 func (s *Server) handle(path, method string, h func(w http.ResponseWriter, r *http.Request) int) {
 	endpoint := strings.TrimPrefix(path, "/")
+	m := &endpointMetrics{endpoint: endpoint, requests: s.requests, latencyVec: s.latency}
 	s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		var code int
@@ -135,9 +139,43 @@ func (s *Server) handle(path, method string, h func(w http.ResponseWriter, r *ht
 		if code >= 400 && code < 500 && !(code == http.StatusNotFound && path == "/get") {
 			s.stats.clientErrors.Add(1)
 		}
-		s.requests.WithLabelValues(endpoint, fmt.Sprint(code)).Inc()
-		s.latency.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
+		m.counter(code).Inc()
+		m.observer().Observe(time.Since(start).Seconds())
 	})
+}
+
+// endpointMetrics keeps one endpoint's children of the request metrics once they exist,
+// so that a request does not look them up by label values (formatting the status code
+// and hashing the labels) every time. A child is created on its first use, as
+// WithLabelValues would, so /metrics shows only the series that have happened.
+type endpointMetrics struct {
+	endpoint   string
+	requests   *prometheus.CounterVec
+	latencyVec *prometheus.HistogramVec
+	latency    atomic.Pointer[prometheus.Observer]
+	byCode     [500]atomic.Pointer[prometheus.Counter] // status codes 100..599
+}
+
+func (m *endpointMetrics) counter(code int) prometheus.Counter {
+	if code < 100 || code > 599 {
+		return m.requests.WithLabelValues(m.endpoint, strconv.Itoa(code))
+	}
+	slot := &m.byCode[code-100]
+	if c := slot.Load(); c != nil {
+		return *c
+	}
+	c := m.requests.WithLabelValues(m.endpoint, strconv.Itoa(code)) // the same child every time
+	slot.Store(&c)
+	return c
+}
+
+func (m *endpointMetrics) observer() prometheus.Observer {
+	if o := m.latency.Load(); o != nil {
+		return *o
+	}
+	o := m.latencyVec.WithLabelValues(m.endpoint)
+	m.latency.Store(&o)
+	return o
 }
 
 // HandleJSON registers a JSON endpoint on mux with the server's method check and metrics;
@@ -407,13 +445,6 @@ type insertResponse struct {
 	Status string `json:"status"`
 }
 
-// record is the body of a successful GET /get.
-type record struct {
-	UserID string `json:"user_id"`
-	Data   string `json:"data"`
-	Shard  int    `json:"shard"`
-}
-
 func (s *Server) insert(w http.ResponseWriter, r *http.Request) int {
 	s.stats.inserts.Add(1)
 	var req insertRequest
@@ -441,32 +472,137 @@ func (s *Server) insert(w http.ResponseWriter, r *http.Request) int {
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) int {
 	s.stats.gets.Add(1)
-	q := r.URL.Query()
-	ids, ok := q["user_id"]
+	id, ok := onlyUserID(r.URL.RawQuery)
 	if !ok {
-		return WriteError(w, http.StatusBadRequest, "query parameter user_id is required")
-	}
-	if len(ids) != 1 {
-		return WriteError(w, http.StatusBadRequest, "give user_id exactly once")
-	}
-	for k := range q {
-		if k != "user_id" {
-			return WriteError(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q", k))
+		q := r.URL.Query()
+		ids, ok := q["user_id"]
+		if !ok {
+			return WriteError(w, http.StatusBadRequest, "query parameter user_id is required")
 		}
+		if len(ids) != 1 {
+			return WriteError(w, http.StatusBadRequest, "give user_id exactly once")
+		}
+		for k := range q {
+			if k != "user_id" {
+				return WriteError(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q", k))
+			}
+		}
+		id = ids[0]
 	}
-	if err := ValidateUserID(ids[0]); err != nil {
+	if err := ValidateUserID(id); err != nil {
 		return WriteError(w, http.StatusBadRequest, err.Error())
 	}
-	data, shard, err := s.cfg.Set.Get(r.Context(), ids[0])
+	data, shard, err := s.cfg.Set.Get(r.Context(), id)
 	if errors.Is(err, shardset.ErrNotFound) {
 		s.stats.getMisses.Add(1)
-		return WriteJSON(w, http.StatusNotFound, map[string]any{"error": "user_id not found", "user_id": ids[0], "shard": shard})
+		return WriteJSON(w, http.StatusNotFound, map[string]any{"error": "user_id not found", "user_id": id, "shard": shard})
 	}
 	if err != nil {
 		return s.shardFailure(w, r, shard, err)
 	}
 	s.stats.getHits.Add(1)
-	return WriteJSON(w, http.StatusOK, record{UserID: ids[0], Data: string(data), Shard: shard})
+	return writeRecord(w, id, data, shard)
+}
+
+// onlyUserID reads the common query string of /get, "user_id=<value>" alone, without
+// building url.Values. It answers false for anything else (another or a repeated
+// parameter, a ';', an escaped name, a bad escape), which the general path then judges,
+// so that both paths accept and refuse the same queries.
+func onlyUserID(rawQuery string) (string, bool) {
+	v, ok := strings.CutPrefix(rawQuery, "user_id=")
+	if !ok || strings.ContainsAny(v, "&;") {
+		return "", false
+	}
+	id, err := url.QueryUnescape(v)
+	if err != nil {
+		return "", false
+	}
+	return id, true
+}
+
+// recordBuffers holds the buffers writeRecord encodes into.
+var recordBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// writeRecord writes the 200 answer of /get, {"user_id": id, "data": data, "shard":
+// shard}, byte for byte what WriteJSON writes for a struct of those three fields, without
+// encoding/json's reflection and allocations: it is the response of the lab's hottest
+// path. A fuzz test compares the two on every kind of string.
+func writeRecord(w http.ResponseWriter, id string, data []byte, shard int) int {
+	bp := recordBuffers.Get().(*[]byte)
+	b := append((*bp)[:0], `{"user_id":`...)
+	b = appendJSONString(b, id)
+	b = append(b, `,"data":`...)
+	b = appendJSONString(b, data)
+	b = append(b, `,"shard":`...)
+	b = strconv.AppendInt(b, int64(shard), 10)
+	b = append(b, "}\n"...)
+	w.Header()["Content-Type"] = jsonContentType
+	w.WriteHeader(http.StatusOK)
+	w.Write(b) // the client may be gone; nothing useful to do then
+	if cap(b) <= 64<<10 {
+		*bp = b
+		recordBuffers.Put(bp)
+	}
+	return http.StatusOK
+}
+
+// jsonContentType is the Content-Type header value of JSON answers, shared read-only.
+var jsonContentType = []string{"application/json"}
+
+// appendJSONString appends s as a JSON string the way encoding/json's Encoder writes it
+// (HTML escaping on, as by default): '"' and '\\' escaped, control characters as \b,
+// \f, \n, \r, \t or \u00XX, '<', '>' and '&' as \u003c, \u003e and \u0026, U+2028
+// and U+2029 escaped, and each byte of invalid UTF-8 as \ufffd.
+func appendJSONString[S string | []byte](b []byte, s S) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRune([]byte(s[i:min(i+utf8.UTFMax, len(s))]))
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 // shardFailure answers a request whose shard failed: 503 naming the shard, so clients can

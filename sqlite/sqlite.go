@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" database/sql driver
@@ -48,7 +49,7 @@ const (
 	JournalDelete = "delete" // rollback journal: a commit locks readers out of the file
 )
 
-// ErrClosed is returned by a Put on a closed Store.
+// ErrClosed is returned by a Put or a Get on a closed Store.
 var ErrClosed = errors.New("sqlite: store closed")
 
 // ErrBadOptions is wrapped by errors about invalid Options.
@@ -119,12 +120,19 @@ type Store struct {
 	get   *sql.Stmt
 	count *sql.Stmt
 	group *groupCommitter // nil without Options.GroupCommit
+	// points serves Get on connections of its own, below database/sql; nil with
+	// Options.OneConn, where reads must share the writer's one connection and so go
+	// through its pool.
+	points *pointReader
+	closed atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
 var _ shardset.Backend = (*Store)(nil)
+
+const getSQL = `SELECT data FROM records WHERE user_id = ?`
 
 const schema = `CREATE TABLE IF NOT EXISTS records (
 	user_id    TEXT PRIMARY KEY,
@@ -152,7 +160,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	s.put = prepare(db.Writer(), `INSERT INTO records (user_id, data, updated_at) VALUES (?, ?, ?)
 		ON CONFLICT (user_id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`)
-	s.get = prepare(db.Reader(), `SELECT data FROM records WHERE user_id = ?`)
+	if db.Options().OneConn {
+		s.get = prepare(db.Reader(), getSQL) // otherwise Get reads through s.points
+	}
 	s.count = prepare(db.Reader(), `SELECT count(*) FROM records`)
 	if err != nil {
 		s.Close()
@@ -160,6 +170,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	if db.Options().GroupCommit {
 		s.group = startGroupCommitter(db.Writer(), s.put)
+	}
+	if !db.Options().OneConn {
+		s.points = newPointReader(db, db.Options().ReadConns, getSQL)
 	}
 	return s, nil
 }
@@ -208,8 +221,18 @@ func (s *Store) CommitStats() (commits, writes int64) {
 	return s.group.commits.Load(), s.group.writes.Load()
 }
 
-// Get implements shardset.Backend.
+// Get implements shardset.Backend. It reads on one of Options.ReadConns read-only
+// connections that the Store holds below database/sql, each with the lookup prepared
+// (with Options.OneConn, on the writer's one connection through its pool). Cancelling ctx
+// stops a Get that waits for a connection; a lookup already running finishes first. On a
+// closed Store it returns ErrClosed.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	if s.points != nil {
+		return s.points.get(ctx, key)
+	}
 	var data []byte
 	err := s.get.QueryRowContext(ctx, key).Scan(&data)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -231,7 +254,8 @@ func (s *Store) Count(ctx context.Context) (int64, error) {
 // Ping implements shardset.Backend.
 func (s *Store) Ping(ctx context.Context) error { return s.db.Reader().PingContext(ctx) }
 
-// Close closes the statements and both pools; a second call returns nil.
+// Close waits for the Gets in flight, then closes the point-read connections, the
+// statements and both pools, and returns the first error; a second call returns nil.
 func (s *Store) Close() error {
 	first := func(err error) {
 		if err != nil && s.closeErr == nil {
@@ -241,6 +265,10 @@ func (s *Store) Close() error {
 	done := false
 	s.closeOnce.Do(func() {
 		done = true
+		s.closed.Store(true)
+		if s.points != nil {
+			first(s.points.close()) // waits for the reads in flight
+		}
 		if s.group != nil {
 			s.group.close() // commits the writes already handed to it
 		}
