@@ -3,7 +3,7 @@ GO ?= go
 
 .PHONY: lab quick test lint build clean
 
-## lab: run every scenario on SQLite (single vs sharded, 6 interleaved trials, about 16 minutes
+## lab: run every scenario on SQLite (single vs sharded, 6 interleaved trials, 16 to 21 minutes
 ## on 2 cores) into its own directory results/runs/<run-id>/ (results/latest points at it)
 lab:
 	./scripts/run_all_scenarios.sh
