@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -564,12 +565,56 @@ func TestCrossPoolWait(t *testing.T) {
 	}
 }
 
-// TestMaxTransactions: with one turn and pools of one connection, the transactions of
-// TestPoolDeadlock cannot hold each other's pools: the second waits for its turn at
-// its first statement, the first goes on to the second pool and commits, and then the
-// second runs. Neither is ended as a deadlock victim.
+// TestCrossPoolWaitInStatements: reads over both shards, outside transactions, take
+// their connections concurrently, so two of them can each hold one pool of one and wait
+// for the other's. The cross-pool wait ends such a wait as a deadlock victim (40P01,
+// which the client retries) instead of leaving it to the long checkout timeout.
+func TestCrossPoolWaitInStatements(t *testing.T) {
+	e := startProxy(t, 2, []string{"kv=id"}, nil, withPool(1, time.Minute),
+		func(c *proxy.Config) { c.CrossPoolWait = 200 * time.Millisecond })
+	ctx := context.Background()
+	setup := e.connect(t)
+	exec1(t, setup, "CREATE TABLE kv (id int PRIMARY KEY)")
+	exec1(t, setup, "INSERT INTO kv VALUES (1),(2),(3),(4),(5),(6),(7),(8),(9),(10),(11),(12),(13),(14),(15),(16),(17),(18),(19),(20)")
+	setup.Close(ctx)
+	start := time.Now()
+	var wg sync.WaitGroup
+	var victims atomic.Int64
+	for range 4 {
+		c := e.connect(t)
+		wg.Go(func() {
+			for done := 0; done < 8; {
+				var n int
+				err := c.QueryRow(ctx, "SELECT count(*) FROM kv").Scan(&n)
+				switch {
+				case sqlState(err) == "40P01":
+					victims.Add(1) // retried, as clients do
+				case err != nil:
+					t.Errorf("read over both shards: %v", err)
+					return
+				case n != 20:
+					t.Errorf("count %d, want 20", n)
+					return
+				default:
+					done++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("32 reads in %v, %d deadlock victims retried", time.Since(start).Round(time.Millisecond), victims.Load())
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("32 reads took %v (%d deadlock victims): waits ran into the one-minute checkout timeout", d, victims.Load())
+	}
+}
+
+// TestMaxTransactions: with one turn, the transactions of TestPoolDeadlock cannot hold
+// each other's pools: the second waits for its turn at its first statement, the first
+// goes on to the second pool and commits, and then the second runs. Neither is ended as
+// a deadlock victim. (The pools have two connections: one always stays for the router's
+// own statements, so a bound of one turn per pool of one is refused.)
 func TestMaxTransactions(t *testing.T) {
-	e := startProxy(t, 2, []string{"kv=id"}, nil, withPool(1, 20*time.Second),
+	e := startProxy(t, 2, []string{"kv=id"}, nil, withPool(2, 20*time.Second),
 		func(c *proxy.Config) { c.MaxTransactions = 1 })
 	ctx := context.Background()
 	setup := e.connect(t)

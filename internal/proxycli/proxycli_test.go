@@ -49,6 +49,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--database", "app", shard, "--procs", "-1"}, "--procs must be"},
 		{[]string{"--database", "app", shard, "--cross-pool-wait", "0s"}, "--cross-pool-wait must be"},
 		{[]string{"--database", "app", shard, "--max-transactions", "-2"}, "--max-transactions must be"},
+		{[]string{"--database", "app", shard, "--pool-size", "4", "--max-transactions", "4"}, "below --pool-size"},
 		{[]string{"--database", "app", shard, "--sharded", "t"}, "--sharded wants TABLE=COLUMN"},
 		{[]string{"--database", "app", shard, "--tls-cert", "x.pem"}, "--tls-cert and --tls-key go together"},
 		{[]string{"--database", "app", shard, "--config", badRules}, "do not combine it"},

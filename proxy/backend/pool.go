@@ -125,13 +125,42 @@ func (p *Pool) Size() int { return p.opts.Size }
 // *pgconn.PgError of SQLSTATE 53300 (too_many_connections) naming the data source; and
 // cancelling ctx stops the wait and any dial in progress.
 func (p *Pool) Acquire(ctx context.Context) (*Conn, error) {
+	c, err := p.AcquireWithin(ctx, p.opts.CheckoutTimeout)
+	if errors.Is(err, ErrWaitElapsed) {
+		p.stats.timeouts.Add(1)
+		return nil, p.TimeoutError(p.opts.CheckoutTimeout)
+	}
+	return c, err
+}
+
+// ErrWaitElapsed is returned by AcquireWithin when no connection became free in time.
+var ErrWaitElapsed = errors.New("backend: no connection became free in time")
+
+// TimeoutError is the error a client gets after waiting d in vain for a connection:
+// SQLSTATE 53300, naming the data source.
+func (p *Pool) TimeoutError(d time.Duration) error {
+	return &pgconn.PgError{Severity: "ERROR", Code: "53300", Message: fmt.Sprintf(
+		"shardlab proxy: no server connection to data source %s became free within %v (pool size %d, all in use)",
+		p.name, d, p.opts.Size)}
+}
+
+// CountTimeout records a client's wait that ended with TimeoutError, for Stats.
+func (p *Pool) CountTimeout() { p.stats.timeouts.Add(1) }
+
+// CheckoutTimeout returns the pool's bound on waiting for a connection.
+func (p *Pool) CheckoutTimeout() time.Duration { return p.opts.CheckoutTimeout }
+
+// AcquireWithin is Acquire with its own bound on the wait for a free connection: past
+// wait it returns ErrWaitElapsed. The bound covers the wait only, not connecting a new
+// connection or checking an idle one, which ctx and the connect timeout bound.
+func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration) (*Conn, error) {
 	p.stats.acquires.Add(1)
 	select {
 	case p.tokens <- struct{}{}:
 	default:
 		p.stats.waiting.Add(1)
 		start := time.Now()
-		t := time.NewTimer(p.opts.CheckoutTimeout)
+		t := time.NewTimer(wait)
 		select {
 		case p.tokens <- struct{}{}:
 			t.Stop()
@@ -139,10 +168,7 @@ func (p *Pool) Acquire(ctx context.Context) (*Conn, error) {
 			p.stats.waitedNanoseconds.Add(int64(time.Since(start)))
 		case <-t.C:
 			p.stats.waiting.Add(-1)
-			p.stats.timeouts.Add(1)
-			return nil, &pgconn.PgError{Severity: "ERROR", Code: "53300", Message: fmt.Sprintf(
-				"shardlab proxy: no server connection to data source %s became free within %v (pool size %d, all in use)",
-				p.name, p.opts.CheckoutTimeout, p.opts.Size)}
+			return nil, ErrWaitElapsed
 		case <-ctx.Done():
 			t.Stop()
 			p.stats.waiting.Add(-1)

@@ -84,10 +84,12 @@ type Config struct {
 	// MaxTransactions, when positive, bounds how many clients hold server connections
 	// at once in transaction pooling, each for a transaction or for a statement outside
 	// one; the others wait their turn, up to CheckoutTimeout. A client holds at most one
-	// connection of each pool, so with MaxTransactions at most the smallest pool's size
-	// no pool is ever exhausted: transactions that span pools never wait on each
-	// other's, which without the bound can stall a heavy load of them (each holds one
-	// pool's connections and waits, in vain, for another's).
+	// connection of each pool, so with MaxTransactions below the smallest pool's size no
+	// pool is ever exhausted by clients: transactions that span pools never wait on
+	// each other's, which without the bound can stall a heavy load of them (each holds
+	// one pool's connections and waits, in vain, for another's), and a connection of
+	// each pool stays for the router's own statements (the catalog, the deadlock
+	// detector). New refuses a bound that leaves none.
 	MaxTransactions int
 	// CheckoutTimeout bounds a client's wait for its turn under MaxTransactions (0:
 	// backend.DefaultCheckoutTimeout).
@@ -181,6 +183,11 @@ func New(cfg Config) (*Router, error) {
 	if r.poolWait <= 0 {
 		r.poolWait = DefaultCrossPoolWait
 	}
+	for _, p := range cfg.Pools {
+		if size := p.Stats().Size; cfg.MaxTransactions > 0 && cfg.MaxTransactions >= size {
+			return nil, errors.Join(ErrConfig, fmt.Errorf("max transactions %d must be below the pool size %d of %s: a connection of each pool stays for the deadlock detector and the catalog", cfg.MaxTransactions, size, p.Name()))
+		}
+	}
 	if cfg.MaxTransactions > 0 && cfg.Mode == PoolTransaction {
 		r.turns = make(chan struct{}, cfg.MaxTransactions)
 		r.turnTimeout = cfg.CheckoutTimeout
@@ -243,7 +250,15 @@ var _ sqlexec.Pool = serverPool{}
 // Acquire implements sqlexec.Pool.
 func (p serverPool) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	pool := p.r.pools[ds]
-	c, err := pool.Acquire(ctx)
+	// The router's own statements (the catalog, the deadlock detector) may be waited
+	// for by a client that holds connections of this pool: they wait no longer than a
+	// client holding other pools would.
+	wait := min(p.r.poolWait, pool.CheckoutTimeout())
+	c, err := pool.AcquireWithin(ctx, wait)
+	if errors.Is(err, backend.ErrWaitElapsed) {
+		pool.CountTimeout()
+		return nil, pool.TimeoutError(wait)
+	}
 	if err != nil {
 		return nil, err
 	}

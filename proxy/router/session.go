@@ -261,20 +261,10 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 		if err := l.takeTurn(ctx); err != nil {
 			return nil, err
 		}
-		actx := ctx
-		if l.holdsOthers(ds) {
-			var cancel context.CancelFunc
-			actx, cancel = context.WithTimeoutCause(ctx, l.s.r.poolWait, errCrossPoolWait)
-			defer cancel()
-		}
 		var err error
-		if c, err = pool.Acquire(actx); err != nil {
-			if ctx.Err() == nil && context.Cause(actx) == errCrossPoolWait {
-				err = &pgconn.PgError{Severity: "ERROR", Code: "53300", Message: fmt.Sprintf(
-					"shardlab proxy: no server connection to data source %s became free within %v", pool.Name(), l.s.r.poolWait)}
-			}
+		if c, err = l.wait(ctx, ds, pool); err != nil {
 			l.giveTurn()
-			return nil, l.poolDeadlock(ds, err)
+			return nil, err
 		}
 	}
 	if err := c.ApplySettings(ctx, l.s.key, l.s.stmtsSQL); err != nil {
@@ -295,51 +285,48 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	return x, nil
 }
 
-// errCrossPoolWait ends the wait of a transaction that holds other pools' connections
-// (Config.CrossPoolWait).
-var errCrossPoolWait = errors.New("router: cross-pool wait bound reached")
-
-// holdsOthers reports whether the client is in a transaction holding server
-// connections of data sources other than ds.
-func (l *leases) holdsOthers(ds int) bool {
-	if !l.s.tx.InTransaction() {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for d := range l.held {
-		if d != ds {
-			return true
+// wait takes a connection of pool ds for the client. It waits in slices of the
+// cross-pool wait (Config.CrossPoolWait): a client that holds connections of other data
+// sources by then (in a transaction, or in a statement over several shards whose other
+// connections arrived meanwhile) may be waiting on a client that waits for one of those,
+// a cycle no server sees, so it ends as a deadlock victim (40P01), which frees what it
+// holds; clients retry 40P01, where a 53300 would leave the transaction open. A client
+// that holds nothing cannot be part of such a cycle and waits up to the pool's checkout
+// timeout, then gets 53300.
+func (l *leases) wait(ctx context.Context, ds int, pool *backend.Pool) (*backend.Conn, error) {
+	checkout := pool.CheckoutTimeout()
+	start := time.Now()
+	for {
+		slice := max(min(l.s.r.poolWait, checkout-time.Since(start)), 0)
+		c, err := pool.AcquireWithin(ctx, slice)
+		if !errors.Is(err, backend.ErrWaitElapsed) {
+			return c, err
+		}
+		waited := time.Since(start)
+		if others := l.othersHeld(ds); others > 0 {
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "40P01", Message: "deadlock detected",
+				Detail: fmt.Sprintf("shardlab: this client holds server connections of %d other data sources and waited %v in vain for one of %s (pool size %d, all in use)",
+					others, waited.Round(time.Millisecond), pool.Name(), pool.Stats().Size),
+				Hint: "Retry the transaction. --max-transactions below --pool-size, a larger --pool-size, or --aggregate for shards that are schemas of one database avoids it."}
+		}
+		if waited >= checkout {
+			pool.CountTimeout()
+			return nil, pool.TimeoutError(checkout)
 		}
 	}
-	return false
 }
 
-// poolDeadlock turns a checkout timeout of a transaction that holds server connections
-// of other data sources into a deadlock (40P01): transactions that each hold one pool's
-// connections and wait for another's can wait on each other with no server seeing it,
-// and only ending one frees the connections (and the locks) the others wait for.
-// Clients retry 40P01; a 53300 would leave the transaction open, holding both.
-func (l *leases) poolDeadlock(ds int, err error) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != "53300" || !l.s.tx.InTransaction() {
-		return err
-	}
+// othersHeld counts the data sources other than ds the client holds connections of.
+func (l *leases) othersHeld(ds int) int {
 	l.mu.Lock()
-	others := 0
+	defer l.mu.Unlock()
+	n := 0
 	for d := range l.held {
 		if d != ds {
-			others++
+			n++
 		}
 	}
-	l.mu.Unlock()
-	if others == 0 {
-		return err
-	}
-	return &pgconn.PgError{Severity: "ERROR", Code: "40P01", Message: "deadlock detected",
-		Detail: fmt.Sprintf("shardlab: this transaction holds server connections of %d other data sources and waited in vain for one of %s: %s",
-			others, l.s.r.rules.DataSources()[ds].Name, pe.Message),
-		Hint: "Retry the transaction. A larger --pool-size, or --aggregate for shards that are schemas of one database, makes it rarer."}
+	return n
 }
 
 // conn returns the connection the client holds on data source ds.
