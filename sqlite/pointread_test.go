@@ -136,6 +136,83 @@ func TestGetSeesEveryAcknowledgedWrite(t *testing.T) {
 			if reads.Load() == 0 {
 				t.Error("no read ran")
 			}
+			if rs := st.ReadStats(); (v.opts.OneConn || v.opts.Journal == sqlite.JournalDelete) && rs != (sqlite.ReadStats{}) {
+				t.Errorf("ReadStats = %+v; the rollback journal and OneConn must not batch", rs)
+			}
+		})
+	}
+}
+
+// TestQueuedGetsShareReadTransactions: with more readers than read connections, Gets
+// that wait are answered in batches, one read transaction each, and still never return
+// a version older than one acknowledged before they began.
+func TestQueuedGetsShareReadTransactions(t *testing.T) {
+	for _, conns := range []int{1, 2} {
+		t.Run(fmt.Sprint(conns, " read connections"), func(t *testing.T) {
+			ctx := context.Background()
+			st := openStore(t, sqlite.Options{ReadConns: conns})
+			const keys, writers, readers = 4, 4, 16
+			var acked [keys]atomic.Int64
+			for k := range keys {
+				if err := st.Put(ctx, fmt.Sprint("k", k), []byte("0")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Go(func() {
+					for ver := int64(1); ; ver++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						k := w % keys // one writer per key, so versions only grow
+						if err := st.Put(ctx, fmt.Sprint("k", k), []byte(fmt.Sprint(ver))); err != nil {
+							t.Errorf("Put: %v", err)
+							return
+						}
+						acked[k].Store(ver)
+					}
+				})
+			}
+			for r := range readers {
+				wg.Go(func() {
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						k := (r + i) % keys
+						floor := acked[k].Load()
+						got, err := st.Get(ctx, fmt.Sprint("k", k))
+						if err != nil {
+							t.Errorf("Get: %v", err)
+							return
+						}
+						var ver int64
+						fmt.Sscan(string(got), &ver)
+						if ver < floor {
+							t.Errorf("k%d: Get returned version %d after version %d was acknowledged", k, ver, floor)
+							return
+						}
+					}
+				})
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for time.Now().Before(deadline) && st.ReadStats().Batches < 200 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			time.Sleep(100 * time.Millisecond) // reads and writes interleaved with batches
+			close(stop)
+			wg.Wait()
+			rs := st.ReadStats()
+			if rs.Batches < 200 || rs.BatchedReads < 2*rs.Batches {
+				t.Errorf("ReadStats = %+v, want at least 200 batches of 2 reads or more", rs)
+			}
+			t.Logf("%+v", rs)
 		})
 	}
 }
