@@ -305,16 +305,5 @@ func (s *Shards) CommitStats() (commits, writes int64) {
 	return commits, writes
 }
 
-// ReadStats adds up, over the SQLite shards, the read transactions that answered
-// several queued Gets at once and the Gets they answered; zeros otherwise.
-func (s *Shards) ReadStats() sqlite.ReadStats {
-	var sum sqlite.ReadStats
-	for _, st := range s.stores {
-		rs := st.ReadStats()
-		sum.Batches, sum.BatchedReads = sum.Batches+rs.Batches, sum.BatchedReads+rs.BatchedReads
-	}
-	return sum
-}
-
 // Close closes every shard and returns the first error; a second call returns nil.
 func (s *Shards) Close() error { return s.Set.Close() }

@@ -280,9 +280,6 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if commits, writes := shards.CommitStats(); c.groupCommit && commits > 0 {
 		fmt.Fprintf(stdout, "demo-server: group commit: %d writes in %d commits, %.1f writes per commit\n", writes, commits, float64(writes)/float64(commits))
 	}
-	if rs := shards.ReadStats(); rs.Batches > 0 {
-		fmt.Fprintf(stdout, "demo-server: read batches: %d reads in %d shared read transactions, %.1f reads per transaction\n", rs.BatchedReads, rs.Batches, float64(rs.BatchedReads)/float64(rs.Batches))
-	}
 	if err := cfg.Counter.Close(); err != nil {
 		return fmt.Errorf("close counter store: %w", err)
 	}
