@@ -172,24 +172,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.group = startGroupCommitter(db.Writer(), s.put)
 	}
 	if !db.Options().OneConn {
-		s.points = newPointReader(db, db.Options().ReadConns, getSQL, db.Options().Journal == JournalWAL)
+		s.points = newPointReader(db, db.Options().ReadConns, getSQL)
 	}
 	return s, nil
-}
-
-// ReadStats counts how a Store's point reads shared read transactions (see Store.Get).
-type ReadStats struct {
-	Batches      int64 // read transactions that answered two Gets or more
-	BatchedReads int64 // the Gets those transactions answered
-}
-
-// ReadStats returns the Store's batching counters since Open; they stay zero with
-// Options.OneConn or the rollback journal, which do not batch.
-func (s *Store) ReadStats() ReadStats {
-	if s.points == nil {
-		return ReadStats{}
-	}
-	return s.points.readStats()
 }
 
 // Path returns the database file's path.
