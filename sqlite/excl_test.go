@@ -14,18 +14,23 @@ import (
 	"github.com/shardlab/shardlab/sqlite"
 )
 
-// otherProcessEnv names the file that TestOtherProcessReads reads, when the test binary
-// runs as the other process.
+// otherProcessEnv names the file that the test binary reads when it runs as the other
+// process of TestWALFileBelongsToOneProcess.
 const otherProcessEnv = "SHARDLAB_SQLITE_OTHER_PROCESS_DB"
 
-// TestOtherProcessReads is the other process of TestWALFileBelongsToOneProcess: it
-// reads the file with the driver's defaults, as the sqlite3 shell would, and prints
-// the count or the error.
-func TestOtherProcessReads(t *testing.T) {
-	path := os.Getenv(otherProcessEnv)
-	if path == "" {
-		t.Skip("run by TestWALFileBelongsToOneProcess")
+// TestMain runs the other process of TestWALFileBelongsToOneProcess when the environment
+// asks for it, and the tests otherwise.
+func TestMain(m *testing.M) {
+	if path := os.Getenv(otherProcessEnv); path != "" {
+		readAsOtherProcess(path)
+		return
 	}
+	os.Exit(m.Run())
+}
+
+// readAsOtherProcess reads the file at path with the driver's defaults, as the sqlite3
+// shell would, and prints the count of records or the error.
+func readAsOtherProcess(path string) {
 	db, err := sql.Open(sqlite.DriverName, "file:"+(&url.URL{Path: path}).EscapedPath()+"?_busy_timeout=200")
 	if err != nil {
 		fmt.Println("error:", err)
@@ -40,10 +45,10 @@ func TestOtherProcessReads(t *testing.T) {
 	fmt.Println("count:", n)
 }
 
-// readFromOtherProcess runs TestOtherProcessReads on path in a new process.
+// readFromOtherProcess runs readAsOtherProcess on path in a new process.
 func readFromOtherProcess(t *testing.T, path string) string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestOtherProcessReads$", "-test.count=1")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), otherProcessEnv+"="+path)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
