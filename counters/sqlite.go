@@ -17,7 +17,9 @@ import (
 // write pool of exactly one connection, whose transactions begin with BEGIN
 // IMMEDIATE, so increments from this process queue in Go instead of failing
 // with SQLITE_BUSY; and a read pool, which in WAL mode reads concurrently with
-// the writer. busy_timeout covers writers in other processes.
+// the writer. A WAL file belongs to the process that opened it while it is
+// open (see [sqlite.DB]); busy_timeout covers writers in other processes for
+// the rollback journal.
 type SQLiteCounter struct {
 	db     *sqlite.DB
 	opts   Options
