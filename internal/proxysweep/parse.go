@@ -26,13 +26,16 @@ type Measure struct {
 	Latencies  int     // how many latencies the percentiles come from
 	DurationS  float64
 	ClientExit int
+	// Transactions is how many transactions sysbench counted in its last report (the
+	// measured part; its DurationS also covers the warm-up); 0 when not reported.
+	Transactions float64
 }
 
 // ErrNoResult is returned for client output that holds no result.
 var ErrNoResult = errors.New("proxysweep: no result in the client's output")
 
 var (
-	sbTransactions = regexp.MustCompile(`^\s*transactions:\s+\d+\s+\(([0-9.]+) per sec\.\)`)
+	sbTransactions = regexp.MustCompile(`^\s*transactions:\s+(\d+)\s+\(([0-9.]+) per sec\.\)`)
 	sbQueries      = regexp.MustCompile(`^\s*queries:\s+\d+\s+\(([0-9.]+) per sec\.\)`)
 	sbIgnored      = regexp.MustCompile(`^\s*ignored errors:\s+(\d+)`)
 	sbTime         = regexp.MustCompile(`^\s*total time:\s+([0-9.]+)s`)
@@ -56,7 +59,8 @@ func ParseSysbench(r io.Reader) (Measure, error) {
 			hist = hist[:0]
 		}
 		if g := sbTransactions.FindStringSubmatch(line); g != nil {
-			m.TPS, _ = strconv.ParseFloat(g[1], 64)
+			m.Transactions, _ = strconv.ParseFloat(g[1], 64)
+			m.TPS, _ = strconv.ParseFloat(g[2], 64)
 			found = true
 		} else if g := sbQueries.FindStringSubmatch(line); g != nil {
 			m.QPS, _ = strconv.ParseFloat(g[1], 64)

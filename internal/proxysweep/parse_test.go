@@ -25,7 +25,7 @@ func TestParseSysbench(t *testing.T) {
 		}
 		// 100 latencies: the 95th is the 95th smallest (bucket 0.300), the 99th the
 		// 99th (bucket 0.400).
-		want := proxysweep.Measure{TPS: 50, QPS: 50, P95: 0.3, P99: 0.4, Errors: 2, Latencies: 100, DurationS: 2.0012}
+		want := proxysweep.Measure{TPS: 50, QPS: 50, P95: 0.3, P99: 0.4, Errors: 2, Latencies: 100, DurationS: 2.0012, Transactions: 100}
 		if m != want {
 			t.Errorf("%s: got %+v\nwant %+v", name, m, want)
 		}

@@ -500,7 +500,11 @@ func (s *sweep) measure(ctx context.Context, trial int, suite, workload string, 
 		cpu.startAfter(0)
 		m, err = s.pgbench(rctx, name, port, db, threads, strings.TrimPrefix(workload, "select-only/"))
 	}
-	mwCPU := cpu.perTx(m.TPS * m.DurationS)
+	txs := m.TPS * m.DurationS // pgbench: DurationS is the measured time
+	if suite == SuiteSysbench {
+		txs = m.Transactions // its DurationS includes the warm-up, its last report does not
+	}
+	mwCPU := cpu.perTx(txs)
 	peak, serr := sm.stop()
 	if ctx.Err() != nil {
 		return ctx.Err()
