@@ -608,6 +608,40 @@ func TestCrossPoolWaitInStatements(t *testing.T) {
 	}
 }
 
+// TestLoginWithBusyPool: with every server connection taken and a long checkout
+// timeout, a client still logs in at once (its settings wait for its first statement),
+// with or without a bound on turns.
+func TestLoginWithBusyPool(t *testing.T) {
+	for _, turns := range []int{0, 1} {
+		e := startProxy(t, 1, nil, nil, withPool(2, time.Minute), func(c *proxy.Config) {
+			c.CrossPoolWait = 300 * time.Millisecond
+			c.MaxTransactions = turns
+		})
+		ctx := context.Background()
+		h1, h2 := e.connect(t), e.connect(t)
+		exec1(t, h1, "BEGIN")
+		exec1(t, h1, "SELECT 1")
+		if turns == 0 {
+			exec1(t, h2, "BEGIN")
+			exec1(t, h2, "SELECT 1") // both connections taken
+		}
+		start := time.Now()
+		late, err := pgx.Connect(ctx, e.url(""))
+		if err != nil {
+			t.Fatalf("turns %d: logging in with the pool busy: %v", turns, err)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("turns %d: the login took %v", turns, d)
+		}
+		exec1(t, h1, "COMMIT")
+		if turns == 0 {
+			exec1(t, h2, "COMMIT")
+		}
+		exec1(t, late, "SELECT 1")
+		late.Close(ctx)
+	}
+}
+
 // TestMaxTransactions: with one turn, the transactions of TestPoolDeadlock cannot hold
 // each other's pools: the second waits for its turn at its first statement, the first
 // goes on to the second pool and commits, and then the second runs. Neither is ended as

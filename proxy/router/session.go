@@ -175,6 +175,10 @@ func (s *Session) Start(ctx context.Context) (map[string]string, error) {
 	out["session_authorization"] = s.user
 	ds := s.r.rules.DefaultDataSource()
 	var params map[string]string
+	// With every connection or turn taken, the login does not wait long for one: the
+	// client's settings are then checked at its first statement.
+	s.leases.waitBound = s.r.poolWait
+	defer func() { s.leases.waitBound = 0 }()
 	err := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
 		params = readParameters(c.PgConn())
 		return nil
@@ -241,6 +245,18 @@ type leases struct {
 	turnMu    sync.Mutex // serialises taking the turn among concurrent Acquires
 	turn      bool
 	turnUsers int
+	// waitBound, when set, shortens the waits for a turn and for a connection (the
+	// login's check of the client's settings, which may as well wait for the first
+	// statement).
+	waitBound time.Duration
+}
+
+// bound returns d, shortened to the leases' waitBound if one is set.
+func (l *leases) bound(d time.Duration) time.Duration {
+	if l.waitBound > 0 {
+		return min(d, l.waitBound)
+	}
+	return d
 }
 
 var _ sqlexec.Pool = (*leases)(nil)
@@ -294,7 +310,7 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 // that holds nothing cannot be part of such a cycle and waits up to the pool's checkout
 // timeout, then gets 53300.
 func (l *leases) wait(ctx context.Context, ds int, pool *backend.Pool) (*backend.Conn, error) {
-	checkout := pool.CheckoutTimeout()
+	checkout := l.bound(pool.CheckoutTimeout())
 	start := time.Now()
 	for {
 		slice := max(min(l.s.r.poolWait, checkout-time.Since(start)), 0)
@@ -382,14 +398,14 @@ func (l *leases) takeTurn(ctx context.Context) error {
 	select {
 	case r.turns <- struct{}{}:
 	default:
-		t := time.NewTimer(r.turnTimeout)
+		t := time.NewTimer(l.bound(r.turnTimeout))
 		defer t.Stop()
 		select {
 		case r.turns <- struct{}{}:
 		case <-t.C:
 			return &pgconn.PgError{Severity: "ERROR", Code: "53300", Message: fmt.Sprintf(
 				"shardlab proxy: no turn among the %d clients allowed to hold server connections at once (--max-transactions) became free within %v",
-				cap(r.turns), r.turnTimeout)}
+				cap(r.turns), l.bound(r.turnTimeout))}
 		case <-ctx.Done():
 			return ctx.Err()
 		}
