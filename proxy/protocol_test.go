@@ -450,15 +450,7 @@ func TestPoolDeadlock(t *testing.T) {
 	setup := e.connect(t)
 	exec1(t, setup, "CREATE TABLE kv (id int PRIMARY KEY)")
 	setup.Close(ctx)
-	rule := e.rules.Lookup("kv")
-	var onShard [2][]int
-	for id := 1; len(onShard[0]) < 2 || len(onShard[1]) < 2; id++ {
-		s, err := rule.ShardsFor(map[string]rules.Key{"id": rules.IntKey(int64(id))}, map[string]rules.KeyType{"id": rules.TypeInt4})
-		if err != nil || len(s) != 1 {
-			t.Fatal(s, err)
-		}
-		onShard[s[0]] = append(onShard[s[0]], id)
-	}
+	onShard := kvKeysPerShard(t, e, 2)
 	a, b := e.connect(t), e.connect(t)
 	exec1(t, a, "BEGIN")
 	exec1(t, a, "INSERT INTO kv VALUES ($1)", onShard[0][0])
@@ -500,15 +492,7 @@ func TestCrossPoolWait(t *testing.T) {
 	setup := e.connect(t)
 	exec1(t, setup, "CREATE TABLE kv (id int PRIMARY KEY)")
 	setup.Close(ctx)
-	rule := e.rules.Lookup("kv")
-	var onShard [2][]int
-	for id := 1; len(onShard[0]) < 3 || len(onShard[1]) < 3; id++ {
-		s, err := rule.ShardsFor(map[string]rules.Key{"id": rules.IntKey(int64(id))}, map[string]rules.KeyType{"id": rules.TypeInt4})
-		if err != nil || len(s) != 1 {
-			t.Fatal(s, err)
-		}
-		onShard[s[0]] = append(onShard[s[0]], id)
-	}
+	onShard := kvKeysPerShard(t, e, 3)
 	a, b := e.connect(t), e.connect(t)
 	exec1(t, a, "BEGIN")
 	exec1(t, a, "INSERT INTO kv VALUES ($1)", onShard[0][0])
@@ -654,15 +638,7 @@ func TestMaxTransactions(t *testing.T) {
 	setup := e.connect(t)
 	exec1(t, setup, "CREATE TABLE kv (id int PRIMARY KEY)")
 	setup.Close(ctx)
-	rule := e.rules.Lookup("kv")
-	var onShard [2][]int
-	for id := 1; len(onShard[0]) < 2 || len(onShard[1]) < 2; id++ {
-		s, err := rule.ShardsFor(map[string]rules.Key{"id": rules.IntKey(int64(id))}, map[string]rules.KeyType{"id": rules.TypeInt4})
-		if err != nil || len(s) != 1 {
-			t.Fatal(s, err)
-		}
-		onShard[s[0]] = append(onShard[s[0]], id)
-	}
+	onShard := kvKeysPerShard(t, e, 2)
 	a, b := e.connect(t), e.connect(t)
 	exec1(t, a, "BEGIN")
 	exec1(t, a, "INSERT INTO kv VALUES ($1)", onShard[0][0])
@@ -918,4 +894,20 @@ func TestProtocolNegotiation(t *testing.T) {
 	if !slices.Equal(seen, []string{"v", "S", "K"}) {
 		t.Errorf("startup messages %v", seen)
 	}
+}
+
+// kvKeysPerShard returns n ids of table kv (sharded by its int id over 2 shards) that
+// land on each shard.
+func kvKeysPerShard(t *testing.T, e *env, n int) [2][]int {
+	t.Helper()
+	rule := e.rules.Lookup("kv")
+	var onShard [2][]int
+	for id := 1; len(onShard[0]) < n || len(onShard[1]) < n; id++ {
+		s, err := rule.ShardsFor(map[string]rules.Key{"id": rules.IntKey(int64(id))}, map[string]rules.KeyType{"id": rules.TypeInt4})
+		if err != nil || len(s) != 1 {
+			t.Fatal(s, err)
+		}
+		onShard[s[0]] = append(onShard[s[0]], id)
+	}
+	return onShard
 }
