@@ -530,20 +530,7 @@ func TestCrossPoolWait(t *testing.T) {
 	exec1(t, a, "INSERT INTO kv VALUES ($1)", onShard[0][2])
 	done := make(chan error, 1)
 	go func() { _, err := b.Exec(ctx, "INSERT INTO kv VALUES ($1)", onShard[0][1]); done <- err }()
-	select {
-	case err := <-done:
-		t.Fatalf("a client holding no connection stopped waiting early: %v", err)
-	case <-time.After(time.Second):
-	}
-	exec1(t, a, "COMMIT")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("after the holder committed: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the waiting client never got the connection")
-	}
+	waitsUntil(t, done, time.Second, func() { exec1(t, a, "COMMIT") })
 	if n := queryInt(t, a, "SELECT count(*) FROM kv"); n != 2 {
 		t.Errorf("%d rows, want 2", n)
 	}
@@ -654,21 +641,10 @@ func TestMaxTransactions(t *testing.T) {
 		}
 		bDone <- err
 	}()
-	select {
-	case err := <-bDone:
-		t.Fatalf("the second transaction ran while the first held the only turn: %v", err)
-	case <-time.After(500 * time.Millisecond):
-	}
-	exec1(t, a, "INSERT INTO kv VALUES ($1)", onShard[1][1]) // the second pool is free
-	exec1(t, a, "COMMIT")
-	select {
-	case err := <-bDone:
-		if err != nil {
-			t.Fatalf("the second transaction after the first committed: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the second transaction never got its turn")
-	}
+	waitsUntil(t, bDone, 500*time.Millisecond, func() {
+		exec1(t, a, "INSERT INTO kv VALUES ($1)", onShard[1][1]) // the second pool is free
+		exec1(t, a, "COMMIT")
+	})
 	if n := queryInt(t, a, "SELECT count(*) FROM kv"); n != 4 {
 		t.Errorf("%d rows, want 4", n)
 	}
@@ -910,4 +886,25 @@ func kvKeysPerShard(t *testing.T, e *env, n int) [2][]int {
 		onShard[s[0]] = append(onShard[s[0]], id)
 	}
 	return onShard
+}
+
+// waitsUntil checks that the client whose result comes on done is still waiting after
+// hold, then runs release (which should free what it waits for) and checks that it
+// then finishes without error.
+func waitsUntil(t *testing.T, done <-chan error, hold time.Duration, release func()) {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Fatalf("the waiting client finished before what it waits for was released: %v", err)
+	case <-time.After(hold):
+	}
+	release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the waiting client, after the release: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting client never finished after the release")
+	}
 }
