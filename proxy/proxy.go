@@ -32,6 +32,7 @@ import (
 	"github.com/shardlab/shardlab/proxy/auth"
 	"github.com/shardlab/shardlab/proxy/backend"
 	"github.com/shardlab/shardlab/proxy/frontend"
+	"github.com/shardlab/shardlab/proxy/rawio"
 	"github.com/shardlab/shardlab/proxy/router"
 	"github.com/shardlab/shardlab/rules"
 )
@@ -263,7 +264,7 @@ func (s *Server) Serve(ln net.Listener) error {
 				tc.SetNoDelay(true)
 				tc.SetKeepAlive(true)
 			}
-			s.frontend.Serve(nc)
+			s.frontend.Serve(rawio.Wrap(nc))
 		})
 	}
 }

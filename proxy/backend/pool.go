@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/proxy/rawio"
 )
 
 // Defaults for zero Options fields.
@@ -107,6 +108,7 @@ func NewPool(name, dsn string, o Options) (*Pool, error) {
 		return nil, fmt.Errorf("backend: data source %s (%s): %w", name, postgres.RedactDSN(dsn), err)
 	}
 	o = o.withDefaults()
+	cfg.DialFunc = rawio.Dial
 	if cfg.ConnectTimeout == 0 || cfg.ConnectTimeout > o.ConnectTimeout {
 		cfg.ConnectTimeout = o.ConnectTimeout
 	}
