@@ -23,7 +23,8 @@ import (
 )
 
 // Conn is a TCP connection whose Read and Write make raw system calls. Everything else
-// is the embedded *net.TCPConn's.
+// is the embedded *net.TCPConn's, except File, which is refused: the file's descriptor
+// would be put in blocking mode, and a raw call that blocks stalls the whole program.
 type Conn struct {
 	*net.TCPConn
 	rc syscall.RawConn
@@ -42,16 +43,25 @@ func Wrap(c net.Conn) net.Conn {
 	return &Conn{TCPConn: tc, rc: rc}
 }
 
-// Dial dials as pgconn does by default (TCP keepalives every 5 minutes) and wraps the
-// connection; it fits pgconn.Config.DialFunc.
-func Dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := net.Dialer{KeepAlive: 5 * 60 * 1e9}
-	c, err := d.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
+// DialFunc is the signature of pgconn.Config.DialFunc.
+type DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// Wrapping returns dial with its connections wrapped (see Wrap).
+func Wrapping(dial DialFunc) DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return Wrap(c), nil
 	}
-	return Wrap(c), nil
 }
+
+// errFile is File's refusal.
+var errFile = errors.New("rawio: File would put the socket in blocking mode, under raw system calls")
+
+// File refuses (see Conn).
+func (c *Conn) File() (*os.File, error) { return nil, errFile }
 
 // maxRW bounds one call, as the standard library does.
 const maxRW = 1 << 30
@@ -59,6 +69,10 @@ const maxRW = 1 << 30
 // Read reads into b with read(2), waiting in the poller while nothing has arrived.
 func (c *Conn) Read(b []byte) (int, error) {
 	if len(b) == 0 {
+		// As net.Conn: an error if the connection is closed.
+		if err := c.rc.Read(func(uintptr) bool { return true }); err != nil {
+			return 0, c.opError("read", err)
+		}
 		return 0, nil
 	}
 	if len(b) > maxRW {
@@ -88,14 +102,17 @@ func (c *Conn) Read(b []byte) (int, error) {
 	if n == 0 {
 		return 0, io.EOF
 	}
+	raceRead(b[:n])
 	return n, nil
 }
 
 // Write writes all of b with write(2), waiting in the poller while the socket's buffer
 // is full.
 func (c *Conn) Write(b []byte) (int, error) {
+	raceReleaseWrite()
 	var written int
 	var errno syscall.Errno
+	var short bool
 	err := c.rc.Write(func(fd uintptr) bool {
 		for written < len(b) {
 			chunk := b[written:]
@@ -103,11 +120,14 @@ func (c *Conn) Write(b []byte) (int, error) {
 				chunk = chunk[:maxRW]
 			}
 			r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&chunk[0])), uintptr(len(chunk)))
-			switch e {
-			case 0:
+			switch {
+			case e == 0 && (r == 0 || int(r) > len(chunk)):
+				short = true // not for a TCP socket, but never loop on it
+				return true
+			case e == 0:
 				written += int(r)
-			case syscall.EINTR:
-			case syscall.EAGAIN:
+			case e == syscall.EINTR:
+			case e == syscall.EAGAIN:
 				return false
 			default:
 				errno = e
@@ -119,6 +139,10 @@ func (c *Conn) Write(b []byte) (int, error) {
 	if err == nil && errno != 0 {
 		err = os.NewSyscallError("write", errno)
 	}
+	if err == nil && short {
+		err = io.ErrUnexpectedEOF
+	}
+	raceWritten(b[:written])
 	if err != nil {
 		return written, c.opError("write", err)
 	}
