@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,8 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/shardlab/shardlab/proxy"
+	"github.com/shardlab/shardlab/proxy/backend"
+	"github.com/shardlab/shardlab/proxy/router"
 	"github.com/shardlab/shardlab/rules"
 )
 
@@ -906,5 +909,111 @@ func waitsUntil(t *testing.T, done <-chan error, hold time.Duration, release fun
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the waiting client never finished after the release")
+	}
+}
+
+// TestCancelEndsPoolWait: a client waiting for a server connection, or for a turn to
+// take one (--max-transactions), shows in SHOW POOLS as cl_waiting, and its cancel
+// request ends the wait with 57014 at once; the client then goes on.
+func TestCancelEndsPoolWait(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  option
+	}{
+		{"connection", withPool(1, 20*time.Second)},
+		{"turn", func(c *proxy.Config) {
+			c.Pool = backend.Options{Size: 2, CheckoutTimeout: 20 * time.Second}
+			c.MaxTransactions = 1
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startProxy(t, 1, nil, nil, tc.opt, func(c *proxy.Config) { c.AdminDatabase = "shardlab" })
+			ctx := context.Background()
+			adm, err := pgconn.Connect(ctx, strings.Replace(e.url(""), "/"+testDatabase+"?", "/shardlab?", 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer adm.Close(ctx)
+			a, b := e.connect(t), e.pgconnect(t)
+			exec1(t, a, "BEGIN")
+			exec1(t, a, "SELECT 1") // a holds the connection, and the turn
+			done := make(chan error, 1)
+			go func() {
+				_, err := b.Exec(ctx, "SELECT 1").ReadAll()
+				done <- err
+			}()
+			deadline := time.Now().Add(10 * time.Second)
+			for clWaiting(t, adm) != 1 {
+				if time.Now().After(deadline) {
+					t.Fatal("SHOW POOLS never showed the waiting client")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			start := time.Now()
+			cancelConn(t, e, b)
+			select {
+			case err := <-done:
+				if sqlState(err) != "57014" {
+					t.Fatalf("the cancelled wait ended with %v, want 57014", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the client still waits after its cancel request")
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("the cancel took %v", d)
+			}
+			if n := clWaiting(t, adm); n != 0 {
+				t.Errorf("SHOW POOLS: cl_waiting %d after the cancel, want 0", n)
+			}
+			exec1(t, a, "COMMIT")
+			if _, err := b.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+				t.Errorf("after the cancel: %v", err)
+			}
+		})
+	}
+}
+
+// clWaiting returns SHOW POOLS's cl_waiting for the first data source.
+func clWaiting(t *testing.T, adm *pgconn.PgConn) int {
+	t.Helper()
+	res, err := adm.Exec(context.Background(), "SHOW POOLS").ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range res[0].FieldDescriptions {
+		if f.Name == "cl_waiting" {
+			n, err := strconv.Atoi(string(res[0].Rows[0][i]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("SHOW POOLS has no cl_waiting")
+	return 0
+}
+
+// TestAutoMaxTransactions: by default (router.AutoMaxTransactions) a proxy with several
+// pools in transaction pooling bounds the clients holding connections at one less than
+// the pool size; with one pool, or in session pooling, it sets no bound.
+func TestAutoMaxTransactions(t *testing.T) {
+	auto := func(c *proxy.Config) { c.MaxTransactions = router.AutoMaxTransactions }
+	for _, tc := range []struct {
+		name   string
+		shards int
+		opts   []option
+		want   int
+	}{
+		{"two pools", 2, []option{auto, withPool(5, time.Second)}, 4},
+		{"one pool", 1, []option{auto, withPool(5, time.Second)}, 0},
+		{"session pooling", 2, []option{auto, withPool(5, time.Second), withSessionPooling()}, 0},
+		{"explicit", 2, []option{withPool(5, time.Second), func(c *proxy.Config) { c.MaxTransactions = 2 }}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startProxy(t, tc.shards, nil, nil, tc.opts...)
+			if got := e.srv.Router().MaxTransactions(); got != tc.want {
+				t.Errorf("MaxTransactions() = %d, want %d", got, tc.want)
+			}
+		})
 	}
 }

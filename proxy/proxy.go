@@ -70,8 +70,10 @@ type Config struct {
 	// (40P01; see router.Config); 0 is router.DefaultCrossPoolWait.
 	CrossPoolWait time.Duration
 	// MaxTransactions, when positive, bounds the clients holding server connections at
-	// once in transaction pooling (see router.Config); at most the pool size, it keeps
+	// once in transaction pooling (see router.Config); below the pool size, it keeps
 	// transactions that span pools from waiting on each other's.
+	// router.AutoMaxTransactions chooses one less than the pool size when there are
+	// several pools, and no bound otherwise.
 	MaxTransactions int
 	// AdminDatabase, when set, is the database name of the admin console: SHOW POOLS,
 	// SHOW DATABASES, SHOW CLIENTS, SHOW ROUTE <statement>, SHOW HELP.
@@ -278,7 +280,7 @@ func (s *Server) ListenAndServe(addr string, ready func(net.Addr)) error {
 		return err
 	}
 	s.log.Info("shard-proxy listening", "addr", ln.Addr().String(), "database", s.cfg.Database,
-		"data_sources", len(s.pools), "pool_mode", s.cfg.PoolMode.String())
+		"data_sources", len(s.pools), "pool_mode", s.cfg.PoolMode.String(), "max_transactions", s.router.MaxTransactions())
 	if ready != nil {
 		ready(ln.Addr())
 	}
@@ -335,7 +337,7 @@ func (s *Server) Stats() Stats {
 func (s *Server) logPools(msg string) {
 	for _, p := range s.pools {
 		st := p.Stats()
-		s.log.Info(msg, "data_source", st.DataSource, "in_use", st.InUse, "idle", st.Idle, "waiting", st.Waiting,
+		s.log.Info(msg, "data_source", st.DataSource, "in_use", st.InUse, "idle", st.Idle, "waiting", st.Waiting, "waiting_turn", st.TurnWaiting,
 			"opened", st.Opened, "closed", st.Closed, "checkout_timeouts", st.Timeouts, "clients", s.frontend.Stats().Clients)
 	}
 }

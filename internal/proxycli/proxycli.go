@@ -98,7 +98,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.lockWaitTimeout, "lock-wait-timeout", router.DefaultLockWaitTimeout, "bound on a lock wait of a transaction that spans shards, a backstop to --deadlock-interval; past it the transaction fails with 40P01 (deadlock detected) so that clients retry; 0 (default) waits forever")
 	fs.DurationVar(&o.deadlockInterval, "deadlock-interval", sqlexec.DefaultDeadlockInterval, "how often the shards' lock waits are checked for a deadlock across shards, which no single server sees; the youngest transaction of a cycle fails with 40P01; 0 turns it off")
 	fs.DurationVar(&o.crossPoolWait, "cross-pool-wait", router.DefaultCrossPoolWait, "how long a transaction holding server connections of other data sources waits for one more; past it the transaction fails with 40P01 (deadlock detected), since transactions holding each other's pools would otherwise wait forever. A client holding none waits up to --checkout-timeout")
-	fs.IntVar(&o.maxTransactions, "max-transactions", 0, "in transaction pooling, at most N clients hold server connections at once (each for a transaction, or a statement outside one); the others wait their turn up to --checkout-timeout. Below --pool-size, transactions that span shards never wait on each other's pools (see docs/proxy.md); 0 (default): no bound")
+	fs.IntVar(&o.maxTransactions, "max-transactions", router.AutoMaxTransactions, "in transaction pooling, at most N clients hold server connections at once (each for a transaction, or a statement outside one); the others wait their turn up to --checkout-timeout. Below --pool-size, transactions that span shards never wait on each other's pools (see docs/proxy.md); 0: no bound; -1 (default): --pool-size minus 1 when there are several pools, no bound with one pool (one shard, or --aggregate)")
 	fs.BoolVar(&o.twoPhase, "two-phase", false, "commit transactions that span shards with two-phase commit (needs max_prepared_transactions > 0 on every shard)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long open transactions may take to finish before their clients are cut off")
 	fs.DurationVar(&o.statsInterval, "stats-interval", time.Minute, "log every pool's connections in use and idle at this interval; 0 turns it off")
@@ -135,8 +135,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("%w: --procs must be 0 (Go's choice) or 1..1024, got %d", ErrUsage, o.procs)
 	case o.maxClients < 1:
 		return nil, fmt.Errorf("%w: --max-clients must be at least 1, got %d", ErrUsage, o.maxClients)
-	case o.maxTransactions < 0 || (o.maxTransactions > 0 && o.maxTransactions >= o.poolSize):
-		return nil, fmt.Errorf("%w: --max-transactions must be 0 (no bound) or below --pool-size (%d; a connection of each pool stays for the deadlock detector and the catalog), got %d", ErrUsage, o.poolSize, o.maxTransactions)
+	case o.maxTransactions < router.AutoMaxTransactions || (o.maxTransactions > 0 && o.maxTransactions >= o.poolSize):
+		return nil, fmt.Errorf("%w: --max-transactions must be -1 (the default: chosen by the pools), 0 (no bound) or below --pool-size (%d; a connection of each pool stays for the deadlock detector and the catalog), got %d", ErrUsage, o.poolSize, o.maxTransactions)
 	case o.crossPoolWait <= 0:
 		return nil, fmt.Errorf("%w: --cross-pool-wait must be positive, got %v", ErrUsage, o.crossPoolWait)
 	case o.checkoutTimeout <= 0 || o.connectTimeout <= 0 || o.shutdownTimeout < 0 || o.lockWaitTimeout < 0 || o.deadlockInterval < 0 || o.statsInterval < 0:

@@ -103,7 +103,8 @@ func unknown(q string) error {
 
 // pools answers SHOW POOLS with pgbouncer's columns, one row per data source. The
 // proxy has no per-user pools, so user is the data source's own; cl_active counts
-// the clients holding one of its connections, cl_waiting those waiting for one.
+// the clients holding one of its connections, cl_waiting those waiting for one or for a
+// turn to take one (--max-transactions).
 func (a *Admin) pools() *Result {
 	r := result("SHOW", "database", Text, "user", Text, "cl_active", Bigint, "cl_waiting", Bigint,
 		"cl_active_cancel_req", Bigint, "cl_waiting_cancel_req", Bigint, "sv_active", Bigint,
@@ -111,7 +112,7 @@ func (a *Admin) pools() *Result {
 		"sv_tested", Bigint, "sv_login", Bigint, "maxwait", Bigint, "maxwait_us", Bigint, "pool_mode", Text)
 	i := strconv.FormatInt
 	for k, st := range a.stats() {
-		r.Rows = append(r.Rows, []string{st.DataSource, a.user(k), i(st.InUse, 10), i(st.Waiting, 10), "0", "0",
+		r.Rows = append(r.Rows, []string{st.DataSource, a.user(k), i(st.InUse, 10), i(st.Waiting+st.TurnWaiting, 10), "0", "0",
 			i(st.InUse, 10), "0", "0", i(st.Idle, 10), "0", "0", "0", "0", "0", a.router.Mode().String()})
 	}
 	return r

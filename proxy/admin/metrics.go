@@ -13,6 +13,7 @@ var (
 	descInUse       = prometheus.NewDesc("shardlab_proxy_server_connections_in_use", "Server connections lent to clients.", labels, nil)
 	descIdle        = prometheus.NewDesc("shardlab_proxy_server_connections_idle", "Server connections open and free.", labels, nil)
 	descWaiting     = prometheus.NewDesc("shardlab_proxy_checkouts_waiting", "Statements waiting for a free server connection.", labels, nil)
+	descTurnWaiting = prometheus.NewDesc("shardlab_proxy_turns_waiting", "Clients waiting for a turn (--max-transactions) to take one of the data source's server connections.", labels, nil)
 	descPoolSize    = prometheus.NewDesc("shardlab_proxy_pool_size", "The bound on a pool's server connections.", labels, nil)
 	descOpened      = prometheus.NewDesc("shardlab_proxy_server_connections_opened_total", "Server connections opened.", labels, nil)
 	descClosed      = prometheus.NewDesc("shardlab_proxy_server_connections_closed_total", "Server connections closed.", labels, nil)
@@ -23,7 +24,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (a *Admin) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInUse, descIdle, descWaiting, descPoolSize, descOpened, descClosed, descTimeouts, descWaitSeconds, descClients} {
+	for _, d := range []*prometheus.Desc{descInUse, descIdle, descWaiting, descTurnWaiting, descPoolSize, descOpened, descClosed, descTimeouts, descWaitSeconds, descClients} {
 		ch <- d
 	}
 }
@@ -40,6 +41,7 @@ func (a *Admin) Collect(ch chan<- prometheus.Metric) {
 		gauge(descInUse, float64(st.InUse))
 		gauge(descIdle, float64(st.Idle))
 		gauge(descWaiting, float64(st.Waiting))
+		gauge(descTurnWaiting, float64(st.TurnWaiting))
 		gauge(descPoolSize, float64(st.Size))
 		counter(descOpened, float64(st.Opened))
 		counter(descClosed, float64(st.Closed))

@@ -94,7 +94,7 @@ type Pool struct {
 	dialing sync.WaitGroup
 
 	stats struct {
-		inUse, waiting              atomic.Int64
+		inUse, waiting, turnWaiting atomic.Int64
 		opened, closed, timeouts    atomic.Int64
 		acquires, waitedNanoseconds atomic.Int64
 	}
@@ -108,7 +108,7 @@ func NewPool(name, dsn string, o Options) (*Pool, error) {
 		return nil, fmt.Errorf("backend: data source %s (%s): %w", name, postgres.RedactDSN(dsn), err)
 	}
 	o = o.withDefaults()
-	cfg.DialFunc = rawio.Dial
+	cfg.DialFunc = rawio.Wrapping(cfg.DialFunc)
 	if cfg.ConnectTimeout == 0 || cfg.ConnectTimeout > o.ConnectTimeout {
 		cfg.ConnectTimeout = o.ConnectTimeout
 	}
@@ -127,7 +127,7 @@ func (p *Pool) Size() int { return p.opts.Size }
 // *pgconn.PgError of SQLSTATE 53300 (too_many_connections) naming the data source; and
 // cancelling ctx stops the wait and any dial in progress.
 func (p *Pool) Acquire(ctx context.Context) (*Conn, error) {
-	c, err := p.AcquireWithin(ctx, p.opts.CheckoutTimeout)
+	c, err := p.AcquireWithin(ctx, p.opts.CheckoutTimeout, nil)
 	if errors.Is(err, ErrWaitElapsed) {
 		p.stats.timeouts.Add(1)
 		return nil, p.TimeoutError(p.opts.CheckoutTimeout)
@@ -137,6 +137,9 @@ func (p *Pool) Acquire(ctx context.Context) (*Conn, error) {
 
 // ErrWaitElapsed is returned by AcquireWithin when no connection became free in time.
 var ErrWaitElapsed = errors.New("backend: no connection became free in time")
+
+// ErrWaitInterrupted is returned by AcquireWithin when its interrupt ended the wait.
+var ErrWaitInterrupted = errors.New("backend: the wait for a connection was interrupted")
 
 // TimeoutError is the error a client gets after waiting d in vain for a connection:
 // SQLSTATE 53300, naming the data source.
@@ -149,13 +152,19 @@ func (p *Pool) TimeoutError(d time.Duration) error {
 // CountTimeout records a client's wait that ended with TimeoutError, for Stats.
 func (p *Pool) CountTimeout() { p.stats.timeouts.Add(1) }
 
+// AddTurnWaiting counts n more (or, negative, fewer) clients waiting for a turn to
+// take one of the pool's connections (Stats.TurnWaiting).
+func (p *Pool) AddTurnWaiting(n int64) { p.stats.turnWaiting.Add(n) }
+
 // CheckoutTimeout returns the pool's bound on waiting for a connection.
 func (p *Pool) CheckoutTimeout() time.Duration { return p.opts.CheckoutTimeout }
 
 // AcquireWithin is Acquire with its own bound on the wait for a free connection: past
 // wait it returns ErrWaitElapsed. The bound covers the wait only, not connecting a new
-// connection or checking an idle one, which ctx and the connect timeout bound.
-func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration) (*Conn, error) {
+// connection or checking an idle one, which ctx and the connect timeout bound. A value
+// on interrupt (a client's cancel request) ends the wait too, with ErrWaitInterrupted,
+// but not a dial or check in progress, which would waste a healthy connection.
+func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration, interrupt <-chan struct{}) (*Conn, error) {
 	p.stats.acquires.Add(1)
 	select {
 	case p.tokens <- struct{}{}:
@@ -171,6 +180,10 @@ func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration) (*Conn, er
 		case <-t.C:
 			p.stats.waiting.Add(-1)
 			return nil, ErrWaitElapsed
+		case <-interrupt:
+			t.Stop()
+			p.stats.waiting.Add(-1)
+			return nil, ErrWaitInterrupted
 		case <-ctx.Done():
 			t.Stop()
 			p.stats.waiting.Add(-1)
@@ -279,10 +292,14 @@ type Stats struct {
 	InUse      int64 // connections lent out
 	Idle       int64 // connections open and free
 	Waiting    int64 // Acquire calls waiting for a connection now
-	Opened     int64 // connections ever opened
-	Closed     int64 // connections ever closed
-	Timeouts   int64 // Acquire calls that gave up after the checkout timeout
-	Acquires   int64
+	// TurnWaiting counts the clients waiting, before they may wait for one of this
+	// pool's connections, for a turn to hold server connections at all (the router's
+	// --max-transactions): they wait for this pool all the same.
+	TurnWaiting int64
+	Opened      int64 // connections ever opened
+	Closed      int64 // connections ever closed
+	Timeouts    int64 // Acquire calls that gave up after the checkout timeout
+	Acquires    int64
 	// WaitTime is the total time Acquire calls waited for a free connection.
 	WaitTime time.Duration
 }
@@ -294,7 +311,7 @@ func (p *Pool) Stats() Stats {
 	p.mu.Unlock()
 	return Stats{
 		DataSource: p.name, Size: p.opts.Size,
-		InUse: p.stats.inUse.Load(), Idle: idle, Waiting: p.stats.waiting.Load(),
+		InUse: p.stats.inUse.Load(), Idle: idle, Waiting: p.stats.waiting.Load(), TurnWaiting: p.stats.turnWaiting.Load(),
 		Opened: p.stats.opened.Load(), Closed: p.stats.closed.Load(), Timeouts: p.stats.timeouts.Load(),
 		Acquires: p.stats.acquires.Load(), WaitTime: time.Duration(p.stats.waitedNanoseconds.Load()),
 	}

@@ -89,7 +89,9 @@ type Config struct {
 	// each other's, which without the bound can stall a heavy load of them (each holds
 	// one pool's connections and waits, in vain, for another's), and a connection of
 	// each pool stays for the router's own statements (the catalog, the deadlock
-	// detector). New refuses a bound that leaves none.
+	// detector). New refuses a bound that leaves none. AutoMaxTransactions picks one
+	// less than the smallest pool's size when there are several pools in transaction
+	// pooling, and no bound otherwise.
 	MaxTransactions int
 	// CheckoutTimeout bounds a client's wait for its turn under MaxTransactions (0:
 	// backend.DefaultCheckoutTimeout).
@@ -183,6 +185,9 @@ func New(cfg Config) (*Router, error) {
 	if r.poolWait <= 0 {
 		r.poolWait = DefaultCrossPoolWait
 	}
+	if cfg.MaxTransactions == AutoMaxTransactions {
+		cfg.MaxTransactions = autoMaxTransactions(cfg.Pools, cfg.Mode)
+	}
 	for _, p := range cfg.Pools {
 		if size := p.Stats().Size; cfg.MaxTransactions > 0 && cfg.MaxTransactions >= size {
 			return nil, errors.Join(ErrConfig, fmt.Errorf("max transactions %d must be below the pool size %d of %s: a connection of each pool stays for the deadlock detector and the catalog", cfg.MaxTransactions, size, p.Name()))
@@ -210,6 +215,28 @@ func New(cfg Config) (*Router, error) {
 	r.lastWarned = make([]atomic.Int64, cfg.Rules.NumDataSources())
 	return r, nil
 }
+
+// AutoMaxTransactions, as Config.MaxTransactions, lets New choose the bound.
+const AutoMaxTransactions = -1
+
+// autoMaxTransactions is the bound AutoMaxTransactions stands for: with several pools in
+// transaction pooling, one less than the smallest pool's size, so that a transaction
+// spanning pools never waits for another's pool; with one pool, which bounds its
+// clients itself, or in session pooling, none.
+func autoMaxTransactions(pools []*backend.Pool, mode PoolMode) int {
+	if len(pools) < 2 || mode != PoolTransaction {
+		return 0
+	}
+	smallest := pools[0].Stats().Size
+	for _, p := range pools[1:] {
+		smallest = min(smallest, p.Stats().Size)
+	}
+	return max(smallest-1, 0)
+}
+
+// MaxTransactions returns the bound on clients holding server connections at once (0:
+// none).
+func (r *Router) MaxTransactions() int { return cap(r.turns) }
 
 // Rules returns the router's rules.
 func (r *Router) Rules() *rules.Compiled { return r.rules }
@@ -254,7 +281,7 @@ func (p serverPool) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) 
 	// for by a client that holds connections of this pool: they wait no longer than a
 	// client holding other pools would.
 	wait := min(p.r.poolWait, pool.CheckoutTimeout())
-	c, err := pool.AcquireWithin(ctx, wait)
+	c, err := pool.AcquireWithin(ctx, wait, nil)
 	if errors.Is(err, backend.ErrWaitElapsed) {
 		pool.CountTimeout()
 		return nil, pool.TimeoutError(wait)

@@ -249,6 +249,42 @@ type leases struct {
 	// login's check of the client's settings, which may as well wait for the first
 	// statement).
 	waitBound time.Duration
+	// waits holds the cancel functions of the client's waits for a turn or a
+	// connection in progress, so that a cancel request ends them (under mu).
+	waits   map[int]context.CancelCauseFunc
+	waitSeq int
+}
+
+// errCancelRequest is the cause of a wait ended by the client's cancel request.
+var errCancelRequest = errors.New("cancel request")
+
+// waitable registers one Acquire of the client, which a cancel request ends: it returns
+// a context that the request cancels with errCancelRequest, and the registration's id
+// for endWait.
+func (l *leases) waitable(ctx context.Context) (context.Context, int) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.waitSeq++
+	if l.waits == nil {
+		l.waits = map[int]context.CancelCauseFunc{}
+	}
+	l.waits[l.waitSeq] = cancel
+	return ctx, l.waitSeq
+}
+
+// endWaitLocked ends registration id (see waitable); l.mu is held.
+func (l *leases) endWaitLocked(id int) {
+	if cancel := l.waits[id]; cancel != nil {
+		delete(l.waits, id)
+		cancel(nil)
+	}
+}
+
+// userCancel returns PostgreSQL's error for a statement its client cancelled.
+func userCancel() error {
+	return &pgconn.PgError{Severity: "ERROR", Code: "57014", Message: "canceling statement due to user request",
+		Detail: "shardlab: the cancel request ended the statement's wait for a server connection"}
 }
 
 // bound returns d, shortened to the leases' waitBound if one is set.
@@ -273,18 +309,25 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	l.mu.Lock()
 	c := l.pinned[ds]
 	l.mu.Unlock()
-	if c == nil {
-		if err := l.takeTurn(ctx); err != nil {
-			return nil, err
-		}
+	// A cancel request ends the waits for a turn and a connection; one that comes
+	// later, until the connection is held (and the request reaches its server), ends
+	// the statement before it runs.
+	wctx, id := l.waitable(ctx)
+	fresh := c == nil
+	if fresh {
 		var err error
-		if c, err = l.wait(ctx, ds, pool); err != nil {
-			l.giveTurn()
+		if c, err = l.take(ctx, wctx, ds, pool); err != nil {
+			l.mu.Lock()
+			l.endWaitLocked(id)
+			l.mu.Unlock()
 			return nil, err
 		}
 	}
+	// The settings run under ctx: cancelling a statement in progress would break the
+	// connection.
 	if err := c.ApplySettings(ctx, l.s.key, l.s.stmtsSQL); err != nil {
 		l.mu.Lock()
+		l.endWaitLocked(id)
 		delete(l.pinned, ds)
 		l.mu.Unlock()
 		pool.Release(c, reusable(err))
@@ -293,12 +336,39 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	}
 	x := &lease{l: l, ds: ds, c: c}
 	l.mu.Lock()
-	l.held[ds] = x
-	if l.s.r.mode == PoolSession {
-		l.pinned[ds] = c
+	cancelled := errors.Is(context.Cause(wctx), errCancelRequest)
+	l.endWaitLocked(id)
+	if !cancelled {
+		l.held[ds] = x
+		if l.s.r.mode == PoolSession {
+			l.pinned[ds] = c
+		}
 	}
 	l.mu.Unlock()
+	if cancelled {
+		if fresh {
+			pool.Release(c, true)
+			l.giveTurn()
+		}
+		return nil, userCancel()
+	}
 	return x, nil
+}
+
+// take takes a turn, if turns are counted, and a connection of pool ds for the client.
+// A cancel request from the client (wctx, see waitable) ends either wait with 57014.
+func (l *leases) take(ctx, wctx context.Context, ds int, pool *backend.Pool) (*backend.Conn, error) {
+	err := l.takeTurn(wctx, pool)
+	var c *backend.Conn
+	if err == nil {
+		if c, err = l.wait(ctx, wctx.Done(), ds, pool); err != nil {
+			l.giveTurn()
+		}
+	}
+	if err != nil && errors.Is(context.Cause(wctx), errCancelRequest) {
+		err = userCancel()
+	}
+	return c, err
 }
 
 // wait takes a connection of pool ds for the client. It waits in slices of the
@@ -309,12 +379,15 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 // holds; clients retry 40P01, where a 53300 would leave the transaction open. A client
 // that holds nothing cannot be part of such a cycle and waits up to the pool's checkout
 // timeout, then gets 53300.
-func (l *leases) wait(ctx context.Context, ds int, pool *backend.Pool) (*backend.Conn, error) {
+//
+// interrupt ends the wait for a free connection (with backend.ErrWaitInterrupted), not a
+// dial or an idle connection's check, which run under ctx.
+func (l *leases) wait(ctx context.Context, interrupt <-chan struct{}, ds int, pool *backend.Pool) (*backend.Conn, error) {
 	checkout := l.bound(pool.CheckoutTimeout())
 	start := time.Now()
 	for {
 		slice := max(min(l.s.r.poolWait, checkout-time.Since(start)), 0)
-		c, err := pool.AcquireWithin(ctx, slice)
+		c, err := pool.AcquireWithin(ctx, slice, interrupt)
 		if !errors.Is(err, backend.ErrWaitElapsed) {
 			return c, err
 		}
@@ -380,8 +453,9 @@ func (x *lease) Release(reuse bool) {
 }
 
 // takeTurn makes the client hold one of the router's turns (Config.MaxTransactions)
-// for one more connection, waiting for one if it holds none.
-func (l *leases) takeTurn(ctx context.Context) error {
+// for one more connection, waiting for one if it holds none; pool counts the wait among
+// its waiting clients.
+func (l *leases) takeTurn(ctx context.Context, pool *backend.Pool) error {
 	r := l.s.r
 	if r.turns == nil {
 		return nil
@@ -398,6 +472,8 @@ func (l *leases) takeTurn(ctx context.Context) error {
 	select {
 	case r.turns <- struct{}{}:
 	default:
+		pool.AddTurnWaiting(1)
+		defer pool.AddTurnWaiting(-1)
 		t := time.NewTimer(l.bound(r.turnTimeout))
 		defer t.Stop()
 		select {
@@ -450,12 +526,16 @@ func (l *leases) closeAll(ctx context.Context) {
 	}
 }
 
-// cancel forwards a cancel request to every connection the client holds. The lock is
-// held meanwhile, so that no connection goes back to its pool (and to another client)
-// while its cancel request is on the way.
+// cancel ends the client's waits for a turn or a connection and forwards a cancel
+// request to every connection the client holds. The lock is held meanwhile, so that no
+// connection goes back to its pool (and to another client) while its cancel request is
+// on the way.
 func (l *leases) cancel(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, stop := range l.waits {
+		stop(errCancelRequest)
+	}
 	ctx, stop := context.WithTimeout(ctx, 5*time.Second)
 	defer stop()
 	for _, x := range l.held {
