@@ -171,7 +171,12 @@ type Result struct {
 	Response     *hdrhistogram.Histogram // microseconds from intended start to answer
 	Service      *hdrhistogram.Histogram // microseconds from actual send to answer
 	Late         int64                   // open loop: requests started over LateThreshold late
-	Samples      []Sample
+	// Unsent counts, in an open-loop run with a duration, the requests that fell due
+	// before its end but were never sent, the workers being behind their schedule: the
+	// run stops at its end instead of sending its backlog (an estimate for Poisson
+	// arrivals: the gaps' mean over what was left).
+	Unsent  int64
+	Samples []Sample
 }
 
 // Throughput returns successful requests per second.
@@ -319,11 +324,11 @@ func (r *runner) call(ctx context.Context, write bool, key, value string) (found
 
 // worker holds one goroutine's measurements; nothing in it is shared.
 type worker struct {
-	response, service *hdrhistogram.Histogram
-	errs              map[string]int64
-	ops, errors, late int64
-	reads, hits       int64
-	misses, writes    int64
+	response, service         *hdrhistogram.Histogram
+	errs                      map[string]int64
+	ops, errors, late, unsent int64
+	reads, hits               int64
+	misses, writes            int64
 
 	// per-second samples: the histogram of the current second, flushed on rollover
 	second     int
@@ -479,8 +484,12 @@ func (r *runner) measure(ctx context.Context, seed int64) (*Result, error) {
 			}
 			var seq int64
 			for runCtx.Err() == nil {
-				if cfg.Rate > 0 {
-					if !deadline.IsZero() && !intended.Before(deadline) {
+				if cfg.Rate > 0 && !deadline.IsZero() {
+					if !intended.Before(deadline) {
+						return
+					}
+					if time.Now().After(deadline) {
+						w.unsent += 1 + int64(deadline.Sub(intended)-1)/int64(max(perWorkerGap, 1))
 						return
 					}
 				}
@@ -575,6 +584,7 @@ func (r *runner) measure(ctx context.Context, seed int64) (*Result, error) {
 		res.Ops += w.ops
 		res.Errors += w.errors
 		res.Late += w.late
+		res.Unsent += w.unsent
 		res.Reads += w.reads
 		res.ReadHits += w.hits
 		res.ReadMisses += w.misses

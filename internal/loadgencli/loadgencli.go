@@ -396,6 +396,9 @@ func printSummary(w io.Writer, o *options, r *loadgen.Result) {
 			fmt.Fprintf(w, "service ms   p50 %.3f  p99 %.3f  (from actual send; the line above is from intended start)\n",
 				loadgen.Ms(s.ValueAtQuantile(50)), loadgen.Ms(s.ValueAtQuantile(99)))
 			fmt.Fprintf(w, "late starts  %d of %d requests began over %s after their intended time\n", r.Late, r.Ops, loadgen.LateThreshold)
+			if r.Unsent > 0 {
+				fmt.Fprintf(w, "unsent       %d requests fell due before the end but were never sent: the run fell behind the rate\n", r.Unsent)
+			}
 		}
 		if r.Reads > 0 {
 			fmt.Fprintf(w, "read hits    %.2f%% (%d found, %d not found)\n", r.ReadHitRate()*100, r.ReadHits, r.ReadMisses)
