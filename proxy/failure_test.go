@@ -168,6 +168,47 @@ func TestShutdownCutsOffAtDeadline(t *testing.T) {
 	}
 }
 
+// TestShutdownInterruptsAStatementInProgress: at the deadline, a statement still
+// running is cut off too (the pools watch the frontend's context once per connection,
+// not once per statement): Shutdown returns at once and the client gets an error.
+func TestShutdownInterruptsAStatementInProgress(t *testing.T) {
+	e := startProxy(t, 1, nil, nil)
+	c := e.connect(t)
+	exec1(t, c, "SELECT 1") // a pooled connection exists before the shutdown
+	direct := e.shard(t, 0)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(context.Background(), "SELECT pg_sleep(60)")
+		errc <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for queryInt(t, direct, "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)' AND state = 'active'") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the statement never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := e.srv.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("shutdown with a statement running: %v, want the deadline", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("shutdown took %v: the statement in progress was not cut off", took)
+	}
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Error("the cut-off statement succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the client's statement still runs after the shutdown")
+	}
+	// The server process sleeps on; cancel it so the test's database can go.
+	exec1(t, direct, "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)'")
+}
+
 // TestCrossShardDeadlock: two clients' transactions wait for each other on two shards
 // (one holds a row on ds_0 and wants one on ds_1, the other the reverse). No server
 // sees the cycle; the proxy's detector ends one transaction with 40P01, the other

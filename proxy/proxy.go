@@ -164,6 +164,18 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	s.router = r
+	if cfg.AdminDatabase == cfg.Database {
+		s.closePools()
+		return nil, fmt.Errorf("%w: the admin database cannot be the database clients use (%q)", ErrConfig, cfg.Database)
+	}
+	s.admin = admin.New(r, func() int { return s.frontend.Stats().Clients })
+	s.frontend = frontend.NewServer(frontend.Config{Router: r, Database: cfg.Database, Users: cfg.Users, TLS: cfg.TLS,
+		MaxClients: cfg.MaxClients, MaxMessage: cfg.MaxMessage, AdminDatabase: cfg.AdminDatabase, Admin: s.admin, Logger: log})
+	// Statements run under the frontend's context, which ends when a shutdown gives up
+	// waiting: the pools watch it once per connection rather than once per statement.
+	for _, p := range s.pools {
+		p.InterruptOn(s.frontend.Context())
+	}
 	if cfg.TwoPhase {
 		committed, rolledBack, err := r.Recover(ctx)
 		if err != nil {
@@ -174,13 +186,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			log.Info("finished two-phase transactions left by a crash", "committed", committed, "rolled_back", rolledBack)
 		}
 	}
-	if cfg.AdminDatabase == cfg.Database {
-		s.closePools()
-		return nil, fmt.Errorf("%w: the admin database cannot be the database clients use (%q)", ErrConfig, cfg.Database)
-	}
-	s.admin = admin.New(r, func() int { return s.frontend.Stats().Clients })
-	s.frontend = frontend.NewServer(frontend.Config{Router: r, Database: cfg.Database, Users: cfg.Users, TLS: cfg.TLS,
-		MaxClients: cfg.MaxClients, MaxMessage: cfg.MaxMessage, AdminDatabase: cfg.AdminDatabase, Admin: s.admin, Logger: log})
 	// Connections past the cap still get their FATAL answer from the frontend; beyond
 	// a margin they are closed unanswered, so that a flood cannot make goroutines
 	// without bound.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -38,6 +39,24 @@ type Conn struct {
 	stmts   map[stmtKey]string // prepared statement text and types -> server name
 	stmtSeq int
 	evict   []string // names to close with the next round trip
+
+	// stopBase ends the watch on the pool's interrupt context (see Pool.InterruptOn),
+	// nil when there is none; the watch interrupts the connection only while it is
+	// lent (lent), so that idle ones close cleanly.
+	stopBase func() bool
+	lent     atomic.Bool
+
+	// msg holds the messages an exchange sends, reused: the frontend encodes each at
+	// once, so none outlives its Send.
+	msg struct {
+		parse    pgproto3.Parse
+		bind     pgproto3.Bind
+		describe pgproto3.Describe
+		execute  pgproto3.Execute
+		sync     pgproto3.Sync
+		query    pgproto3.Query
+		close    pgproto3.Close
+	}
 }
 
 const unknownSettings = "\x00unknown"
@@ -48,7 +67,15 @@ type stmtKey struct {
 }
 
 func newConn(p *Pool, pg *pgconn.PgConn) *Conn {
-	return &Conn{pool: p, pg: pg, lastUsed: time.Now(), stmts: map[stmtKey]string{}}
+	c := &Conn{pool: p, pg: pg, lastUsed: time.Now(), stmts: map[stmtKey]string{}}
+	if p.base != nil {
+		c.stopBase = context.AfterFunc(p.base, func() {
+			if c.lent.Load() {
+				c.interrupt()
+			}
+		})
+	}
+	return c
 }
 
 // PgConn returns the server connection, for code that runs its own statements on it
@@ -229,20 +256,26 @@ func (c *Conn) execOnce(ctx context.Context, st *Statement, sink Sink) (sent boo
 			parsed = true
 		}
 	}
+	m := &c.msg
 	for _, old := range c.evict {
-		fe.Send(&pgproto3.Close{ObjectType: 'S', Name: old})
+		m.close = pgproto3.Close{ObjectType: 'S', Name: old}
+		fe.Send(&m.close)
 	}
 	c.evict = c.evict[:0]
 	if name == "" || parsed {
-		fe.Send(&pgproto3.Parse{Name: name, Query: st.SQL, ParameterOIDs: st.ParamOIDs})
+		m.parse = pgproto3.Parse{Name: name, Query: st.SQL, ParameterOIDs: st.ParamOIDs}
+		fe.Send(&m.parse)
 	}
-	fe.Send(&pgproto3.Bind{PreparedStatement: name, ParameterFormatCodes: st.ParamFormats,
-		Parameters: st.Values, ResultFormatCodes: st.ResultFormats})
+	m.bind = pgproto3.Bind{PreparedStatement: name, ParameterFormatCodes: st.ParamFormats,
+		Parameters: st.Values, ResultFormatCodes: st.ResultFormats}
+	fe.Send(&m.bind)
 	if st.Describe {
-		fe.Send(&pgproto3.Describe{ObjectType: 'P'})
+		m.describe = pgproto3.Describe{ObjectType: 'P'}
+		fe.Send(&m.describe)
 	}
-	fe.Send(&pgproto3.Execute{})
-	fe.Send(&pgproto3.Sync{})
+	fe.Send(&m.execute)
+	fe.Send(&m.sync)
+	m.parse, m.bind = pgproto3.Parse{}, pgproto3.Bind{} // keep no client's data
 	stop := c.watch(ctx)
 	defer c.unwatch(stop)
 	if err := fe.Flush(); err != nil {
@@ -286,18 +319,32 @@ func (c *Conn) execOnce(ctx context.Context, st *Statement, sink Sink) (sent boo
 }
 
 // watch makes cancelling ctx interrupt the connection's reads and writes; unwatch
-// undoes it and marks the connection broken when ctx did interrupt it.
+// undoes it and marks the connection broken when ctx did interrupt it. The pool's
+// interrupt context is watched for the connection's whole life (see Pool.InterruptOn),
+// so an exchange under it costs nothing here.
 func (c *Conn) watch(ctx context.Context) func() bool {
 	if ctx.Done() == nil {
 		return nil
 	}
-	conn := c.pg.Conn()
-	return context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	if c.stopBase != nil && ctx == c.pool.base {
+		if ctx.Err() != nil {
+			c.interrupt() // it ended before the connection was lent
+		}
+		return nil
+	}
+	return context.AfterFunc(ctx, c.interrupt)
 }
+
+// interrupt makes the connection's reads and writes in progress, and the next ones,
+// fail at once.
+func (c *Conn) interrupt() { c.pg.Conn().SetDeadline(time.Unix(1, 0)) }
 
 func (c *Conn) unwatch(stop func() bool) {
 	if stop != nil && !stop() {
 		c.broken = true // the deadline was set: the connection is mid-message
+	}
+	if c.stopBase != nil && c.pool.base.Err() != nil {
+		c.broken = true // the pool's interrupt context ended: its deadline is set
 	}
 }
 
@@ -307,7 +354,9 @@ func (c *Conn) unwatch(stop func() bool) {
 // COPY FROM is refused here (see StartCopy).
 func (c *Conn) Query(ctx context.Context, sql string, sink Sink) error {
 	fe := c.pg.Frontend()
-	fe.Send(&pgproto3.Query{String: sql})
+	c.msg.query.String = sql
+	fe.Send(&c.msg.query)
+	c.msg.query.String = ""
 	stop := c.watch(ctx)
 	defer c.unwatch(stop)
 	if err := fe.Flush(); err != nil {

@@ -92,6 +92,9 @@ type Pool struct {
 		closed bool
 	}
 	dialing sync.WaitGroup
+	// base, when set (InterruptOn), ends every exchange of the pool's connections when
+	// it ends.
+	base context.Context
 
 	stats struct {
 		inUse, waiting, turnWaiting atomic.Int64
@@ -115,6 +118,13 @@ func NewPool(name, dsn string, o Options) (*Pool, error) {
 	p := &Pool{name: name, cfg: cfg, opts: o, tokens: make(chan struct{}, o.Size)}
 	return p, nil
 }
+
+// InterruptOn makes the end of ctx interrupt every exchange of the pool's connections
+// (and break them), as if each exchange had been made under ctx; an exchange made
+// under ctx itself then needs no watch of its own, which spares an allocation and a
+// lock on ctx per statement. A server passes the context it cancels when a shutdown
+// gives up waiting for its clients. Call it before the first Acquire.
+func (p *Pool) InterruptOn(ctx context.Context) { p.base = ctx }
 
 // Name returns the data source's name.
 func (p *Pool) Name() string { return p.name }
@@ -215,6 +225,7 @@ func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration, interrupt 
 			continue
 		}
 		p.stats.inUse.Add(1)
+		c.lent.Store(true)
 		return c, nil
 	}
 	defer p.dialing.Done()
@@ -225,7 +236,9 @@ func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration, interrupt 
 	}
 	p.stats.opened.Add(1)
 	p.stats.inUse.Add(1)
-	return newConn(p, pg), nil
+	c := newConn(p, pg)
+	c.lent.Store(true)
+	return c, nil
 }
 
 // alive pings a connection that sat idle: a server restart or a network cut leaves
@@ -241,6 +254,7 @@ func (p *Pool) alive(ctx context.Context, c *Conn) bool {
 // instead of pooled, so no transaction or half-read answer reaches another client.
 func (p *Pool) Release(c *Conn, reuse bool) {
 	p.stats.inUse.Add(-1)
+	c.lent.Store(false)
 	if !reuse || c.pg.IsClosed() || c.pg.TxStatus() != 'I' || c.broken {
 		p.discard(c)
 		<-p.tokens
@@ -261,6 +275,9 @@ func (p *Pool) Release(c *Conn, reuse bool) {
 
 // discard closes a connection. Whoever holds its token gives it back.
 func (p *Pool) discard(c *Conn) {
+	if c.stopBase != nil {
+		c.stopBase()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	c.pg.Close(ctx)
 	cancel()

@@ -103,6 +103,10 @@ func NewServer(cfg Config) *Server {
 	return s
 }
 
+// Context returns the context the server's statements run under: it ends when
+// Shutdown gives up waiting for the clients.
+func (s *Server) Context() context.Context { return s.ctx }
+
 // Stats is a snapshot of the server's counters.
 type Stats struct {
 	Clients        int   // client sessions now
@@ -191,7 +195,8 @@ type client struct {
 	pid    uint32
 	secret [4]byte
 	user   string
-	admin  bool // connected to the admin database
+	admin  bool                   // connected to the admin database
+	rfq    pgproto3.ReadyForQuery // reused: the writer encodes it at once
 
 	mu   sync.Mutex
 	idle bool // waiting for a message after ReadyForQuery, outside a transaction
@@ -612,7 +617,8 @@ func (c *client) adminLoop() {
 // readyForQuery sends ReadyForQuery and flushes.
 func (c *client) readyForQuery() {
 	status := c.sess.TxStatus()
-	c.wr.Send(&pgproto3.ReadyForQuery{TxStatus: status})
+	c.rfq.TxStatus = status
+	c.wr.Send(&c.rfq)
 	if c.wr.Flush() == nil && status == 'I' && c.rd.Buffered() == 0 {
 		c.setIdle(true)
 	}

@@ -18,6 +18,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -25,9 +26,74 @@ import (
 // Conn is a TCP connection whose Read and Write make raw system calls. Everything else
 // is the embedded *net.TCPConn's, except File, which is refused: the file's descriptor
 // would be put in blocking mode, and a raw call that blocks stalls the whole program.
+//
+// The functions given to the raw connection are made once, with the connection, and
+// keep their arguments and results in it: a closure made per call would cost two or
+// three allocations per Read and per Write.
 type Conn struct {
 	*net.TCPConn
 	rc syscall.RawConn
+
+	rmu sync.Mutex // one Read at a time uses rd
+	rd  readOp
+	wmu sync.Mutex // one Write at a time uses wr
+	wr  writeOp
+}
+
+// readOp is one Read's system calls: into b, n bytes read or errno.
+type readOp struct {
+	b     []byte
+	n     int
+	errno syscall.Errno
+	do    func(fd uintptr) bool // run, bound once
+}
+
+func (op *readOp) run(fd uintptr) bool {
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&op.b[0])), uintptr(len(op.b)))
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		op.n, op.errno = int(r), e
+		return true
+	}
+}
+
+// writeOp is one Write's system calls: of b, written bytes so far, then errno or
+// short (a write that wrote nothing, or more than asked).
+type writeOp struct {
+	b       []byte
+	written int
+	errno   syscall.Errno
+	short   bool
+	do      func(fd uintptr) bool // run, bound once
+}
+
+func (op *writeOp) run(fd uintptr) bool {
+	for op.written < len(op.b) {
+		chunk := op.b[op.written:]
+		if len(chunk) > maxRW {
+			chunk = chunk[:maxRW]
+		}
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&chunk[0])), uintptr(len(chunk)))
+		switch {
+		case e == 0 && (r == 0 || int(r) > len(chunk)):
+			op.short = true // not for a TCP socket, but never loop on it
+			return true
+		case e == 0:
+			op.written += int(r)
+		case e == syscall.EINTR:
+		case e == syscall.EAGAIN:
+			return false
+		default:
+			op.errno = e
+			return true
+		}
+	}
+	return true
 }
 
 // Wrap returns c as a *Conn when it is a TCP connection, and c itself otherwise.
@@ -40,7 +106,10 @@ func Wrap(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &Conn{TCPConn: tc, rc: rc}
+	rw := &Conn{TCPConn: tc, rc: rc}
+	rw.rd.do = rw.rd.run
+	rw.wr.do = rw.wr.run
+	return rw
 }
 
 // DialFunc is the signature of pgconn.Config.DialFunc.
@@ -78,21 +147,13 @@ func (c *Conn) Read(b []byte) (int, error) {
 	if len(b) > maxRW {
 		b = b[:maxRW]
 	}
-	var n int
-	var errno syscall.Errno
-	err := c.rc.Read(func(fd uintptr) bool {
-		for {
-			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-			switch e {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false
-			}
-			n, errno = int(r), e
-			return true
-		}
-	})
+	c.rmu.Lock()
+	op := &c.rd
+	op.b, op.n, op.errno = b, 0, 0
+	err := c.rc.Read(op.do)
+	n, errno := op.n, op.errno
+	op.b = nil
+	c.rmu.Unlock()
 	if err == nil && errno != 0 {
 		err = os.NewSyscallError("read", errno)
 	}
@@ -110,32 +171,13 @@ func (c *Conn) Read(b []byte) (int, error) {
 // is full.
 func (c *Conn) Write(b []byte) (int, error) {
 	raceReleaseWrite()
-	var written int
-	var errno syscall.Errno
-	var short bool
-	err := c.rc.Write(func(fd uintptr) bool {
-		for written < len(b) {
-			chunk := b[written:]
-			if len(chunk) > maxRW {
-				chunk = chunk[:maxRW]
-			}
-			r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&chunk[0])), uintptr(len(chunk)))
-			switch {
-			case e == 0 && (r == 0 || int(r) > len(chunk)):
-				short = true // not for a TCP socket, but never loop on it
-				return true
-			case e == 0:
-				written += int(r)
-			case e == syscall.EINTR:
-			case e == syscall.EAGAIN:
-				return false
-			default:
-				errno = e
-				return true
-			}
-		}
-		return true
-	})
+	c.wmu.Lock()
+	op := &c.wr
+	op.b, op.written, op.errno, op.short = b, 0, 0, false
+	err := c.rc.Write(op.do)
+	written, errno, short := op.written, op.errno, op.short
+	op.b = nil
+	c.wmu.Unlock()
 	if err == nil && errno != 0 {
 		err = os.NewSyscallError("write", errno)
 	}

@@ -182,3 +182,69 @@ func TestZeroLengthReadOnAClosedConnection(t *testing.T) {
 		t.Fatalf("Read(nil) after Close = %v; want net.ErrClosed", err)
 	}
 }
+
+// TestConcurrentWritesStayWhole writes records from several goroutines at once through
+// one connection, as net.Conn allows: each Write must reach the peer whole, since the
+// connection keeps one Write's state at a time.
+func TestConcurrentWritesStayWhole(t *testing.T) {
+	c, peer := pair(t)
+	const writers, records, size = 4, 2000, 64
+	errc := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			rec := bytes.Repeat([]byte{byte('a' + w)}, size)
+			for range records {
+				if _, err := c.Write(rec); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	counts := map[byte]int{}
+	rec := make([]byte, size)
+	for range writers * records {
+		if _, err := io.ReadFull(peer, rec); err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Count(rec, rec[:1]) != size {
+			t.Fatalf("a record mixes writes: %q", rec)
+		}
+		counts[rec[0]]++
+	}
+	for range writers {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for w := range writers {
+		if got := counts[byte('a'+w)]; got != records {
+			t.Errorf("writer %d: %d records arrived, want %d", w, got, records)
+		}
+	}
+}
+
+// TestReadAndWriteDoNotAllocate: the proxy reads and writes every message through
+// these calls, so an allocation per call would be one per message.
+func TestReadAndWriteDoNotAllocate(t *testing.T) {
+	c, peer := pair(t)
+	out, in := []byte("ping"), make([]byte, 4)
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := c.Write(out); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(peer, in); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := peer.Write(out); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, in); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%.1f allocations per write and read, want 0", allocs)
+	}
+}

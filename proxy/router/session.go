@@ -249,35 +249,29 @@ type leases struct {
 	// login's check of the client's settings, which may as well wait for the first
 	// statement).
 	waitBound time.Duration
-	// waits holds the cancel functions of the client's waits for a turn or a
-	// connection in progress, so that a cancel request ends them (under mu).
-	waits   map[int]context.CancelCauseFunc
-	waitSeq int
+	// intr is closed by a cancel request, ending the client's waits for a turn or a
+	// connection in progress; the next wait makes a new one (under mu).
+	intr chan struct{}
 }
 
-// errCancelRequest is the cause of a wait ended by the client's cancel request.
-var errCancelRequest = errors.New("cancel request")
-
-// waitable registers one Acquire of the client, which a cancel request ends: it returns
-// a context that the request cancels with errCancelRequest, and the registration's id
-// for endWait.
-func (l *leases) waitable(ctx context.Context) (context.Context, int) {
-	ctx, cancel := context.WithCancelCause(ctx)
+// interrupter returns the channel a cancel request closes to end the client's waits
+// in progress (see leases.cancel).
+func (l *leases) interrupter() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.waitSeq++
-	if l.waits == nil {
-		l.waits = map[int]context.CancelCauseFunc{}
+	if l.intr == nil {
+		l.intr = make(chan struct{})
 	}
-	l.waits[l.waitSeq] = cancel
-	return ctx, l.waitSeq
+	return l.intr
 }
 
-// endWaitLocked ends registration id (see waitable); l.mu is held.
-func (l *leases) endWaitLocked(id int) {
-	if cancel := l.waits[id]; cancel != nil {
-		delete(l.waits, id)
-		cancel(nil)
+// interrupted reports whether a cancel request closed intr.
+func interrupted(intr <-chan struct{}) bool {
+	select {
+	case <-intr:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -312,14 +306,11 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	// A cancel request ends the waits for a turn and a connection; one that comes
 	// later, until the connection is held (and the request reaches its server), ends
 	// the statement before it runs.
-	wctx, id := l.waitable(ctx)
+	intr := l.interrupter()
 	fresh := c == nil
 	if fresh {
 		var err error
-		if c, err = l.take(ctx, wctx, ds, pool); err != nil {
-			l.mu.Lock()
-			l.endWaitLocked(id)
-			l.mu.Unlock()
+		if c, err = l.take(ctx, intr, ds, pool); err != nil {
 			return nil, err
 		}
 	}
@@ -327,7 +318,6 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	// connection.
 	if err := c.ApplySettings(ctx, l.s.key, l.s.stmtsSQL); err != nil {
 		l.mu.Lock()
-		l.endWaitLocked(id)
 		delete(l.pinned, ds)
 		l.mu.Unlock()
 		pool.Release(c, reusable(err))
@@ -336,8 +326,7 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	}
 	x := &lease{l: l, ds: ds, c: c}
 	l.mu.Lock()
-	cancelled := errors.Is(context.Cause(wctx), errCancelRequest)
-	l.endWaitLocked(id)
+	cancelled := interrupted(intr)
 	if !cancelled {
 		l.held[ds] = x
 		if l.s.r.mode == PoolSession {
@@ -356,16 +345,17 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 }
 
 // take takes a turn, if turns are counted, and a connection of pool ds for the client.
-// A cancel request from the client (wctx, see waitable) ends either wait with 57014.
-func (l *leases) take(ctx, wctx context.Context, ds int, pool *backend.Pool) (*backend.Conn, error) {
-	err := l.takeTurn(wctx, pool)
+// A cancel request from the client (closing intr, see interrupter) ends either wait
+// with 57014.
+func (l *leases) take(ctx context.Context, intr <-chan struct{}, ds int, pool *backend.Pool) (*backend.Conn, error) {
+	err := l.takeTurn(ctx, intr, pool)
 	var c *backend.Conn
 	if err == nil {
-		if c, err = l.wait(ctx, wctx.Done(), ds, pool); err != nil {
+		if c, err = l.wait(ctx, intr, ds, pool); err != nil {
 			l.giveTurn()
 		}
 	}
-	if err != nil && errors.Is(context.Cause(wctx), errCancelRequest) {
+	if err != nil && interrupted(intr) {
 		err = userCancel()
 	}
 	return c, err
@@ -453,9 +443,9 @@ func (x *lease) Release(reuse bool) {
 }
 
 // takeTurn makes the client hold one of the router's turns (Config.MaxTransactions)
-// for one more connection, waiting for one if it holds none; pool counts the wait among
-// its waiting clients.
-func (l *leases) takeTurn(ctx context.Context, pool *backend.Pool) error {
+// for one more connection, waiting for one if it holds none (until intr closes); pool
+// counts the wait among its waiting clients.
+func (l *leases) takeTurn(ctx context.Context, intr <-chan struct{}, pool *backend.Pool) error {
 	r := l.s.r
 	if r.turns == nil {
 		return nil
@@ -482,6 +472,8 @@ func (l *leases) takeTurn(ctx context.Context, pool *backend.Pool) error {
 			return &pgconn.PgError{Severity: "ERROR", Code: "53300", Message: fmt.Sprintf(
 				"shardlab proxy: no turn among the %d clients allowed to hold server connections at once (--max-transactions) became free within %v",
 				cap(r.turns), l.bound(r.turnTimeout))}
+		case <-intr:
+			return userCancel()
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -533,8 +525,9 @@ func (l *leases) closeAll(ctx context.Context) {
 func (l *leases) cancel(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, stop := range l.waits {
-		stop(errCancelRequest)
+	if l.intr != nil {
+		close(l.intr)
+		l.intr = nil
 	}
 	ctx, stop := context.WithTimeout(ctx, 5*time.Second)
 	defer stop()

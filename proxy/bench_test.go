@@ -1,0 +1,131 @@
+package proxy_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The benchmarks below measure the proxy's own cost per statement on the passthrough
+// path (one shard, no rules), as pgbench -S sees it: the client is a raw socket that
+// writes prepared message bytes and skips the answer up to ReadyForQuery, so nearly
+// every allocation reported is the proxy's (its client and server sides). The time per
+// operation includes PostgreSQL's; compare allocations, and times only side by side.
+//
+//	go test ./proxy -run '^$' -bench Passthrough -benchmem
+
+// rawClient is a client connection that speaks the protocol from prepared bytes.
+type rawClient struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+// dialRaw logs in through pgconn, then takes the socket over.
+func dialRaw(b *testing.B, e *env) *rawClient {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pg, err := pgconn.Connect(ctx, e.url(""))
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := pg.Hijack()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { h.Conn.Close() })
+	return &rawClient{conn: h.Conn, r: bufio.NewReaderSize(h.Conn, 8192)}
+}
+
+// roundTrip sends msg and reads the answer up to ReadyForQuery, failing on an
+// ErrorResponse.
+func (c *rawClient) roundTrip(b *testing.B, msg []byte) {
+	if _, err := c.conn.Write(msg); err != nil {
+		b.Fatal(err)
+	}
+	var hdr [5]byte
+	for {
+		if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
+			b.Fatal(err)
+		}
+		n := int(binary.BigEndian.Uint32(hdr[1:])) - 4
+		if hdr[0] == 'E' {
+			body := make([]byte, n)
+			io.ReadFull(c.r, body)
+			b.Fatalf("server error: %q", body)
+		}
+		if _, err := c.r.Discard(n); err != nil {
+			b.Fatal(err)
+		}
+		if hdr[0] == 'Z' {
+			return
+		}
+	}
+}
+
+// message appends one protocol message: type byte, length, body.
+func message(buf []byte, typ byte, body ...[]byte) []byte {
+	n := 4
+	for _, p := range body {
+		n += len(p)
+	}
+	buf = append(buf, typ)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
+	for _, p := range body {
+		buf = append(buf, p...)
+	}
+	return buf
+}
+
+func cstring(s string) []byte { return append([]byte(s), 0) }
+
+// benchPassthrough starts a one-shard proxy with no rules over a table of 1000 rows.
+func benchPassthrough(b *testing.B) *rawClient {
+	e := startProxy(b, 1, nil, nil)
+	c := e.connect(b)
+	exec1(b, c, "CREATE TABLE bench (id int PRIMARY KEY, v int)")
+	exec1(b, c, "INSERT INTO bench SELECT g, g * 10 FROM generate_series(1, 1000) g")
+	return dialRaw(b, e)
+}
+
+func BenchmarkPassthroughSimple(b *testing.B) {
+	c := benchPassthrough(b)
+	msgs := make([][]byte, 1000)
+	for i := range msgs {
+		msgs[i] = message(nil, 'Q', cstring(fmt.Sprintf("SELECT v FROM bench WHERE id = %d", i+1)))
+	}
+	c.roundTrip(b, msgs[0])
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.roundTrip(b, msgs[i%len(msgs)])
+	}
+}
+
+func BenchmarkPassthroughExtended(b *testing.B) {
+	c := benchPassthrough(b)
+	parse := message(nil, 'P', cstring(""), cstring("SELECT v FROM bench WHERE id = $1"), []byte{0, 0})
+	msgs := make([][]byte, 1000)
+	for i := range msgs {
+		arg := []byte(fmt.Sprint(i + 1))
+		bind := message(nil, 'B', cstring(""), cstring(""), []byte{0, 0, 0, 1},
+			binary.BigEndian.AppendUint32(nil, uint32(len(arg))), arg, []byte{0, 0})
+		m := append(append([]byte{}, parse...), bind...)
+		m = message(m, 'D', []byte{'P'}, cstring(""))
+		m = message(m, 'E', cstring(""), []byte{0, 0, 0, 0})
+		msgs[i] = message(m, 'S')
+	}
+	c.roundTrip(b, msgs[0])
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.roundTrip(b, msgs[i%len(msgs)])
+	}
+}
