@@ -3,7 +3,8 @@
 # oltp_point_select, oltp_write_only and oltp_read_write through shard-proxy over 4
 # schema shards, with pool aggregation off and on, beside direct PostgreSQL and
 # pgbouncer, at 8 to 256 threads; and pgbench -S through a passthrough proxy beside
-# pgbouncer in transaction mode. It starts a PostgreSQL cluster of its own (never the
+# pgbouncer in transaction mode and a byte relay in Go (go-relay, the floor of a Go
+# middleware's CPU per transaction). It starts a PostgreSQL cluster of its own (never the
 # shared server), counts backend connections from pg_stat_activity, and writes into the
 # run's own directory, results/runs/proxysweep-<time>/ (results/latest points at it):
 # results.csv, summary.csv, report.md, the charts, logs/, machine.txt and run.txt.

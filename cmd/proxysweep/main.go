@@ -4,6 +4,7 @@
 //
 //	proxysweep run --out DIR --proxy BIN [flags]
 //	proxysweep report --dir DIR --pool-size N --shards N
+//	proxysweep relay --listen ADDR --to ADDR [--procs N]
 package main
 
 import (
@@ -12,8 +13,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -54,7 +57,7 @@ func ints(s string) ([]int, error) {
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: proxysweep run|report [flags]", errUsage)
+		return fmt.Errorf("%w: proxysweep run|report|relay [flags]", errUsage)
 	}
 	switch args[0] {
 	case "run":
@@ -135,8 +138,36 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("%w: --dir is required", errUsage)
 		}
 		return proxysweep.WriteReport(cfg)
+	case "relay":
+		fs := flag.NewFlagSet("proxysweep relay", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		fs.Usage = func() {
+			fmt.Fprintln(stderr, "proxysweep relay: a byte relay, each client with a server connection of its own (the sweep's go-relay target,")
+			fmt.Fprintln(stderr, "the least a Go middleware costs per transaction). Flags:")
+			fs.PrintDefaults()
+		}
+		listen := fs.String("listen", "127.0.0.1:6439", "address to listen on")
+		to := fs.String("to", "127.0.0.1:5432", "server to relay to")
+		procs := fs.Int("procs", 1, "OS threads running Go code at once (GOMAXPROCS), as shard-proxy --procs; 0: Go's choice")
+		if err := fs.Parse(args[1:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		if fs.NArg() > 0 || *procs < 0 {
+			return fmt.Errorf("%w: proxysweep relay takes --listen, --to and --procs (0 or more)", errUsage)
+		}
+		if *procs > 0 {
+			runtime.GOMAXPROCS(*procs)
+		}
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			return err
+		}
+		return proxysweep.Relay(ctx, ln, *to)
 	}
-	return fmt.Errorf("%w: unknown subcommand %q (run or report)", errUsage, args[0])
+	return fmt.Errorf("%w: unknown subcommand %q (run, report or relay)", errUsage, args[0])
 }
 
 // listFlag collects a repeatable flag's values.

@@ -218,7 +218,9 @@ func WriteReport(cfg ReportConfig) error {
 		"`proxy` one pool per shard, `proxy-aggregate` with `--aggregate` (one pool); `direct` the unsharded database; "+
 		"`pgbouncer-session` pgbouncer 1.18 in session mode with a pool as large as the thread count, since 1.18 cannot keep sysbench's "+
 		"named prepared statements in transaction mode; `pgbouncer-transaction` transaction mode, pool %d, for pgbench -S; "+
-		"`proxy-passthrough` the proxy over the direct database, one shard, no rules\n", cfg.Shards, cfg.PoolSize, cfg.PoolSize)
+		"`proxy-passthrough` the proxy over the direct database, one shard, no rules; "+
+		"`go-relay` a byte relay in Go (`proxysweep relay`: no decoding, no pool, a server connection per client, the proxy's raw system calls and `--procs`), "+
+		"the floor of a Go middleware's CPU per transaction, for scale\n", cfg.Shards, cfg.PoolSize, cfg.PoolSize)
 	if cfg.ProxyProcs > 0 {
 		fmt.Fprintf(&b, "- shard-proxy ran with `--procs %d` (GOMAXPROCS): %d OS thread(s) running its Go code; pgbouncer runs one thread\n", cfg.ProxyProcs, cfg.ProxyProcs)
 	} else {
@@ -412,6 +414,8 @@ func targetsSection(t *table, cfg ReportConfig) string {
 		for _, c := range []int{8, 32} {
 			w := "select-only/" + mode
 			cpuLine(fmt.Sprintf("pgbench -S -M %s, %d clients", mode, c), key{SuitePgbench, w, c, TargetProxyPass}, key{SuitePgbench, w, c, TargetBouncerTx})
+			cpuLine(fmt.Sprintf("pgbench -S -M %s, %d clients", mode, c), key{SuitePgbench, w, c, TargetProxyPass}, key{SuitePgbench, w, c, TargetRelay})
+			cpuLine(fmt.Sprintf("pgbench -S -M %s, %d clients", mode, c), key{SuitePgbench, w, c, TargetRelay}, key{SuitePgbench, w, c, TargetBouncerTx})
 		}
 	}
 	cpuLine("sysbench oltp_point_select, 32 threads", key{SuiteSysbench, "oltp_point_select", 32, TargetProxyAgg}, key{SuiteSysbench, "oltp_point_select", 32, TargetBouncerSess})

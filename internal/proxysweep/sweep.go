@@ -48,12 +48,15 @@ type Config struct {
 
 // Targets of the sysbench part and of the pgbench part.
 const (
-	TargetDirect        = "direct"
-	TargetBouncerSess   = "pgbouncer-session"
-	TargetBouncerTx     = "pgbouncer-transaction"
-	TargetProxy         = "proxy"
-	TargetProxyAgg      = "proxy-aggregate"
-	TargetProxyPass     = "proxy-passthrough"
+	TargetDirect      = "direct"
+	TargetBouncerSess = "pgbouncer-session"
+	TargetBouncerTx   = "pgbouncer-transaction"
+	TargetProxy       = "proxy"
+	TargetProxyAgg    = "proxy-aggregate"
+	TargetProxyPass   = "proxy-passthrough"
+	// TargetRelay is a byte relay (Relay) in front of the direct database: the floor
+	// of a Go middleware's cost, for scale.
+	TargetRelay         = "go-relay"
 	SuiteSysbench       = "sysbench"
 	SuitePgbench        = "pgbench"
 	sampleEvery         = 100 * time.Millisecond
@@ -63,7 +66,7 @@ const (
 // SysbenchTargets and PgbenchTargets are the targets each part compares.
 var (
 	SysbenchTargets = []string{TargetDirect, TargetBouncerSess, TargetProxy, TargetProxyAgg}
-	PgbenchTargets  = []string{TargetDirect, TargetBouncerTx, TargetProxyPass}
+	PgbenchTargets  = []string{TargetDirect, TargetBouncerTx, TargetProxyPass, TargetRelay}
 )
 
 // Row is one client run.
@@ -357,6 +360,30 @@ func (s *sweep) startProxy(_ context.Context, aggregate bool, label string) (*se
 	return v, nil
 }
 
+// startRelay starts this program's byte relay (proxysweep relay) in front of the
+// server, with shard-proxy's --procs.
+func (s *sweep) startRelay() (*service, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	v, err := startService(exec.Command(exe, "relay", "--listen", "127.0.0.1:"+strconv.Itoa(port),
+		"--to", "127.0.0.1:"+strconv.Itoa(s.cl.port), "--procs", strconv.Itoa(s.cfg.ProxyProcs)),
+		filepath.Join(s.cfg.Out, "logs", "go-relay.log"))
+	if err != nil {
+		return nil, err
+	}
+	if err := v.waitPort(port); err != nil {
+		v.stop()
+		return nil, fmt.Errorf("go-relay: %w (see logs/go-relay.log)", err)
+	}
+	return v, nil
+}
+
 // startBouncer starts pgbouncer in front of the direct database.
 func (s *sweep) startBouncer(mode string, poolSize int) (*service, error) {
 	dir := filepath.Join(s.cfg.Work, "pgbouncer")
@@ -472,6 +499,8 @@ func (s *sweep) measure(ctx context.Context, trial int, suite, workload string, 
 		db = shardedDB
 	case TargetProxyPass:
 		svc, err = s.startProxy(ctx, false, target)
+	case TargetRelay:
+		svc, err = s.startRelay()
 	}
 	if err != nil {
 		return err
