@@ -129,3 +129,21 @@ func BenchmarkPassthroughExtended(b *testing.B) {
 		c.roundTrip(b, msgs[i%len(msgs)])
 	}
 }
+
+// BenchmarkPassthroughTransaction: BEGIN, a point select and COMMIT, each its own
+// simple query, as pgbench's TPC-B script sends its statements.
+func BenchmarkPassthroughTransaction(b *testing.B) {
+	c := benchPassthrough(b)
+	begin, commit := message(nil, 'Q', cstring("BEGIN")), message(nil, 'Q', cstring("COMMIT"))
+	msgs := make([][]byte, 1000)
+	for i := range msgs {
+		msgs[i] = message(nil, 'Q', cstring(fmt.Sprintf("SELECT v FROM bench WHERE id = %d", i+1)))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.roundTrip(b, begin)
+		c.roundTrip(b, msgs[i%len(msgs)])
+		c.roundTrip(b, commit)
+	}
+}

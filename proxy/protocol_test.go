@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -288,6 +289,73 @@ func TestTransactions(t *testing.T) {
 	warn.Exec(ctx, "BEGIN; BEGIN; COMMIT").ReadAll()
 	if !slices.Equal(notices, []string{"25P01", "25001"}) {
 		t.Errorf("warnings %v, want 25P01 then 25001", notices)
+	}
+}
+
+// TestFirstStatementCarriesBegin: a data source's BEGIN goes to the server in the same
+// round trip as the transaction's first statement there, with the simple and with the
+// extended protocol. The client sees that statement's own answer (its tag, not
+// BEGIN's); the statement runs inside the transaction, with its options; an error in
+// it points into the client's text and fails the transaction; and a rollback undoes
+// it.
+func TestFirstStatementCarriesBegin(t *testing.T) {
+	e := startProxy(t, 1, nil, nil)
+	ctx := context.Background()
+	exec1(t, e.connect(t), "CREATE TABLE t (id int PRIMARY KEY)")
+	direct := e.shard(t, 0)
+	pc := e.pgconnect(t)
+	for _, mode := range []string{"simple", "extended"} {
+		t.Run(mode, func(t *testing.T) {
+			run := func(sql string) (*pgconn.Result, error) {
+				if mode == "simple" {
+					res, err := pc.Exec(ctx, sql).ReadAll()
+					if len(res) == 0 {
+						return &pgconn.Result{}, err
+					}
+					return res[0], err
+				}
+				res := pc.ExecParams(ctx, sql, nil, nil, nil, nil).Read()
+				return res, res.Err
+			}
+			if _, err := run("BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
+				t.Fatal(err)
+			}
+			res, err := run("INSERT INTO t VALUES (1)")
+			if err != nil || res.CommandTag.String() != "INSERT 0 1" {
+				t.Fatalf("first statement of the transaction: tag %q, %v; want INSERT 0 1", res.CommandTag, err)
+			}
+			res, err = run("SELECT current_setting('transaction_isolation')")
+			if err != nil || len(res.Rows) != 1 || string(res.Rows[0][0]) != "repeatable read" {
+				t.Fatalf("isolation inside the transaction: %v, %v", res.Rows, err)
+			}
+			if n := queryInt(t, direct, "SELECT count(*) FROM t"); n != 0 {
+				t.Errorf("%d rows visible outside the open transaction", n)
+			}
+			if _, err := run("ROLLBACK"); err != nil {
+				t.Fatal(err)
+			}
+			if n := queryInt(t, direct, "SELECT count(*) FROM t"); n != 0 {
+				t.Errorf("%d rows after ROLLBACK", n)
+			}
+
+			if _, err := run("BEGIN ISOLATION LEVEL SERIALIZABLE"); err != nil {
+				t.Fatal(err)
+			}
+			_, err = run("SELECT nosuch FROM t")
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "42703" || pe.Position != 8 {
+				t.Fatalf("unknown column in the first statement: %#v, want 42703 at position 8", err)
+			}
+			if pc.TxStatus() != 'E' {
+				t.Errorf("transaction status %c after the error, want E", pc.TxStatus())
+			}
+			if _, err := run("ROLLBACK"); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := run("SELECT 1"); err != nil || pc.TxStatus() != 'I' || len(res.Rows) != 1 {
+				t.Errorf("after ROLLBACK: %v, %v, status %c", res.Rows, err, pc.TxStatus())
+			}
+		})
 	}
 }
 

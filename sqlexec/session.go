@@ -85,6 +85,24 @@ func NewSession(pool Pool, committer *Committer) *Session {
 
 // Run implements Conns.
 func (s *Session) Run(ctx context.Context, ds int, fn func(*pgconn.PgConn) error) error {
+	return s.RunJoining(ctx, ds, func(conn *pgconn.PgConn, join []string) (bool, error) {
+		for _, q := range join {
+			if err := conn.Exec(ctx, q).Close(); err != nil {
+				return false, err
+			}
+		}
+		return true, fn(conn)
+	})
+}
+
+// RunJoining is Run for a caller that sends what a data source owes the transaction
+// when it joins (BEGIN with the transaction's options, then the savepoints made so far)
+// itself, ahead of its own statement and in the same round trip, which saves one round
+// trip per data source and transaction. fn gets those statements in join (none when
+// the data source has joined already, or outside a transaction) and reports whether
+// they all ran; it must send them so that their failure keeps its statement from
+// running (in one Sync block of the extended protocol, or first in one simple query).
+func (s *Session) RunJoining(ctx context.Context, ds int, fn func(conn *pgconn.PgConn, join []string) (joined bool, err error)) error {
 	s.mu.Lock()
 	lease := s.held[ds]
 	join := s.inTx && !s.begun[ds]
@@ -103,23 +121,30 @@ func (s *Session) Run(ctx context.Context, ds int, fn func(*pgconn.PgConn) error
 		s.mu.Unlock()
 	}
 	err := lease.Run(ctx, func(conn *pgconn.PgConn) error {
+		var stmts []string
 		if join {
-			stmts := append([]string{s.begin}, savepointStmts(s.saves)...)
-			for _, q := range stmts {
-				if err := conn.Exec(ctx, q).Close(); err != nil {
-					return err
-				}
-			}
+			stmts = append([]string{s.begin}, savepointStmts(s.saves)...)
+			// The deadlock detector watches the backend from the first statement on,
+			// which may wait for a lock in the same round trip as the BEGIN.
 			s.mu.Lock()
-			s.begun[ds] = true
-			s.touched = append(s.touched, ds)
 			if s.pids == nil {
 				s.pids = map[int]uint32{}
 			}
 			s.pids[ds] = conn.PID()
 			s.mu.Unlock()
 		}
-		return fn(conn)
+		joined, err := fn(conn, stmts)
+		if join {
+			s.mu.Lock()
+			if joined {
+				s.begun[ds] = true
+				s.touched = append(s.touched, ds)
+			} else {
+				delete(s.pids, ds)
+			}
+			s.mu.Unlock()
+		}
+		return err
 	})
 	if err != nil && s.victim.Load() && isCancel(err) {
 		var names []string

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -201,15 +202,24 @@ type Statement struct {
 // *pgconn.PgError after the server is ready again; any other error leaves the
 // connection broken. Cancelling ctx interrupts the exchange and breaks the connection.
 func (c *Conn) Exec(ctx context.Context, st *Statement, sink Sink) error {
+	_, err := c.ExecAfter(ctx, nil, st, sink)
+	return err
+}
+
+// ExecAfter is Exec with statements run first (a transaction's BEGIN): they go in the
+// same round trip and Sync block, so that their failure keeps st from running, and
+// their command tags are not relayed. ran reports whether they all ran.
+func (c *Conn) ExecAfter(ctx context.Context, prefix []string, st *Statement, sink Sink) (ran bool, err error) {
 	for attempt := 0; ; attempt++ {
-		sent, err := c.execOnce(ctx, st, sink)
-		if err != nil && attempt == 0 && !sent && st.Prepare && stale(err) && c.pg.TxStatus() == 'I' {
+		var sent bool
+		sent, ran, err = c.execOnce(ctx, prefix, st, sink)
+		if err != nil && attempt == 0 && !sent && len(prefix) == 0 && st.Prepare && stale(err) && c.pg.TxStatus() == 'I' {
 			// The server lost or outdated the prepared statement (DDL changed its
 			// result, or someone deallocated it): prepare it again, once.
 			delete(c.stmts, stmtKey{st.SQL, oidKey(st.ParamOIDs)})
 			continue
 		}
-		return err
+		return ran, err
 	}
 }
 
@@ -234,7 +244,7 @@ func oidKey(oids []uint32) string {
 	return string(b)
 }
 
-func (c *Conn) execOnce(ctx context.Context, st *Statement, sink Sink) (sent bool, err error) {
+func (c *Conn) execOnce(ctx context.Context, prefix []string, st *Statement, sink Sink) (sent, ran bool, err error) {
 	fe := c.pg.Frontend()
 	name := ""
 	parsed := false
@@ -262,6 +272,13 @@ func (c *Conn) execOnce(ctx context.Context, st *Statement, sink Sink) (sent boo
 		fe.Send(&m.close)
 	}
 	c.evict = c.evict[:0]
+	for _, q := range prefix {
+		m.parse = pgproto3.Parse{Query: q}
+		fe.Send(&m.parse)
+		m.bind = pgproto3.Bind{}
+		fe.Send(&m.bind)
+		fe.Send(&m.execute)
+	}
 	if name == "" || parsed {
 		m.parse = pgproto3.Parse{Name: name, Query: st.SQL, ParameterOIDs: st.ParamOIDs}
 		fe.Send(&m.parse)
@@ -279,13 +296,14 @@ func (c *Conn) execOnce(ctx context.Context, st *Statement, sink Sink) (sent boo
 	stop := c.watch(ctx)
 	defer c.unwatch(stop)
 	if err := fe.Flush(); err != nil {
-		return false, c.brokenErr(err)
+		return false, false, c.brokenErr(err)
 	}
 	var serverErr error
+	pending := len(prefix) // the prefix's command tags still to come
 	for {
 		msg, err := c.pg.ReceiveMessage(context.Background())
 		if err != nil {
-			return sent, c.brokenErr(err)
+			return sent, pending == 0, c.brokenErr(err)
 		}
 		switch m := msg.(type) {
 		case *pgproto3.ReadyForQuery:
@@ -293,14 +311,20 @@ func (c *Conn) execOnce(ctx context.Context, st *Statement, sink Sink) (sent boo
 				// The Parse may have failed: forget the name so the next use parses again.
 				delete(c.stmts, stmtKey{st.SQL, oidKey(st.ParamOIDs)})
 			}
-			return sent, serverErr
+			return sent, pending == 0, serverErr
 		case *pgproto3.ErrorResponse:
 			serverErr = pgconn.ErrorResponseToPgError(m)
 		case *pgproto3.ParseComplete, *pgproto3.BindComplete, *pgproto3.NoData, *pgproto3.CloseComplete:
 		case *pgproto3.DataRow, *pgproto3.RowDescription:
 			sent = true
 			sink.Send(msg)
-		case *pgproto3.CommandComplete, *pgproto3.EmptyQueryResponse, *pgproto3.NoticeResponse, *pgproto3.PortalSuspended:
+		case *pgproto3.CommandComplete:
+			if pending > 0 {
+				pending-- // the prefix's
+				continue
+			}
+			sink.Send(msg)
+		case *pgproto3.EmptyQueryResponse, *pgproto3.NoticeResponse, *pgproto3.PortalSuspended:
 			sink.Send(msg)
 		case *pgproto3.ParameterStatus:
 			// A function changed a reported setting (set_config): the connection's
@@ -310,7 +334,7 @@ func (c *Conn) execOnce(ctx context.Context, st *Statement, sink Sink) (sent boo
 		case *pgproto3.CopyInResponse:
 			fe.Send(&pgproto3.CopyFail{Message: "COPY through the extended protocol is not supported by the proxy"})
 			if err := fe.Flush(); err != nil {
-				return sent, c.brokenErr(err)
+				return sent, pending == 0, c.brokenErr(err)
 			}
 		default:
 			// CopyOut data and anything else unexpected: not for this client.
@@ -353,35 +377,59 @@ func (c *Conn) unwatch(stop func() bool) {
 // parameter changes, and COPY TO data. A server error is returned as *pgconn.PgError.
 // COPY FROM is refused here (see StartCopy).
 func (c *Conn) Query(ctx context.Context, sql string, sink Sink) error {
+	_, err := c.QueryAfter(ctx, nil, sql, sink)
+	return err
+}
+
+// QueryAfter is Query with statements run first (a transaction's BEGIN), in the same
+// query string: the server parses the whole string before it runs any of it and stops
+// at the first error, so their failure keeps sql from running, and their command tags
+// are not relayed. ran reports whether they all ran. sql must be one statement.
+func (c *Conn) QueryAfter(ctx context.Context, prefix []string, sql string, sink Sink) (ran bool, err error) {
 	fe := c.pg.Frontend()
-	c.msg.query.String = sql
+	q := sql
+	if len(prefix) > 0 {
+		q = strings.Join(prefix, ";") + ";" + sql
+	}
+	c.msg.query.String = q
 	fe.Send(&c.msg.query)
 	c.msg.query.String = ""
 	stop := c.watch(ctx)
 	defer c.unwatch(stop)
 	if err := fe.Flush(); err != nil {
-		return c.brokenErr(err)
+		return false, c.brokenErr(err)
 	}
 	var serverErr error
+	pending := len(prefix) // the prefix's command tags still to come
 	for {
 		msg, err := c.pg.ReceiveMessage(context.Background())
 		if err != nil {
-			return c.brokenErr(err)
+			return pending == 0, c.brokenErr(err)
 		}
 		switch m := msg.(type) {
 		case *pgproto3.ReadyForQuery:
-			return serverErr
+			return pending == 0, serverErr
 		case *pgproto3.ErrorResponse:
 			if serverErr == nil {
-				serverErr = pgconn.ErrorResponseToPgError(m)
+				pe := pgconn.ErrorResponseToPgError(m)
+				if n := int32(utf8.RuneCountInString(q) - utf8.RuneCountInString(sql)); pe.Position > n {
+					pe.Position -= n // where in sql, not in the prefixed string
+				}
+				serverErr = pe
 			}
 		case *pgproto3.CopyInResponse:
 			fe.Send(&pgproto3.CopyFail{Message: "unexpected COPY FROM"})
 			if err := fe.Flush(); err != nil {
-				return c.brokenErr(err)
+				return pending == 0, c.brokenErr(err)
 			}
 		case *pgproto3.ParameterStatus:
 			c.settings = unknownSettings
+			sink.Send(msg)
+		case *pgproto3.CommandComplete:
+			if pending > 0 {
+				pending-- // the prefix's
+				continue
+			}
 			sink.Send(msg)
 		default:
 			sink.Send(msg)

@@ -43,11 +43,13 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 		values, oids, formats := sqlexec.TargetParams(t, p.args)
 		st := backend.Statement{SQL: t.SQL, ParamOIDs: oids, Values: values, ParamFormats: formats,
 			ResultFormats: p.resultFormats, Prepare: prepareOnServer(plan)}
-		return s.onDataSource(ctx, t.DataSource, func(c *backend.Conn) error {
+		// A transaction's BEGIN on this data source, if it is the first statement
+		// there, goes in the same round trip.
+		return s.onDataSourceJoining(ctx, t.DataSource, func(c *backend.Conn, join []string) (bool, error) {
 			if p.stmt.setsConfig {
 				defer c.ForgetSettings()
 			}
-			return c.Exec(ctx, &st, s.client)
+			return c.ExecAfter(ctx, join, &st, s.client)
 		})
 	}
 	res, err := s.engineExecute(ctx, b, p.args, p.resultFormats)
@@ -110,11 +112,11 @@ func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
 	defer s.afterStatement(plan)
 	if single(b) {
 		t := b.Targets[0]
-		return s.onDataSource(ctx, t.DataSource, func(c *backend.Conn) error {
+		return s.onDataSourceJoining(ctx, t.DataSource, func(c *backend.Conn, join []string) (bool, error) {
 			if mayChangeSettings(t.SQL) {
 				defer c.ForgetSettings()
 			}
-			return c.Query(ctx, t.SQL, s.client)
+			return c.QueryAfter(ctx, join, t.SQL, s.client)
 		})
 	}
 	res, err := s.engineExecute(ctx, b, sqlplan.Args{}, nil)

@@ -571,17 +571,68 @@ func (c *conns) Run(ctx context.Context, ds int, fn func(*pgconn.PgConn) error) 
 	})
 }
 
+// runJoining is Run for a statement that sends what its data source owes the open
+// transaction ahead of itself, in one round trip (see sqlexec.Session.RunJoining): fn
+// gets those statements in join. When the data source also owes the proxy's own
+// statements (SET LOCAL, a lock wait bound), they all run first, one by one, and fn
+// gets none.
+func (c *conns) runJoining(ctx context.Context, ds int, fn func(pg *pgconn.PgConn, join []string) (bool, error)) error {
+	s := c.s
+	if !s.tx.InTransaction() {
+		return s.tx.RunJoining(ctx, ds, fn)
+	}
+	return s.tx.RunJoining(ctx, ds, func(pg *pgconn.PgConn, join []string) (bool, error) {
+		st, spans := c.register(ds)
+		local, bound := c.owed(st, spans)
+		if !local && !bound {
+			return fn(pg, join)
+		}
+		for _, q := range join {
+			if err := pg.Exec(ctx, q).Close(); err != nil {
+				return false, err
+			}
+		}
+		if err := c.pay(ctx, ds, pg, st, local, bound); err != nil {
+			return true, err
+		}
+		_, err := fn(pg, nil)
+		return true, err
+	})
+}
+
 // join runs what data source ds owes the open transaction before a statement.
 func (c *conns) join(ctx context.Context, ds int, pg *pgconn.PgConn) error {
-	s := c.s
+	st, spans := c.register(ds)
+	local, bound := c.owed(st, spans)
+	return c.pay(ctx, ds, pg, st, local, bound)
+}
+
+// register records data source ds in the open transaction and returns what it has run,
+// and whether the transaction spans several data sources.
+func (c *conns) register(ds int) (joinState, bool) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	st, seen := c.state[ds]
 	if !seen {
 		c.state[ds] = st
 	}
-	spans := len(c.state) > 1 || c.multi
-	c.mu.Unlock()
-	if !st.local && len(s.txLocal) > 0 {
+	return st, len(c.state) > 1 || c.multi
+}
+
+// owed says which of the proxy's statements a data source in state st still owes the
+// open transaction: its SET LOCAL statements, and a bound on lock waits.
+func (c *conns) owed(st joinState, spans bool) (local, bound bool) {
+	s := c.s
+	return !st.local && len(s.txLocal) > 0, !st.bounded && spans && s.r.lockWait > 0
+}
+
+// pay runs the statements owed (see owed) on data source ds.
+func (c *conns) pay(ctx context.Context, ds int, pg *pgconn.PgConn, st joinState, local, bound bool) error {
+	s := c.s
+	if !local && !bound {
+		return nil
+	}
+	if local {
 		for _, q := range s.txLocal {
 			if err := pg.Exec(ctx, q).Close(); err != nil {
 				return err
@@ -589,7 +640,7 @@ func (c *conns) join(ctx context.Context, ds int, pg *pgconn.PgConn) error {
 		}
 		st.local = true
 	}
-	if !st.bounded && spans && s.r.lockWait > 0 {
+	if bound {
 		if err := pg.Exec(ctx, s.r.lockWaitSQL).Close(); err != nil {
 			return err
 		}
@@ -624,6 +675,21 @@ func (s *Session) onDataSource(ctx context.Context, ds int, fn func(*backend.Con
 			return errors.New("router: no connection held")
 		}
 		return fn(c)
+	})
+	s.conns.Release(ds, err)
+	return s.shardErr(ds, err)
+}
+
+// onDataSourceJoining is onDataSource for a statement that sends what the data source
+// owes the open transaction (join: BEGIN, savepoints) ahead of itself, in the same
+// round trip; fn reports whether those ran.
+func (s *Session) onDataSourceJoining(ctx context.Context, ds int, fn func(c *backend.Conn, join []string) (bool, error)) error {
+	err := s.conns.runJoining(ctx, ds, func(_ *pgconn.PgConn, join []string) (bool, error) {
+		c := s.leases.conn(ds)
+		if c == nil {
+			return false, errors.New("router: no connection held")
+		}
+		return fn(c, join)
 	})
 	s.conns.Release(ds, err)
 	return s.shardErr(ds, err)
