@@ -192,12 +192,18 @@ func TestDoFailFast(t *testing.T) {
 		t.Errorf("%d of 20 shards started after the first failed under a limit of 4", n)
 	}
 
-	// A failure on its own, not caused by the cancellation, is still reported.
+	// A failure on its own, not caused by the cancellation, is still reported. Shard 0
+	// fails once the others run: a shard that had not started when the first failed
+	// would rightly never start.
 	other := errors.New("disk full")
+	var running sync.WaitGroup
+	running.Add(2)
 	err = shardset.Do(context.Background(), routing.DestinationAll{}, 3, func(ctx context.Context, shard int) error {
 		if shard == 0 {
+			running.Wait()
 			return broken
 		}
+		running.Done()
 		<-ctx.Done()
 		return other
 	}, shardset.FailFast())
