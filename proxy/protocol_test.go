@@ -338,6 +338,23 @@ func TestFirstStatementCarriesBegin(t *testing.T) {
 				t.Errorf("%d rows after ROLLBACK", n)
 			}
 
+			// The client's BEGIN, as typed, may end in a comment: the statement after
+			// it must still run.
+			if _, err := run("BEGIN -- to the end of the line"); err != nil {
+				t.Fatal(err)
+			}
+			res, err = run("INSERT INTO t VALUES (2)")
+			if err != nil || res.CommandTag.String() != "INSERT 0 1" {
+				t.Fatalf("first statement after a commented BEGIN: tag %q, %v; want INSERT 0 1", res.CommandTag, err)
+			}
+			if _, err := run("COMMIT"); err != nil {
+				t.Fatal(err)
+			}
+			if n := queryInt(t, direct, "SELECT count(*) FROM t WHERE id = 2"); n != 1 {
+				t.Errorf("%d rows committed after a commented BEGIN, want 1", n)
+			}
+			exec1(t, direct, "DELETE FROM t")
+
 			if _, err := run("BEGIN ISOLATION LEVEL SERIALIZABLE"); err != nil {
 				t.Fatal(err)
 			}

@@ -55,7 +55,9 @@ while [[ $# -gt 0 ]]; do
 	--shards) need "$@"; shards=$2; shift 2 ;;
 	--pool-size) need "$@"; pool_size=$2; shift 2 ;;
 	--aggregate) aggregate=1; shift ;;
-	--server) need "$@"; server=${2%/}; shift 2 ;;
+	--server) need "$@"; server=${2%/}; shift 2
+		rest=${server#postgres://} rest=${rest#postgresql://}
+		[[ $rest != "$server" && $rest != *[/?]* ]] || { echo "proxy_ab.sh: --server takes postgres://user@host:port, without a database or options, got '$server'" >&2; exit 2; } ;;
 	--runs-dir) need "$@"; runs_dir=$2; shift 2 ;;
 	-h | --help) usage; exit 0 ;;
 	-*) echo "proxy_ab.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
@@ -93,9 +95,10 @@ pids=()
 cleanup() {
 	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
 	wait 2>/dev/null || true
-	psql_server postgres -c "DROP DATABASE IF EXISTS $db" 2>/dev/null || true
-	git -C "$root" worktree prune 2>/dev/null || true
+	psql_server postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" ||
+		echo "proxy_ab.sh: could not drop the scratch database $db; drop it by hand" >&2
 	rm -rf "$work"
+	git -C "$root" worktree prune 2>/dev/null || true
 }
 trap cleanup EXIT
 
@@ -163,6 +166,7 @@ run_info_start "$run_dir/run.txt" "$cmdline" "$root"
 echo "run $run_id: writing to $(show_path "$run_dir")" >&2
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
 echo "round,workload,threads,side,commit,tps,cpu_us_per_tx,errors,status" >"$run_dir/results.csv"
 IFS=, read -ra wl <<<"$workloads"
 for ((r = 1; r <= rounds; r++)); do
@@ -179,7 +183,7 @@ for ((r = 1; r <= rounds; r++)); do
 			n=$(grep -oP 'transactions:\s+\K[0-9]+' "$out" || echo 0)
 			tps=$(grep -oP 'transactions:\s+[0-9]+\s+\(\K[0-9.]+' "$out" || echo 0)
 			errors=$(grep -oP 'ignored errors:\s+\K[0-9]+' "$out" || echo 0)
-			cpu=$(awk -v c="$((c1 - c0))" -v n="$n" 'BEGIN { if (n > 0) printf "%.1f", c * 1e6 / 100 / n; else print "nan" }')
+			cpu=$(awk -v c="$((c1 - c0))" -v n="$n" -v hz="$hz" 'BEGIN { if (n > 0) printf "%.1f", c * 1e6 / hz / n; else print "nan" }')
 			echo "$r,$w,$threads,$side,${!commit_var},$tps,$cpu,$errors,$status" >>"$run_dir/results.csv"
 			echo "round $r/$rounds $w $side: $tps tps, $cpu µs proxy CPU per transaction, $errors ignored errors ($status)" >&2
 		done
@@ -190,6 +194,7 @@ run_info_finish "$run_dir/run.txt"
 # The median over rounds of the per-round ratios new / old, with the range.
 awk -F, -v old="$old_ref ($old_commit)" -v new="${new_ref:-work tree} ($new_commit)" '
 	NR == 1 { next }
+	$9 != "ok" { failed++; next } # a failed run has no ratio
 	{ v[$1, $2, $4, "tps"] = $6; v[$1, $2, $4, "cpu"] = $7; if (!($2 in seen)) { seen[$2] = 1; order[++nw] = $2 } ; rounds = $1 > rounds ? $1 : rounds }
 	function median(a, n,   i, j, t) {
 		for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
@@ -197,6 +202,7 @@ awk -F, -v old="$old_ref ($old_commit)" -v new="${new_ref:-work tree} ($new_comm
 	}
 	END {
 		printf "new %s / old %s, medians of per-round ratios [min-max] over %d rounds\n", new, old, rounds
+		if (failed) printf "%d failed runs left out (see results.csv and logs/)\n", failed
 		for (k = 1; k <= nw; k++) {
 			w = order[k]
 			for (m = 1; m <= 2; m++) {

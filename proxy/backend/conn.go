@@ -41,9 +41,11 @@ type Conn struct {
 	stmtSeq int
 	evict   []string // names to close with the next round trip
 
-	// stopBase ends the watch on the pool's interrupt context (see Pool.InterruptOn),
-	// nil when there is none; the watch interrupts the connection only while it is
-	// lent (lent), so that idle ones close cleanly.
+	// base is the pool's interrupt context when the connection was made (see
+	// Pool.InterruptOn), and stopBase ends the watch on it (nil: none); the watch
+	// interrupts the connection only while it is lent (lent), so that idle ones close
+	// cleanly.
+	base     context.Context
 	stopBase func() bool
 	lent     atomic.Bool
 
@@ -67,10 +69,10 @@ type stmtKey struct {
 	oids string
 }
 
-func newConn(p *Pool, pg *pgconn.PgConn) *Conn {
-	c := &Conn{pool: p, pg: pg, lastUsed: time.Now(), stmts: map[stmtKey]string{}}
-	if p.base != nil {
-		c.stopBase = context.AfterFunc(p.base, func() {
+func newConn(p *Pool, pg *pgconn.PgConn, base context.Context) *Conn {
+	c := &Conn{pool: p, pg: pg, lastUsed: time.Now(), stmts: map[stmtKey]string{}, base: base}
+	if base != nil {
+		c.stopBase = context.AfterFunc(base, func() {
 			if c.lent.Load() {
 				c.interrupt()
 			}
@@ -213,11 +215,14 @@ func (c *Conn) ExecAfter(ctx context.Context, prefix []string, st *Statement, si
 	for attempt := 0; ; attempt++ {
 		var sent bool
 		sent, ran, err = c.execOnce(ctx, prefix, st, sink)
-		if err != nil && attempt == 0 && !sent && len(prefix) == 0 && st.Prepare && stale(err) && c.pg.TxStatus() == 'I' {
+		if err != nil && st.Prepare && stale(err) {
 			// The server lost or outdated the prepared statement (DDL changed its
-			// result, or someone deallocated it): prepare it again, once.
+			// result, or someone deallocated it): the next use prepares it again, and
+			// this one does at once when nothing else ran in a transaction.
 			delete(c.stmts, stmtKey{st.SQL, oidKey(st.ParamOIDs)})
-			continue
+			if attempt == 0 && !sent && len(prefix) == 0 && c.pg.TxStatus() == 'I' {
+				continue
+			}
 		}
 		return ran, err
 	}
@@ -350,7 +355,7 @@ func (c *Conn) watch(ctx context.Context) func() bool {
 	if ctx.Done() == nil {
 		return nil
 	}
-	if c.stopBase != nil && ctx == c.pool.base {
+	if c.stopBase != nil && ctx == c.base {
 		if ctx.Err() != nil {
 			c.interrupt() // it ended before the connection was lent
 		}
@@ -367,7 +372,7 @@ func (c *Conn) unwatch(stop func() bool) {
 	if stop != nil && !stop() {
 		c.broken = true // the deadline was set: the connection is mid-message
 	}
-	if c.stopBase != nil && c.pool.base.Err() != nil {
+	if c.stopBase != nil && c.base.Err() != nil {
 		c.broken = true // the pool's interrupt context ended: its deadline is set
 	}
 }
@@ -389,7 +394,8 @@ func (c *Conn) QueryAfter(ctx context.Context, prefix []string, sql string, sink
 	fe := c.pg.Frontend()
 	q := sql
 	if len(prefix) > 0 {
-		q = strings.Join(prefix, ";") + ";" + sql
+		// A newline ends each: a client's BEGIN may end in a -- comment.
+		q = strings.Join(prefix, "\n;") + "\n;" + sql
 	}
 	c.msg.query.String = q
 	fe.Send(&c.msg.query)
@@ -414,6 +420,8 @@ func (c *Conn) QueryAfter(ctx context.Context, prefix []string, sql string, sink
 				pe := pgconn.ErrorResponseToPgError(m)
 				if n := int32(utf8.RuneCountInString(q) - utf8.RuneCountInString(sql)); pe.Position > n {
 					pe.Position -= n // where in sql, not in the prefixed string
+				} else if pe.Position > 0 {
+					pe.Position = 0 // in the prefix, which the client did not send as such
 				}
 				serverErr = pe
 			}

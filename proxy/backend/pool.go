@@ -90,11 +90,11 @@ type Pool struct {
 		sync.Mutex
 		idle   []*Conn // most recently used last
 		closed bool
+		// base, when set (InterruptOn), ends every exchange of the pool's connections
+		// when it ends.
+		base context.Context
 	}
 	dialing sync.WaitGroup
-	// base, when set (InterruptOn), ends every exchange of the pool's connections when
-	// it ends.
-	base context.Context
 
 	stats struct {
 		inUse, waiting, turnWaiting atomic.Int64
@@ -124,7 +124,11 @@ func NewPool(name, dsn string, o Options) (*Pool, error) {
 // under ctx itself then needs no watch of its own, which spares an allocation and a
 // lock on ctx per statement. A server passes the context it cancels when a shutdown
 // gives up waiting for its clients. Call it before the first Acquire.
-func (p *Pool) InterruptOn(ctx context.Context) { p.base = ctx }
+func (p *Pool) InterruptOn(ctx context.Context) {
+	p.mu.Lock()
+	p.mu.base = ctx
+	p.mu.Unlock()
+}
 
 // Name returns the data source's name.
 func (p *Pool) Name() string { return p.name }
@@ -201,6 +205,7 @@ func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration, interrupt 
 		}
 	}
 	// Holding a token: reuse an idle connection or dial a new one.
+	var base context.Context
 	for {
 		p.mu.Lock()
 		if p.mu.closed {
@@ -216,6 +221,7 @@ func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration, interrupt 
 		if c == nil {
 			p.dialing.Add(1)
 		}
+		base = p.mu.base
 		p.mu.Unlock()
 		if c == nil {
 			break
@@ -236,7 +242,7 @@ func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration, interrupt 
 	}
 	p.stats.opened.Add(1)
 	p.stats.inUse.Add(1)
-	c := newConn(p, pg)
+	c := newConn(p, pg, base)
 	c.lent.Store(true)
 	return c, nil
 }
@@ -255,7 +261,10 @@ func (p *Pool) alive(ctx context.Context, c *Conn) bool {
 func (p *Pool) Release(c *Conn, reuse bool) {
 	p.stats.inUse.Add(-1)
 	c.lent.Store(false)
-	if !reuse || c.pg.IsClosed() || c.pg.TxStatus() != 'I' || c.broken {
+	// After lent is cleared, a connection whose interrupt context ended may have been
+	// interrupted since its last exchange: it is not pooled.
+	interrupted := c.stopBase != nil && c.base.Err() != nil
+	if !reuse || interrupted || c.pg.IsClosed() || c.pg.TxStatus() != 'I' || c.broken {
 		p.discard(c)
 		<-p.tokens
 		return

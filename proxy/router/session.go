@@ -581,8 +581,15 @@ func (c *conns) runJoining(ctx context.Context, ds int, fn func(pg *pgconn.PgCon
 	if !s.tx.InTransaction() {
 		return s.tx.RunJoining(ctx, ds, fn)
 	}
-	return s.tx.RunJoining(ctx, ds, func(pg *pgconn.PgConn, join []string) (bool, error) {
-		st, spans := c.register(ds)
+	return s.tx.RunJoining(ctx, ds, func(pg *pgconn.PgConn, join []string) (joined bool, err error) {
+		st, spans, fresh := c.register(ds)
+		if fresh {
+			defer func() {
+				if !joined {
+					c.forget(ds) // it did not join: the transaction does not span it
+				}
+			}()
+		}
 		local, bound := c.owed(st, spans)
 		if !local && !bound {
 			return fn(pg, join)
@@ -595,28 +602,35 @@ func (c *conns) runJoining(ctx context.Context, ds int, fn func(pg *pgconn.PgCon
 		if err := c.pay(ctx, ds, pg, st, local, bound); err != nil {
 			return true, err
 		}
-		_, err := fn(pg, nil)
+		_, err = fn(pg, nil)
 		return true, err
 	})
 }
 
 // join runs what data source ds owes the open transaction before a statement.
 func (c *conns) join(ctx context.Context, ds int, pg *pgconn.PgConn) error {
-	st, spans := c.register(ds)
+	st, spans, _ := c.register(ds)
 	local, bound := c.owed(st, spans)
 	return c.pay(ctx, ds, pg, st, local, bound)
 }
 
 // register records data source ds in the open transaction and returns what it has run,
-// and whether the transaction spans several data sources.
-func (c *conns) register(ds int) (joinState, bool) {
+// whether the transaction spans several data sources, and whether ds is new to it.
+func (c *conns) register(ds int) (st joinState, spans, fresh bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st, seen := c.state[ds]
 	if !seen {
 		c.state[ds] = st
 	}
-	return st, len(c.state) > 1 || c.multi
+	return st, len(c.state) > 1 || c.multi, !seen
+}
+
+// forget takes data source ds out of the open transaction (its BEGIN failed).
+func (c *conns) forget(ds int) {
+	c.mu.Lock()
+	delete(c.state, ds)
+	c.mu.Unlock()
 }
 
 // owed says which of the proxy's statements a data source in state st still owes the
