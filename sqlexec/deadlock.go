@@ -103,74 +103,28 @@ func (d *DeadlockDetector) forget(s *Session) {
 
 // Check looks for cycles once and cancels one victim per cycle found; it returns the
 // number of victims.
+//
+// The data sources are asked one after the other, and meanwhile a transaction can end
+// and its server connection serve another client, so one pass may see a cycle that
+// never was (a phantom deadlock). A real deadlock stays until it is broken, so a cycle
+// is acted on only when a second pass finds it again, between the same transactions.
 func (d *DeadlockDetector) Check(ctx context.Context) int {
-	// Sessions by (data source, backend pid), for every open transaction: a cycle
-	// across data sources needs one transaction on two or more, but may pass through
-	// others on one (T1 on ds_0 waits for T2, T2 waits on ds_1 for T3, T3 waits on
-	// ds_0 for T1).
-	type key struct{ ds, pid int }
-	owner := map[key]*Session{}
-	started := map[*Session]time.Time{}
-	dss := map[int]bool{}
-	spanning := false
-	d.mu.Lock()
-	for s := range d.mu.sessions {
-		pids, begun := s.backends()
-		if len(pids) == 0 {
-			continue
-		}
-		spanning = spanning || len(pids) > 1
-		started[s] = begun
-		for ds, pid := range pids {
-			owner[key{ds, pid}] = s
-			dss[ds] = true
-		}
+	first := d.waitGraph(ctx)
+	if first == nil || len(cycles(first.waits)) == 0 {
+		return 0
 	}
-	d.mu.Unlock()
-	if !spanning || len(started) < 2 {
-		return 0 // a cycle on one data source is its server's to break
-	}
-	// Who waits for whom, on every data source those transactions touch.
-	waits := map[*Session]map[*Session]bool{}
-	waiting := map[*Session]key{} // a waiting backend of each waiting session
-	for ds := range dss {
-		err := withConn(ctx, d.pool, ds, func(conn *pgconn.PgConn) error {
-			res, err := conn.Exec(ctx, `SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event_type = 'Lock'`).ReadAll()
-			if err != nil {
-				return err
-			}
-			for _, row := range res[0].Rows {
-				pid, _ := strconv.Atoi(string(row[0]))
-				waiter := owner[key{ds, pid}]
-				if waiter == nil {
-					continue
-				}
-				for _, b := range strings.Split(strings.Trim(string(row[1]), "{}"), ",") {
-					bp, err := strconv.Atoi(b)
-					if err != nil {
-						continue
-					}
-					if holder := owner[key{ds, bp}]; holder != nil && holder != waiter {
-						if waits[waiter] == nil {
-							waits[waiter] = map[*Session]bool{}
-						}
-						waits[waiter][holder] = true
-						waiting[waiter] = key{ds, pid}
-					}
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return 0 // a data source that cannot be asked: try again next time
-		}
+	second := d.waitGraph(ctx)
+	if second == nil {
+		return 0
 	}
 	victims := 0
-	for _, cycle := range cycles(waits) {
+	for _, cycle := range cycles(second.waits) {
+		if !first.saw(second, cycle) {
+			continue
+		}
 		// The youngest transaction of the cycle gives way, as Citus does.
-		victim := slices.MaxFunc(cycle, func(a, b *Session) int { return started[a].Compare(started[b]) })
-		k := waiting[victim]
+		victim := slices.MaxFunc(cycle, func(a, b *Session) int { return second.started[a].Compare(second.started[b]) })
+		k := second.waiting[victim]
 		victim.markDeadlocked(cycle)
 		err := withConn(ctx, d.pool, k.ds, func(conn *pgconn.PgConn) error {
 			return conn.Exec(ctx, "SELECT pg_cancel_backend("+strconv.Itoa(k.pid)+")").Close()
@@ -181,6 +135,95 @@ func (d *DeadlockDetector) Check(ctx context.Context) int {
 		}
 	}
 	return victims
+}
+
+// backendKey is a backend process of a data source.
+type backendKey struct{ ds, pid int }
+
+// waitGraph is one pass over the data sources: which open transaction waits for which.
+type waitGraph struct {
+	waits   map[*Session]map[*Session]bool
+	waiting map[*Session]backendKey // a waiting backend of each waiting session
+	started map[*Session]time.Time
+	txn     map[*Session]uint64 // the transaction each session had
+}
+
+// saw reports whether g, an earlier pass, saw cycle (of later) too: the same
+// transactions, each waiting for the next.
+func (g *waitGraph) saw(later *waitGraph, cycle []*Session) bool {
+	for i, s := range cycle {
+		next := cycle[(i+1)%len(cycle)]
+		if t, ok := g.txn[s]; !ok || t != later.txn[s] || !g.waits[s][next] {
+			return false
+		}
+	}
+	return true
+}
+
+// waitGraph asks every data source of the open transactions who waits for whom; nil
+// when there is nothing to look for or a data source cannot be asked.
+func (d *DeadlockDetector) waitGraph(ctx context.Context) *waitGraph {
+	// Sessions by (data source, backend pid), for every open transaction: a cycle
+	// across data sources needs one transaction on two or more, but may pass through
+	// others on one (T1 on ds_0 waits for T2, T2 waits on ds_1 for T3, T3 waits on
+	// ds_0 for T1).
+	g := &waitGraph{waits: map[*Session]map[*Session]bool{}, waiting: map[*Session]backendKey{},
+		started: map[*Session]time.Time{}, txn: map[*Session]uint64{}}
+	owner := map[backendKey]*Session{}
+	dss := map[int]bool{}
+	spanning := false
+	d.mu.Lock()
+	for s := range d.mu.sessions {
+		pids, begun, txn := s.backends()
+		if len(pids) == 0 {
+			continue
+		}
+		spanning = spanning || len(pids) > 1
+		g.started[s], g.txn[s] = begun, txn
+		for ds, pid := range pids {
+			owner[backendKey{ds, pid}] = s
+			dss[ds] = true
+		}
+	}
+	d.mu.Unlock()
+	if !spanning || len(g.started) < 2 {
+		return nil // a cycle on one data source is its server's to break
+	}
+	// Who waits for whom, on every data source those transactions touch.
+	for ds := range dss {
+		err := withConn(ctx, d.pool, ds, func(conn *pgconn.PgConn) error {
+			res, err := conn.Exec(ctx, `SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'`).ReadAll()
+			if err != nil {
+				return err
+			}
+			for _, row := range res[0].Rows {
+				pid, _ := strconv.Atoi(string(row[0]))
+				waiter := owner[backendKey{ds, pid}]
+				if waiter == nil {
+					continue
+				}
+				for _, b := range strings.Split(strings.Trim(string(row[1]), "{}"), ",") {
+					bp, err := strconv.Atoi(b)
+					if err != nil {
+						continue
+					}
+					if holder := owner[backendKey{ds, bp}]; holder != nil && holder != waiter {
+						if g.waits[waiter] == nil {
+							g.waits[waiter] = map[*Session]bool{}
+						}
+						g.waits[waiter][holder] = true
+						g.waiting[waiter] = backendKey{ds, pid}
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil // a data source that cannot be asked: try again next time
+		}
+	}
+	return g
 }
 
 // cycles returns the cycles of a wait-for graph, each once (as the sessions on it).

@@ -52,6 +52,7 @@ type Session struct {
 	touched []int    // data sources in the transaction, in the order they joined
 	pids    map[int]uint32
 	begunAt time.Time
+	txn     uint64 // counts the session's transactions
 
 	detector *DeadlockDetector
 	victim   atomic.Bool // the detector cancelled this transaction's wait
@@ -61,16 +62,16 @@ type Session struct {
 // span data sources.
 func (s *Session) SetDeadlockDetector(d *DeadlockDetector) { s.detector = d }
 
-// backends returns the backend process of each data source in the transaction, and
-// when the transaction began.
-func (s *Session) backends() (map[int]int, time.Time) {
+// backends returns the backend process of each data source in the transaction, when
+// the transaction began, and its number among the session's transactions.
+func (s *Session) backends() (map[int]int, time.Time, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[int]int, len(s.pids))
 	for ds, pid := range s.pids {
 		out[ds] = int(pid)
 	}
-	return out, s.begunAt
+	return out, s.begunAt, s.txn
 }
 
 // markDeadlocked records that the detector chose this session as a deadlock's victim.
@@ -217,6 +218,7 @@ func (s *Session) Begin(beginSQL string) error {
 	s.inTx, s.failed, s.begin, s.saves, s.touched = true, false, beginSQL, nil, nil
 	s.mu.Lock()
 	s.pids, s.begunAt = nil, time.Now()
+	s.txn++
 	s.mu.Unlock()
 	s.victim.Store(false)
 	if s.detector != nil {
