@@ -42,6 +42,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Orders, "orders", 20000, "orders loaded before measuring")
 	fs.Int64Var(&seed, "seed", 4, "seed of the order ids and request sequences")
 	fs.StringVar(&cfg.Out, "out", "", "the run directory (default: a new results/runs/routerbench-<time>/)")
+	fs.BoolVar(&cfg.KeepDatabases, "keep-databases", false, "leave the benchmark's PostgreSQL databases (routerbench_*) on their servers after the run; by default they are dropped")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: routerbench [flags]\n\nReproduces seed 004 (Sharding-JDBC's performance report) with shardlab's database/sql driver.\n\nFlags:\n")

@@ -15,6 +15,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/postgres"
 	"github.com/shardlab/shardlab/report"
 	"github.com/shardlab/shardlab/shardsql/routerbench"
 )
@@ -33,11 +34,36 @@ func readCSV(t *testing.T, path string) [][]string {
 	return recs
 }
 
+// benchDatabases lists the benchmark's databases on the server at dsn.
+func benchDatabases(t *testing.T, dsn string) []string {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var names []string
+	rows, err := db.Query("SELECT datname FROM pg_database WHERE datname LIKE 'routerbench\\_%' ORDER BY 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	return names
+}
+
 // TestOverheadRun runs a tiny overhead experiment on PostgreSQL and checks its outputs:
 // overhead.csv with the columns and one row per operation, raw trials, chart
 // and report.
 func TestOverheadRun(t *testing.T) {
 	dsn := pgtest.DSN(t)
+	before := benchDatabases(t, dsn) // another run's, kept with --keep-databases
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
 	err := routerbench.Main(context.Background(), []string{"--experiment", "overhead", "--dsn", dsn, "--duration", "200ms",
@@ -65,6 +91,11 @@ func TestOverheadRun(t *testing.T) {
 	rep, _ := os.ReadFile(filepath.Join(out, "report.md"))
 	if !strings.Contains(string(rep), "too few trials") {
 		t.Errorf("2 trials must say they are too few:\n%s", rep)
+	}
+	for _, n := range benchDatabases(t, dsn) {
+		if !slices.Contains(before, n) {
+			t.Errorf("database %s left on the server after the run", n)
+		}
 	}
 }
 
@@ -125,7 +156,16 @@ func TestLimitRunTwoServers(t *testing.T) {
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
 	err := routerbench.Main(context.Background(), []string{"--experiment", "limit", "--dsn", first, "--dsn", second.DSN(),
-		"--duration", "150ms", "--warmup", "0s", "--trials", "1", "--orders", "100", "--concurrency", "2", "--out", out}, &stdout, &stderr)
+		"--duration", "150ms", "--warmup", "0s", "--trials", "1", "--orders", "100", "--concurrency", "2", "--out", out,
+		"--keep-databases"}, &stdout, &stderr)
+	// Kept to check where they went; the second server goes with the test.
+	t.Cleanup(func() {
+		for _, n := range benchDatabases(t, first) {
+			if err := postgres.DropDatabase(context.Background(), first, n); err != nil {
+				t.Errorf("drop %s: %v", n, err)
+			}
+		}
+	})
 	if err != nil {
 		t.Fatalf("%v\n%s%s", err, stdout.String(), stderr.String())
 	}
@@ -138,24 +178,7 @@ func TestLimitRunTwoServers(t *testing.T) {
 			t.Errorf("a configuration did nothing: %v", r)
 		}
 	}
-	db, err := sql.Open("pgx", second.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var names []string
-	rows, err := db.Query("SELECT datname FROM pg_database WHERE datname LIKE 'routerbench%' ORDER BY 1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, n)
-	}
-	rows.Close()
+	names := benchDatabases(t, second.DSN())
 	if len(names) == 0 {
 		t.Fatal("no benchmark database on the second server")
 	}

@@ -50,6 +50,9 @@ type Config struct {
 	Command     string        // recorded in run.txt and the report (default: routerbench and its arguments)
 	Rate        float64       // open loop: requests per second per measurement (0: closed loop, at saturation)
 	Arrival     string        // open loop: loadgen.ArrivalConstant (default) or loadgen.ArrivalPoisson
+	// KeepDatabases leaves the PostgreSQL databases on their servers after the run, for
+	// inspection; by default they are dropped (each run makes them afresh).
+	KeepDatabases bool
 }
 
 // Validate checks c and fills defaults.
@@ -155,13 +158,28 @@ func Run(ctx context.Context, cfg Config) ([]Measurement, error) {
 			fmt.Fprintf(cfg.Progress, format+"\n", args...)
 		}
 	}
+	made := map[string][]string{} // databases by shape: layouts of one shape share them
+	if cfg.Backend != BackendSQLite && !cfg.KeepDatabases {
+		// Runs after the handles close (deferred below): no database is left on the
+		// servers.
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			for shape, dsns := range made {
+				for i := range dsns {
+					if err := postgres.DropDatabase(ctx, cfg.DSNs[min(i, len(cfg.DSNs)-1)], databaseName(shape, i)); err != nil {
+						progress("could not drop %s: %v", databaseName(shape, i), err)
+					}
+				}
+			}
+		}()
+	}
 	var handles []*handle
 	defer func() {
 		for _, h := range handles {
 			h.close()
 		}
 	}()
-	made := map[string][]string{} // databases by shape: layouts of one shape share them
 	for _, l := range layouts(cfg.Experiment) {
 		progress("setting up %s: %d orders", l.name, cfg.Orders)
 		h, err := setup(ctx, cfg, l, made)
@@ -235,6 +253,9 @@ func measure(ctx context.Context, cfg Config, h *handle, op string, trial int, n
 	return m, nil
 }
 
+// databaseName names database i of a layout shape (databases x tables).
+func databaseName(shape string, i int) string { return fmt.Sprintf("routerbench_%s_%d", shape, i) }
+
 // setup creates a layout's databases (dropping any left by an earlier run), its tables,
 // and the preloaded orders, and returns the handle that measures it. Layouts of one
 // shape (databases x tables) share their databases, as seed 004 compares JDBC and
@@ -247,7 +268,7 @@ func setup(ctx context.Context, cfg Config, l layout, made map[string][]string) 
 		if shared {
 			break
 		}
-		name := fmt.Sprintf("routerbench_%s_%d", shape, i)
+		name := databaseName(shape, i)
 		switch cfg.Backend {
 		case BackendSQLite:
 			if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
