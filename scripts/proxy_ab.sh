@@ -92,15 +92,30 @@ run_info_sample
 work=$(mktemp -d "${TMPDIR:-/tmp}/shardlab-proxyab.XXXXXX")
 db="shardlab_ab_$$"
 pids=()
+run_dir=""
 cleanup() {
+	local status=$? pid
 	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+	# A proxy drains its clients before it exits; one that has not exited within ten
+	# seconds is killed, so that cleanup never hangs.
+	for pid in "${pids[@]}"; do
+		for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$pid" 2>/dev/null || true
+	done
 	wait 2>/dev/null || true
+	if [[ -n $run_dir && -f $run_dir/run.txt ]] && ! grep -q '^finished: ' "$run_dir/run.txt"; then
+		# promote.sh refuses a run without "finished:"; say why it stopped.
+		echo "incomplete: the script stopped with status $status before the last round" >>"$run_dir/run.txt"
+		echo "proxy_ab.sh: the run stopped early; what it measured is in $(show_path "$run_dir") (incomplete)" >&2
+	fi
 	psql_server postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" ||
 		echo "proxy_ab.sh: could not drop the scratch database $db; drop it by hand" >&2
 	rm -rf "$work"
 	git -C "$root" worktree prune 2>/dev/null || true
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # build SIDE REF: builds shard-proxy at REF (the work tree when empty) into $work/SIDE.
 build() {

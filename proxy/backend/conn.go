@@ -305,6 +305,8 @@ func (c *Conn) execOnce(ctx context.Context, prefix []string, st *Statement, sin
 	}
 	var serverErr error
 	pending := len(prefix) // the prefix's command tags still to come
+	// parses counts ParseComplete messages: the prefix's come first, then st's own.
+	parses := 0
 	for {
 		msg, err := c.pg.ReceiveMessage(context.Background())
 		if err != nil {
@@ -312,14 +314,18 @@ func (c *Conn) execOnce(ctx context.Context, prefix []string, st *Statement, sin
 		}
 		switch m := msg.(type) {
 		case *pgproto3.ReadyForQuery:
-			if serverErr != nil && parsed {
-				// The Parse may have failed: forget the name so the next use parses again.
+			if serverErr != nil && parsed && parses <= len(prefix) {
+				// The Parse failed or never ran: forget the name so the next use parses
+				// again. A statement whose Parse completed stays known even when its
+				// Bind or Execute failed, since the server keeps it.
 				delete(c.stmts, stmtKey{st.SQL, oidKey(st.ParamOIDs)})
 			}
 			return sent, pending == 0, serverErr
 		case *pgproto3.ErrorResponse:
 			serverErr = pgconn.ErrorResponseToPgError(m)
-		case *pgproto3.ParseComplete, *pgproto3.BindComplete, *pgproto3.NoData, *pgproto3.CloseComplete:
+		case *pgproto3.ParseComplete:
+			parses++
+		case *pgproto3.BindComplete, *pgproto3.NoData, *pgproto3.CloseComplete:
 		case *pgproto3.DataRow, *pgproto3.RowDescription:
 			sent = true
 			sink.Send(msg)

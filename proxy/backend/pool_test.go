@@ -168,6 +168,52 @@ func TestExecPreparesOnce(t *testing.T) {
 	}
 }
 
+// TestFailedBindKeepsTheStatement: a prepared statement whose Parse succeeded and
+// whose Bind failed (a parameter the type rejects) stays known, so its next use
+// reuses it instead of preparing a second copy that the server would keep for the
+// connection's life; one whose Parse failed is forgotten and prepared again.
+func TestFailedBindKeepsTheStatement(t *testing.T) {
+	p := newPool(t, backend.Options{Size: 1})
+	ctx := context.Background()
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(c, true)
+	count := func() string {
+		var out collect
+		if err := c.Query(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'shardlab_proxy_%'", &out); err != nil {
+			t.Fatal(err)
+		}
+		return out.rows()[0]
+	}
+	run := func(sql, v string) error {
+		return c.Exec(ctx, &backend.Statement{SQL: sql, Values: [][]byte{[]byte(v)}, ParamOIDs: []uint32{23}, Prepare: true}, &collect{})
+	}
+	var pe *pgconn.PgError
+	if err := run("SELECT $1 + 1", "not a number"); !errors.As(err, &pe) || pe.Code != "22P02" {
+		t.Fatalf("a bad integer: %v, want 22P02", err)
+	}
+	for _, v := range []string{"x", "1", "y", "2"} {
+		_ = run("SELECT $1 + 1", v)
+	}
+	if got := count(); got != "1" {
+		t.Errorf("after failed binds: %s statements on the server, want 1", got)
+	}
+	if err := run("SELECT $1 + no_such_column", "1"); !errors.As(err, &pe) || pe.Code != "42703" {
+		t.Fatalf("a failed parse: %v, want 42703", err)
+	}
+	if err := c.Query(ctx, "CREATE TEMP TABLE t (no_such_column int)", &collect{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := run("SELECT $1 + no_such_column FROM t", "1"); err != nil {
+		t.Fatalf("the same statement once it parses: %v", err)
+	}
+	if got := count(); got != "2" {
+		t.Errorf("%s statements on the server, want 2", got)
+	}
+}
+
 // TestSettingsFollowTheKey: ApplySettings resets a connection that carries other
 // settings, and does nothing when it carries the same ones.
 func TestSettingsFollowTheKey(t *testing.T) {
