@@ -2,6 +2,7 @@ package proxysweep
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,16 +14,28 @@ import (
 // clockTicks is the unit of the CPU times in /proc/PID/stat (USER_HZ), 100 on Linux.
 const clockTicks = 100
 
-// groupCPU returns the CPU time (user and system, every thread) used so far by the
-// live processes of process group pgid, from /proc. A service runs in a group of its
-// own (startService), so this counts pgbouncer under runuser as well as the proxy.
-func groupCPU(pgid int) (time.Duration, error) {
+// usage is what a service's processes have used so far.
+type usage struct {
+	cpu time.Duration // user and system time, every thread
+	// runq is the time its threads were runnable but waited for a CPU (the
+	// scheduler's run delay, /proc/PID/task/TID/schedstat); runqOK is false when the
+	// kernel does not keep it.
+	runq   time.Duration
+	runqOK bool
+}
+
+// groupUsage returns the usage so far of the live processes of process group pgid,
+// from /proc. A service runs in a group of its own (startService), so this counts
+// pgbouncer under runuser as well as the proxy.
+func groupUsage(pgid int) (usage, error) {
 	stats, err := filepath.Glob("/proc/[0-9]*/stat")
 	if err != nil {
-		return 0, err
+		return usage{}, err
 	}
+	var u usage
 	var ticks int64
 	found := false
+	u.runqOK = true
 	for _, path := range stats {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -48,19 +61,80 @@ func groupCPU(pgid int) (time.Duration, error) {
 		}
 		ticks += ut + st
 		found = true
+		wait, ok := runDelay(filepath.Dir(path))
+		u.runq += wait
+		u.runqOK = u.runqOK && ok
 	}
 	if !found {
-		return 0, os.ErrNotExist
+		return usage{}, os.ErrNotExist
 	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
+	u.cpu = time.Duration(ticks) * time.Second / clockTicks
+	return u, nil
 }
 
-// cpuMeter measures a service's CPU time over a client run's measured part.
+// runDelay sums the run delay of every thread of the process whose /proc directory is
+// dir: the second field of each task's schedstat, in nanoseconds.
+func runDelay(dir string) (time.Duration, bool) {
+	tasks, err := filepath.Glob(filepath.Join(dir, "task", "[0-9]*", "schedstat"))
+	if err != nil || len(tasks) == 0 {
+		return 0, false
+	}
+	var sum time.Duration
+	for _, path := range tasks {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // the thread ended in between
+		}
+		f := bytes.Fields(b)
+		if len(f) < 2 {
+			return 0, false
+		}
+		ns, err := strconv.ParseInt(string(f[1]), 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, true
+}
+
+// machineTimes returns the machine's idle and total CPU time so far, in clock ticks,
+// from the first line of /proc/stat (idle counts iowait too).
+func machineTimes() (idle, total int64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := bytes.Fields(line)
+	if len(f) < 6 || string(f[0]) != "cpu" {
+		return 0, 0, errors.New("/proc/stat: no cpu line")
+	}
+	for i, v := range f[1:] {
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		if i == 3 || i == 4 {
+			idle += n
+		}
+		if i < 8 { // user ... steal; guest time is counted in user already
+			total += n
+		}
+	}
+	return idle, total, nil
+}
+
+// cpuMeter measures a service's CPU time and run delay, and the machine's idle share,
+// over a client run's measured part.
 type cpuMeter struct {
-	pgid  int // 0: nothing to measure (a direct run)
+	pgid  int // 0: no service (a direct run); the machine is measured all the same
 	mu    sync.Mutex
-	start time.Duration
+	start usage
 	ok    bool
+	idle0 int64
+	tot0  int64
+	mok   bool
 	timer *time.Timer
 }
 
@@ -73,13 +147,16 @@ func (v *service) cpuMeter() *cpuMeter {
 
 // startAfter takes the starting reading once the client's warm-up d has passed.
 func (c *cpuMeter) startAfter(d time.Duration) {
-	if c.pgid == 0 {
-		return
-	}
 	read := func() {
-		t, err := groupCPU(c.pgid)
+		var u usage
+		var err error
+		if c.pgid != 0 {
+			u, err = groupUsage(c.pgid)
+		}
+		idle, tot, merr := machineTimes()
 		c.mu.Lock()
-		c.start, c.ok = t, err == nil
+		c.start, c.ok = u, c.pgid != 0 && err == nil
+		c.idle0, c.tot0, c.mok = idle, tot, merr == nil
 		c.mu.Unlock()
 	}
 	if d <= 0 {
@@ -89,22 +166,38 @@ func (c *cpuMeter) startAfter(d time.Duration) {
 	c.timer = time.AfterFunc(d, read)
 }
 
-// perTx returns the CPU time since the start, in microseconds per transaction; NaN
-// when there is nothing to measure or no transaction.
-func (c *cpuMeter) perTx(txs float64) float64 {
-	if c.pgid == 0 {
-		return math.NaN()
-	}
+// meterReading is what a cpuMeter measured; NaN where it could not.
+type meterReading struct {
+	cpuPerTx  float64 // the service's CPU time, µs per transaction
+	runqPerTx float64 // its threads' run delay, µs per transaction
+	idlePct   float64 // the machine's idle share of its CPU time, percent
+}
+
+// read returns what was used since the start, per transaction where it applies.
+func (c *cpuMeter) read(txs float64) meterReading {
+	r := meterReading{math.NaN(), math.NaN(), math.NaN()}
 	if c.timer != nil {
 		c.timer.Stop()
 	}
-	end, err := groupCPU(c.pgid)
+	var end usage
+	var err error = os.ErrNotExist
+	if c.pgid != 0 {
+		end, err = groupUsage(c.pgid)
+	}
+	idle, tot, merr := machineTimes()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err != nil || !c.ok || txs <= 0 {
-		return math.NaN()
+	if c.mok && merr == nil && tot > c.tot0 {
+		r.idlePct = 100 * float64(idle-c.idle0) / float64(tot-c.tot0)
 	}
-	return float64(end-c.start) / float64(time.Microsecond) / txs
+	if err != nil || !c.ok || txs <= 0 {
+		return r
+	}
+	r.cpuPerTx = float64(end.cpu-c.start.cpu) / float64(time.Microsecond) / txs
+	if end.runqOK && c.start.runqOK {
+		r.runqPerTx = float64(end.runq-c.start.runq) / float64(time.Microsecond) / txs
+	}
+	return r
 }
 
 func cpuField(x float64) string {

@@ -40,13 +40,16 @@ func ReadRows(r io.Reader) ([]Row, error) {
 		if len(rec) > 13 {
 			row.Status = rec[13]
 		}
-		row.MiddlewareCPU = math.NaN()
-		if len(rec) > 14 && rec[14] != "" {
-			v, err := strconv.ParseFloat(rec[14], 64)
-			if err != nil {
-				return nil, fmt.Errorf("proxysweep: results.csv line %d: %w", i+2, err)
+		// Optional columns, which older runs lack: NaN when absent or empty.
+		for j, dst := range []*float64{&row.MiddlewareCPU, &row.MiddlewareRunQueue, &row.MachineIdle} {
+			*dst = math.NaN()
+			if len(rec) > 14+j && rec[14+j] != "" {
+				v, err := strconv.ParseFloat(rec[14+j], 64)
+				if err != nil {
+					return nil, fmt.Errorf("proxysweep: results.csv line %d, %s: %w", i+2, CSVHeader[14+j], err)
+				}
+				*dst = v
 			}
-			row.MiddlewareCPU = v
 		}
 		var errs [9]error
 		row.Trial, errs[0] = strconv.Atoi(rec[0])
@@ -227,7 +230,10 @@ func WriteReport(cfg ReportConfig) error {
 		b.WriteString("- shard-proxy ran with Go's default GOMAXPROCS (one OS thread per CPU running its Go code); pgbouncer runs one thread\n")
 	}
 	b.WriteString("- middleware CPU: the user and system CPU time of the proxy's or pgbouncer's processes during the measured part, per transaction " +
-		"(from /proc), which the client and the server could not use on a shared machine\n")
+		"(from /proc), which the client and the server could not use on a shared machine; " +
+		"waiting for a CPU: the time its threads were runnable but not running (the run delay in /proc/PID/task/TID/schedstat), per transaction. " +
+		"A middleware that serves every client from one thread is busy for CPU + wait per transaction, which bounds its throughput; " +
+		"machine idle: the share of the machine's CPU time left idle during the measured part (/proc/stat)\n")
 	b.WriteString("- peak backends: the most client backends pg_stat_activity showed, sampled every 100 ms during the run\n\n")
 
 	var summary [][]string
@@ -416,6 +422,38 @@ func targetsSection(t *table, cfg ReportConfig) string {
 			cpuLine(fmt.Sprintf("pgbench -S -M %s, %d clients", mode, c), key{SuitePgbench, w, c, TargetProxyPass}, key{SuitePgbench, w, c, TargetBouncerTx})
 			cpuLine(fmt.Sprintf("pgbench -S -M %s, %d clients", mode, c), key{SuitePgbench, w, c, TargetProxyPass}, key{SuitePgbench, w, c, TargetRelay})
 			cpuLine(fmt.Sprintf("pgbench -S -M %s, %d clients", mode, c), key{SuitePgbench, w, c, TargetRelay}, key{SuitePgbench, w, c, TargetBouncerTx})
+		}
+	}
+	busyLine := func(what string, keys ...key) {
+		var cells []string
+		for _, k := range keys {
+			c, _ := t.median(k, func(r Row) float64 { return r.MiddlewareCPU })
+			w, _ := t.median(k, func(r Row) float64 { return r.MiddlewareRunQueue })
+			idle, _ := t.median(k, func(r Row) float64 { return r.MachineIdle })
+			if math.IsNaN(c) || math.IsNaN(w) {
+				continue
+			}
+			cell := fmt.Sprintf("%s %.1f + %.1f µs", k.target, c, w)
+			if !math.IsNaN(idle) {
+				cell += fmt.Sprintf(", machine %.0f%% idle", idle)
+			}
+			cells = append(cells, cell)
+		}
+		if len(cells) > 0 {
+			fmt.Fprintf(&b, "| (for scale, not a target) %s: middleware busy per transaction, CPU + waiting for a CPU | %s | |\n",
+				what, strings.Join(cells, "; "))
+		}
+	}
+	for _, mode := range []string{"extended", "simple"} {
+		for _, c := range []int{8, 32} {
+			w := "select-only/" + mode
+			busyLine(fmt.Sprintf("pgbench -S -M %s, %d clients", mode, c),
+				key{SuitePgbench, w, c, TargetProxyPass}, key{SuitePgbench, w, c, TargetBouncerTx}, key{SuitePgbench, w, c, TargetRelay})
+			m, lo, hi, n := t.ratio(key{SuitePgbench, w, c, TargetBouncerTx}, key{SuitePgbench, w, c, TargetDirect}, tps)
+			if n > 0 {
+				fmt.Fprintf(&b, "| (for scale, not a target) pgbench -S -M %s, %d clients: pgbouncer (transaction) / direct | %s | |\n",
+					mode, c, ratioCell(m, lo, hi, n))
+			}
 		}
 	}
 	cpuLine("sysbench oltp_point_select, 32 threads", key{SuiteSysbench, "oltp_point_select", 32, TargetProxyAgg}, key{SuiteSysbench, "oltp_point_select", 32, TargetBouncerSess})

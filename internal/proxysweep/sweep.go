@@ -85,16 +85,26 @@ type Row struct {
 	// machine the client, the server and the middleware share, it is what the
 	// middleware takes from the other two, and far steadier than throughput.
 	MiddlewareCPU float64
+	// MiddlewareRunQueue is the time the middleware's threads waited for a CPU while
+	// runnable, in microseconds per transaction; NaN for direct runs. A middleware
+	// whose one thread serves every client is busy for CPU + wait per transaction,
+	// which bounds the throughput.
+	MiddlewareRunQueue float64
+	// MachineIdle is the share of the machine's CPU time left idle during the
+	// measured part, in percent: near 0 when throughput is bound by CPU.
+	MachineIdle float64
 }
 
 // CSVHeader names results.csv's columns.
 var CSVHeader = []string{"trial", "suite", "workload", "threads", "target", "tps", "qps", "p95_ms", "p99_ms",
-	"errors", "latencies", "duration_s", "peak_backends", "status", "mw_cpu_us_per_tx"}
+	"errors", "latencies", "duration_s", "peak_backends", "status", "mw_cpu_us_per_tx",
+	"mw_runq_us_per_tx", "idle_pct"}
 
 func (r Row) record() []string {
 	f := func(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
 	return []string{strconv.Itoa(r.Trial), r.Suite, r.Workload, strconv.Itoa(r.Threads), r.Target, f(r.TPS), f(r.QPS),
-		f(r.P95), f(r.P99), f(r.Errors), strconv.Itoa(r.Latencies), f(r.DurationS), strconv.Itoa(r.PeakBackends), r.Status, cpuField(r.MiddlewareCPU)}
+		f(r.P95), f(r.P99), f(r.Errors), strconv.Itoa(r.Latencies), f(r.DurationS), strconv.Itoa(r.PeakBackends), r.Status, cpuField(r.MiddlewareCPU),
+		cpuField(r.MiddlewareRunQueue), cpuField(r.MachineIdle)}
 }
 
 type sweep struct {
@@ -533,7 +543,8 @@ func (s *sweep) measure(ctx context.Context, trial int, suite, workload string, 
 	if suite == SuiteSysbench {
 		txs = m.Transactions // its DurationS includes the warm-up, its last report does not
 	}
-	mwCPU := cpu.perTx(txs)
+	use := cpu.read(txs)
+	mwCPU := use.cpuPerTx
 	peak, serr := sm.stop()
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -547,7 +558,7 @@ func (s *sweep) measure(ctx context.Context, trial int, suite, workload string, 
 		return fmt.Errorf("sampling pg_stat_activity: %w", serr)
 	}
 	row := Row{Trial: trial, Suite: suite, Workload: workload, Threads: threads, Target: target, Measure: m, PeakBackends: peak, Status: status,
-		MiddlewareCPU: mwCPU}
+		MiddlewareCPU: mwCPU, MiddlewareRunQueue: use.runqPerTx, MachineIdle: use.idlePct}
 	s.csv.Write(row.record())
 	s.csv.Flush()
 	if err := s.csv.Error(); err != nil {
@@ -558,7 +569,14 @@ func (s *sweep) measure(ctx context.Context, trial int, suite, workload string, 
 	left := time.Duration(float64(elapsed) / float64(s.done) * float64(s.total-s.done))
 	cpuNote := ""
 	if !math.IsNaN(mwCPU) {
-		cpuNote = fmt.Sprintf(", %s %.1f µs CPU per transaction", target, mwCPU)
+		cpuNote = fmt.Sprintf(", %s %.1f µs CPU", target, mwCPU)
+		if !math.IsNaN(use.runqPerTx) {
+			cpuNote += fmt.Sprintf(" + %.1f µs waiting for a CPU", use.runqPerTx)
+		}
+		cpuNote += " per transaction"
+	}
+	if !math.IsNaN(use.idlePct) {
+		cpuNote += fmt.Sprintf(", machine %.0f%% idle", use.idlePct)
 	}
 	s.progress("[%d/%d] trial %d %s %s %d %s: %.0f tps %.0f qps, p99 %.2f ms, peak %d backends%s (elapsed %s, about %s left)",
 		s.done, s.total, trial, suite, workload, threads, target, m.TPS, m.QPS, m.P99, peak, cpuNote,

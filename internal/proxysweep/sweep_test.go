@@ -67,6 +67,14 @@ func TestSweepScript(t *testing.T) {
 		if direct := r.Target == proxysweep.TargetDirect; direct != math.IsNaN(r.MiddlewareCPU) || (!direct && r.MiddlewareCPU <= 0) {
 			t.Errorf("%s: middleware CPU %v µs per transaction", r.Target, r.MiddlewareCPU)
 		}
+		if _, err := os.Stat("/proc/self/schedstat"); err == nil {
+			if direct := r.Target == proxysweep.TargetDirect; direct != math.IsNaN(r.MiddlewareRunQueue) || r.MiddlewareRunQueue < 0 {
+				t.Errorf("%s: middleware waited %v µs per transaction for a CPU", r.Target, r.MiddlewareRunQueue)
+			}
+		}
+		if !(r.MachineIdle >= 0 && r.MachineIdle <= 100) {
+			t.Errorf("%s: machine idle %v%%", r.Target, r.MachineIdle)
+		}
 		if r.Target == proxysweep.TargetProxyAgg && r.PeakBackends > 3 {
 			t.Errorf("aggregated proxy: %d backends at the peak, pool size 3", r.PeakBackends)
 		}
@@ -81,7 +89,7 @@ func TestSweepScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"## oltp_point_select (QPS)", "## Targets", "backend connections <= --pool-size 3",
-		"Middleware CPU per transaction", "`--procs 1`"} {
+		"Middleware CPU per transaction", "`--procs 1`", "waiting for a CPU"} {
 		if !strings.Contains(string(rep), want) {
 			t.Errorf("report.md lacks %q", want)
 		}
