@@ -95,12 +95,13 @@ pids=()
 run_dir=""
 cleanup() {
 	local status=$? pid
+	trap '' INT TERM # a second interrupt must not cut the cleanup short
 	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
 	# A proxy drains its clients before it exits; one that has not exited within ten
 	# seconds is killed, so that cleanup never hangs.
 	for pid in "${pids[@]}"; do
 		for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-		kill -KILL "$pid" 2>/dev/null || true
+		if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
 	done
 	wait 2>/dev/null || true
 	if [[ -n $run_dir && -f $run_dir/run.txt ]] && ! grep -q '^finished: ' "$run_dir/run.txt"; then

@@ -3,6 +3,7 @@ package proxysweep
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,12 +17,12 @@ const clockTicks = 100
 
 // usage is what a service's processes have used so far.
 type usage struct {
-	cpu time.Duration // user and system time, every thread
-	// runq is the time its threads were runnable but waited for a CPU (the
-	// scheduler's run delay, /proc/PID/task/TID/schedstat); runqOK is false when the
-	// kernel does not keep it.
-	runq   time.Duration
-	runqOK bool
+	cpu time.Duration // user and system time, every thread, ended ones included
+	// runq holds each live thread's run delay (the time it was runnable but waited
+	// for a CPU, /proc/PID/task/TID/schedstat), by "PID/TID"; nil when the kernel
+	// does not keep it. Ended threads take theirs with them, so two readings are
+	// compared thread by thread (runDelaySince).
+	runq map[string]time.Duration
 }
 
 // groupUsage returns the usage so far of the live processes of process group pgid,
@@ -32,10 +33,9 @@ func groupUsage(pgid int) (usage, error) {
 	if err != nil {
 		return usage{}, err
 	}
-	var u usage
+	u := usage{runq: map[string]time.Duration{}}
 	var ticks int64
-	found := false
-	u.runqOK = true
+	found, kept := false, true
 	for _, path := range stats {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -61,25 +61,36 @@ func groupUsage(pgid int) (usage, error) {
 		}
 		ticks += ut + st
 		found = true
-		wait, ok := runDelay(filepath.Dir(path))
-		u.runq += wait
-		u.runqOK = u.runqOK && ok
+		dir := filepath.Dir(path)
+		if err := runDelays(dir, filepath.Base(dir)+"/", u.runq); err != nil && !errors.Is(err, os.ErrNotExist) {
+			kept = false
+		}
 	}
 	if !found {
 		return usage{}, os.ErrNotExist
 	}
 	u.cpu = time.Duration(ticks) * time.Second / clockTicks
+	if !kept {
+		u.runq = nil
+	}
 	return u, nil
 }
 
-// runDelay sums the run delay of every thread of the process whose /proc directory is
-// dir: the second field of each task's schedstat, in nanoseconds.
-func runDelay(dir string) (time.Duration, bool) {
+// runDelays adds to m the run delay of every thread of the process whose /proc
+// directory is dir (the second field of each task's schedstat, in nanoseconds), keyed
+// by prefix and the thread id. A process or thread that ended in between is skipped;
+// an error means the kernel keeps no schedstat (os.ErrNotExist: the process ended).
+func runDelays(dir, prefix string, m map[string]time.Duration) error {
 	tasks, err := filepath.Glob(filepath.Join(dir, "task", "[0-9]*", "schedstat"))
-	if err != nil || len(tasks) == 0 {
-		return 0, false
+	if err != nil {
+		return err
 	}
-	var sum time.Duration
+	if len(tasks) == 0 {
+		if _, err := os.Stat(dir); err != nil {
+			return os.ErrNotExist
+		}
+		return errors.New("no schedstat")
+	}
 	for _, path := range tasks {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -87,15 +98,26 @@ func runDelay(dir string) (time.Duration, bool) {
 		}
 		f := bytes.Fields(b)
 		if len(f) < 2 {
-			return 0, false
+			return fmt.Errorf("%s: %q", path, b)
 		}
 		ns, err := strconv.ParseInt(string(f[1]), 10, 64)
 		if err != nil {
-			return 0, false
+			return fmt.Errorf("%s: %w", path, err)
 		}
-		sum += time.Duration(ns)
+		m[prefix+filepath.Base(filepath.Dir(path))] = time.Duration(ns)
 	}
-	return sum, true
+	return nil
+}
+
+// runDelaySince is the run delay the threads of end accrued since start: for each
+// thread the growth of its own count, from 0 for a thread that started in between.
+// Threads that ended in between are missing from end, and so is their wait.
+func runDelaySince(start, end map[string]time.Duration) time.Duration {
+	var sum time.Duration
+	for k, v := range end {
+		sum += max(0, v-start[k])
+	}
+	return sum
 }
 
 // machineTimes returns the machine's idle and total CPU time so far, in clock ticks,
@@ -194,8 +216,8 @@ func (c *cpuMeter) read(txs float64) meterReading {
 		return r
 	}
 	r.cpuPerTx = float64(end.cpu-c.start.cpu) / float64(time.Microsecond) / txs
-	if end.runqOK && c.start.runqOK {
-		r.runqPerTx = float64(end.runq-c.start.runq) / float64(time.Microsecond) / txs
+	if end.runq != nil && c.start.runq != nil {
+		r.runqPerTx = float64(runDelaySince(c.start.runq, end.runq)) / float64(time.Microsecond) / txs
 	}
 	return r
 }

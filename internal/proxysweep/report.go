@@ -232,7 +232,8 @@ func WriteReport(cfg ReportConfig) error {
 	b.WriteString("- middleware CPU: the user and system CPU time of the proxy's or pgbouncer's processes during the measured part, per transaction " +
 		"(from /proc), which the client and the server could not use on a shared machine; " +
 		"waiting for a CPU: the time its threads were runnable but not running (the run delay in /proc/PID/task/TID/schedstat), per transaction. " +
-		"A middleware that serves every client from one thread is busy for CPU + wait per transaction, which bounds its throughput; " +
+		"Summed over the middleware's threads: for pgbouncer and for Go with one thread running its code (`--procs 1`) " +
+		"it is nearly that thread's busy time per transaction, which bounds throughput when the thread is never idle; " +
 		"machine idle: the share of the machine's CPU time left idle during the measured part (/proc/stat)\n")
 	b.WriteString("- peak backends: the most client backends pg_stat_activity showed, sampled every 100 ms during the run\n\n")
 
@@ -440,7 +441,7 @@ func targetsSection(t *table, cfg ReportConfig) string {
 			cells = append(cells, cell)
 		}
 		if len(cells) > 0 {
-			fmt.Fprintf(&b, "| (for scale, not a target) %s: middleware busy per transaction, CPU + waiting for a CPU | %s | |\n",
+			fmt.Fprintf(&b, "| (for scale, not a target) %s: middleware CPU + waiting for a CPU per transaction, summed over its threads | %s | |\n",
 				what, strings.Join(cells, "; "))
 		}
 	}

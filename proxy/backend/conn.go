@@ -219,7 +219,13 @@ func (c *Conn) ExecAfter(ctx context.Context, prefix []string, st *Statement, si
 			// The server lost or outdated the prepared statement (DDL changed its
 			// result, or someone deallocated it): the next use prepares it again, and
 			// this one does at once when nothing else ran in a transaction.
-			delete(c.stmts, stmtKey{st.SQL, oidKey(st.ParamOIDs)})
+			key := stmtKey{st.SQL, oidKey(st.ParamOIDs)}
+			if old, ok := c.stmts[key]; ok {
+				// An outdated plan (0A000) is still on the server: close it with the
+				// next round trip. Closing one the server lost does no harm.
+				c.evict = append(c.evict, old)
+				delete(c.stmts, key)
+			}
 			if attempt == 0 && !sent && len(prefix) == 0 && c.pg.TxStatus() == 'I' {
 				continue
 			}

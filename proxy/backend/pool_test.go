@@ -200,17 +200,61 @@ func TestFailedBindKeepsTheStatement(t *testing.T) {
 	if got := count(); got != "1" {
 		t.Errorf("after failed binds: %s statements on the server, want 1", got)
 	}
-	if err := run("SELECT $1 + no_such_column", "1"); !errors.As(err, &pe) || pe.Code != "42703" {
-		t.Fatalf("a failed parse: %v, want 42703", err)
+	// A Parse that fails must be forgotten: run with a prefix, where a name the server
+	// does not know is not retried, the same text fails with 26000 if it was kept.
+	const sql = "SELECT $1 + no_such_column FROM t"
+	if err := run(sql, "1"); !errors.As(err, &pe) || pe.Code != "42P01" {
+		t.Fatalf("a failed parse: %v, want 42P01", err)
 	}
 	if err := c.Query(ctx, "CREATE TEMP TABLE t (no_such_column int)", &collect{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := run("SELECT $1 + no_such_column FROM t", "1"); err != nil {
+	st := backend.Statement{SQL: sql, Values: [][]byte{[]byte("1")}, ParamOIDs: []uint32{23}, Prepare: true}
+	if _, err := c.ExecAfter(ctx, []string{"BEGIN"}, &st, &collect{}); err != nil {
 		t.Fatalf("the same statement once it parses: %v", err)
+	}
+	if err := c.Query(ctx, "COMMIT", &collect{}); err != nil {
+		t.Fatal(err)
 	}
 	if got := count(); got != "2" {
 		t.Errorf("%s statements on the server, want 2", got)
+	}
+}
+
+// TestOutdatedPlanIsClosed: a prepared statement whose result type DDL changed
+// (0A000, "cached plan must not change result type") is prepared again, and the
+// outdated one is closed on the server rather than left there for the connection's life.
+func TestOutdatedPlanIsClosed(t *testing.T) {
+	p := newPool(t, backend.Options{Size: 1})
+	ctx := context.Background()
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(c, true)
+	for _, q := range []string{"CREATE TEMP TABLE w (a int)", "INSERT INTO w VALUES (1)"} {
+		if err := c.Query(ctx, q, &collect{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sel := func() {
+		t.Helper()
+		if err := c.Exec(ctx, &backend.Statement{SQL: "SELECT * FROM w", Prepare: true}, &collect{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sel()
+	if err := c.Query(ctx, "ALTER TABLE w ADD COLUMN b int", &collect{}); err != nil {
+		t.Fatal(err)
+	}
+	sel() // 0A000, then prepared again
+	sel() // closes the outdated one
+	var out collect
+	if err := c.Query(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'shardlab_proxy_%'", &out); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.rows(); got[0] != "1" {
+		t.Errorf("%s statements on the server after an outdated plan, want 1", got[0])
 	}
 }
 
