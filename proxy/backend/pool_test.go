@@ -133,13 +133,8 @@ func TestReleaseInTransactionCloses(t *testing.T) {
 // TestExecPreparesOnce: a statement run with Prepare is parsed on the server once per
 // connection, and a server error leaves the connection usable.
 func TestExecPreparesOnce(t *testing.T) {
-	p := newPool(t, backend.Options{Size: 1})
 	ctx := context.Background()
-	c, err := p.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Release(c, true)
+	c := oneConn(t)
 	for i, v := range []string{"1", "2", "3"} {
 		var out collect
 		st := backend.Statement{SQL: "SELECT $1::int + 1", Values: [][]byte{[]byte(v)}, Prepare: true}
@@ -150,22 +145,40 @@ func TestExecPreparesOnce(t *testing.T) {
 			t.Errorf("row %q", got)
 		}
 	}
-	var out collect
-	if err := c.Query(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'shardlab_proxy_%'", &out); err != nil {
-		t.Fatal(err)
-	}
-	if got := out.rows(); len(got) != 1 || got[0] != "1" {
+	if got := serverStatements(t, c); got != "1" {
 		t.Errorf("prepared statements on the server: %v, want 1", got)
 	}
-	err = c.Exec(ctx, &backend.Statement{SQL: "SELECT 1/0", Prepare: true}, &collect{})
+	err := c.Exec(ctx, &backend.Statement{SQL: "SELECT 1/0", Prepare: true}, &collect{})
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "22012" {
 		t.Fatalf("division by zero: %v", err)
 	}
-	out = collect{}
+	var out collect
 	if err := c.Query(ctx, "SELECT 42", &out); err != nil || out.rows()[0] != "42" {
 		t.Fatalf("after a server error: %v %v", out.rows(), err)
 	}
+}
+
+// oneConn is the only connection of a new pool, given back when the test ends.
+func oneConn(t *testing.T) *backend.Conn {
+	t.Helper()
+	p := newPool(t, backend.Options{Size: 1})
+	c, err := p.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Release(c, true) })
+	return c
+}
+
+// serverStatements counts the statements the proxy has prepared on c's server.
+func serverStatements(t *testing.T, c *backend.Conn) string {
+	t.Helper()
+	var out collect
+	if err := c.Query(context.Background(), "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'shardlab_proxy_%'", &out); err != nil {
+		t.Fatal(err)
+	}
+	return out.rows()[0]
 }
 
 // TestFailedBindKeepsTheStatement: a prepared statement whose Parse succeeded and
@@ -173,20 +186,9 @@ func TestExecPreparesOnce(t *testing.T) {
 // reuses it instead of preparing a second copy that the server would keep for the
 // connection's life; one whose Parse failed is forgotten and prepared again.
 func TestFailedBindKeepsTheStatement(t *testing.T) {
-	p := newPool(t, backend.Options{Size: 1})
 	ctx := context.Background()
-	c, err := p.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Release(c, true)
-	count := func() string {
-		var out collect
-		if err := c.Query(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'shardlab_proxy_%'", &out); err != nil {
-			t.Fatal(err)
-		}
-		return out.rows()[0]
-	}
+	c := oneConn(t)
+	count := func() string { return serverStatements(t, c) }
 	run := func(sql, v string) error {
 		return c.Exec(ctx, &backend.Statement{SQL: sql, Values: [][]byte{[]byte(v)}, ParamOIDs: []uint32{23}, Prepare: true}, &collect{})
 	}
@@ -225,13 +227,8 @@ func TestFailedBindKeepsTheStatement(t *testing.T) {
 // (0A000, "cached plan must not change result type") is prepared again, and the
 // outdated one is closed on the server rather than left there for the connection's life.
 func TestOutdatedPlanIsClosed(t *testing.T) {
-	p := newPool(t, backend.Options{Size: 1})
 	ctx := context.Background()
-	c, err := p.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Release(c, true)
+	c := oneConn(t)
 	for _, q := range []string{"CREATE TEMP TABLE w (a int)", "INSERT INTO w VALUES (1)"} {
 		if err := c.Query(ctx, q, &collect{}); err != nil {
 			t.Fatal(err)
@@ -249,12 +246,8 @@ func TestOutdatedPlanIsClosed(t *testing.T) {
 	}
 	sel() // 0A000, then prepared again
 	sel() // closes the outdated one
-	var out collect
-	if err := c.Query(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'shardlab_proxy_%'", &out); err != nil {
-		t.Fatal(err)
-	}
-	if got := out.rows(); got[0] != "1" {
-		t.Errorf("%s statements on the server after an outdated plan, want 1", got[0])
+	if got := serverStatements(t, c); got != "1" {
+		t.Errorf("%s statements on the server after an outdated plan, want 1", got)
 	}
 }
 
