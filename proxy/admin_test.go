@@ -40,6 +40,15 @@ func TestAdminDatabase(t *testing.T) {
 	if idle == "0" {
 		t.Errorf("SHOW POOLS: no idle connection on ds_0 after statements ran (sv_idle %s)", idle)
 	}
+	// A client whose session holds a temporary table keeps its connection: pinned.
+	exec1(t, c, "CREATE TEMP TABLE scratch (x int)")
+	res, err = adm.Exec(ctx, "SHOW POOLS").ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cols := res[0].FieldDescriptions; cols[16].Name != "cl_pinned" || string(res[0].Rows[0][16]) != "1" || string(res[0].Rows[1][16]) != "0" {
+		t.Errorf("SHOW POOLS: %s of ds_0 and ds_1: %s, %s; want 1, 0", cols[16].Name, res[0].Rows[0][16], res[0].Rows[1][16])
+	}
 	route := func(sql string) string {
 		t.Helper()
 		res, err := adm.Exec(ctx, "SHOW ROUTE "+sql).ReadAll()
@@ -73,7 +82,8 @@ func TestAdminDatabase(t *testing.T) {
 	rec := httptest.NewRecorder()
 	e.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
-	for _, want := range []string{`shardlab_proxy_server_connections_idle{data_source="ds_1"}`, `shardlab_proxy_pool_size{data_source="ds_0"} 8`, "shardlab_proxy_clients 2"} {
+	for _, want := range []string{`shardlab_proxy_server_connections_idle{data_source="ds_1"}`, `shardlab_proxy_pool_size{data_source="ds_0"} 8`, "shardlab_proxy_clients 2",
+		`shardlab_proxy_clients_pinned{data_source="ds_0"} 1`, `shardlab_proxy_session_state_checks_total{data_source="ds_0"} 1`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

@@ -294,7 +294,7 @@ func (s *Session) Savepoint(ctx context.Context, name string) error {
 // RollbackTo rolls every data source back to a savepoint, which stays; it also clears
 // the failed state, as in PostgreSQL.
 func (s *Session) RollbackTo(ctx context.Context, name string) error {
-	i := slices.Index(s.saves, name)
+	i := lastIndex(s.saves, name)
 	if !s.inTx || i < 0 {
 		return &pgconn.PgError{Severity: "ERROR", Code: "3B001", Message: fmt.Sprintf("savepoint %q does not exist", name)}
 	}
@@ -309,7 +309,7 @@ func (s *Session) RollbackTo(ctx context.Context, name string) error {
 
 // ReleaseSavepoint releases a savepoint and those after it.
 func (s *Session) ReleaseSavepoint(ctx context.Context, name string) error {
-	i := slices.Index(s.saves, name)
+	i := lastIndex(s.saves, name)
 	if !s.inTx || i < 0 {
 		return &pgconn.PgError{Severity: "ERROR", Code: "3B001", Message: fmt.Sprintf("savepoint %q does not exist", name)}
 	}
@@ -318,6 +318,17 @@ func (s *Session) ReleaseSavepoint(ctx context.Context, name string) error {
 	}
 	s.saves = s.saves[:i]
 	return nil
+}
+
+// lastIndex finds the latest savepoint named name: a savepoint statement names the
+// latest of several with one name, as in PostgreSQL.
+func lastIndex(saves []string, name string) int {
+	for i := len(saves) - 1; i >= 0; i-- {
+		if saves[i] == name {
+			return i
+		}
+	}
+	return -1
 }
 
 func (s *Session) onBegun(ctx context.Context, sql string) error {

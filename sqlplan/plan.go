@@ -107,6 +107,9 @@ type Plan struct {
 	NumParams int
 	// Copy describes a COPY statement (KindCopy).
 	Copy *CopySpec
+	// Session says what the statement may do to its server connection's session
+	// (settings through set_config, temporary objects, advisory locks).
+	Session SessionEffects
 
 	rules      *rules.Compiled
 	normalized bool        // values are literals of the statement text (simple protocol)

@@ -190,6 +190,8 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 			a.plan.litKinds = append(a.plan.litKinds, l.String)
 		}
 	}
+	// Before the analysis, which renames table references in the tree.
+	effects := sessionEffects(text, tree.Stmts[0].Stmt)
 	if err := a.analyze(tree.Stmts[0].Stmt); err != nil {
 		var pe interface{ SQLState() string }
 		if errors.As(err, &pe) {
@@ -198,6 +200,7 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 		return nil, pgErr(CodeInternalError, "shardlab: %v", err)
 	}
 	a.plan.NumParams = a.maxParam
+	a.plan.Session = effects
 	if normalized {
 		a.plan.NumParams = 0
 	}

@@ -453,3 +453,47 @@ func NewDatabaseWithOptions(t testing.TB, prefix, options string) string {
 	}
 	return dsn
 }
+
+// NewRole creates a uniquely named role (see UniqueName) on the server named by
+// $SHARDLAB_PG_DSN, with CREATE ROLE options such as "LOGIN PASSWORD 'x'", and returns
+// its name. Roles belong to the whole server: the role is dropped when the test ends.
+// Create it before the databases it will own objects in, so that they are dropped
+// first. It skips like DSN.
+func NewRole(t testing.TB, prefix, options string) string {
+	t.Helper()
+	base := DSN(t)
+	name := UniqueName(prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE ROLE "+name+" "+options); err != nil {
+		t.Fatalf("pgtest: create role %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("pgtest: drop role %s: %v", name, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		// Sessions still logged in as the role (a proxy's pool closing) hold it.
+		conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", name)
+		for attempt := 0; ; attempt++ {
+			_, err := conn.Exec(ctx, "DROP ROLE IF EXISTS "+name)
+			if err == nil || attempt == 20 {
+				if err != nil {
+					t.Errorf("pgtest: drop role %s: %v", name, err)
+				}
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	return name
+}

@@ -101,19 +101,25 @@ func unknown(q string) error {
 		Message: fmt.Sprintf("unknown admin command %q; SHOW HELP lists them", q)}
 }
 
-// pools answers SHOW POOLS with pgbouncer's columns, one row per data source. The
-// proxy has no per-user pools, so user is the data source's own; cl_active counts
-// the clients holding one of its connections, cl_waiting those waiting for one or for a
-// turn to take one (--max-transactions).
+// pools answers SHOW POOLS with pgbouncer's columns, one row per data source, and
+// three of the proxy's own at the end. The proxy has no per-user pools, so user is
+// the data source's own; cl_active counts the clients holding one of its connections,
+// cl_waiting those waiting for one or for a turn to take one (--max-transactions).
+// cl_pinned counts the clients that keep a connection between transactions because
+// their session holds state that lives there (a temporary table, a session advisory
+// lock); sv_resets and sv_state_checks what keeping clients apart cost (see
+// backend.Stats).
 func (a *Admin) pools() *Result {
 	r := result("SHOW", "database", Text, "user", Text, "cl_active", Bigint, "cl_waiting", Bigint,
 		"cl_active_cancel_req", Bigint, "cl_waiting_cancel_req", Bigint, "sv_active", Bigint,
 		"sv_active_cancel", Bigint, "sv_being_canceled", Bigint, "sv_idle", Bigint, "sv_used", Bigint,
-		"sv_tested", Bigint, "sv_login", Bigint, "maxwait", Bigint, "maxwait_us", Bigint, "pool_mode", Text)
+		"sv_tested", Bigint, "sv_login", Bigint, "maxwait", Bigint, "maxwait_us", Bigint, "pool_mode", Text,
+		"cl_pinned", Bigint, "sv_resets", Bigint, "sv_state_checks", Bigint)
 	i := strconv.FormatInt
 	for k, st := range a.stats() {
 		r.Rows = append(r.Rows, []string{st.DataSource, a.user(k), i(st.InUse, 10), i(st.Waiting+st.TurnWaiting, 10), "0", "0",
-			i(st.InUse, 10), "0", "0", i(st.Idle, 10), "0", "0", "0", "0", "0", a.router.Mode().String()})
+			i(st.InUse, 10), "0", "0", i(st.Idle, 10), "0", "0", "0", "0", "0", a.router.Mode().String(),
+			i(st.Pinned, 10), i(st.Resets, 10), i(st.StateChecks, 10)})
 	}
 	return r
 }

@@ -19,12 +19,15 @@ var (
 	descClosed      = prometheus.NewDesc("shardlab_proxy_server_connections_closed_total", "Server connections closed.", labels, nil)
 	descTimeouts    = prometheus.NewDesc("shardlab_proxy_checkout_timeouts_total", "Statements that gave up waiting for a server connection (53300).", labels, nil)
 	descWaitSeconds = prometheus.NewDesc("shardlab_proxy_checkout_wait_seconds_total", "Time statements spent waiting for a server connection.", labels, nil)
+	descPinned      = prometheus.NewDesc("shardlab_proxy_clients_pinned", "Clients that keep one of the data source's server connections between transactions, because their session holds state that lives there (a temporary table, a session advisory lock).", labels, nil)
+	descResets      = prometheus.NewDesc("shardlab_proxy_settings_resets_total", "Server connections reset for a client whose settings differ from those the connection carried.", labels, nil)
+	descStateChecks = prometheus.NewDesc("shardlab_proxy_session_state_checks_total", "Questions to a server whether a released connection holds state that lives on it alone.", labels, nil)
 	descClients     = prometheus.NewDesc("shardlab_proxy_clients", "Client sessions.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (a *Admin) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInUse, descIdle, descWaiting, descTurnWaiting, descPoolSize, descOpened, descClosed, descTimeouts, descWaitSeconds, descClients} {
+	for _, d := range []*prometheus.Desc{descInUse, descIdle, descWaiting, descTurnWaiting, descPoolSize, descOpened, descClosed, descTimeouts, descWaitSeconds, descPinned, descResets, descStateChecks, descClients} {
 		ch <- d
 	}
 }
@@ -47,6 +50,9 @@ func (a *Admin) Collect(ch chan<- prometheus.Metric) {
 		counter(descClosed, float64(st.Closed))
 		counter(descTimeouts, float64(st.Timeouts))
 		counter(descWaitSeconds, st.WaitTime.Seconds())
+		gauge(descPinned, float64(st.Pinned))
+		counter(descResets, float64(st.Resets))
+		counter(descStateChecks, float64(st.StateChecks))
 	}
 	ch <- prometheus.MustNewConstMetric(descClients, prometheus.GaugeValue, float64(a.clients()))
 }

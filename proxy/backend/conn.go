@@ -97,16 +97,23 @@ type Sink interface {
 	Send(msg pgproto3.BackendMessage)
 }
 
+// resetSettings undoes every setting a client may have changed: the session
+// authorization and the role (which RESET ALL leaves alone; resetting the session
+// authorization resets the role too), then every other setting. Startup parameters of
+// the connection's DSN survive it.
+const resetSettings = "SET SESSION AUTHORIZATION DEFAULT;RESET ALL;"
+
 // ApplySettings makes the connection carry exactly the settings identified by key:
-// when it carries others, it runs RESET ALL and then statements (each a SET), in one
-// round trip. Startup parameters of the connection's DSN survive RESET ALL.
+// when it carries others, it resets them (resetSettings) and then runs statements
+// (each a SET or a set_config call), in one round trip.
 func (c *Conn) ApplySettings(ctx context.Context, key string, statements []string) error {
 	if c.settings == key {
 		return nil
 	}
 	var b strings.Builder
 	if c.settings != "" {
-		b.WriteString("RESET ALL;")
+		b.WriteString(resetSettings)
+		c.pool.stats.resets.Add(1)
 	}
 	for _, s := range statements {
 		b.WriteString(s)
@@ -143,6 +150,52 @@ func (c *Conn) Discard(ctx context.Context) error {
 		c.settings = unknownSettings
 	}
 	return err
+}
+
+// sessionStateQuery asks whether a server session holds state that lives on its
+// connection alone and that no reset short of DISCARD ALL undoes: a session advisory
+// lock, a temporary object, a LISTEN, an SQL-level prepared statement, a cursor WITH
+// HOLD. The proxy's own prepared statements (protocol-level) do not count.
+const sessionStateQuery = `SELECT EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid())
+ OR EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema())
+ OR EXISTS (SELECT FROM pg_catalog.pg_type WHERE typnamespace = pg_catalog.pg_my_temp_schema())
+ OR EXISTS (SELECT FROM pg_catalog.pg_proc WHERE pronamespace = pg_catalog.pg_my_temp_schema())
+ OR EXISTS (SELECT FROM pg_catalog.pg_listening_channels())
+ OR EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql)
+ OR EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable)`
+
+// HoldsSessionState asks the server whether the connection's session holds state that
+// lives on it alone (see sessionStateQuery): a client that made such state must keep
+// the connection, and no other client may have it, until the state is gone. It is one
+// round trip, for connections whose client ran a statement that may make or drop such
+// state (sqlplan.SessionEffects). The connection must be idle outside a transaction.
+func (c *Conn) HoldsSessionState(ctx context.Context) (bool, error) {
+	c.pool.stats.stateChecks.Add(1)
+	row, err := c.QueryRow(ctx, sessionStateQuery, 1)
+	if err != nil {
+		return false, err
+	}
+	return row[0] == "t", nil
+}
+
+// QueryRow runs a query of the proxy's own that returns one row of n columns, and
+// returns its values as text (NULL as ""). Its answer is not relayed to anyone.
+func (c *Conn) QueryRow(ctx context.Context, sql string, n int) ([]string, error) {
+	results, err := c.pg.Exec(ctx, sql).ReadAll()
+	if err != nil {
+		if c.pg.IsClosed() || !isServerError(err) {
+			return nil, c.brokenErr(err)
+		}
+		return nil, err
+	}
+	if len(results) != 1 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) != n {
+		return nil, fmt.Errorf("backend: %s: %q did not return one row of %d columns", c.pool.name, sql, n)
+	}
+	out := make([]string, n)
+	for i, v := range results[0].Rows[0] {
+		out[i] = string(v)
+	}
+	return out, nil
 }
 
 // exec runs statements with the simple protocol and discards their results.

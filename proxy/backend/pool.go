@@ -4,10 +4,13 @@
 //
 // A Conn remembers what it carries from one user to the next, so that nothing leaks
 // between clients and nothing is done twice: the statements prepared on it (named by
-// the proxy, found by their text) and the settings (SET) applied to it, identified by
-// a key. A client that takes a connection whose settings differ from its own resets it
-// (RESET ALL) and applies its own; a connection that is not idle in a transaction, or
-// that saw an error that may have broken it, is closed rather than pooled.
+// the proxy, found by their text) and the settings (SET, set_config, the role) applied
+// to it, identified by a key. A client that takes a connection whose settings differ
+// from its own resets it (the session authorization, the role, RESET ALL) and applies
+// its own; a connection that is not idle in a transaction, or that saw an error that
+// may have broken it, is closed rather than pooled. State that no such reset undoes (a
+// temporary table, a session advisory lock) keeps its client on the connection: see
+// Conn.HoldsSessionState.
 package backend
 
 import (
@@ -98,6 +101,7 @@ type Pool struct {
 
 	stats struct {
 		inUse, waiting, turnWaiting atomic.Int64
+		pinned, resets, stateChecks atomic.Int64
 		opened, closed, timeouts    atomic.Int64
 		acquires, waitedNanoseconds atomic.Int64
 	}
@@ -169,6 +173,10 @@ func (p *Pool) CountTimeout() { p.stats.timeouts.Add(1) }
 // AddTurnWaiting counts n more (or, negative, fewer) clients waiting for a turn to
 // take one of the pool's connections (Stats.TurnWaiting).
 func (p *Pool) AddTurnWaiting(n int64) { p.stats.turnWaiting.Add(n) }
+
+// AddPinned counts n more (or, negative, fewer) clients kept on one of the pool's
+// connections by state that lives there (Stats.Pinned).
+func (p *Pool) AddPinned(n int64) { p.stats.pinned.Add(n) }
 
 // CheckoutTimeout returns the pool's bound on waiting for a connection.
 func (p *Pool) CheckoutTimeout() time.Duration { return p.opts.CheckoutTimeout }
@@ -322,6 +330,18 @@ type Stats struct {
 	// pool's connections, for a turn to hold server connections at all (the router's
 	// --max-transactions): they wait for this pool all the same.
 	TurnWaiting int64
+	// Pinned counts the clients that, in transaction pooling, keep one of the pool's
+	// connections between transactions because their session holds state that lives
+	// there (a temporary table, a session advisory lock); their connections are in
+	// InUse.
+	Pinned int64
+	// Resets counts connections reset for a client whose settings differ from those
+	// the connection carried (Conn.ApplySettings), and StateChecks the questions
+	// whether a connection holds state that lives on it alone
+	// (Conn.HoldsSessionState): the costs of keeping clients apart, paid only for
+	// clients that changed their session.
+	Resets      int64
+	StateChecks int64
 	Opened      int64 // connections ever opened
 	Closed      int64 // connections ever closed
 	Timeouts    int64 // Acquire calls that gave up after the checkout timeout
@@ -337,7 +357,8 @@ func (p *Pool) Stats() Stats {
 	p.mu.Unlock()
 	return Stats{
 		DataSource: p.name, Size: p.opts.Size,
-		InUse: p.stats.inUse.Load(), Idle: idle, Waiting: p.stats.waiting.Load(), TurnWaiting: p.stats.turnWaiting.Load(),
+		InUse: p.stats.inUse.Load(), Idle: idle, Waiting: p.stats.waiting.Load(), TurnWaiting: p.stats.turnWaiting.Load(), Pinned: p.stats.pinned.Load(),
+		Resets: p.stats.resets.Load(), StateChecks: p.stats.stateChecks.Load(),
 		Opened: p.stats.opened.Load(), Closed: p.stats.closed.Load(), Timeouts: p.stats.timeouts.Load(),
 		Acquires: p.stats.acquires.Load(), WaitTime: time.Duration(p.stats.waitedNanoseconds.Load()),
 	}

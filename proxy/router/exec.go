@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -37,19 +36,30 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 	b := p.bound
 	plan := p.stmt.plan
 	defer s.afterStatement(plan)
+	if err := s.noteEffects(plan, b, maxRows == 0); err != nil {
+		return err
+	}
 	if single(b) && maxRows == 0 {
 		p.finished = true
 		t := b.Targets[0]
 		values, oids, formats := sqlexec.TargetParams(t, p.args)
 		st := backend.Statement{SQL: t.SQL, ParamOIDs: oids, Values: values, ParamFormats: formats,
 			ResultFormats: p.resultFormats, Prepare: prepareOnServer(plan)}
+		var calls []setConfigCall
+		if plan.Session&sqlplan.EffectSetConfig != 0 {
+			var err error
+			if calls, err = setConfigCalls(t.SQL, values, formats); err != nil {
+				return err
+			}
+		}
 		// A transaction's BEGIN on this data source, if it is the first statement
 		// there, goes in the same round trip.
 		return s.onDataSourceJoining(ctx, t.DataSource, func(c *backend.Conn, join []string) (bool, error) {
-			if p.stmt.setsConfig {
-				defer c.ForgetSettings()
+			ran, err := c.ExecAfter(ctx, join, &st, s.client)
+			if err == nil && calls != nil {
+				err = s.followSetConfig(ctx, c, t.DataSource, calls)
 			}
-			return c.ExecAfter(ctx, join, &st, s.client)
+			return ran, err
 		})
 	}
 	res, err := s.engineExecute(ctx, b, p.args, p.resultFormats)
@@ -110,13 +120,24 @@ func (s *Session) afterStatement(plan *sqlplan.Plan) {
 func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
 	plan := b.Plan
 	defer s.afterStatement(plan)
+	if err := s.noteEffects(plan, b, true); err != nil {
+		return err
+	}
 	if single(b) {
 		t := b.Targets[0]
-		return s.onDataSourceJoining(ctx, t.DataSource, func(c *backend.Conn, join []string) (bool, error) {
-			if mayChangeSettings(t.SQL) {
-				defer c.ForgetSettings()
+		var calls []setConfigCall
+		if plan.Session&sqlplan.EffectSetConfig != 0 {
+			var err error
+			if calls, err = setConfigCalls(t.SQL, nil, nil); err != nil {
+				return err
 			}
-			return c.QueryAfter(ctx, join, t.SQL, s.client)
+		}
+		return s.onDataSourceJoining(ctx, t.DataSource, func(c *backend.Conn, join []string) (bool, error) {
+			ran, err := c.QueryAfter(ctx, join, t.SQL, s.client)
+			if err == nil && calls != nil {
+				err = s.followSetConfig(ctx, c, t.DataSource, calls)
+			}
+			return ran, err
 		})
 	}
 	res, err := s.engineExecute(ctx, b, sqlplan.Args{}, nil)
@@ -133,16 +154,26 @@ func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
 	return nil
 }
 
-// mayChangeSettings reports whether a statement may change session settings through a
-// function (set_config), which the proxy cannot follow.
-func mayChangeSettings(sql string) bool {
-	const word = "set_config"
-	for i := 0; i+len(word) <= len(sql); i++ {
-		if (sql[i] == 's' || sql[i] == 'S') && strings.EqualFold(sql[i:i+len(word)], word) {
-			return true
+// noteEffects prepares for what a statement may do to its server connections'
+// sessions (sqlplan.SessionEffects) before it runs: a statement that may make or drop
+// state that lives on a connection alone marks its data sources, so that the release
+// asks the server whether the client must keep the connection. set_config is followed
+// on the fast path only (one data source, the whole answer at once), where the proxy
+// holds the connection it ran on; elsewhere it is refused before anything runs.
+func (s *Session) noteEffects(plan *sqlplan.Plan, b *sqlplan.Bound, fastPath bool) error {
+	e := plan.Session
+	if e == 0 {
+		return nil
+	}
+	if e&sqlplan.EffectSetConfig != 0 && !(single(b) && fastPath) {
+		return pgError("0A000", "shardlab: set_config in a statement that runs on several data sources, or that is fetched in parts: the proxy follows set_config only in a statement that runs on one data source")
+	}
+	for _, t := range b.Targets {
+		if e&sqlplan.EffectBinds != 0 || e&sqlplan.EffectUnbinds != 0 && s.leases.isPinned(t.DataSource) {
+			s.leases.recheck(t.DataSource)
 		}
 	}
-	return false
+	return nil
 }
 
 // fieldsOf converts the engine's column descriptions to the protocol's.

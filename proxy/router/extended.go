@@ -19,9 +19,6 @@ type statement struct {
 	plan *sqlplan.Plan
 	gen  uint64 // the router's schema generation the plan belongs to
 	desc *description
-	// setsConfig: the text calls set_config, which changes settings behind the proxy's
-	// back.
-	setsConfig bool
 }
 
 // portal is a bound statement, ready to execute.
@@ -84,7 +81,7 @@ func (s *Session) Parse(ctx context.Context, name, sql string, oids []uint32) er
 	if plan.Kind == sqlplan.KindCopy {
 		return s.fail(pgError("0A000", "shardlab: COPY through the extended protocol; send it as a simple query"))
 	}
-	st := &statement{name: name, sql: sql, plan: plan, gen: gen, setsConfig: mayChangeSettings(sql)}
+	st := &statement{name: name, sql: sql, plan: plan, gen: gen}
 	if len(oids) > 0 {
 		st.oids = append([]uint32(nil), oids...)
 	}
@@ -341,7 +338,7 @@ func (s *Session) Execute(ctx context.Context, name string, maxRows uint32, last
 	case sqlplan.KindSet:
 		err = s.set(ctx, plan.SQL)
 	case sqlplan.KindDiscard:
-		err = s.discard(plan.SQL)
+		err = s.discardStatement(ctx, plan.SQL)
 	default:
 		if !lastInBatch {
 			s.beginImplicit()

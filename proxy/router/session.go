@@ -40,14 +40,17 @@ type Session struct {
 	stmts   map[string]*statement
 	portals map[string]*portal
 
-	// Settings: the startup packet's, then the session's SETs (committed), then those of
-	// the open transaction (pending until it commits). key identifies the whole list,
-	// which every server connection the client uses carries.
-	startup  []setting
-	settings []setting
-	pending  []setting
-	key      string
-	stmtsSQL []string
+	// Settings (see settings.go): the startup packet's, then the session's own. Inside a
+	// transaction that changed them, txSettings are the session's settings as they will
+	// be if it commits, and saved those at each savepoint. key identifies the whole
+	// list, which every server connection the client uses carries.
+	startup    []setting
+	settings   []setting
+	txSettings []setting
+	txChanged  bool
+	saved      []savedSettings
+	key        string
+	stmtsSQL   []string
 	// txLocal are SET LOCAL and SET TRANSACTION statements of the open transaction,
 	// run on each data source when it joins the transaction.
 	txLocal []string
@@ -80,7 +83,7 @@ type setting struct {
 // (user and database are left out). Call Start before serving statements.
 func (r *Router) NewSession(client Client, user string, startup map[string]string) (*Session, error) {
 	s := &Session{r: r, client: client, user: user, stmts: map[string]*statement{}, portals: map[string]*portal{}}
-	s.leases = &leases{s: s, held: map[int]*lease{}, pinned: map[int]*backend.Conn{}}
+	s.leases = &leases{s: s, held: map[int]*lease{}, pinned: map[int]*backend.Conn{}, check: map[int]bool{}}
 	s.tx = sqlexec.NewSession(s.leases, r.committer)
 	if r.detector != nil {
 		s.tx.SetDeadlockDetector(r.detector)
@@ -156,7 +159,7 @@ func quoteLiteral(s string) string {
 // settingsChanged recomputes the key and statement list of the client's settings.
 func (s *Session) settingsChanged() {
 	s.stmtsSQL = s.stmtsSQL[:0]
-	for _, list := range [][]setting{s.startup, s.settings, s.pending} {
+	for _, list := range [][]setting{s.startup, s.currentSettings()} {
 		for _, st := range list {
 			s.stmtsSQL = append(s.stmtsSQL, st.sql)
 		}
@@ -235,11 +238,24 @@ func (s *Session) isFailed() bool { return s.failed || s.tx.Failed() }
 // client's sqlexec.Session, applies the client's settings to every connection it lends,
 // keeps connections for the whole session in session pooling, and remembers which
 // connections the client holds so that a cancel request reaches them.
+//
+// In transaction pooling a connection goes back to its pool after each transaction,
+// unless its session holds state that lives on it alone (a temporary table, a session
+// advisory lock): the client then keeps it, pinned, until that state is gone or the
+// client leaves, and no other client gets it meanwhile. A statement that may make or
+// drop such state (sqlplan.SessionEffects) marks its data source for a check, and the
+// release asks the server (backend.Conn.HoldsSessionState); other statements cost
+// nothing.
 type leases struct {
-	s      *Session
-	mu     sync.Mutex
-	held   map[int]*lease
-	pinned map[int]*backend.Conn // session pooling
+	s    *Session
+	mu   sync.Mutex
+	held map[int]*lease
+	// pinned are the connections the client keeps between transactions: all it uses
+	// in session pooling, those holding state that lives on them in transaction pooling.
+	pinned map[int]*backend.Conn
+	// check marks the data sources whose connection is to be asked, when released,
+	// whether it holds such state.
+	check map[int]bool
 	// turn: the client holds one of the router's turns (Config.MaxTransactions), for
 	// turnUsers connections held or being acquired; the last to go gives it back.
 	turnMu    sync.Mutex // serialises taking the turn among concurrent Acquires
@@ -426,20 +442,76 @@ func (x *lease) Run(_ context.Context, fn func(*pgconn.PgConn) error) error {
 // Release implements sqlexec.Lease.
 func (x *lease) Release(reuse bool) {
 	l := x.l
+	pool := l.s.r.pools[x.ds]
 	l.mu.Lock()
 	delete(l.held, x.ds)
-	keep := l.s.r.mode == PoolSession && reuse && l.pinned[x.ds] == x.c
-	if !keep {
-		delete(l.pinned, x.ds)
-	}
+	wasPinned := l.pinned[x.ds] == x.c
+	check := l.check[x.ds]
+	delete(l.check, x.ds)
 	l.mu.Unlock()
 	if l.s.dirty {
 		x.c.ForgetSettings()
 	}
+	keep := reuse && wasPinned
+	if l.s.r.mode == PoolTransaction && reuse && check {
+		ctx, cancel := context.WithTimeout(context.Background(), stateCheckTimeout)
+		held, err := x.c.HoldsSessionState(ctx)
+		cancel()
+		if err != nil {
+			reuse = false
+		}
+		keep = err == nil && held
+	}
+	if l.s.r.mode == PoolTransaction && keep != wasPinned {
+		if keep {
+			pool.AddPinned(1)
+		} else {
+			pool.AddPinned(-1)
+		}
+	}
+	l.mu.Lock()
+	if keep {
+		l.pinned[x.ds] = x.c
+	} else {
+		delete(l.pinned, x.ds)
+	}
+	l.mu.Unlock()
 	if !keep {
-		l.s.r.pools[x.ds].Release(x.c, reuse)
+		pool.Release(x.c, reuse)
 		l.giveTurn()
 	}
+}
+
+// stateCheckTimeout bounds the question whether a released connection holds state that
+// lives on it alone (a shutdown interrupts it sooner, as any exchange of a lent
+// connection).
+const stateCheckTimeout = 30 * time.Second
+
+// recheck marks data source ds: when the client's connection there is next released,
+// ask whether it holds state that lives on it alone (transaction pooling).
+func (l *leases) recheck(ds int) {
+	if l.s.r.mode != PoolTransaction {
+		return
+	}
+	l.mu.Lock()
+	l.check[ds] = true
+	l.mu.Unlock()
+}
+
+// isPinned reports whether the client keeps a connection of data source ds between
+// transactions.
+func (l *leases) isPinned(ds int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pinned[ds] != nil
+}
+
+// kept returns the data sources whose connections the client keeps between
+// transactions, in order.
+func (l *leases) kept() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(maps.Keys(l.pinned))
 }
 
 // takeTurn makes the client hold one of the router's turns (Config.MaxTransactions)
@@ -513,8 +585,12 @@ func (l *leases) closeAll(ctx context.Context) {
 	l.pinned = map[int]*backend.Conn{}
 	l.mu.Unlock()
 	for ds, c := range pinned {
+		if l.s.r.mode == PoolTransaction {
+			l.s.r.pools[ds].AddPinned(-1)
+		}
 		err := c.Discard(ctx)
 		l.s.r.pools[ds].Release(c, err == nil)
+		l.giveTurn()
 	}
 }
 

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -10,25 +11,43 @@ import (
 	"github.com/shardlab/shardlab/proxy/backend"
 )
 
-// A client's SET is its own. Outside a transaction it runs on the default data source
-// (which checks it and answers, with the ParameterStatus a reported setting brings)
-// and joins the client's settings, which every connection the client uses afterwards
-// carries: a connection whose settings differ is reset (RESET ALL) and given the
-// client's before it serves the client. Inside a transaction it runs on every data
-// source the transaction has touched and the ones that join later, and it stays only
-// if the transaction commits. SET LOCAL and SET TRANSACTION last for the transaction.
+// A client's settings are its own. The session keeps them as a list of statements
+// (SET, or set_config calls) that, replayed in order on a reset server connection, give
+// it the client's settings; a key identifies the list, and every connection the client
+// uses is made to carry it (backend.Conn.ApplySettings resets a connection whose key
+// differs). The list follows PostgreSQL's rules:
+//   - SET name replaces an earlier SET of the same name; RESET name and SET name TO
+//     DEFAULT drop it, back to the value the session started with;
+//   - RESET ALL drops every setting but the role and the session authorization, which
+//     it leaves alone;
+//   - setting or resetting the session authorization resets the role too;
+//   - SET LOCAL, SET TRANSACTION and set_config(..., true) last for the transaction;
+//   - inside a transaction the list changes as the transaction goes, and is kept only
+//     if it commits; ROLLBACK TO SAVEPOINT brings back the list of that savepoint.
+//
+// Outside a transaction a SET runs on the default data source (which checks it and
+// answers, with the ParameterStatus a reported setting brings); inside one it runs on
+// every data source the transaction has touched, and follows it to those that join.
 
 // setKind classifies a SET or RESET statement.
 type setKind int
 
 const (
-	setSession     setKind = iota // SET [SESSION] name ..., RESET name
-	setTransaction                // SET LOCAL, SET TRANSACTION: for the open transaction
-	resetAll                      // RESET ALL
+	setValue   setKind = iota // SET [SESSION] name ...: the parameter takes a value
+	setDefault                // RESET name, SET name TO DEFAULT
+	resetAll                  // RESET ALL
+	setLocal                  // SET LOCAL, SET TRANSACTION: for the open transaction
 )
 
-// classifySet reads which parameter a SET or RESET statement changes and for how
-// long. SET statements are rare (a few per connection), so parsing each is cheap.
+// The identity parameters: RESET ALL leaves them alone, and a change of the session
+// authorization resets the role.
+const (
+	paramRole                 = "role"
+	paramSessionAuthorization = "session_authorization"
+)
+
+// classifySet reads which parameter a SET or RESET statement changes and how. SET
+// statements are rare (a few per connection), so parsing each is cheap.
 func classifySet(sql string) (setKind, string, error) {
 	tree, err := pg.Parse(sql)
 	if err != nil || len(tree.Stmts) != 1 {
@@ -38,25 +57,93 @@ func classifySet(sql string) (setKind, string, error) {
 	if v == nil {
 		return 0, "", pgError("42601", "not a SET statement: %q", sql)
 	}
+	name := strings.ToLower(v.Name)
 	switch {
 	case v.Kind == pg.VariableSetKind_VAR_RESET_ALL:
 		return resetAll, "", nil
-	case v.IsLocal || v.Name == "TRANSACTION":
-		return setTransaction, strings.ToLower(v.Name), nil
+	case v.IsLocal || v.Name == "TRANSACTION" || strings.HasPrefix(v.Name, "TRANSACTION "):
+		return setLocal, name, nil
+	case v.Kind == pg.VariableSetKind_VAR_RESET || v.Kind == pg.VariableSetKind_VAR_SET_DEFAULT:
+		return setDefault, name, nil
 	}
-	return setSession, strings.ToLower(v.Name), nil
+	return setValue, name, nil
 }
 
-// setSetting adds st to a settings list, replacing an earlier SET of the same
-// parameter (the later one wins anyway; this keeps the list short).
-func setSetting(list []setting, st setting) []setting {
-	out := list[:0:0]
-	for _, x := range list {
-		if x.name != st.name {
-			out = append(out, x)
+// applySet returns a settings list after a statement of kind changed parameter name
+// (sql is the statement, kept for replay). The list given is not modified.
+func applySet(list []setting, kind setKind, name, sql string) []setting {
+	drop := func(st setting) bool {
+		switch kind {
+		case resetAll:
+			return st.name != paramRole && st.name != paramSessionAuthorization
+		case setValue, setDefault:
+			return st.name == name || name == paramSessionAuthorization && st.name == paramRole
+		}
+		return false
+	}
+	out := make([]setting, 0, len(list)+1)
+	for _, st := range list {
+		if !drop(st) {
+			out = append(out, st)
 		}
 	}
-	return append(out, st)
+	if kind == setValue {
+		out = append(out, setting{name: name, sql: sql})
+	}
+	return out
+}
+
+// savedSettings is the settings list at a savepoint of the open transaction.
+type savedSettings struct {
+	name string // the savepoint's name, quoted as an identifier
+	list []setting
+}
+
+// currentSettings returns the client's settings as they stand: inside a transaction
+// that changed them, as they will be if it commits.
+func (s *Session) currentSettings() []setting {
+	if s.txChanged {
+		return s.txSettings
+	}
+	return s.settings
+}
+
+// changeTxSettings applies a change to the open transaction's settings.
+func (s *Session) changeTxSettings(kind setKind, name, sql string) {
+	s.txSettings = applySet(s.currentSettings(), kind, name, sql)
+	s.txChanged = true
+	s.dirty = true
+	s.settingsChanged()
+}
+
+// savepointSettings records the settings at a new savepoint.
+func (s *Session) savepointSettings(name string) {
+	s.saved = append(s.saved, savedSettings{name: name, list: s.currentSettings()})
+}
+
+// rollbackSettings brings back the settings of the latest savepoint named name, which
+// stays; release drops it and the savepoints after it.
+func (s *Session) rollbackSettings(name string, release bool) {
+	i := lastSaved(s.saved, name)
+	if i < 0 {
+		return
+	}
+	if release {
+		s.saved = s.saved[:i]
+		return
+	}
+	s.txSettings, s.txChanged = s.saved[i].list, true
+	s.saved = s.saved[:i+1]
+	s.settingsChanged()
+}
+
+func lastSaved(saved []savedSettings, name string) int {
+	for i := len(saved) - 1; i >= 0; i-- {
+		if saved[i].name == name {
+			return i
+		}
+	}
+	return -1
 }
 
 // set runs a SET or RESET statement.
@@ -65,65 +152,36 @@ func (s *Session) set(ctx context.Context, sql string) error {
 	if err != nil {
 		return err
 	}
-	inTx := s.explicit || s.implicit
-	if inTx {
-		if err := s.setInTransaction(ctx, sql); err != nil {
+	if s.explicit || s.implicit {
+		if err := s.inTransaction(ctx, -1, func(c *backend.Conn, sink backend.Sink) error { return c.Query(ctx, sql, sink) }); err != nil {
 			return err
 		}
-		switch kind {
-		case setTransaction:
-			s.txLocal = append(s.txLocal, sql)
-			// The data sources in the transaction ran it just now.
-			s.conns.mu.Lock()
-			for ds, st := range s.conns.state {
-				st.local = true
-				s.conns.state[ds] = st
-			}
-			s.conns.mu.Unlock()
-		case resetAll:
-			s.dirty = true
-			// RESET ALL undoes the session's SETs unless the transaction rolls back;
-			// keep it simple: it takes effect at once for what follows.
-			s.settings, s.pending = nil, nil
-			s.settingsChanged()
-		default:
-			s.dirty = true
-			s.pending = setSetting(s.pending, setting{name: name, sql: sql})
-			s.settingsChanged()
+		if kind == setLocal {
+			s.addLocal(sql)
+		} else {
+			s.changeTxSettings(kind, name, sql)
 		}
 		return nil
 	}
 	ds := s.r.rules.DefaultDataSource()
 	old := s.settings
-	switch kind {
-	case resetAll:
-		s.settings = nil
-	case setSession:
-		if strings.HasPrefix(strings.ToUpper(firstWord(sql)), "RESET") {
-			// RESET brings back the startup value, which the replayed startup
-			// settings already give; drop the session's own SET of the parameter.
-			var kept []setting
-			for _, x := range s.settings {
-				if x.name != name {
-					kept = append(kept, x)
-				}
-			}
-			s.settings = kept
-		} else {
-			s.settings = setSetting(s.settings, setting{name: name, sql: sql})
-		}
+	if kind != setLocal {
+		// The key is computed after the statement ran: the connection is first given the
+		// settings it had.
+		s.settings = applySet(s.settings, kind, name, sql)
 	}
 	err = s.onDataSource(ctx, ds, func(c *backend.Conn) error {
-		// The connection carries the old settings; after this statement it carries the
-		// new ones, except after RESET (which returns to the server's defaults, not the
-		// client's startup values) and SET LOCAL outside a transaction (no effect).
 		if err := c.Query(ctx, sql, s.client); err != nil {
 			return err
 		}
-		if kind == setSession && !strings.HasPrefix(strings.ToUpper(firstWord(sql)), "RESET") {
+		switch kind {
+		case setValue:
+			// The connection carried the old list; with this SET it carries the new one.
 			s.settingsChanged()
 			c.SetSettingsKey(s.key)
-		} else {
+		case setDefault, resetAll:
+			// The server went back to its own defaults, not to the client's startup
+			// values: the next use resets the connection and replays the list.
 			c.ForgetSettings()
 		}
 		return nil
@@ -135,19 +193,34 @@ func (s *Session) set(ctx context.Context, sql string) error {
 	return err
 }
 
-// setInTransaction runs a SET on the default data source (joining it to the
-// transaction, to check the statement and answer) and on every other data source the
-// transaction has touched; only the first answer reaches the client.
-func (s *Session) setInTransaction(ctx context.Context, sql string) error {
+// addLocal records a statement that sets a parameter for the open transaction: it ran
+// on every data source the transaction has touched, and runs on those that join later.
+func (s *Session) addLocal(sql string) {
+	s.txLocal = append(s.txLocal, sql)
+	s.conns.mu.Lock()
+	for ds, st := range s.conns.state {
+		st.local = true
+		s.conns.state[ds] = st
+	}
+	s.conns.mu.Unlock()
+}
+
+// inTransaction runs a session statement of the open transaction (a SET, a DISCARD) on
+// the default data source, joining it to the transaction, and on every other data
+// source the transaction has touched, except skip (-1: none); the default data source's
+// answer reaches the client, the others' are dropped.
+func (s *Session) inTransaction(ctx context.Context, skip int, run func(c *backend.Conn, sink backend.Sink) error) error {
 	ds := s.r.rules.DefaultDataSource()
-	if err := s.onDataSource(ctx, ds, func(c *backend.Conn) error { return c.Query(ctx, sql, s.client) }); err != nil {
-		return err
+	if ds != skip {
+		if err := s.onDataSource(ctx, ds, func(c *backend.Conn) error { return run(c, s.client) }); err != nil {
+			return err
+		}
 	}
 	for _, other := range s.tx.Touched() {
-		if other == ds {
+		if other == ds || other == skip {
 			continue
 		}
-		if err := s.onDataSource(ctx, other, func(c *backend.Conn) error { return c.Query(ctx, sql, discard{}) }); err != nil {
+		if err := s.onDataSource(ctx, other, func(c *backend.Conn) error { return run(c, discard{}) }); err != nil {
 			return err
 		}
 	}
@@ -159,25 +232,52 @@ type discard struct{}
 
 func (discard) Send(pgproto3.BackendMessage) {}
 
-// discard runs DISCARD: DISCARD ALL forgets the client's settings, prepared statements
-// and portals (server connections are reset when they next serve the client); the
-// other forms have nothing to forget in the proxy, since the client holds no server
-// connection between transactions.
-func (s *Session) discard(sql string) error {
-	words := strings.Fields(strings.ToUpper(sql))
-	what := "ALL"
-	if len(words) > 1 {
-		what = strings.TrimSuffix(words[1], ";")
+// discardStatement runs DISCARD ALL, PLANS, SEQUENCES or TEMP for real: on the default
+// data source and on every server connection the client holds (its transaction's) or
+// keeps (session pooling, or state that lives on a connection). DISCARD ALL also
+// forgets the client's settings, prepared statements and portals, and cannot run in a
+// transaction block.
+func (s *Session) discardStatement(ctx context.Context, sql string) error {
+	tree, err := pg.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 || tree.Stmts[0].Stmt.GetDiscardStmt() == nil {
+		return pgError("42601", "cannot read DISCARD statement %q", sql)
 	}
-	if what == "ALL" {
-		if s.explicit || s.implicit {
-			return pgError("25001", "DISCARD ALL cannot run inside a transaction block")
+	all := tree.Stmts[0].Stmt.GetDiscardStmt().Target == pg.DiscardMode_DISCARD_ALL
+	if all && (s.explicit || s.implicit) {
+		return pgError("25001", "DISCARD ALL cannot run inside a transaction block")
+	}
+	dss := []int{s.r.rules.DefaultDataSource()}
+	for _, ds := range append(s.leases.kept(), s.tx.Touched()...) {
+		if !slices.Contains(dss, ds) {
+			dss = append(dss, ds)
 		}
-		s.settings, s.pending = nil, nil
+	}
+	for i, ds := range dss {
+		var sink backend.Sink = discard{}
+		if i == 0 {
+			sink = s.client
+		}
+		err := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
+			// What lives on the connection may be gone: look again when it is released.
+			s.leases.recheck(ds)
+			if !all {
+				return c.Query(ctx, sql, sink)
+			}
+			if err := c.Discard(ctx); err != nil {
+				return err
+			}
+			sink.Send(&pgproto3.CommandComplete{CommandTag: []byte("DISCARD ALL")})
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if all {
+		s.settings = nil
 		s.settingsChanged()
 		clear(s.stmts)
 		clear(s.portals)
 	}
-	s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte("DISCARD " + what)})
 	return nil
 }

@@ -66,7 +66,7 @@ func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) 
 	case sqlplan.KindSet:
 		return s.set(ctx, stmt)
 	case sqlplan.KindDiscard:
-		return s.discard(stmt)
+		return s.discardStatement(ctx, stmt)
 	case sqlplan.KindCopy:
 		return s.copy(ctx, plan)
 	}

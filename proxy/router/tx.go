@@ -42,15 +42,14 @@ func (s *Session) endImplicit(ctx context.Context, ok bool) error {
 // endTx forgets what lived for the transaction only; committed says whether its SETs
 // stay.
 func (s *Session) endTx(committed bool) {
-	if len(s.pending) > 0 {
+	if s.txChanged {
 		if committed {
-			for _, st := range s.pending {
-				s.settings = setSetting(s.settings, st)
-			}
+			s.settings = s.txSettings
 		}
-		s.pending = nil
+		s.txSettings, s.txChanged = nil, false
 		s.settingsChanged()
 	}
+	s.saved = nil
 	s.txLocal = nil
 	s.conns.mu.Lock()
 	clear(s.conns.state)
@@ -110,12 +109,17 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 		}
 		switch plan.Tx {
 		case sqlplan.TxSavepoint:
-			err = s.tx.Savepoint(ctx, name)
+			if err = s.tx.Savepoint(ctx, name); err == nil {
+				s.savepointSettings(name)
+			}
 		case sqlplan.TxRelease:
-			err = s.tx.ReleaseSavepoint(ctx, name)
+			if err = s.tx.ReleaseSavepoint(ctx, name); err == nil {
+				s.rollbackSettings(name, true)
+			}
 		case sqlplan.TxRollbackTo:
 			if err = s.tx.RollbackTo(ctx, name); err == nil {
 				s.failed = false
+				s.rollbackSettings(name, false)
 			}
 		}
 		if err != nil {

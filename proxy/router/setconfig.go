@@ -1,0 +1,224 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/shardlab/shardlab/proxy/backend"
+)
+
+// set_config(name, value, is_local) changes a setting as SET does, from inside any
+// statement. The proxy follows it as it follows SET: it reads which settings the
+// statement's calls name, and after the statement ran, reads their values back from
+// the server and adds them to the client's settings (or, for is_local, to the open
+// transaction's), so that they follow the client to every data source. That costs one
+// more round trip, for statements that call set_config only. A call whose name or
+// is_local is not a constant or a parameter cannot be followed, and is refused before
+// anything runs.
+
+// setConfigCall is one call of set_config: which setting, and whether for the open
+// transaction only.
+type setConfigCall struct {
+	name  string // as given; PostgreSQL folds it to lower case
+	local bool
+}
+
+// setConfigCalls reads the set_config calls of one statement, sql as sent to the
+// server, whose parameters $1, $2 ... have values (in formats; nil is NULL). A call with
+// a NULL name or is_local is left out: the server refuses it.
+func setConfigCalls(sql string, values [][]byte, formats []int16) ([]setConfigCall, error) {
+	tree, err := pg.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return nil, pgError("42601", "cannot read the statement that calls set_config")
+	}
+	var calls []setConfigCall
+	var bad error
+	walkMessages(tree.Stmts[0].Stmt, func(m proto.Message) {
+		f, ok := m.(*pg.FuncCall)
+		if !ok || bad != nil || !isSetConfig(f) {
+			return
+		}
+		if len(f.Args) != 3 {
+			return // no such function: the server says so
+		}
+		name, null, ok := constantArg(f.Args[0], values, formats, false)
+		if !ok {
+			bad = pgError("0A000", "shardlab: set_config with a setting name that is neither a constant nor a parameter: the proxy must know which setting to carry to the client's other server connections")
+			return
+		}
+		local, nullLocal, ok := constantArg(f.Args[2], values, formats, true)
+		if !ok {
+			bad = pgError("0A000", "shardlab: set_config with an is_local argument that is neither a constant nor a parameter")
+			return
+		}
+		if null || nullLocal {
+			return
+		}
+		isLocal, ok := parseBool(local)
+		if !ok {
+			return // not a boolean: the server refuses it
+		}
+		calls = append(calls, setConfigCall{name: name, local: isLocal})
+	})
+	return calls, bad
+}
+
+// isSetConfig reports whether a call is PostgreSQL's set_config.
+func isSetConfig(f *pg.FuncCall) bool {
+	n := len(f.Funcname)
+	if n == 0 || n > 2 || f.Funcname[n-1].GetString_().GetSval() != "set_config" {
+		return false
+	}
+	return n == 1 || f.Funcname[0].GetString_().GetSval() == "pg_catalog"
+}
+
+// constantArg returns the text of an argument that is a constant or a parameter (with
+// casts around it); null reports a NULL. A binary boolean parameter reads as "t" or
+// "f", and any other binary value as its bytes (text's binary form).
+func constantArg(n *pg.Node, values [][]byte, formats []int16, boolean bool) (text string, null, ok bool) {
+	for n.GetTypeCast() != nil {
+		n = n.GetTypeCast().Arg
+	}
+	if c := n.GetAConst(); c != nil {
+		switch {
+		case c.Isnull:
+			return "", true, true
+		case c.GetSval() != nil:
+			return c.GetSval().Sval, false, true
+		case c.GetBoolval() != nil:
+			if c.GetBoolval().Boolval {
+				return "t", false, true
+			}
+			return "f", false, true
+		case c.GetIval() != nil:
+			return fmt.Sprint(c.GetIval().Ival), false, true
+		}
+		return "", false, false
+	}
+	if p := n.GetParamRef(); p != nil {
+		i := int(p.Number) - 1
+		if i < 0 || i >= len(values) {
+			return "", false, false
+		}
+		v := values[i]
+		if v == nil {
+			return "", true, true
+		}
+		if format(formats, i) == 1 && boolean {
+			if len(v) == 1 && v[0] != 0 {
+				return "t", false, true
+			}
+			return "f", false, true
+		}
+		return string(v), false, true
+	}
+	return "", false, false
+}
+
+// parseBool reads a boolean as PostgreSQL's input function does (any unique prefix of
+// true, false, yes, no, on, off; 1 or 0).
+func parseBool(s string) (bool, bool) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	switch {
+	case s == "":
+		return false, false
+	case s == "1" || strings.HasPrefix("true", s) || strings.HasPrefix("yes", s) || s == "on":
+		return true, true
+	case s == "0" || strings.HasPrefix("false", s) || s == "no" || s == "n" || s == "off" || s == "of":
+		return false, true
+	}
+	return false, false
+}
+
+// walkMessages visits every protobuf message under root.
+func walkMessages(root proto.Message, fn func(proto.Message)) {
+	var visit func(m protoreflect.Message)
+	visit = func(m protoreflect.Message) {
+		if !m.IsValid() {
+			return
+		}
+		fn(m.Interface())
+		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			switch {
+			case fd.IsList() && fd.Message() != nil:
+				l := v.List()
+				for i := 0; i < l.Len(); i++ {
+					visit(l.Get(i).Message())
+				}
+			case fd.Message() != nil && !fd.IsMap():
+				visit(v.Message())
+			}
+			return true
+		})
+	}
+	visit(root.ProtoReflect())
+}
+
+// setConfigSQL is the statement that replays a set_config call.
+func setConfigSQL(name, value string, local bool) string {
+	return fmt.Sprintf("SELECT pg_catalog.set_config(%s, %s, %t)", quoteLiteral(name), quoteLiteral(value), local)
+}
+
+// followSetConfig runs after a statement with set_config calls succeeded on connection
+// c of data source ds: it reads the values the calls left and makes them the client's,
+// as SET statements would.
+func (s *Session) followSetConfig(ctx context.Context, c *backend.Conn, ds int, calls []setConfigCall) error {
+	inTx := s.explicit || s.implicit
+	var names []string
+	for _, call := range calls {
+		if call.local && !inTx {
+			continue // it lasted for the statement only
+		}
+		names = append(names, call.name)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	var q strings.Builder
+	q.WriteString("SELECT ")
+	for i, name := range names {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("pg_catalog.current_setting(" + quoteLiteral(name) + ")")
+	}
+	values, err := c.QueryRow(ctx, q.String(), len(names))
+	if err != nil {
+		c.ForgetSettings()
+		return err
+	}
+	k := 0
+	for _, call := range calls {
+		if call.local && !inTx {
+			continue
+		}
+		sql := setConfigSQL(call.name, values[k], call.local)
+		name := strings.ToLower(call.name)
+		k++
+		if inTx {
+			// The other data sources of the transaction take it now, those that join
+			// later when they join.
+			if err := s.inTransaction(ctx, ds, func(c *backend.Conn, _ backend.Sink) error { return c.Query(ctx, sql, discard{}) }); err != nil {
+				return err
+			}
+			if call.local {
+				s.addLocal(sql)
+			} else {
+				s.changeTxSettings(setValue, name, sql)
+			}
+			continue
+		}
+		s.settings = applySet(s.settings, setValue, name, sql)
+	}
+	if !inTx {
+		// The connection carried the client's settings; now it carries these too.
+		s.settingsChanged()
+		c.SetSettingsKey(s.key)
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package router
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestApplySet: the settings list follows PostgreSQL's rules for SET, RESET, RESET ALL,
+// the role and the session authorization.
+func TestApplySet(t *testing.T) {
+	steps := []struct {
+		sql  string
+		want string // the names in the list after the statement, in replay order
+	}{
+		{"SET work_mem = '8MB'", "work_mem"},
+		{"SET ROLE r", "work_mem role"},
+		{"SET work_mem = '9MB'", "role work_mem"},
+		{"RESET ALL", "role"},
+		{"SET search_path = a", "role search_path"},
+		{"SET SESSION AUTHORIZATION u", "search_path session_authorization"},
+		{"SET ROLE r", "search_path session_authorization role"},
+		{"RESET SESSION AUTHORIZATION", "search_path"},
+		{"SET ROLE r", "search_path role"},
+		{"RESET ROLE", "search_path"},
+		{"SET search_path TO DEFAULT", ""},
+		{"SET LOCAL work_mem = '1MB'", ""},
+		{"SET TIME ZONE 'UTC'", "timezone"},
+		{"SET SESSION AUTHORIZATION DEFAULT", "timezone"},
+	}
+	var list []setting
+	for _, st := range steps {
+		kind, name, err := classifySet(st.sql)
+		if err != nil {
+			t.Fatalf("%s: %v", st.sql, err)
+		}
+		before := len(list)
+		next := applySet(list, kind, name, st.sql)
+		if len(list) != before {
+			t.Fatalf("%s: the list given was modified", st.sql)
+		}
+		list = next
+		var names []string
+		for _, x := range list {
+			names = append(names, x.name)
+		}
+		if got := strings.Join(names, " "); got != st.want {
+			t.Errorf("after %s: %q, want %q", st.sql, got, st.want)
+		}
+	}
+}
+
+// TestSetConfigCalls: the settings a statement's set_config calls name are read from
+// constants and parameters; anything else is refused.
+func TestSetConfigCalls(t *testing.T) {
+	calls, err := setConfigCalls("SELECT set_config('app.a', 'x', false), pg_catalog.set_config($1, 'y', $2::bool)", [][]byte{[]byte("work_mem"), {1}}, []int16{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 2 || calls[0] != (setConfigCall{"app.a", false}) || calls[1] != (setConfigCall{"work_mem", true}) {
+		t.Errorf("calls %+v", calls)
+	}
+	if _, err := setConfigCalls("SELECT set_config(name, 'x', false) FROM t", nil, nil); err == nil || !strings.Contains(err.Error(), "0A000") {
+		t.Errorf("a name from a column: %v", err)
+	}
+	if calls, err := setConfigCalls("SELECT set_config(NULL, 'x', false)", nil, nil); err != nil || len(calls) != 0 {
+		t.Errorf("a NULL name: %+v %v", calls, err)
+	}
+	for in, want := range map[string]bool{"t": true, "TRUE": true, "on": true, "1": true, "y": true, "f": false, "off": false, "no": false, "0": false} {
+		if got, ok := parseBool(in); !ok || got != want {
+			t.Errorf("parseBool(%q) = %v, %v", in, got, ok)
+		}
+	}
+	if _, ok := parseBool("o"); ok {
+		t.Error("parseBool(o) is ambiguous in PostgreSQL")
+	}
+}

@@ -1,0 +1,477 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/proxy"
+	"github.com/shardlab/shardlab/proxy/router"
+)
+
+// The tests of this file hold the proxy to one rule: whenever a server connection passes
+// from one client to another, it carries nothing the first client changed (settings,
+// role, session authorization, temporary objects, advisory locks, prepared
+// statements), in both pool modes; and within a session, every statement that changes
+// session state behaves as on one PostgreSQL server. Each starts a proxy with a pool of
+// one server connection, so that two clients must share it.
+
+var poolModes = []router.PoolMode{router.PoolTransaction, router.PoolSession}
+
+func withPoolMode(m router.PoolMode) option {
+	return func(c *proxy.Config) { c.PoolMode = m }
+}
+
+// sharing runs check in each pool mode over a proxy with one shard and one server
+// connection: client a runs setup; then, in transaction pooling, client b connects
+// beside a (a stays connected, its state alive), and in session pooling once a has
+// left, which is when its connection passes on. checkA checks that a kept its own
+// state (in transaction pooling, across transactions). Every step uses the simple
+// protocol and the extended one alike through pgx.
+func sharing(t *testing.T, setup []string, checkB func(t *testing.T, b *pgx.Conn), checkA func(t *testing.T, a *pgx.Conn)) {
+	for _, mode := range poolModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := startProxy(t, 1, nil, nil, withPool(1, 10*time.Second), withPoolMode(mode))
+			ctx := context.Background()
+			a, err := pgx.Connect(ctx, e.url(""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close(ctx)
+			for _, sql := range setup {
+				exec1(t, a, sql)
+			}
+			if checkA != nil {
+				checkA(t, a)
+			}
+			if mode == router.PoolSession {
+				a.Close(ctx)
+			}
+			b := e.connect(t)
+			checkB(t, b)
+			if mode == router.PoolTransaction && checkA != nil {
+				checkA(t, a)
+			}
+		})
+	}
+}
+
+func queryText(t testing.TB, c *pgx.Conn, sql string, args ...any) string {
+	t.Helper()
+	var v *string
+	if err := c.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	if v == nil {
+		return "<null>"
+	}
+	return *v
+}
+
+// TestRoleDoesNotCross: one client's role and session authorization, however set,
+// never reach the next client of its server connection.
+func TestRoleDoesNotCross(t *testing.T) {
+	role := pgtest.NewRole(t, "r_low", "")
+	setters := []string{
+		"SET ROLE " + role,
+		"SET SESSION AUTHORIZATION " + role,
+		"SELECT set_config('role', '" + role + "', false)",
+	}
+	for _, set := range setters {
+		t.Run(strings.Fields(set)[1], func(t *testing.T) {
+			sharing(t, []string{set},
+				func(t *testing.T, b *pgx.Conn) {
+					for range 2 {
+						if got := queryText(t, b, "SELECT current_user"); got != "postgres" {
+							t.Errorf("after the other client's %q, current_user is %s", set, got)
+						}
+						if got := queryText(t, b, "SELECT session_user"); got != "postgres" {
+							t.Errorf("after the other client's %q, session_user is %s", set, got)
+						}
+					}
+				},
+				func(t *testing.T, a *pgx.Conn) {
+					if got := queryText(t, a, "SELECT current_user"); got != role {
+						t.Errorf("after %q, the client's own current_user is %s", set, got)
+					}
+				})
+		})
+	}
+}
+
+// TestSettingsDoNotCross: settings made with SET or set_config (built-in and custom,
+// through both protocols) stay with their client.
+func TestSettingsDoNotCross(t *testing.T) {
+	sharing(t, []string{
+		"SET statement_timeout = '123s'",
+		"SELECT set_config('work_mem', '9MB', false)",
+		"SELECT set_config('app.tenant', '42', false)",
+	},
+		func(t *testing.T, b *pgx.Conn) {
+			for range 2 {
+				if got := queryText(t, b, "SHOW statement_timeout"); got != "0" {
+					t.Errorf("statement_timeout %s", got)
+				}
+				if got := queryText(t, b, "SHOW work_mem"); got != "4MB" {
+					t.Errorf("work_mem %s", got)
+				}
+				if got := queryText(t, b, "SELECT coalesce(current_setting('app.tenant', true), '')"); got != "" {
+					t.Errorf("app.tenant %q", got)
+				}
+			}
+		},
+		func(t *testing.T, a *pgx.Conn) {
+			if got := queryText(t, a, "SHOW work_mem"); got != "9MB" {
+				t.Errorf("the client's own work_mem is %s after set_config", got)
+			}
+			if got := queryText(t, a, "SELECT current_setting('app.tenant')"); got != "42" {
+				t.Errorf("the client's own app.tenant is %s after set_config", got)
+			}
+			// set_config with parameters (the extended protocol).
+			if got := queryText(t, a, "SELECT set_config($1, $2, false)", "app.user", "ann"); got != "ann" {
+				t.Errorf("set_config answered %s", got)
+			}
+			if got := queryText(t, a, "SELECT current_setting('app.user')"); got != "ann" {
+				t.Errorf("the client's own app.user is %s after set_config with parameters", got)
+			}
+		})
+}
+
+// TestTempTableDoesNotCross: in transaction pooling with two server connections, two
+// clients that take turns never meet each other's temporary table or advisory lock,
+// and each keeps its own across transactions. (Session pooling: TestSessionPooling.)
+func TestTempTableDoesNotCross(t *testing.T) {
+	e := startProxy(t, 1, nil, nil, withPool(2, 10*time.Second))
+	ctx := context.Background()
+	a, b := e.connect(t), e.connect(t)
+	exec1(t, a, "CREATE TEMP TABLE scratch (x int)")
+	exec1(t, a, "INSERT INTO scratch VALUES (1)")
+	exec1(t, a, "SELECT pg_advisory_lock(99)")
+	for range 3 {
+		if _, err := b.Exec(ctx, "SELECT * FROM scratch"); sqlState(err) != "42P01" {
+			t.Fatalf("the other client reads the temporary table: %v", err)
+		}
+		var unlocked bool
+		if err := b.QueryRow(ctx, "SELECT pg_advisory_unlock(99)").Scan(&unlocked); err != nil || unlocked {
+			t.Fatalf("the other client released the advisory lock: %v %v", unlocked, err)
+		}
+		if n := queryInt(t, a, "SELECT count(*) FROM scratch"); n != 1 {
+			t.Fatalf("the client's own temporary table has %d rows", n)
+		}
+	}
+	if pinned := e.srv.Stats().Pools[0].Pinned; pinned != 1 {
+		t.Errorf("pinned clients %d, want 1", pinned)
+	}
+}
+
+// TestPinnedUntilStateIsGone: in transaction pooling, a client that holds a temporary
+// table or a session advisory lock keeps its server connection; another client waits
+// for it, and gets it once the state is gone, with none of it.
+func TestPinnedUntilStateIsGone(t *testing.T) {
+	cases := []struct {
+		name, make, drop string
+		// check runs on the next client once it has the connection.
+		check func(t *testing.T, b *pgx.Conn)
+	}{
+		{"temp table", "CREATE TEMP TABLE scratch (x int)", "DROP TABLE scratch",
+			func(t *testing.T, b *pgx.Conn) {
+				if _, err := b.Exec(context.Background(), "SELECT * FROM scratch"); sqlState(err) != "42P01" {
+					t.Errorf("the next client reads the temporary table: %v", err)
+				}
+			}},
+		{"temp table, DISCARD TEMP", "CREATE TEMP TABLE scratch (x int)", "DISCARD TEMP",
+			func(t *testing.T, b *pgx.Conn) {
+				if _, err := b.Exec(context.Background(), "SELECT * FROM scratch"); sqlState(err) != "42P01" {
+					t.Errorf("the next client reads the temporary table: %v", err)
+				}
+			}},
+		{"advisory lock", "SELECT pg_advisory_lock(4242)", "SELECT pg_advisory_unlock(4242)",
+			func(t *testing.T, b *pgx.Conn) {
+				var unlocked bool
+				if err := b.QueryRow(context.Background(), "SELECT pg_advisory_unlock(4242)").Scan(&unlocked); err != nil {
+					t.Fatal(err)
+				}
+				if unlocked {
+					t.Error("the next client could release the other client's advisory lock")
+				}
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startProxy(t, 1, nil, nil, withPool(1, 20*time.Second))
+			ctx := context.Background()
+			a, b := e.connect(t), e.connect(t)
+			exec1(t, a, tc.make)
+			if pinned := e.srv.Stats().Pools[0].Pinned; pinned != 1 {
+				t.Errorf("pinned clients %d, want 1", pinned)
+			}
+			// The client keeps its state across transactions.
+			exec1(t, a, "BEGIN")
+			exec1(t, a, "SELECT 1")
+			exec1(t, a, "COMMIT")
+			done := make(chan error, 1)
+			go func() {
+				_, err := b.Exec(ctx, "SELECT 1")
+				done <- err
+			}()
+			waitFor(t, "the next client waits for the pinned connection", func() bool { return e.srv.Stats().Pools[0].Waiting == 1 })
+			select {
+			case err := <-done:
+				t.Fatalf("the next client ran on the pinned connection: %v", err)
+			default:
+			}
+			exec1(t, a, tc.drop)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if pinned := e.srv.Stats().Pools[0].Pinned; pinned != 0 {
+				t.Errorf("pinned clients %d after the state is gone, want 0", pinned)
+			}
+			tc.check(t, b)
+		})
+	}
+}
+
+// TestPinnedClientLeaves: a client that leaves while pinned gives its connection back
+// reset (DISCARD ALL): its temporary table and advisory lock are gone.
+func TestPinnedClientLeaves(t *testing.T) {
+	e := startProxy(t, 1, nil, nil, withPool(1, 20*time.Second))
+	ctx := context.Background()
+	a, err := pgx.Connect(ctx, e.url(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, a, "CREATE TEMP TABLE scratch (x int)")
+	exec1(t, a, "SELECT pg_advisory_lock(77)")
+	a.Close(ctx)
+	b := e.connect(t)
+	if _, err := b.Exec(ctx, "SELECT * FROM scratch"); sqlState(err) != "42P01" {
+		t.Errorf("the next client reads the temporary table: %v", err)
+	}
+	if n := queryInt(t, b, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"); n != 0 {
+		t.Errorf("%d advisory locks left", n)
+	}
+	if pinned := e.srv.Stats().Pools[0].Pinned; pinned != 0 {
+		t.Errorf("pinned clients %d, want 0", pinned)
+	}
+}
+
+// TestPreparedStatementsDoNotCross: a client's protocol-level prepared statement is
+// its own: another client cannot run it by name.
+func TestPreparedStatementsDoNotCross(t *testing.T) {
+	for _, mode := range poolModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := startProxy(t, 1, nil, nil, withPool(1, 10*time.Second), withPoolMode(mode))
+			ctx := context.Background()
+			a := e.pgconnect(t)
+			if _, err := a.Prepare(ctx, "mine", "SELECT 1", nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.ExecPrepared(ctx, "mine", nil, nil, nil).Read().Err; err != nil {
+				t.Fatal(err)
+			}
+			if mode == router.PoolSession {
+				a.Close(ctx)
+			}
+			b := e.pgconnect(t)
+			if err := b.ExecPrepared(ctx, "mine", nil, nil, nil).Read().Err; sqlState(err) != "26000" {
+				t.Errorf("the next client runs the other client's statement: %v", err)
+			}
+		})
+	}
+}
+
+// TestDiscardRunsForReal: DISCARD TEMP, SEQUENCES and ALL do what they do on one
+// server, in both pool modes.
+func TestDiscardRunsForReal(t *testing.T) {
+	role := pgtest.NewRole(t, "r_low", "")
+	for _, mode := range poolModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := startProxy(t, 1, nil, nil, withPool(1, 10*time.Second), withPoolMode(mode))
+			ctx := context.Background()
+			a := e.connect(t)
+			exec1(t, a, "CREATE SEQUENCE seq")
+			exec1(t, a, "CREATE TEMP TABLE scratch (x int)")
+			exec1(t, a, "DISCARD TEMP")
+			if _, err := a.Exec(ctx, "SELECT * FROM scratch"); sqlState(err) != "42P01" {
+				t.Errorf("after DISCARD TEMP the temporary table is still there: %v", err)
+			}
+			// nextval and currval meet on the one server connection.
+			exec1(t, a, "SELECT nextval('seq')")
+			exec1(t, a, "DISCARD SEQUENCES")
+			if _, err := a.Exec(ctx, "SELECT currval('seq')"); sqlState(err) != "55000" {
+				t.Errorf("after DISCARD SEQUENCES currval answers: %v", err)
+			}
+			exec1(t, a, "DISCARD PLANS")
+			exec1(t, a, "CREATE TEMP TABLE scratch (x int)")
+			exec1(t, a, "SET ROLE "+role)
+			exec1(t, a, "SET work_mem = '9MB'")
+			exec1(t, a, "DISCARD ALL")
+			if _, err := a.Exec(ctx, "SELECT * FROM scratch"); sqlState(err) != "42P01" {
+				t.Errorf("after DISCARD ALL the temporary table is still there: %v", err)
+			}
+			if got := queryText(t, a, "SELECT current_user"); got != "postgres" {
+				t.Errorf("after DISCARD ALL current_user is %s", got)
+			}
+			if got := queryText(t, a, "SHOW work_mem"); got != "4MB" {
+				t.Errorf("after DISCARD ALL work_mem is %s", got)
+			}
+			if _, err := a.Exec(ctx, "BEGIN; DISCARD ALL"); sqlState(err) != "25001" {
+				t.Errorf("DISCARD ALL in a transaction block: %v", err)
+			}
+			if pinned := e.srv.Stats().Pools[0].Pinned; pinned != 0 {
+				t.Errorf("pinned clients %d, want 0", pinned)
+			}
+		})
+	}
+}
+
+// sessionStep is one statement of a differential session script, with its parameters
+// (none: the simple protocol).
+type sessionStep struct {
+	sql  string
+	args []any
+}
+
+// TestSessionStatementsAsOnOneServer runs scripts of statements that change session
+// state, directly on PostgreSQL and through the proxy in both pool modes, and compares
+// what the session sees after each statement: the current and session users and a
+// built-in and a custom setting. PostgreSQL is the judge.
+func TestSessionStatementsAsOnOneServer(t *testing.T) {
+	role := pgtest.NewRole(t, "r_low", "")
+	other := pgtest.NewRole(t, "r_other", "")
+	steps := func(sqls ...string) []sessionStep {
+		var out []sessionStep
+		for _, s := range sqls {
+			out = append(out, sessionStep{sql: s})
+		}
+		return out
+	}
+	scripts := map[string][]sessionStep{
+		"reset session authorization after set role": steps("SET ROLE "+role, "RESET SESSION AUTHORIZATION"),
+		"reset all keeps the role":                   steps("SET ROLE "+role, "SET work_mem = '8MB'", "RESET ALL", "RESET ROLE"),
+		"session authorization resets the role":      steps("SET ROLE "+other, "SET SESSION AUTHORIZATION "+role, "SET SESSION AUTHORIZATION DEFAULT"),
+		"set role none":                              steps("SET ROLE "+role, "SET ROLE NONE"),
+		"set_config":                                 steps("SELECT set_config('work_mem', '9MB', false)", "SELECT set_config('app.x', '42', false)", "SELECT set_config('role', '"+role+"', false)", "SELECT set_config('session_authorization', 'postgres', false)"),
+		"set_config rolled back":                     steps("BEGIN", "SELECT set_config('app.x', '1', false)", "SELECT set_config('work_mem', '7MB', false)", "ROLLBACK"),
+		"set_config local":                           steps("BEGIN", "SELECT set_config('work_mem', '5MB', true)", "SELECT 1", "COMMIT"),
+		"set_config committed":                       steps("BEGIN", "SELECT set_config('work_mem', '6MB', false)", "COMMIT"),
+		"set local outside a transaction":            steps("SET LOCAL work_mem = '5MB'"),
+		"savepoint rolled back":                      steps("BEGIN", "SET work_mem = '8MB'", "SAVEPOINT a", "SET work_mem = '7MB'", "SET ROLE "+role, "ROLLBACK TO a", "COMMIT"),
+		"savepoint released":                         steps("BEGIN", "SAVEPOINT a", "SET work_mem = '7MB'", "RELEASE a", "COMMIT"),
+		"same savepoint name twice":                  steps("BEGIN", "SAVEPOINT a", "SET work_mem = '7MB'", "SAVEPOINT a", "SET work_mem = '6MB'", "ROLLBACK TO a", "RELEASE a", "ROLLBACK TO a", "COMMIT"),
+		"set to default":                             steps("SET work_mem = '8MB'", "SET work_mem TO DEFAULT"),
+		"discard all":                                steps("SET ROLE "+role, "SELECT set_config('app.x', '3', false)", "DISCARD ALL"),
+		"set_config with parameters": {
+			{sql: "SELECT set_config($1, $2, false)", args: []any{"app.x", "p"}},
+			{sql: "SELECT set_config($1, $2, $3)", args: []any{"work_mem", "3MB", false}},
+		},
+	}
+	const probe = "SELECT current_user, session_user, current_setting('work_mem'), coalesce(current_setting('app.x', true), '')"
+	run := func(t *testing.T, c *pgx.Conn, script []sessionStep) []string {
+		ctx := context.Background()
+		var out []string
+		for _, st := range script {
+			_, err := c.Exec(ctx, st.sql, st.args...)
+			var u, su, wm, x string
+			perr := c.QueryRow(ctx, probe).Scan(&u, &su, &wm, &x)
+			out = append(out, fmt.Sprintf("%s -> error %q; %s %s %s %q (%v)", st.sql, sqlState(err), u, su, wm, x, sqlState(perr)))
+		}
+		return out
+	}
+	for _, mode := range poolModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := startProxy(t, 1, nil, nil, withPool(1, 10*time.Second), withPoolMode(mode))
+			for name, script := range scripts {
+				t.Run(name, func(t *testing.T) {
+					ctx := context.Background()
+					direct, err := pgx.Connect(ctx, e.dsns[0])
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := run(t, direct, script)
+					direct.Close(ctx)
+					through, err := pgx.Connect(ctx, e.url(""))
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := run(t, through, script)
+					through.Close(ctx)
+					for i := range want {
+						if got[i] != want[i] {
+							t.Errorf("step %d:\n proxy  %s\n direct %s", i+1, got[i], want[i])
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestCleanClientsPayNothing: clients that change no session state cost no reset and
+// no state check, however they share connections; one that changes a setting costs a
+// reset when its connection passes to another client, and one that may make state
+// that lives on a connection costs a check when it gives the connection back.
+func TestCleanClientsPayNothing(t *testing.T) {
+	e := startProxy(t, 2, []string{"t=id"}, nil, withPool(1, 10*time.Second))
+	ctx := context.Background()
+	a, b := e.connect(t), e.connect(t)
+	exec1(t, a, "CREATE TABLE t (id int PRIMARY KEY, v int)")
+	exec1(t, a, "INSERT INTO t VALUES (1, 0), (2, 0)")
+	cost := func() (resets, checks int64) {
+		for _, st := range e.srv.Stats().Pools {
+			resets += st.Resets
+			checks += st.StateChecks
+		}
+		return resets, checks
+	}
+	r0, c0 := cost()
+	for i := range 20 {
+		c := a
+		if i%2 == 1 {
+			c = b
+		}
+		queryInt(t, c, "SELECT v FROM t WHERE id = $1", i%2+1)
+		exec1(t, c, "UPDATE t SET v = v + 1 WHERE id = 1")
+		exec1(t, c, "BEGIN")
+		exec1(t, c, "SELECT count(*) FROM t")
+		exec1(t, c, "COMMIT")
+		if _, err := c.Exec(ctx, "SELECT v FROM t WHERE id = 2", pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, c := cost(); r != r0 || c != c0 {
+		t.Errorf("clean clients cost %d resets and %d state checks, want none", r-r0, c-c0)
+	}
+	exec1(t, a, "SET work_mem = '9MB'")
+	queryInt(t, b, "SELECT v FROM t WHERE id = 1")
+	if r, _ := cost(); r == r0 {
+		t.Error("a connection passed from a client with a setting of its own to one without was not reset")
+	}
+	exec1(t, a, "SELECT pg_advisory_xact_lock(1)")
+	if _, c := cost(); c != c0 {
+		t.Error("a transaction-level advisory lock cost a state check")
+	}
+	exec1(t, a, "SELECT pg_advisory_lock(1)")
+	exec1(t, a, "SELECT pg_advisory_unlock(1)")
+	if _, c := cost(); c != c0+2 {
+		t.Errorf("a session advisory lock and its release cost %d state checks, want 2", c-c0)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 10 seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
