@@ -82,8 +82,8 @@ func TestAdminDatabase(t *testing.T) {
 	rec := httptest.NewRecorder()
 	e.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
-	for _, want := range []string{`shardlab_proxy_server_connections_idle{data_source="ds_1"}`, `shardlab_proxy_pool_size{data_source="ds_0"} 8`, "shardlab_proxy_clients 2",
-		`shardlab_proxy_clients_pinned{data_source="ds_0"} 1`, `shardlab_proxy_session_state_checks_total{data_source="ds_0"} 1`} {
+	for _, want := range []string{`shardlab_proxy_server_connections_idle{data_source="ds_1",user="postgres"}`, `shardlab_proxy_pool_size{data_source="ds_0",user="postgres"} 8`, "shardlab_proxy_clients 2",
+		`shardlab_proxy_clients_pinned{data_source="ds_0",user="postgres"} 1`, `shardlab_proxy_session_state_checks_total{data_source="ds_0",user="postgres"} 1`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

@@ -158,7 +158,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	r, err := router.New(router.Config{Rules: cfg.Rules, Pools: s.pools, Mode: cfg.PoolMode, TwoPhase: cfg.TwoPhase,
 		LockWaitTimeout: cfg.LockWaitTimeout, DeadlockInterval: cfg.DeadlockInterval, CrossPoolWait: cfg.CrossPoolWait,
-		MaxTransactions: cfg.MaxTransactions, CheckoutTimeout: cfg.Pool.CheckoutTimeout, Logger: log})
+		MaxTransactions: cfg.MaxTransactions, CheckoutTimeout: cfg.Pool.CheckoutTimeout, PoolsFor: s.poolsFor, Logger: log})
 	if err != nil {
 		s.closePools()
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -209,8 +209,38 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// poolsFor makes the pools of a server login other than the data sources' own: one
+// per data source, as its DSN says but for the user and password (router.PoolsFor).
+func (s *Server) poolsFor(id router.Identity) ([]*backend.Pool, error) {
+	o := s.cfg.Pool
+	o.User, o.Password = id.User, id.Password
+	var pools []*backend.Pool
+	for _, ds := range s.cfg.Rules.DataSources() {
+		p, err := backend.NewPool(ds.Name, ds.DSN, o)
+		if err != nil {
+			for _, q := range pools {
+				q.Close()
+			}
+			return nil, err
+		}
+		p.InterruptOn(s.frontend.Context())
+		pools = append(pools, p)
+	}
+	s.log.Info("pools made for a server login", "user", id.User, "data_sources", len(pools))
+	return pools, nil
+}
+
+// allPools returns every pool: the data sources' own user's, and those made for other
+// server logins.
+func (s *Server) allPools() []*backend.Pool {
+	if s.router == nil {
+		return s.pools
+	}
+	return s.router.AllPools()
+}
+
 func (s *Server) closePools() {
-	for _, p := range s.pools {
+	for _, p := range s.allPools() {
 		p.Close()
 	}
 }
@@ -324,7 +354,8 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Stats is a snapshot of the proxy: its clients and, per data source, its pool.
+// Stats is a snapshot of the proxy: its clients and, per data source and server user,
+// its pool (the data sources' own user's first, in data source order).
 type Stats struct {
 	Frontend frontend.Stats
 	Pools    []backend.Stats
@@ -333,16 +364,16 @@ type Stats struct {
 // Stats returns the proxy's counters.
 func (s *Server) Stats() Stats {
 	st := Stats{Frontend: s.frontend.Stats()}
-	for _, p := range s.pools {
+	for _, p := range s.allPools() {
 		st.Pools = append(st.Pools, p.Stats())
 	}
 	return st
 }
 
 func (s *Server) logPools(msg string) {
-	for _, p := range s.pools {
+	for _, p := range s.allPools() {
 		st := p.Stats()
-		s.log.Info(msg, "data_source", st.DataSource, "in_use", st.InUse, "idle", st.Idle, "waiting", st.Waiting, "waiting_turn", st.TurnWaiting,
+		s.log.Info(msg, "data_source", st.DataSource, "user", st.User, "in_use", st.InUse, "idle", st.Idle, "waiting", st.Waiting, "waiting_turn", st.TurnWaiting,
 			"opened", st.Opened, "closed", st.Closed, "checkout_timeouts", st.Timeouts, "clients", s.frontend.Stats().Clients)
 	}
 }

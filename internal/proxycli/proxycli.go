@@ -92,7 +92,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", backend.DefaultConnectTimeout, "bound on connecting to a shard")
 	fs.IntVar(&o.maxClients, "max-clients", proxy.DefaultMaxClients, "client connections at most; the next gets FATAL 53300")
 	fs.IntVar(&o.maxMessage, "max-message-size", 64<<20, "largest client message in bytes; a larger one ends the connection")
-	fs.StringVar(&o.users, "users", "", `users file for SCRAM-SHA-256 authentication, lines of "user" "password or SCRAM secret" (pgbouncer's userlist.txt); without it every client is trusted`)
+	fs.StringVar(&o.users, "users", "", `users file for SCRAM-SHA-256 authentication, lines of "user" "password or SCRAM secret" (pgbouncer's userlist.txt), optionally followed by "server user" ["server password"]: each client runs on the shards as that server login, or as itself (with its password when given in plain text); without a users file every client is trusted and runs as the --shard DSNs' user`)
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate (PEM) offered to clients that ask for SSL; needs --tls-key")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "TLS private key (PEM)")
 	fs.DurationVar(&o.lockWaitTimeout, "lock-wait-timeout", router.DefaultLockWaitTimeout, "bound on a lock wait of a transaction that spans shards, a backstop to --deadlock-interval; past it the transaction fails with 40P01 (deadlock detected) so that clients retry; 0 (default) waits forever")

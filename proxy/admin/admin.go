@@ -101,9 +101,9 @@ func unknown(q string) error {
 		Message: fmt.Sprintf("unknown admin command %q; SHOW HELP lists them", q)}
 }
 
-// pools answers SHOW POOLS with pgbouncer's columns, one row per data source, and
-// three of the proxy's own at the end. The proxy has no per-user pools, so user is
-// the data source's own; cl_active counts the clients holding one of its connections,
+// pools answers SHOW POOLS with pgbouncer's columns, one row per pool (a data source
+// and the server user its connections log in as), and three of the proxy's own at the
+// end. cl_active counts the clients holding one of its connections,
 // cl_waiting those waiting for one or for a turn to take one (--max-transactions).
 // cl_pinned counts the clients that keep a connection between transactions because
 // their session holds state that lives there (a temporary table, a session advisory
@@ -116,8 +116,8 @@ func (a *Admin) pools() *Result {
 		"sv_tested", Bigint, "sv_login", Bigint, "maxwait", Bigint, "maxwait_us", Bigint, "pool_mode", Text,
 		"cl_pinned", Bigint, "sv_resets", Bigint, "sv_state_checks", Bigint)
 	i := strconv.FormatInt
-	for k, st := range a.stats() {
-		r.Rows = append(r.Rows, []string{st.DataSource, a.user(k), i(st.InUse, 10), i(st.Waiting+st.TurnWaiting, 10), "0", "0",
+	for _, st := range a.allStats() {
+		r.Rows = append(r.Rows, []string{st.DataSource, st.User, i(st.InUse, 10), i(st.Waiting+st.TurnWaiting, 10), "0", "0",
 			i(st.InUse, 10), "0", "0", i(st.Idle, 10), "0", "0", "0", "0", "0", a.router.Mode().String(),
 			i(st.Pinned, 10), i(st.Resets, 10), i(st.StateChecks, 10)})
 	}
@@ -143,16 +143,19 @@ func (a *Admin) databases() *Result {
 	return r
 }
 
-func (a *Admin) user(ds int) string {
-	if u, err := url.Parse(a.router.Rules().DataSources()[ds].DSN); err == nil && u.User != nil {
-		return u.User.Username()
-	}
-	return ""
-}
-
+// stats returns the data sources' own user's pools, in data source order.
 func (a *Admin) stats() []backend.Stats {
 	var out []backend.Stats
 	for _, p := range a.router.Pools() {
+		out = append(out, p.Stats())
+	}
+	return out
+}
+
+// allStats returns every pool's: the data sources' own user's, then other logins'.
+func (a *Admin) allStats() []backend.Stats {
+	var out []backend.Stats
+	for _, p := range a.router.AllPools() {
 		out = append(out, p.Stats())
 	}
 	return out

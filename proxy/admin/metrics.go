@@ -9,7 +9,7 @@ import (
 )
 
 var (
-	labels          = []string{"data_source"}
+	labels          = []string{"data_source", "user"}
 	descInUse       = prometheus.NewDesc("shardlab_proxy_server_connections_in_use", "Server connections lent to clients.", labels, nil)
 	descIdle        = prometheus.NewDesc("shardlab_proxy_server_connections_idle", "Server connections open and free.", labels, nil)
 	descWaiting     = prometheus.NewDesc("shardlab_proxy_checkouts_waiting", "Statements waiting for a free server connection.", labels, nil)
@@ -34,12 +34,12 @@ func (a *Admin) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector: a snapshot of every pool.
 func (a *Admin) Collect(ch chan<- prometheus.Metric) {
-	for _, st := range a.stats() {
+	for _, st := range a.allStats() {
 		gauge := func(d *prometheus.Desc, v float64) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, st.DataSource)
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, st.DataSource, st.User)
 		}
 		counter := func(d *prometheus.Desc, v float64) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, st.DataSource)
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, st.DataSource, st.User)
 		}
 		gauge(descInUse, float64(st.InUse))
 		gauge(descIdle, float64(st.Idle))

@@ -19,12 +19,27 @@ func TestParseUsers(t *testing.T) {
 "alice" "plain pass"
 "bob"   "` + secret.String() + `"
 "quo""te" "x"
+"carol" "` + secret.String() + `" "app_ro" "ro pass"
+"dave" "d" "app_rw"
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.Len() != 3 {
-		t.Fatalf("%d users, want 3", u.Len())
+	if u.Len() != 5 {
+		t.Fatalf("%d users, want 5", u.Len())
+	}
+	for name, want := range map[string]auth.Login{
+		"alice": {User: "alice", Password: "plain pass"}, // as itself, with its plain password
+		"bob":   {User: "bob"},                           // a SCRAM secret gives no server password
+		"carol": {User: "app_ro", Password: "ro pass"},
+		"dave":  {User: "app_rw"},
+	} {
+		if got, ok := u.ServerLogin(name); !ok || got != want {
+			t.Errorf("server login of %s: %+v, want %+v", name, got, want)
+		}
+	}
+	if _, ok := u.ServerLogin("eve"); ok {
+		t.Error("a user not in the file has a server login")
 	}
 	back, err := auth.ParseSecret(secret.String())
 	if err != nil || back.String() != secret.String() {
@@ -34,6 +49,9 @@ func TestParseUsers(t *testing.T) {
 		{`alice "x"`, "line 1: user name"},
 		{`"alice" x`, "line 1: password of \"alice\""},
 		{`"alice" "x" extra`, "line 1: unexpected text"},
+		{`"alice" "x" "srv" extra`, "line 1: server password of \"alice\""},
+		{`"alice" "x" "srv" "pw" extra`, "line 1: unexpected text after the server login"},
+		{`"alice" "x" ""`, "line 1: unexpected text after the password"},
 		{"\n\"a\" \"md5" + strings.Repeat("0", 32) + `"`, "line 2: password of \"a\" is an MD5 hash"},
 		{`"a" "SCRAM-SHA-256$x"`, "line 1: password of \"a\": malformed"},
 		{`"a" ""`, "line 1: empty password"},

@@ -93,9 +93,11 @@ func ParseSecret(s string) (Secret, error) {
 	return Secret{Iterations: n, Salt: salt, StoredKey: stored, ServerKey: server}, nil
 }
 
-// Users maps user names to their SCRAM secrets. The zero value has no users.
+// Users maps user names to their SCRAM secrets, and to the server login each runs
+// as. The zero value has no users.
 type Users struct {
 	secrets map[string]Secret
+	logins  map[string]Login
 	// fake makes the secret of an unknown user: a client cannot tell from the exchange
 	// whether a user exists, as with PostgreSQL.
 	fakeKey []byte
@@ -105,11 +107,34 @@ type Users struct {
 func NewUsers() *Users {
 	k := make([]byte, 32)
 	rand.Read(k)
-	return &Users{secrets: map[string]Secret{}, fakeKey: k}
+	return &Users{secrets: map[string]Secret{}, logins: map[string]Login{}, fakeKey: k}
 }
 
-// Add sets a user's secret.
-func (u *Users) Add(name string, s Secret) { u.secrets[name] = s }
+// Add sets a user's secret; the user runs on the servers as itself, with no password
+// (see SetLogin).
+func (u *Users) Add(name string, s Secret) {
+	u.secrets[name] = s
+	if _, ok := u.logins[name]; !ok {
+		u.logins[name] = Login{User: name}
+	}
+}
+
+// Login is who a client runs as on the servers: a server user, and the password to
+// log in with ("" for none: the server must let the user in without one, by trust,
+// peer or certificate).
+type Login struct {
+	User     string
+	Password string
+}
+
+// SetLogin sets the server login of a user added with Add.
+func (u *Users) SetLogin(name string, l Login) { u.logins[name] = l }
+
+// ServerLogin returns the server login of a user in the file.
+func (u *Users) ServerLogin(name string) (Login, bool) {
+	l, ok := u.logins[name]
+	return l, ok
+}
 
 // Len returns the number of users.
 func (u *Users) Len() int { return len(u.secrets) }
@@ -142,6 +167,11 @@ func LoadUsers(path string) (*Users, error) {
 // rolpassword FROM pg_authid`) or a plain password. A doubled quote inside quotes
 // stands for one. Blank lines and lines starting with ; or # are skipped. Errors name
 // the line, never the secret.
+//
+// Each user runs on the servers as itself, logging in with its password when the file
+// gives it in plain text (as pgbouncer does), else with none. Two more fields map it to
+// another server login, as PgDog's server_user and server_password do:
+// `"name" "secret" "server user"` or `"name" "secret" "server user" "server password"`.
 func ParseUsers(r io.Reader) (*Users, error) {
 	u := NewUsers()
 	sc := bufio.NewScanner(r)
@@ -161,8 +191,21 @@ func ParseUsers(r io.Reader) (*Users, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: line %d: password of %q: %v", ErrUsersFile, line, name, err)
 		}
-		if strings.TrimSpace(rest) != "" {
-			return nil, fmt.Errorf("%w: line %d: unexpected text after the password of %q", ErrUsersFile, line, name)
+		var login *Login
+		if rest = strings.TrimLeft(rest, " \t"); rest != "" {
+			var serverUser, serverPassword string
+			if serverUser, rest, err = quoted(rest); err != nil || serverUser == "" {
+				return nil, fmt.Errorf("%w: line %d: unexpected text after the password of %q (a server user, quoted, may follow)", ErrUsersFile, line, name)
+			}
+			if rest = strings.TrimLeft(rest, " \t"); rest != "" {
+				if serverPassword, rest, err = quoted(rest); err != nil {
+					return nil, fmt.Errorf("%w: line %d: server password of %q: %v", ErrUsersFile, line, name, err)
+				}
+			}
+			if strings.TrimSpace(rest) != "" {
+				return nil, fmt.Errorf("%w: line %d: unexpected text after the server login of %q", ErrUsersFile, line, name)
+			}
+			login = &Login{User: serverUser, Password: serverPassword}
 		}
 		if name == "" {
 			return nil, fmt.Errorf("%w: line %d: empty user name", ErrUsersFile, line)
@@ -181,8 +224,14 @@ func ParseUsers(r io.Reader) (*Users, error) {
 			if s, err = NewSecret(secret, DefaultIterations); err != nil {
 				return nil, err
 			}
+			if login == nil {
+				login = &Login{User: name, Password: secret}
+			}
 		}
 		u.Add(name, s)
+		if login != nil {
+			u.SetLogin(name, *login)
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%w: line %d: %v", ErrUsersFile, line+1, err)

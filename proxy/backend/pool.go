@@ -57,6 +57,10 @@ type Options struct {
 	// IdleCheck: a connection idle for longer is pinged before it is handed out.
 	// Negative turns the check off.
 	IdleCheck time.Duration
+	// User and Password, when User is set, log in as that user instead of the DSN's
+	// (a pool per server user; Password "" for a login that needs none).
+	User     string
+	Password string
 }
 
 func (o Options) withDefaults() Options {
@@ -115,6 +119,9 @@ func NewPool(name, dsn string, o Options) (*Pool, error) {
 		return nil, fmt.Errorf("backend: data source %s (%s): %w", name, postgres.RedactDSN(dsn), err)
 	}
 	o = o.withDefaults()
+	if o.User != "" {
+		cfg.User, cfg.Password = o.User, o.Password
+	}
 	cfg.DialFunc = rawio.Wrapping(cfg.DialFunc)
 	if cfg.ConnectTimeout == 0 || cfg.ConnectTimeout > o.ConnectTimeout {
 		cfg.ConnectTimeout = o.ConnectTimeout
@@ -136,6 +143,9 @@ func (p *Pool) InterruptOn(ctx context.Context) {
 
 // Name returns the data source's name.
 func (p *Pool) Name() string { return p.name }
+
+// User returns the server user the pool's connections log in as.
+func (p *Pool) User() string { return p.cfg.User }
 
 // Size returns the pool's bound.
 func (p *Pool) Size() int { return p.opts.Size }
@@ -322,6 +332,7 @@ func (p *Pool) Close() {
 // Stats is a snapshot of a pool's counters.
 type Stats struct {
 	DataSource string
+	User       string // the server user
 	Size       int
 	InUse      int64 // connections lent out
 	Idle       int64 // connections open and free
@@ -356,7 +367,7 @@ func (p *Pool) Stats() Stats {
 	idle := int64(len(p.mu.idle))
 	p.mu.Unlock()
 	return Stats{
-		DataSource: p.name, Size: p.opts.Size,
+		DataSource: p.name, User: p.cfg.User, Size: p.opts.Size,
 		InUse: p.stats.inUse.Load(), Idle: idle, Waiting: p.stats.waiting.Load(), TurnWaiting: p.stats.turnWaiting.Load(), Pinned: p.stats.pinned.Load(),
 		Resets: p.stats.resets.Load(), StateChecks: p.stats.stateChecks.Load(),
 		Opened: p.stats.opened.Load(), Closed: p.stats.closed.Load(), Timeouts: p.stats.timeouts.Load(),

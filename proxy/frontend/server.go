@@ -428,7 +428,14 @@ func (c *client) begin(st *Startup) bool {
 			params[k] = v
 		}
 	}
-	sess, err := s.cfg.Router.NewSession(c, c.user, params)
+	// With a users file, a client runs on the data sources as the server login the file
+	// gives it; without one, as the data sources' own user.
+	var login router.Identity
+	if s.cfg.Users != nil {
+		l, _ := s.cfg.Users.ServerLogin(c.user)
+		login = router.Identity{User: l.User, Password: l.Password}
+	}
+	sess, err := s.cfg.Router.NewSession(c, c.user, login, params)
 	if err != nil {
 		c.sendError(err, "FATAL")
 		c.wr.Flush()

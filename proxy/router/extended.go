@@ -283,7 +283,7 @@ func (s *Session) describe(ctx context.Context, st *statement) (*description, er
 		st.desc = &description{params: params}
 		return st.desc, nil
 	}
-	key := describeKey{sql: st.sql, oids: oidString(st.oids), settings: s.key}
+	key := describeKey{sql: st.sql, oids: oidString(st.oids), settings: s.key, user: s.login.User}
 	if d := s.r.describes.get(key); d != nil {
 		st.desc = d
 		return d, nil

@@ -19,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,6 +98,10 @@ type Config struct {
 	// CheckoutTimeout bounds a client's wait for its turn under MaxTransactions (0:
 	// backend.DefaultCheckoutTimeout).
 	CheckoutTimeout time.Duration
+	// PoolsFor makes the pools of a server login other than the data sources' own, one
+	// per data source in order, the first time a client of that login arrives (see
+	// Identity); nil makes every client run as the data sources' own user.
+	PoolsFor func(id Identity) ([]*backend.Pool, error)
 	// Logger receives the router's log lines; nil discards them.
 	Logger *slog.Logger
 }
@@ -110,11 +116,27 @@ const DefaultLockWaitTimeout = 0
 // ErrConfig is wrapped by New's errors about a bad Config.
 var ErrConfig = errors.New("router: bad config")
 
+// Identity is who a client's statements run as on the data sources: a server user
+// and its password. The zero Identity is the data sources' own user, the one in their
+// DSNs, which the router's own statements (the catalog, the deadlock detector,
+// two-phase recovery) run as too.
+type Identity struct {
+	User     string
+	Password string
+}
+
 // Router holds what every client session shares: the rules, the planner and its plan
 // cache, the engine, the catalog, and the pools. It is safe for concurrent use.
 type Router struct {
-	rules     *rules.Compiled
-	pools     []*backend.Pool
+	rules    *rules.Compiled
+	pools    []*backend.Pool // the data sources' own user's
+	poolsFor func(Identity) ([]*backend.Pool, error)
+	// logins holds the pools of other server logins, made on first use: a pool per
+	// data source and server user, as pgbouncer and PgDog keep them.
+	logins struct {
+		sync.Mutex
+		pools map[Identity][]*backend.Pool
+	}
 	mode      PoolMode
 	catalog   *sqlexec.Catalog
 	planner   *sqlplan.Planner
@@ -181,7 +203,8 @@ func New(cfg Config) (*Router, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Router{rules: cfg.Rules, pools: cfg.Pools, mode: cfg.Mode, log: log, lockWait: cfg.LockWaitTimeout, poolWait: cfg.CrossPoolWait}
+	r := &Router{rules: cfg.Rules, pools: cfg.Pools, poolsFor: cfg.PoolsFor, mode: cfg.Mode, log: log, lockWait: cfg.LockWaitTimeout, poolWait: cfg.CrossPoolWait}
+	r.logins.pools = map[Identity][]*backend.Pool{}
 	if r.poolWait <= 0 {
 		r.poolWait = DefaultCrossPoolWait
 	}
@@ -256,8 +279,47 @@ func (r *Router) DeadlockVictims() int64 {
 	return r.detector.Victims()
 }
 
-// Pools returns the pools, one per data source.
+// Pools returns the data sources' own user's pools, one per data source.
 func (r *Router) Pools() []*backend.Pool { return r.pools }
+
+// AllPools returns every pool: the data sources' own user's, then those of other
+// server logins, by user.
+func (r *Router) AllPools() []*backend.Pool {
+	r.logins.Lock()
+	defer r.logins.Unlock()
+	out := slices.Clone(r.pools)
+	ids := slices.SortedFunc(maps.Keys(r.logins.pools), func(a, b Identity) int { return strings.Compare(a.User, b.User) })
+	for _, id := range ids {
+		out = append(out, r.logins.pools[id]...)
+	}
+	return out
+}
+
+// poolsOf returns the pools a client that runs as id uses, making them the first
+// time. A login of the data sources' own user without a password of its own uses their
+// pools.
+func (r *Router) poolsOf(id Identity) ([]*backend.Pool, error) {
+	if id == (Identity{}) || r.poolsFor == nil {
+		return r.pools, nil
+	}
+	if id.Password == "" && !slices.ContainsFunc(r.pools, func(p *backend.Pool) bool { return p.User() != id.User }) {
+		return r.pools, nil
+	}
+	r.logins.Lock()
+	defer r.logins.Unlock()
+	if pools, ok := r.logins.pools[id]; ok {
+		return pools, nil
+	}
+	pools, err := r.poolsFor(id)
+	if err != nil {
+		return nil, err
+	}
+	if len(pools) != len(r.pools) {
+		return nil, fmt.Errorf("router: %d pools for %s, want one per data source", len(pools), id.User)
+	}
+	r.logins.pools[id] = pools
+	return pools, nil
+}
 
 // Mode returns the pool mode.
 func (r *Router) Mode() PoolMode { return r.mode }
@@ -334,6 +396,7 @@ type description struct {
 
 type describeKey struct {
 	sql, oids, settings string
+	user                string // the server user: what it may describe is its own
 }
 
 // describeCache keeps statement descriptions by text, parameter types and settings,

@@ -35,6 +35,10 @@ type Session struct {
 	r      *Router
 	client Client
 	user   string
+	// login is who the client runs as on the data sources, and pools are that login's
+	// pools, one per data source.
+	login Identity
+	pools []*backend.Pool
 
 	// Protocol objects.
 	stmts   map[string]*statement
@@ -79,10 +83,15 @@ type setting struct {
 	sql  string
 }
 
-// NewSession starts a client's session; startup holds the startup packet's parameters
-// (user and database are left out). Call Start before serving statements.
-func (r *Router) NewSession(client Client, user string, startup map[string]string) (*Session, error) {
-	s := &Session{r: r, client: client, user: user, stmts: map[string]*statement{}, portals: map[string]*portal{}}
+// NewSession starts the session of a client that logged in as user and runs on the
+// data sources as login; startup holds the startup packet's parameters (user and
+// database are left out). Call Start before serving statements.
+func (r *Router) NewSession(client Client, user string, login Identity, startup map[string]string) (*Session, error) {
+	pools, err := r.poolsOf(login)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{r: r, client: client, user: user, login: login, pools: pools, stmts: map[string]*statement{}, portals: map[string]*portal{}}
 	s.leases = &leases{s: s, held: map[int]*lease{}, pinned: map[int]*backend.Conn{}, check: map[int]bool{}}
 	s.tx = sqlexec.NewSession(s.leases, r.committer)
 	if r.detector != nil {
@@ -190,6 +199,12 @@ func (s *Session) Start(ctx context.Context) (map[string]string, error) {
 		var se *sqlexec.ShardError
 		var pe *pgconn.PgError
 		switch {
+		case s.login.User != "" && errors.As(err, &pe) && strings.HasPrefix(pe.Code, "28"):
+			// The server refused the client's own login: tell the client now, as
+			// PostgreSQL would.
+			ds := s.r.rules.DataSources()[ds].Name
+			return nil, &pgconn.PgError{Severity: "FATAL", Code: pe.Code,
+				Message: fmt.Sprintf("shardlab: data source %s refused the login of server user %q: %s", ds, s.login.User, pe.Message)}
 		case errors.As(err, &se):
 			return out, nil // unreachable: other data sources may serve the client
 		case errors.As(err, &pe) && pe.Code == "53300":
@@ -200,8 +215,8 @@ func (s *Session) Start(ctx context.Context) (map[string]string, error) {
 		}
 		return nil, err
 	}
+	// The client's own connection tells who it runs as (session_authorization).
 	maps.Copy(out, params)
-	out["session_authorization"] = s.user
 	return out, nil
 }
 
@@ -315,7 +330,7 @@ type lease struct {
 
 // Acquire implements sqlexec.Pool.
 func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
-	pool := l.s.r.pools[ds]
+	pool := l.s.pools[ds]
 	l.mu.Lock()
 	c := l.pinned[ds]
 	l.mu.Unlock()
@@ -442,7 +457,7 @@ func (x *lease) Run(_ context.Context, fn func(*pgconn.PgConn) error) error {
 // Release implements sqlexec.Lease.
 func (x *lease) Release(reuse bool) {
 	l := x.l
-	pool := l.s.r.pools[x.ds]
+	pool := l.s.pools[x.ds]
 	l.mu.Lock()
 	delete(l.held, x.ds)
 	wasPinned := l.pinned[x.ds] == x.c
@@ -586,10 +601,10 @@ func (l *leases) closeAll(ctx context.Context) {
 	l.mu.Unlock()
 	for ds, c := range pinned {
 		if l.s.r.mode == PoolTransaction {
-			l.s.r.pools[ds].AddPinned(-1)
+			l.s.pools[ds].AddPinned(-1)
 		}
 		err := c.Discard(ctx)
-		l.s.r.pools[ds].Release(c, err == nil)
+		l.s.pools[ds].Release(c, err == nil)
 		l.giveTurn()
 	}
 }
