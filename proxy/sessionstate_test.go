@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardlab/shardlab/internal/pgtest"
 	"github.com/shardlab/shardlab/proxy"
@@ -188,6 +189,12 @@ func TestPinnedUntilStateIsGone(t *testing.T) {
 			func(t *testing.T, b *pgx.Conn) {
 				if _, err := b.Exec(context.Background(), "SELECT * FROM scratch"); sqlState(err) != "42P01" {
 					t.Errorf("the next client reads the temporary table: %v", err)
+				}
+			}},
+		{"listen", "LISTEN jobs", "UNLISTEN jobs",
+			func(t *testing.T, b *pgx.Conn) {
+				if n := queryInt(t, b, "SELECT count(*) FROM pg_listening_channels()"); n != 0 {
+					t.Errorf("the next client listens on %d channels", n)
 				}
 			}},
 		{"advisory lock", "SELECT pg_advisory_lock(4242)", "SELECT pg_advisory_unlock(4242)",
@@ -473,5 +480,267 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting until %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSessionStateEdges: the cases a review found, each of which once let one client's
+// state reach another, lost a client's state without a word, or failed a statement
+// PostgreSQL runs.
+func TestSessionStateEdges(t *testing.T) {
+	ctx := context.Background()
+	t.Run("pinned connection whose settings no longer replay", func(t *testing.T) {
+		role := pgtest.NewRole(t, "r_gone", "")
+		e := startProxy(t, 1, nil, nil, withPool(1, 3*time.Second))
+		a := e.connect(t)
+		exec1(t, a, "SELECT pg_advisory_lock(4711)")
+		exec1(t, a, "SET ROLE "+role)
+		exec1(t, a, "RESET work_mem") // the next use replays the settings
+		exec1(t, e.shard(t, 0), "DROP ROLE "+role)
+		if _, err := a.Exec(ctx, "SELECT 1"); err == nil {
+			t.Error("a statement ran with a role that is gone")
+		}
+		exec1(t, a, "RESET ROLE") // the client can mend its settings
+		// The connection with a's lock stayed a's: b waits for it, in vain.
+		b := e.connect(t)
+		tctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		var unlocked bool
+		if err := b.QueryRow(tctx, "SELECT pg_advisory_unlock(4711)").Scan(&unlocked); err == nil {
+			t.Errorf("client b got client a's pinned connection (unlock answered %v)", unlocked)
+		}
+		if n := queryInt(t, a, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"); n != 1 {
+			t.Errorf("client a holds %d advisory locks, want 1", n)
+		}
+	})
+	t.Run("set_config that does not run", func(t *testing.T) {
+		e := startProxy(t, 1, nil, nil, withPool(1, 3*time.Second))
+		a := e.connect(t)
+		const q = "SELECT CASE WHEN false THEN set_config('app.never', 'x', false) END"
+		if _, err := a.Exec(ctx, q); err != nil {
+			t.Errorf("outside a transaction: %v", err)
+		}
+		exec1(t, a, "BEGIN")
+		if _, err := a.Exec(ctx, q); err != nil {
+			t.Errorf("in a transaction: %v", err)
+		}
+		if _, err := a.Exec(ctx, "SELECT 1"); err != nil {
+			t.Errorf("the transaction was aborted: %v", err)
+		}
+		exec1(t, a, "COMMIT")
+	})
+	t.Run("set_config with a NULL is_local", func(t *testing.T) {
+		e := startProxy(t, 1, nil, nil, withPool(1, 3*time.Second))
+		a, b := e.connect(t), e.connect(t)
+		exec1(t, a, "SELECT set_config('search_path', 'tenant_a', NULL)")
+		exec1(t, a, "SELECT set_config($1, $2, $3)", "statement_timeout", "4s", nil)
+		if sp, st := queryText(t, b, "SHOW search_path"), queryText(t, b, "SHOW statement_timeout"); sp == "tenant_a" || st == "4s" {
+			t.Errorf("client b sees client a's settings: search_path %s, statement_timeout %s", sp, st)
+		}
+		if sp := queryText(t, a, "SHOW search_path"); sp != "tenant_a" {
+			t.Errorf("client a lost its search_path: %s", sp)
+		}
+	})
+	t.Run("set_config with a binary text is_local", func(t *testing.T) {
+		e := startProxy(t, 1, nil, nil, withPool(1, 3*time.Second))
+		a := e.pgconnect(t)
+		if err := a.Exec(ctx, "BEGIN").Close(); err != nil {
+			t.Fatal(err)
+		}
+		rr := a.ExecParams(ctx, "SELECT set_config($1, $2, $3::text::boolean)", [][]byte{[]byte("work_mem"), []byte("7MB"), []byte("true")},
+			[]uint32{25, 25, 25}, []int16{1, 1, 1}, nil).Read()
+		if rr.Err != nil {
+			t.Fatal(rr.Err)
+		}
+		if err := a.Exec(ctx, "COMMIT").Close(); err != nil {
+			t.Fatal(err)
+		}
+		res, err := a.Exec(ctx, "SHOW work_mem").ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(res[0].Rows[0][0]); got != "4MB" {
+			t.Errorf("a local set_config outlived its transaction: work_mem %s", got)
+		}
+	})
+	t.Run("temporary table through the search path", func(t *testing.T) {
+		e := startProxy(t, 1, nil, nil, withPool(2, 3*time.Second))
+		a, b := e.connect(t), e.connect(t)
+		exec1(t, a, "CREATE TABLE accounts (owner text)")
+		exec1(t, a, "INSERT INTO accounts VALUES ('real')")
+		exec1(t, a, "SET search_path = pg_temp, public")
+		exec1(t, a, "CREATE TABLE accounts (owner text)") // temporary: pg_temp comes first
+		exec1(t, a, "INSERT INTO accounts VALUES ('planted by a')")
+		for range 3 {
+			if owner := queryText(t, b, "SELECT owner FROM accounts"); owner != "real" {
+				t.Fatalf("client b read client a's temporary table: %q", owner)
+			}
+		}
+		if owner := queryText(t, a, "SELECT owner FROM accounts"); owner != "planted by a" {
+			t.Errorf("client a lost its temporary table: %q", owner)
+		}
+	})
+	t.Run("rollback to a savepoint on a shard that joined after it", func(t *testing.T) {
+		role := pgtest.NewRole(t, "r_sp", "")
+		e := startProxy(t, 2, []string{"t=id"}, nil, withPool(2, 3*time.Second))
+		a := e.connect(t)
+		exec1(t, a, "CREATE TABLE t (id int PRIMARY KEY)")
+		exec1(t, a, "INSERT INTO t VALUES (1), (2), (3), (4), (5), (6), (7), (8)")
+		exec1(t, a, "GRANT SELECT ON t TO "+role)
+		exec1(t, a, "BEGIN")
+		exec1(t, a, "SAVEPOINT s")
+		exec1(t, a, "SET work_mem = '7MB'")
+		exec1(t, a, "SET LOCAL statement_timeout = '9s'")
+		exec1(t, a, "SET ROLE "+role)
+		probe := "SELECT current_user::text || ' ' || current_setting('work_mem') || ' ' || current_setting('statement_timeout') FROM t WHERE id = $1"
+		for i := 1; i <= 8; i++ { // every shard joins, after the savepoint
+			queryText(t, a, probe, i)
+		}
+		exec1(t, a, "ROLLBACK TO s")
+		for i := 1; i <= 8; i++ {
+			if got := queryText(t, a, probe, i); got != "postgres 4MB 0" {
+				t.Errorf("id %d after ROLLBACK TO: %s, want postgres 4MB 0", i, got)
+			}
+		}
+		exec1(t, a, "COMMIT")
+	})
+	t.Run("lastval of another client", func(t *testing.T) {
+		e := startProxy(t, 1, nil, nil, withPool(1, 3*time.Second))
+		a, b := e.connect(t), e.connect(t)
+		exec1(t, a, "CREATE SEQUENCE s")
+		exec1(t, a, "SELECT nextval('s')")
+		var v int64
+		if err := b.QueryRow(ctx, "SELECT lastval()").Scan(&v); sqlState(err) != "55000" {
+			t.Errorf("client b's lastval: %d, %v; want 55000", v, err)
+		}
+		if _, err := b.Exec(ctx, "SELECT currval('s')", pgx.QueryExecModeSimpleProtocol); sqlState(err) != "55000" {
+			t.Errorf("client b's currval: %v; want 55000", err)
+		}
+		// A client's own nextval and currval in one transaction meet.
+		exec1(t, a, "BEGIN")
+		exec1(t, a, "SELECT nextval('s')")
+		if n := queryInt(t, a, "SELECT currval('s')"); n != 2 {
+			t.Errorf("client a's currval in its transaction: %d, want 2", n)
+		}
+		exec1(t, a, "COMMIT")
+		// A serial column's default sets sequence state no statement shows: on a
+		// connection another client used before, currval cannot tell whose it reads,
+		// and is refused, never answered with the other's value.
+		c := e.connect(t)
+		exec1(t, c, "CREATE TABLE items (id serial PRIMARY KEY, name text)")
+		exec1(t, b, "SELECT nextval('s')") // b uses the connection last
+		exec1(t, c, "BEGIN")
+		exec1(t, c, "INSERT INTO items (name) VALUES ('x')")
+		if _, err := c.Exec(ctx, "SELECT currval('items_id_seq')"); sqlState(err) != "0A000" {
+			t.Errorf("currval after an implicit nextval on another client's connection: %v, want 0A000", err)
+		}
+		exec1(t, c, "ROLLBACK")
+		exec1(t, b, "SELECT nextval('s')")
+		// The client uses sequence functions now: its next transaction starts clean.
+		exec1(t, c, "BEGIN")
+		exec1(t, c, "INSERT INTO items (name) VALUES ('y')")
+		if n := queryInt(t, c, "SELECT currval('items_id_seq')"); n != 2 {
+			t.Errorf("currval after an insert, in a later transaction: %d, want 2", n)
+		}
+		exec1(t, c, "COMMIT")
+	})
+	t.Run("state check under the client's lock_timeout", func(t *testing.T) {
+		e := startProxy(t, 1, nil, nil, withPool(2, 3*time.Second))
+		a, b := e.connect(t), e.connect(t)
+		exec1(t, a, "SET lock_timeout = '200ms'")
+		exec1(t, a, "SELECT pg_advisory_lock(7)")
+		admin := e.shard(t, 0)
+		exec1(t, admin, "BEGIN")
+		exec1(t, admin, "LOCK TABLE pg_catalog.pg_class IN ACCESS EXCLUSIVE MODE")
+		done := make(chan error, 1)
+		go func() {
+			_, err := a.Exec(ctx, "SELECT pg_advisory_lock(8)")
+			done <- err
+		}()
+		time.Sleep(500 * time.Millisecond) // past a's lock_timeout
+		exec1(t, admin, "COMMIT")
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		var got bool
+		if err := b.QueryRow(ctx, "SELECT pg_try_advisory_lock(7)").Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got {
+			t.Error("client a's advisory lock 7 was lost without a word to a")
+		}
+	})
+}
+
+// TestListenNotify: LISTEN through the proxy keeps the client's server connection
+// (pinned in transaction pooling), and notifications reach the client both during its
+// statements and while it waits, from its own NOTIFY and another client's, in both pool
+// modes; a client that leaves takes its LISTEN with it.
+func TestListenNotify(t *testing.T) {
+	for _, mode := range poolModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := startProxy(t, 1, nil, nil, withPool(3, 5*time.Second), withPoolMode(mode))
+			ctx := context.Background()
+			got := make(chan string, 10)
+			cfg, err := pgconn.ParseConfig(e.url(""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.OnNotification = func(_ *pgconn.PgConn, n *pgconn.Notification) { got <- n.Channel + ":" + n.Payload }
+			a, err := pgconn.ConnectConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close(ctx)
+			if _, err := a.Exec(ctx, "LISTEN jobs").ReadAll(); err != nil {
+				t.Fatal(err)
+			}
+			if mode == router.PoolTransaction {
+				if pinned := e.srv.Stats().Pools[0].Pinned; pinned != 1 {
+					t.Errorf("pinned clients %d, want 1", pinned)
+				}
+			}
+			// Its own NOTIFY: the notification comes with the statement's answer.
+			if _, err := a.Exec(ctx, "NOTIFY jobs, 'own'").ReadAll(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case n := <-got:
+				if n != "jobs:own" {
+					t.Errorf("notification %s", n)
+				}
+			default:
+				t.Error("the client's own notification did not come with its statement's answer")
+			}
+			// Another client's, while the listener waits.
+			b := e.connect(t)
+			exec1(t, b, "SELECT pg_notify('jobs', 'from b')")
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := a.WaitForNotification(wctx); err != nil {
+				t.Fatalf("waiting for another client's notification: %v", err)
+			}
+			if n := <-got; n != "jobs:from b" {
+				t.Errorf("notification %s", n)
+			}
+			// psql prints a notification that comes with its statement's answer.
+			out, err := run(t, time.Minute, "psql", "-X", e.url(""), "-c", "LISTEN psqlch", "-c", "NOTIFY psqlch, 'hi'")
+			if err != nil || !strings.Contains(out, `Asynchronous notification "psqlch" with payload "hi" received`) {
+				t.Errorf("psql: %v\n%s", err, out)
+			}
+			// The listener goes on running statements.
+			if _, err := a.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+				t.Fatal(err)
+			}
+			if n := queryInt(t, b, "SELECT count(*) FROM pg_listening_channels()"); n != 0 {
+				t.Errorf("client b listens on %d channels", n)
+			}
+			a.Close(ctx)
+			c := e.connect(t)
+			for range 2 {
+				if n := queryInt(t, c, "SELECT count(*) FROM pg_listening_channels()"); n != 0 {
+					t.Errorf("a client after the listener left listens on %d channels", n)
+				}
+			}
+		})
 	}
 }

@@ -290,6 +290,9 @@ func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args, a
 	case sqlplan.KindCopy:
 		return nil, &pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeFeatureNotSupported,
 			Message: "shardlab: COPY through database/sql; use INSERT, or the wire proxy"}
+	case sqlplan.KindListen:
+		return nil, &pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeFeatureNotSupported,
+			Message: "shardlab: LISTEN, UNLISTEN and NOTIFY through database/sql (its connections are pooled): listen on a connection of your own to the first data source, or through the wire proxy; SELECT pg_notify(channel, payload) sends"}
 	}
 	var res *sqlexec.Result
 	var err error

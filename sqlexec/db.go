@@ -171,7 +171,7 @@ func (db *DB) SimpleExec(ctx context.Context, sql string) ([]*Result, error) {
 
 func (db *DB) run(ctx context.Context, s *Session, b *sqlplan.Bound, args sqlplan.Args, formats []int16) (*Result, error) {
 	switch b.Plan.Kind {
-	case sqlplan.KindTransaction, sqlplan.KindSet, sqlplan.KindDiscard, sqlplan.KindCopy:
+	case sqlplan.KindTransaction, sqlplan.KindSet, sqlplan.KindDiscard, sqlplan.KindCopy, sqlplan.KindListen:
 		return nil, unsupported("%s statements on a DB handle (use Begin for transactions)", b.Plan.Kind)
 	case sqlplan.KindEmpty:
 		return &Result{}, nil

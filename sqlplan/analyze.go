@@ -124,7 +124,8 @@ func (a *analyzer) analyze(stmt *pg.Node) error {
 	case *pg.Node_DeclareCursorStmt, *pg.Node_FetchStmt, *pg.Node_ClosePortalStmt:
 		return unsupported("cursors (DECLARE, FETCH, CLOSE)")
 	case *pg.Node_ListenStmt, *pg.Node_NotifyStmt, *pg.Node_UnlistenStmt:
-		return unsupported("LISTEN and NOTIFY")
+		a.plan.Kind = KindListen
+		return nil
 	default:
 		return a.analyzeDDL(stmt)
 	}

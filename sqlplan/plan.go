@@ -46,9 +46,10 @@ const (
 	KindExplain                 // EXPLAIN of a statement that runs on one target
 	KindDiscard                 // DISCARD
 	KindLock                    // LOCK TABLE
+	KindListen                  // LISTEN, UNLISTEN, NOTIFY: on the default data source, where every client's notifications meet
 )
 
-var kindNames = [...]string{"empty", "select", "insert", "update", "delete", "ddl", "transaction", "set", "show", "copy", "explain", "discard", "lock"}
+var kindNames = [...]string{"empty", "select", "insert", "update", "delete", "ddl", "transaction", "set", "show", "copy", "explain", "discard", "lock", "listen"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {

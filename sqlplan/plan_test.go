@@ -126,7 +126,8 @@ func TestRouting(t *testing.T) {
 		{"ALTER TABLE t_order ALTER COLUMN order_id TYPE int", nil, true},
 		{"CREATE FUNCTION f() RETURNS int AS 'SELECT 1' LANGUAGE sql", []int{-1, -2}, false},
 		{"DO $$ BEGIN END $$", nil, true},
-		{"LISTEN x", nil, true},
+		{"LISTEN x", []int{-1}, false},
+		{"NOTIFY x, 'y'", []int{-1}, false},
 		{"DECLARE c CURSOR FOR SELECT 1", nil, true},
 		{"PREPARE TRANSACTION 'x'", nil, true},
 	}

@@ -24,15 +24,26 @@ const (
 	// does.
 	EffectSetConfig SessionEffects = 1 << iota
 	// EffectBinds: the statement may leave state that lives on its server connection
-	// alone: a temporary object, or a session-level advisory lock.
+	// alone: a temporary object, a session-level advisory lock, a LISTEN.
 	EffectBinds
-	// EffectUnbinds: the statement may release such state (DROP, an advisory unlock).
+	// EffectUnbinds: the statement may release such state (DROP, an advisory unlock,
+	// UNLISTEN).
 	EffectUnbinds
+	// EffectListens: the statement is a LISTEN: its connection may receive
+	// notifications at any time from now on.
+	EffectListens
+	// EffectSequences: the statement calls nextval, setval, currval or lastval, the
+	// functions of a session's sequence state.
+	EffectSequences
+	// EffectReadsSequences: the statement calls currval or lastval, which read what
+	// the session's last nextval left: on a connection another client used last, that
+	// client's.
+	EffectReadsSequences
 )
 
 // sessionWords are the words without which a statement has no session effect: a cheap
 // test that spares the walk over the parse tree for nearly every statement.
-var sessionWords = []string{"set_config", "advisory", "temp", "drop"}
+var sessionWords = []string{"set_config", "advisory", "temp", "drop", "listen", "val"}
 
 // sessionEffects finds what a parsed statement may do to its connection's session
 // (see SessionEffects); text is the statement's text.
@@ -55,6 +66,10 @@ func sessionEffects(text string, stmt *pg.Node) SessionEffects {
 				e |= EffectBinds
 			case "pg_advisory_unlock", "pg_advisory_unlock_shared", "pg_advisory_unlock_all":
 				e |= EffectUnbinds
+			case "nextval", "setval":
+				e |= EffectSequences
+			case "currval", "lastval":
+				e |= EffectSequences | EffectReadsSequences
 			}
 		case *pg.RangeVar:
 			// CREATE TEMP TABLE, SELECT ... INTO TEMP, CREATE TEMP VIEW and SEQUENCE, and
@@ -66,8 +81,10 @@ func sessionEffects(text string, stmt *pg.Node) SessionEffects {
 			if isTempSchema(n.Sval) {
 				e |= EffectBinds // a qualified name such as pg_temp.f
 			}
-		case *pg.DropStmt:
+		case *pg.DropStmt, *pg.UnlistenStmt:
 			e |= EffectUnbinds
+		case *pg.ListenStmt:
+			e |= EffectBinds | EffectListens
 		}
 		return true
 	})

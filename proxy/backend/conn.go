@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -36,6 +37,20 @@ type Conn struct {
 	// settings are not known (a transaction that set some rolled back, or a function
 	// changed them).
 	settings string
+
+	// user is the session that last took the connection; foreignSequences says that
+	// one before it may have left sequence state, ran that user ran statements on it
+	// since (see Lend).
+	user             uint64
+	foreignSequences bool
+	ran              bool
+
+	// notes queues the notifications the server sent (LISTEN/NOTIFY), whoever read
+	// them off the connection, until the client's session takes them.
+	notes struct {
+		sync.Mutex
+		q []*pgproto3.NotificationResponse
+	}
 
 	stmts   map[stmtKey]string // prepared statement text and types -> server name
 	stmtSeq int
@@ -71,6 +86,7 @@ type stmtKey struct {
 
 func newConn(p *Pool, pg *pgconn.PgConn, base context.Context) *Conn {
 	c := &Conn{pool: p, pg: pg, lastUsed: time.Now(), stmts: map[stmtKey]string{}, base: base}
+	p.byServer.Store(pg, c)
 	if base != nil {
 		c.stopBase = context.AfterFunc(base, func() {
 			if c.lent.Load() {
@@ -129,6 +145,15 @@ func (c *Conn) ApplySettings(ctx context.Context, key string, statements []strin
 	return nil
 }
 
+// ResetTo resets the connection's settings (resetSettings) and runs statements, in
+// one round trip, inside the transaction it may be in: a transaction that rolled back
+// to a savepoint takes the settings of the savepoint this way. The connection's
+// settings are unknown afterwards, as those of a transaction are.
+func (c *Conn) ResetTo(ctx context.Context, statements []string) error {
+	c.settings = unknownSettings
+	return c.exec(ctx, resetSettings+strings.Join(statements, ";"))
+}
+
 // SetSettingsKey records that the connection now carries the settings identified by
 // key (the caller ran a SET on it that its key accounts for).
 func (c *Conn) SetSettingsKey(key string) { c.settings = key }
@@ -142,6 +167,7 @@ func (c *Conn) ForgetSettings() { c.settings = unknownSettings }
 // kept for its whole session.
 func (c *Conn) Discard(ctx context.Context) error {
 	err := c.exec(ctx, "DISCARD ALL")
+	c.TakeNotifications()          // DISCARD ALL ends every LISTEN
 	sqlexec.ForgetStatements(c.pg) // the core's statements went with DISCARD ALL too
 	clear(c.stmts)
 	c.evict = nil
@@ -155,14 +181,19 @@ func (c *Conn) Discard(ctx context.Context) error {
 // sessionStateQuery asks whether a server session holds state that lives on its
 // connection alone and that no reset short of DISCARD ALL undoes: a session advisory
 // lock, a temporary object, a LISTEN, an SQL-level prepared statement, a cursor WITH
-// HOLD. The proxy's own prepared statements (protocol-level) do not count.
-const sessionStateQuery = `SELECT EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid())
+// HOLD. The proxy's own prepared statements (protocol-level) do not count. It runs in a
+// transaction of its own with no time limits and pg_catalog alone on the search path,
+// whatever the client set: a client's lock_timeout cannot make it fail, nor an
+// operator of the client's make it answer wrong.
+const sessionStateQuery = `BEGIN;SET LOCAL statement_timeout = 0;SET LOCAL lock_timeout = 0;SET LOCAL search_path = pg_catalog;
+SELECT EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid())
  OR EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema())
  OR EXISTS (SELECT FROM pg_catalog.pg_type WHERE typnamespace = pg_catalog.pg_my_temp_schema())
  OR EXISTS (SELECT FROM pg_catalog.pg_proc WHERE pronamespace = pg_catalog.pg_my_temp_schema())
  OR EXISTS (SELECT FROM pg_catalog.pg_listening_channels())
  OR EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql)
- OR EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable)`
+ OR EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable);
+COMMIT`
 
 // HoldsSessionState asks the server whether the connection's session holds state that
 // lives on it alone (see sessionStateQuery): a client that made such state must keep
@@ -171,16 +202,43 @@ const sessionStateQuery = `SELECT EXISTS (SELECT FROM pg_catalog.pg_locks WHERE 
 // state (sqlplan.SessionEffects). The connection must be idle outside a transaction.
 func (c *Conn) HoldsSessionState(ctx context.Context) (bool, error) {
 	c.pool.stats.stateChecks.Add(1)
-	row, err := c.QueryRow(ctx, sessionStateQuery, 1)
+	results, err := c.readAll(ctx, sessionStateQuery)
 	if err != nil {
+		if c.pg.TxStatus() == 'E' {
+			c.exec(ctx, "ROLLBACK") // its own transaction failed
+		}
 		return false, err
 	}
-	return row[0] == "t", nil
+	for _, r := range results {
+		if len(r.Rows) == 1 && len(r.Rows[0]) == 1 {
+			return string(r.Rows[0][0]) == "t", nil
+		}
+	}
+	return false, fmt.Errorf("backend: %s: no answer to the session state query", c.pool.name)
 }
 
 // QueryRow runs a query of the proxy's own that returns one row of n columns, and
-// returns its values as text (NULL as ""). Its answer is not relayed to anyone.
-func (c *Conn) QueryRow(ctx context.Context, sql string, n int) ([]string, error) {
+// returns its values as text (nil for NULL). Its answer is not relayed to anyone.
+func (c *Conn) QueryRow(ctx context.Context, sql string, n int) ([][]byte, error) {
+	results, err := c.readAll(ctx, sql)
+	if err != nil {
+		return nil, err
+	}
+	if len(results) != 1 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) != n {
+		return nil, fmt.Errorf("backend: %s: %q did not return one row of %d columns", c.pool.name, sql, n)
+	}
+	out := make([][]byte, n)
+	for i, v := range results[0].Rows[0] {
+		if v != nil {
+			out[i] = append([]byte{}, v...)
+		}
+	}
+	return out, nil
+}
+
+// readAll runs statements of the proxy's own with the simple protocol and returns
+// their results.
+func (c *Conn) readAll(ctx context.Context, sql string) ([]*pgconn.Result, error) {
 	results, err := c.pg.Exec(ctx, sql).ReadAll()
 	if err != nil {
 		if c.pg.IsClosed() || !isServerError(err) {
@@ -188,15 +246,84 @@ func (c *Conn) QueryRow(ctx context.Context, sql string, n int) ([]string, error
 		}
 		return nil, err
 	}
-	if len(results) != 1 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) != n {
-		return nil, fmt.Errorf("backend: %s: %q did not return one row of %d columns", c.pool.name, sql, n)
-	}
-	out := make([]string, n)
-	for i, v := range results[0].Rows[0] {
-		out[i] = string(v)
-	}
-	return out, nil
+	return results, nil
 }
+
+// noteNotification queues a notification the server sent on the connection.
+func (c *Conn) noteNotification(n *pgconn.Notification) {
+	c.notes.Lock()
+	defer c.notes.Unlock()
+	if len(c.notes.q) >= maxQueuedNotifications {
+		c.notes.q = c.notes.q[1:] // a client that never reads them must not fill memory
+	}
+	c.notes.q = append(c.notes.q, &pgproto3.NotificationResponse{PID: n.PID, Channel: n.Channel, Payload: n.Payload})
+}
+
+// maxQueuedNotifications bounds the notifications queued on one connection; PostgreSQL
+// itself queues up to 8 GB for a listener that does not read, which a proxy serving
+// many clients cannot afford.
+const maxQueuedNotifications = 10000
+
+// TakeNotifications returns the notifications queued on the connection, and forgets
+// them.
+func (c *Conn) TakeNotifications() []*pgproto3.NotificationResponse {
+	c.notes.Lock()
+	defer c.notes.Unlock()
+	q := c.notes.q
+	c.notes.q = nil
+	return q
+}
+
+// WaitNotification waits until the server sends a notification (queued, see
+// TakeNotifications) or ctx ends, reading the connection while its client is idle. A
+// connection that sends anything else is out of step with the proxy, and broken.
+func (c *Conn) WaitNotification(ctx context.Context) error {
+	for {
+		msg, err := c.pg.ReceiveMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err() // the wait was ended: the connection is fine
+			}
+			return c.brokenErr(err)
+		}
+		switch msg.(type) {
+		case *pgproto3.NotificationResponse:
+			return nil
+		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
+		default:
+			return c.brokenErr(fmt.Errorf("unexpected %T from an idle server", msg))
+		}
+	}
+}
+
+// Healthy reports whether the connection can go on serving its client: not broken,
+// and idle outside a transaction.
+func (c *Conn) Healthy() bool {
+	return !c.broken && !c.pg.IsClosed() && c.pg.TxStatus() == 'I'
+}
+
+// Lend records that session id uses the connection from now on. A connection
+// another session used may carry that session's sequence state (what currval and
+// lastval answer): see Sequences.
+func (c *Conn) Lend(id uint64) {
+	if c.user != id {
+		c.foreignSequences = c.user != 0
+		c.user = id
+		c.ran = false
+	}
+}
+
+// Ran records that the connection's user ran a statement on it, which may have set
+// sequence state of its own (nextval, a serial column's default).
+func (c *Conn) Ran() { c.ran = true }
+
+// Sequences reports what the connection's sequence state may hold: another session's
+// (foreign), and the current user's own too (ran).
+func (c *Conn) Sequences() (foreign, ran bool) { return c.foreignSequences, c.ran }
+
+// SequencesDiscarded records that DISCARD SEQUENCES ran: the connection carries no
+// sequence state.
+func (c *Conn) SequencesDiscarded() { c.foreignSequences = false }
 
 // exec runs statements with the simple protocol and discards their results.
 func (c *Conn) exec(ctx context.Context, sql string) error {
@@ -396,6 +523,8 @@ func (c *Conn) execOnce(ctx context.Context, prefix []string, st *Statement, sin
 			sink.Send(msg)
 		case *pgproto3.EmptyQueryResponse, *pgproto3.NoticeResponse, *pgproto3.PortalSuspended:
 			sink.Send(msg)
+		case *pgproto3.NotificationResponse:
+			// Queued by the pool's handler; the session sends them before ReadyForQuery.
 		case *pgproto3.ParameterStatus:
 			// A function changed a reported setting (set_config): the connection's
 			// settings are no longer the ones its key names.
@@ -504,6 +633,8 @@ func (c *Conn) QueryAfter(ctx context.Context, prefix []string, sql string, sink
 				continue
 			}
 			sink.Send(msg)
+		case *pgproto3.NotificationResponse:
+			// Queued by the pool's handler; the session sends them before ReadyForQuery.
 		default:
 			sink.Send(msg)
 		}

@@ -102,6 +102,8 @@ type Pool struct {
 		base context.Context
 	}
 	dialing sync.WaitGroup
+	// byServer finds a Conn by its server connection, for the notification handler.
+	byServer sync.Map // *pgconn.PgConn -> *Conn
 
 	stats struct {
 		inUse, waiting, turnWaiting atomic.Int64
@@ -127,6 +129,11 @@ func NewPool(name, dsn string, o Options) (*Pool, error) {
 		cfg.ConnectTimeout = o.ConnectTimeout
 	}
 	p := &Pool{name: name, cfg: cfg, opts: o, tokens: make(chan struct{}, o.Size)}
+	cfg.OnNotification = func(pg *pgconn.PgConn, n *pgconn.Notification) {
+		if c, ok := p.byServer.Load(pg); ok {
+			c.(*Conn).noteNotification(n)
+		}
+	}
 	return p, nil
 }
 
@@ -288,6 +295,7 @@ func (p *Pool) Release(c *Conn, reuse bool) {
 		return
 	}
 	c.lastUsed = time.Now()
+	c.TakeNotifications() // a client's, never the next one's
 	p.mu.Lock()
 	if p.mu.closed {
 		p.mu.Unlock()
@@ -302,6 +310,7 @@ func (p *Pool) Release(c *Conn, reuse bool) {
 
 // discard closes a connection. Whoever holds its token gives it back.
 func (p *Pool) discard(c *Conn) {
+	p.byServer.Delete(c.pg)
 	if c.stopBase != nil {
 		c.stopBase()
 	}

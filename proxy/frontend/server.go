@@ -491,7 +491,13 @@ func (c *client) loop() {
 			c.fatal("57P01", "terminating connection due to administrator command")
 			return
 		}
+		if c.rd.Buffered() == 0 && !c.wr.Pending() && c.sess.TxStatus() == 'I' {
+			// Notifications of a LISTEN reach an idle client at once, as from
+			// PostgreSQL; the watch ends before the client's message is handled.
+			c.sess.WatchNotifications(c.sendNotifications)
+		}
 		msg, err := c.rd.Receive()
+		c.sess.StopWatching()
 		c.setIdle(false)
 		if err != nil {
 			var pe *ProtocolError
@@ -621,8 +627,20 @@ func (c *client) adminLoop() {
 	}
 }
 
-// readyForQuery sends ReadyForQuery and flushes.
+// sendNotifications sends notifications to an idle client (router.WatchNotifications),
+// from the watch's goroutine: the client's own goroutine is waiting for its next
+// message meanwhile, and writes nothing until the watch has ended.
+func (c *client) sendNotifications(notes []*pgproto3.NotificationResponse) bool {
+	for _, n := range notes {
+		c.wr.Send(n)
+	}
+	return c.wr.Flush() == nil
+}
+
+// readyForQuery sends the notifications that arrived during the statement, then
+// ReadyForQuery, and flushes.
 func (c *client) readyForQuery() {
+	c.sess.PendingNotifications()
 	status := c.sess.TxStatus()
 	c.rfq.TxStatus = status
 	c.wr.Send(&c.rfq)

@@ -48,14 +48,18 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 		var calls []setConfigCall
 		if plan.Session&sqlplan.EffectSetConfig != 0 {
 			var err error
-			if calls, err = setConfigCalls(t.SQL, values, formats); err != nil {
+			if calls, err = setConfigCalls(t.SQL, values, formats, oids); err != nil {
 				return err
 			}
 		}
 		// A transaction's BEGIN on this data source, if it is the first statement
 		// there, goes in the same round trip.
 		return s.onDataSourceJoining(ctx, t.DataSource, func(c *backend.Conn, join []string) (bool, error) {
-			ran, err := c.ExecAfter(ctx, join, &st, s.client)
+			prefix, err := s.sequencePrefix(plan, c, join)
+			if err != nil {
+				return false, err
+			}
+			ran, err := c.ExecAfter(ctx, prefix, &st, s.client)
 			if err == nil && calls != nil {
 				err = s.followSetConfig(ctx, c, t.DataSource, calls)
 			}
@@ -128,12 +132,16 @@ func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
 		var calls []setConfigCall
 		if plan.Session&sqlplan.EffectSetConfig != 0 {
 			var err error
-			if calls, err = setConfigCalls(t.SQL, nil, nil); err != nil {
+			if calls, err = setConfigCalls(t.SQL, nil, nil, nil); err != nil {
 				return err
 			}
 		}
 		return s.onDataSourceJoining(ctx, t.DataSource, func(c *backend.Conn, join []string) (bool, error) {
-			ran, err := c.QueryAfter(ctx, join, t.SQL, s.client)
+			prefix, err := s.sequencePrefix(plan, c, join)
+			if err != nil {
+				return false, err
+			}
+			ran, err := c.QueryAfter(ctx, prefix, t.SQL, s.client)
 			if err == nil && calls != nil {
 				err = s.followSetConfig(ctx, c, t.DataSource, calls)
 			}
@@ -162,18 +170,55 @@ func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
 // holds the connection it ran on; elsewhere it is refused before anything runs.
 func (s *Session) noteEffects(plan *sqlplan.Plan, b *sqlplan.Bound, fastPath bool) error {
 	e := plan.Session
-	if e == 0 {
+	if e == 0 && !(s.tempPath && plan.Kind == sqlplan.KindDDL) {
 		return nil
 	}
 	if e&sqlplan.EffectSetConfig != 0 && !(single(b) && fastPath) {
 		return pgError("0A000", "shardlab: set_config in a statement that runs on several data sources, or that is fetched in parts: the proxy follows set_config only in a statement that runs on one data source")
 	}
+	if e&sqlplan.EffectReadsSequences != 0 && !(single(b) && fastPath) {
+		return pgError("0A000", "shardlab: currval or lastval in a statement that runs on several data sources, or that is fetched in parts: a sequence's session state is followed only in a statement that runs on one data source")
+	}
 	for _, t := range b.Targets {
-		if e&sqlplan.EffectBinds != 0 || e&sqlplan.EffectUnbinds != 0 && s.leases.isPinned(t.DataSource) {
+		if e&sqlplan.EffectListens != 0 {
+			s.leases.listen(t.DataSource)
+		}
+		if e&sqlplan.EffectBinds != 0 || e&sqlplan.EffectUnbinds != 0 && s.leases.isPinned(t.DataSource) ||
+			s.tempPath && plan.Kind == sqlplan.KindDDL {
 			s.leases.recheck(t.DataSource)
 		}
 	}
 	return nil
+}
+
+// sequencePrefix keeps another client's sequence state (what currval and lastval
+// answer) away from this one. A connection that served another client last may carry
+// it; before a statement of a client that uses sequence functions, or one that reads
+// that state, the connection gets DISCARD SEQUENCES in the same round trip, so that
+// currval answers as in a session that called no nextval (55000), never with another
+// client's value. When this client has run statements on the connection already
+// (which may have set sequence state of its own, through a serial column's default),
+// the two cannot be told apart, and a statement that reads the state is refused.
+func (s *Session) sequencePrefix(plan *sqlplan.Plan, c *backend.Conn, join []string) ([]string, error) {
+	if plan.Session&sqlplan.EffectSequences != 0 {
+		s.usesSequences = true
+	}
+	if !s.usesSequences {
+		return join, nil
+	}
+	foreign, ran := c.Sequences()
+	switch {
+	case !foreign:
+		return join, nil
+	case !ran:
+		c.SequencesDiscarded()
+		return append(join[:len(join):len(join)], "DISCARD SEQUENCES"), nil
+	case plan.Session&sqlplan.EffectReadsSequences != 0:
+		return nil, &pgconn.PgError{Severity: "ERROR", Code: "0A000",
+			Message: "shardlab: currval or lastval on a server connection that another client used before this client's statements on it: the sequence state there may be either's",
+			Hint:    "Use INSERT ... RETURNING, or call nextval in the same statement. Later transactions of this client are not affected."}
+	}
+	return join, nil
 }
 
 // fieldsOf converts the engine's column descriptions to the protocol's.

@@ -156,6 +156,8 @@ type Router struct {
 	// generation counts schema changes made through the proxy: a client's prepared
 	// statement planned in an older generation is planned again before it runs.
 	generation atomic.Uint64
+	// sessions numbers the sessions.
+	sessions atomic.Uint64
 
 	describes describeCache
 

@@ -33,6 +33,7 @@ type Client interface {
 // any.
 type Session struct {
 	r      *Router
+	id     uint64 // unique among the router's sessions
 	client Client
 	user   string
 	// login is who the client runs as on the data sources, and pools are that login's
@@ -55,6 +56,9 @@ type Session struct {
 	saved      []savedSettings
 	key        string
 	stmtsSQL   []string
+	// tempPath: the search path names pg_temp, so that DDL without the word TEMP may
+	// make temporary objects.
+	tempPath bool
 	// txLocal are SET LOCAL and SET TRANSACTION statements of the open transaction,
 	// run on each data source when it joins the transaction.
 	txLocal []string
@@ -75,6 +79,12 @@ type Session struct {
 
 	leases *leases
 	conns  conns
+	// watch relays notifications while the client is idle (see WatchNotifications).
+	watch *watch
+	// describing is set while a statement is described on a data source.
+	describing bool
+	// usesSequences: the client called nextval, setval, currval or lastval.
+	usesSequences bool
 }
 
 // setting is one SET statement and the parameter it sets (lower case).
@@ -91,8 +101,8 @@ func (r *Router) NewSession(client Client, user string, login Identity, startup 
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{r: r, client: client, user: user, login: login, pools: pools, stmts: map[string]*statement{}, portals: map[string]*portal{}}
-	s.leases = &leases{s: s, held: map[int]*lease{}, pinned: map[int]*backend.Conn{}, check: map[int]bool{}}
+	s := &Session{r: r, id: r.sessions.Add(1), client: client, user: user, login: login, pools: pools, stmts: map[string]*statement{}, portals: map[string]*portal{}}
+	s.leases = &leases{s: s, held: map[int]*lease{}, pinned: map[int]*backend.Conn{}, check: map[int]bool{}, listens: map[int]bool{}}
 	s.tx = sqlexec.NewSession(s.leases, r.committer)
 	if r.detector != nil {
 		s.tx.SetDeadlockDetector(r.detector)
@@ -168,9 +178,13 @@ func quoteLiteral(s string) string {
 // settingsChanged recomputes the key and statement list of the client's settings.
 func (s *Session) settingsChanged() {
 	s.stmtsSQL = s.stmtsSQL[:0]
+	s.tempPath = false
 	for _, list := range [][]setting{s.startup, s.currentSettings()} {
 		for _, st := range list {
 			s.stmtsSQL = append(s.stmtsSQL, st.sql)
+			if st.name == "search_path" && strings.Contains(strings.ToLower(st.sql), "pg_temp") {
+				s.tempPath = true
+			}
 		}
 	}
 	s.key = strings.Join(s.stmtsSQL, ";")
@@ -271,6 +285,11 @@ type leases struct {
 	// check marks the data sources whose connection is to be asked, when released,
 	// whether it holds such state.
 	check map[int]bool
+	// lost is set when a kept connection broke with the client's state on it (see
+	// drop): every statement gets it from then on.
+	lost error
+	// listens marks the data sources where the client ran LISTEN.
+	listens map[int]bool
 	// turn: the client holds one of the router's turns (Config.MaxTransactions), for
 	// turnUsers connections held or being acquired; the last to go gives it back.
 	turnMu    sync.Mutex // serialises taking the turn among concurrent Acquires
@@ -333,7 +352,11 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	pool := l.s.pools[ds]
 	l.mu.Lock()
 	c := l.pinned[ds]
+	lost := l.lost
 	l.mu.Unlock()
+	if lost != nil {
+		return nil, lost
+	}
 	// A cancel request ends the waits for a turn and a connection; one that comes
 	// later, until the connection is held (and the request reaches its server), ends
 	// the statement before it runs.
@@ -348,14 +371,19 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	// The settings run under ctx: cancelling a statement in progress would break the
 	// connection.
 	if err := c.ApplySettings(ctx, l.s.key, l.s.stmtsSQL); err != nil {
-		l.mu.Lock()
-		delete(l.pinned, ds)
-		l.mu.Unlock()
-		pool.Release(c, reusable(err))
+		if !fresh && c.Healthy() {
+			// A connection the client keeps holds its state: it stays the client's.
+			return nil, err
+		}
+		if !fresh {
+			l.drop(ds, c)
+		}
+		pool.Release(c, reusable(err) && fresh)
 		l.giveTurn()
 		return nil, err
 	}
 	x := &lease{l: l, ds: ds, c: c}
+	c.Lend(l.s.id)
 	l.mu.Lock()
 	cancelled := interrupted(intr)
 	if !cancelled {
@@ -451,7 +479,11 @@ func (l *leases) conn(ds int) *backend.Conn {
 
 // Run implements sqlexec.Lease.
 func (x *lease) Run(_ context.Context, fn func(*pgconn.PgConn) error) error {
-	return fn(x.c.PgConn())
+	err := fn(x.c.PgConn())
+	if !x.l.s.describing {
+		x.c.Ran() // a description sets no sequence state; anything else may
+	}
+	return err
 }
 
 // Release implements sqlexec.Lease.
@@ -467,33 +499,58 @@ func (x *lease) Release(reuse bool) {
 	if l.s.dirty {
 		x.c.ForgetSettings()
 	}
-	keep := reuse && wasPinned
-	if l.s.r.mode == PoolTransaction && reuse && check {
+	// A connection the client keeps stays its own after a cancelled statement: a late
+	// cancel request could reach only this client's next statement, as on PostgreSQL
+	// itself.
+	healthy := x.c.Healthy()
+	keep := wasPinned && (reuse || healthy)
+	if l.s.r.mode == PoolTransaction && check && healthy {
 		ctx, cancel := context.WithTimeout(context.Background(), stateCheckTimeout)
 		held, err := x.c.HoldsSessionState(ctx)
 		cancel()
-		if err != nil {
-			reuse = false
+		switch {
+		case err == nil:
+			keep = held
+		case x.c.Healthy():
+			keep = true // no answer: keep what may hold the client's state
+		default:
+			keep, reuse = false, false
 		}
-		keep = err == nil && held
 	}
-	if l.s.r.mode == PoolTransaction && keep != wasPinned {
-		if keep {
-			pool.AddPinned(1)
-		} else {
-			pool.AddPinned(-1)
-		}
+	if !keep && wasPinned {
+		l.drop(x.ds, x.c)
+	} else if keep && !wasPinned && l.s.r.mode == PoolTransaction {
+		pool.AddPinned(1)
 	}
 	l.mu.Lock()
 	if keep {
 		l.pinned[x.ds] = x.c
-	} else {
-		delete(l.pinned, x.ds)
 	}
 	l.mu.Unlock()
 	if !keep {
 		pool.Release(x.c, reuse)
 		l.giveTurn()
+	}
+}
+
+// drop stops keeping connection c of data source ds. In transaction pooling a kept
+// connection holds state of the client's that lives on it alone: if it broke, that
+// state is gone, and the client's statements fail from now on, as its session would
+// have ended on PostgreSQL itself.
+func (l *leases) drop(ds int, c *backend.Conn) {
+	l.mu.Lock()
+	delete(l.pinned, ds)
+	l.mu.Unlock()
+	if l.s.r.mode != PoolTransaction {
+		return
+	}
+	l.s.pools[ds].AddPinned(-1)
+	if !c.Healthy() {
+		l.mu.Lock()
+		l.lost = &pgconn.PgError{Severity: "ERROR", Code: "08006",
+			Message: fmt.Sprintf("shardlab: the server connection to data source %s that held this session's temporary objects, session locks or listened channels was lost, and they with it", l.s.pools[ds].Name()),
+			Hint:    "Reconnect."}
+		l.mu.Unlock()
 	}
 }
 

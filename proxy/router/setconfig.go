@@ -29,9 +29,10 @@ type setConfigCall struct {
 }
 
 // setConfigCalls reads the set_config calls of one statement, sql as sent to the
-// server, whose parameters $1, $2 ... have values (in formats; nil is NULL). A call with
-// a NULL name or is_local is left out: the server refuses it.
-func setConfigCalls(sql string, values [][]byte, formats []int16) ([]setConfigCall, error) {
+// server, whose parameters $1, $2 ... have values (in formats, of types oids where
+// known; nil is NULL). A call with a NULL name is left out (the server refuses it); a
+// NULL is_local means false, as in PostgreSQL.
+func setConfigCalls(sql string, values [][]byte, formats []int16, oids []uint32) ([]setConfigCall, error) {
 	tree, err := pg.Parse(sql)
 	if err != nil || len(tree.Stmts) != 1 {
 		return nil, pgError("42601", "cannot read the statement that calls set_config")
@@ -46,22 +47,24 @@ func setConfigCalls(sql string, values [][]byte, formats []int16) ([]setConfigCa
 		if len(f.Args) != 3 {
 			return // no such function: the server says so
 		}
-		name, null, ok := constantArg(f.Args[0], values, formats, false)
+		name, null, ok := constantArg(f.Args[0], values, formats, oids)
 		if !ok {
 			bad = pgError("0A000", "shardlab: set_config with a setting name that is neither a constant nor a parameter: the proxy must know which setting to carry to the client's other server connections")
 			return
 		}
-		local, nullLocal, ok := constantArg(f.Args[2], values, formats, true)
+		local, nullLocal, ok := constantArg(f.Args[2], values, formats, oids)
 		if !ok {
 			bad = pgError("0A000", "shardlab: set_config with an is_local argument that is neither a constant nor a parameter")
 			return
 		}
-		if null || nullLocal {
+		if null {
 			return
 		}
-		isLocal, ok := parseBool(local)
-		if !ok {
-			return // not a boolean: the server refuses it
+		isLocal := false
+		if !nullLocal {
+			if isLocal, ok = parseBool(local); !ok {
+				return // not a boolean: the server refuses it
+			}
 		}
 		calls = append(calls, setConfigCall{name: name, local: isLocal})
 	})
@@ -78,9 +81,9 @@ func isSetConfig(f *pg.FuncCall) bool {
 }
 
 // constantArg returns the text of an argument that is a constant or a parameter (with
-// casts around it); null reports a NULL. A binary boolean parameter reads as "t" or
-// "f", and any other binary value as its bytes (text's binary form).
-func constantArg(n *pg.Node, values [][]byte, formats []int16, boolean bool) (text string, null, ok bool) {
+// casts around it); null reports a NULL. A binary parameter of type boolean reads as
+// "t" or "f", and any other binary value as its bytes (text's binary form).
+func constantArg(n *pg.Node, values [][]byte, formats []int16, oids []uint32) (text string, null, ok bool) {
 	for n.GetTypeCast() != nil {
 		n = n.GetTypeCast().Arg
 	}
@@ -109,7 +112,7 @@ func constantArg(n *pg.Node, values [][]byte, formats []int16, boolean bool) (te
 		if v == nil {
 			return "", true, true
 		}
-		if format(formats, i) == 1 && boolean {
+		if format(formats, i) == 1 && i < len(oids) && oids[i] == boolOID {
 			if len(v) == 1 && v[0] != 0 {
 				return "t", false, true
 			}
@@ -119,6 +122,9 @@ func constantArg(n *pg.Node, values [][]byte, formats []int16, boolean bool) (te
 	}
 	return "", false, false
 }
+
+// boolOID is the type OID of boolean.
+const boolOID = 16
 
 // parseBool reads a boolean as PostgreSQL's input function does (any unique prefix of
 // true, false, yes, no, on, off; 1 or 0).
@@ -185,7 +191,8 @@ func (s *Session) followSetConfig(ctx context.Context, c *backend.Conn, ds int, 
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("pg_catalog.current_setting(" + quoteLiteral(name) + ")")
+		// missing_ok: a call in a branch that did not run may have created nothing.
+		q.WriteString("pg_catalog.current_setting(" + quoteLiteral(name) + ", true)")
 	}
 	values, err := c.QueryRow(ctx, q.String(), len(names))
 	if err != nil {
@@ -197,9 +204,13 @@ func (s *Session) followSetConfig(ctx context.Context, c *backend.Conn, ds int, 
 		if call.local && !inTx {
 			continue
 		}
-		sql := setConfigSQL(call.name, values[k], call.local)
-		name := strings.ToLower(call.name)
+		value := values[k]
 		k++
+		if value == nil {
+			continue // no such setting: the call did not run
+		}
+		sql := setConfigSQL(call.name, string(value), call.local)
+		name := strings.ToLower(call.name)
 		if inTx {
 			// The other data sources of the transaction take it now, those that join
 			// later when they join.

@@ -95,8 +95,9 @@ func applySet(list []setting, kind setKind, name, sql string) []setting {
 
 // savedSettings is the settings list at a savepoint of the open transaction.
 type savedSettings struct {
-	name string // the savepoint's name, quoted as an identifier
-	list []setting
+	name  string // the savepoint's name, quoted as an identifier
+	list  []setting
+	local int // len(txLocal) then
 }
 
 // currentSettings returns the client's settings as they stand: inside a transaction
@@ -118,23 +119,42 @@ func (s *Session) changeTxSettings(kind setKind, name, sql string) {
 
 // savepointSettings records the settings at a new savepoint.
 func (s *Session) savepointSettings(name string) {
-	s.saved = append(s.saved, savedSettings{name: name, list: s.currentSettings()})
+	s.saved = append(s.saved, savedSettings{name: name, list: s.currentSettings(), local: len(s.txLocal)})
 }
 
 // rollbackSettings brings back the settings of the latest savepoint named name, which
-// stays; release drops it and the savepoints after it.
-func (s *Session) rollbackSettings(name string, release bool) {
+// stays; release drops it and the savepoints after it. After a rollback it reports
+// whether the settings list changed.
+func (s *Session) rollbackSettings(name string, release bool) bool {
 	i := lastSaved(s.saved, name)
 	if i < 0 {
-		return
+		return false
 	}
 	if release {
 		s.saved = s.saved[:i]
-		return
+		return false
 	}
+	before := s.key
 	s.txSettings, s.txChanged = s.saved[i].list, true
+	s.txLocal = s.txLocal[:s.saved[i].local]
 	s.saved = s.saved[:i+1]
 	s.settingsChanged()
+	return s.key != before
+}
+
+// restoreSettings makes every data source of the open transaction carry the client's
+// settings as they stand, after a rollback to a savepoint changed them. PostgreSQL
+// undoes a SET made after the savepoint by itself, but a data source that joined the
+// transaction later was given the transaction's settings before its BEGIN, where the
+// rollback cannot reach them.
+func (s *Session) restoreSettings(ctx context.Context) error {
+	stmts := append(slices.Clone(s.stmtsSQL), s.txLocal...)
+	for _, ds := range s.tx.Touched() {
+		if err := s.onDataSource(ctx, ds, func(c *backend.Conn) error { return c.ResetTo(ctx, stmts) }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func lastSaved(saved []savedSettings, name string) int {
@@ -166,9 +186,12 @@ func (s *Session) set(ctx context.Context, sql string) error {
 	ds := s.r.rules.DefaultDataSource()
 	old := s.settings
 	if kind != setLocal {
-		// The key is computed after the statement ran: the connection is first given the
-		// settings it had.
 		s.settings = applySet(s.settings, kind, name, sql)
+	}
+	if kind == setDefault || kind == resetAll {
+		// A reset is given the new list at once: a setting it drops (a role since
+		// dropped, say) can then no longer fail the connection's replay.
+		s.settingsChanged()
 	}
 	err = s.onDataSource(ctx, ds, func(c *backend.Conn) error {
 		if err := c.Query(ctx, sql, s.client); err != nil {
@@ -176,7 +199,9 @@ func (s *Session) set(ctx context.Context, sql string) error {
 		}
 		switch kind {
 		case setValue:
-			// The connection carried the old list; with this SET it carries the new one.
+			// The connection carried the old list (the key is computed after the
+			// statement ran); with this SET it carries the new one, and the client got
+			// the ParameterStatus a reported setting brings.
 			s.settingsChanged()
 			c.SetSettingsKey(s.key)
 		case setDefault, resetAll:

@@ -52,17 +52,20 @@ func TestApplySet(t *testing.T) {
 // TestSetConfigCalls: the settings a statement's set_config calls name are read from
 // constants and parameters; anything else is refused.
 func TestSetConfigCalls(t *testing.T) {
-	calls, err := setConfigCalls("SELECT set_config('app.a', 'x', false), pg_catalog.set_config($1, 'y', $2::bool)", [][]byte{[]byte("work_mem"), {1}}, []int16{0, 1})
+	calls, err := setConfigCalls("SELECT set_config('app.a', 'x', false), pg_catalog.set_config($1, 'y', $2::bool), set_config('b', 'z', NULL), set_config($3, 'w', $4::text::bool)",
+		[][]byte{[]byte("work_mem"), {1}, []byte("c"), []byte("true")}, []int16{0, 1, 0, 1}, []uint32{25, 16, 25, 25})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(calls) != 2 || calls[0] != (setConfigCall{"app.a", false}) || calls[1] != (setConfigCall{"work_mem", true}) {
+	// A NULL is_local is false; a binary parameter of type text is text, not a boolean.
+	if len(calls) != 4 || calls[0] != (setConfigCall{"app.a", false}) || calls[1] != (setConfigCall{"work_mem", true}) ||
+		calls[2] != (setConfigCall{"b", false}) || calls[3] != (setConfigCall{"c", true}) {
 		t.Errorf("calls %+v", calls)
 	}
-	if _, err := setConfigCalls("SELECT set_config(name, 'x', false) FROM t", nil, nil); err == nil || !strings.Contains(err.Error(), "0A000") {
+	if _, err := setConfigCalls("SELECT set_config(name, 'x', false) FROM t", nil, nil, nil); err == nil || !strings.Contains(err.Error(), "0A000") {
 		t.Errorf("a name from a column: %v", err)
 	}
-	if calls, err := setConfigCalls("SELECT set_config(NULL, 'x', false)", nil, nil); err != nil || len(calls) != 0 {
+	if calls, err := setConfigCalls("SELECT set_config(NULL, 'x', false)", nil, nil, nil); err != nil || len(calls) != 0 {
 		t.Errorf("a NULL name: %+v %v", calls, err)
 	}
 	for in, want := range map[string]bool{"t": true, "TRUE": true, "on": true, "1": true, "y": true, "f": false, "off": false, "no": false, "0": false} {

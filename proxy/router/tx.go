@@ -119,7 +119,9 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 		case sqlplan.TxRollbackTo:
 			if err = s.tx.RollbackTo(ctx, name); err == nil {
 				s.failed = false
-				s.rollbackSettings(name, false)
+				if s.rollbackSettings(name, false) {
+					err = s.restoreSettings(ctx)
+				}
 			}
 		}
 		if err != nil {

@@ -1,0 +1,112 @@
+package router
+
+import (
+	"context"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/shardlab/shardlab/proxy/backend"
+)
+
+// LISTEN, UNLISTEN and NOTIFY run on the default data source, where every client's
+// channels meet. A client that listens keeps that server connection (in transaction
+// pooling it is pinned, as for any state that lives on one connection), and the
+// notifications the server sends on it reach the client as from PostgreSQL itself:
+// those that arrive during a statement go before its ReadyForQuery (PendingNotifications),
+// and those that arrive while the client is idle go at once, read off the connection
+// by a watch that lasts while the client waits (WatchNotifications). Clients that never
+// listened have no watch.
+
+// PendingNotifications sends the client the notifications queued on the connections
+// it keeps; the frontend calls it before each ReadyForQuery.
+func (s *Session) PendingNotifications() {
+	if len(s.leases.listens) == 0 {
+		return // never listened (the map changes on the client's goroutine only)
+	}
+	for _, c := range s.leases.listening() {
+		for _, n := range c.TakeNotifications() {
+			s.client.Send(n)
+		}
+	}
+}
+
+// WatchNotifications starts relaying, through send, the notifications that reach the
+// connections the client keeps and listens on, while the client is idle; send is
+// called from another goroutine and reports whether the client took them. The
+// frontend calls it when it waits for the client's next message, and StopWatching
+// before it handles that message; without a LISTEN it does nothing.
+func (s *Session) WatchNotifications(send func([]*pgproto3.NotificationResponse) bool) {
+	if len(s.leases.listens) == 0 || s.explicit {
+		return
+	}
+	conns := s.leases.listening()
+	if len(conns) == 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &watch{cancel: cancel, done: make(chan struct{}, len(conns))}
+	for _, c := range conns {
+		go func(c *backend.Conn) {
+			defer func() { w.done <- struct{}{} }()
+			for {
+				if notes := c.TakeNotifications(); len(notes) > 0 && !w.send(send, notes) {
+					return
+				}
+				if c.WaitNotification(ctx) != nil {
+					return
+				}
+			}
+		}(c)
+	}
+	w.n = len(conns)
+	s.watch = w
+}
+
+// StopWatching ends the watch WatchNotifications started, and waits until it has.
+func (s *Session) StopWatching() {
+	w := s.watch
+	if w == nil {
+		return
+	}
+	s.watch = nil
+	w.cancel()
+	for range w.n {
+		<-w.done
+	}
+}
+
+// watch is a WatchNotifications in progress.
+type watch struct {
+	cancel func()
+	done   chan struct{}
+	n      int
+	mu     sync.Mutex // one send at a time
+}
+
+func (w *watch) send(send func([]*pgproto3.NotificationResponse) bool, notes []*pgproto3.NotificationResponse) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return send(notes)
+}
+
+// listening returns the connections the client keeps on data sources where it ran
+// LISTEN.
+func (l *leases) listening() []*backend.Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*backend.Conn
+	for ds := range l.listens {
+		if c := l.pinned[ds]; c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// listen records that the client ran LISTEN on data source ds.
+func (l *leases) listen(ds int) {
+	l.mu.Lock()
+	l.listens[ds] = true
+	l.mu.Unlock()
+}
