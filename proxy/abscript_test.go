@@ -18,17 +18,19 @@ import (
 )
 
 // TestABScript runs scripts/proxy_ab.sh in a tiny mode (HEAD against the work tree, one
-// round of one second over two schema shards): both builds serve, results.csv has a
-// row for each, the summary has the ratios, and the scratch database is gone. It checks
-// the machinery, not the speed.
+// round of one second over two schema shards, a sysbench and a pgbench workload): both
+// builds serve, results.csv has a row for each side and workload, the summary has the
+// ratios, and the scratch database is gone. It checks the machinery, not the speed.
 func TestABScript(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the proxy twice and runs sysbench")
 	}
 	needTool(t, "sysbench")
+	needTool(t, "pgbench")
 	needTool(t, "psql")
 	runs := t.TempDir()
-	out, err := run(t, 5*time.Minute, "../scripts/proxy_ab.sh", abArgs(t, runs, 1)...)
+	args := append(abArgs(t, runs, 1), "--workloads", "oltp_write_only,pgbench_select_extended")
+	out, err := run(t, 5*time.Minute, "../scripts/proxy_ab.sh", args...)
 	if err != nil {
 		t.Fatalf("proxy_ab.sh: %v\n%s", err, out)
 	}
@@ -41,26 +43,29 @@ func TestABScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(csv)), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("results.csv has %d lines, want a header and one row per side:\n%s", len(lines), csv)
+	if len(lines) != 5 {
+		t.Fatalf("results.csv has %d lines, want a header and one row per side and workload:\n%s", len(lines), csv)
 	}
 	for _, side := range []string{"old", "new"} {
-		found := false
-		for _, l := range lines[1:] {
-			f := strings.Split(l, ",")
-			if len(f) == 9 && f[3] == side {
-				found = true
-				if f[8] != "ok" || f[5] == "0" || f[6] == "nan" {
-					t.Errorf("%s side: %s", side, l)
+		for _, w := range []string{"oltp_write_only", "pgbench_select_extended"} {
+			found := false
+			for _, l := range lines[1:] {
+				f := strings.Split(l, ",")
+				if len(f) == 9 && f[1] == w && f[3] == side {
+					found = true
+					if f[8] != "ok" || f[5] == "0" || f[6] == "nan" {
+						t.Errorf("%s side, %s: %s", side, w, l)
+					}
 				}
 			}
-		}
-		if !found {
-			t.Errorf("no row for the %s side:\n%s", side, csv)
+			if !found {
+				t.Errorf("no row for the %s side of %s:\n%s", side, w, csv)
+			}
 		}
 	}
 	summary, err := os.ReadFile(filepath.Join(dirs[0], "summary.txt"))
-	if err != nil || !strings.Contains(string(summary), "oltp_write_only throughput: ") {
+	if err != nil || !strings.Contains(string(summary), "oltp_write_only throughput: ") ||
+		!strings.Contains(string(summary), "pgbench_select_extended proxy CPU per transaction: ") {
 		t.Errorf("summary.txt (%v):\n%s", err, summary)
 	}
 	checkNoScratchDatabase(t)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measures a change to shard-proxy side by side (docs/proxy.md, "Measuring a change"):
 # builds the proxy at two git revisions, serves both at once over schema shards of a
-# scratch database on a PostgreSQL server, and runs sysbench through each in turn,
+# scratch database on a PostgreSQL server, and runs sysbench or pgbench through each in turn,
 # alternating which goes first, for a number of rounds. Each run records throughput and
 # the proxy's own CPU time per transaction (user and system, from /proc); the summary is
 # the median over rounds of the per-round ratios new / old, with their range, which is
@@ -15,13 +15,17 @@ Usage: scripts/proxy_ab.sh [options] OLD_REF [NEW_REF]
 
   OLD_REF, NEW_REF   git revisions to build shard-proxy from; NEW_REF defaults to the
                      work tree as it is (uncommitted changes included)
-  --workloads LIST   sysbench workloads, comma-separated (default oltp_write_only)
-  --threads N        sysbench threads (default 32)
+  --workloads LIST   workloads, comma-separated (default oltp_write_only): sysbench's
+                     oltp_* workloads, and pgbench's select-only script (-S) as
+                     pgbench_select_simple, pgbench_select_extended and
+                     pgbench_select_prepared (its -M modes)
+  --threads N        client threads: sysbench --threads, pgbench -c (default 32)
   --rounds N         interleaved rounds (default 3)
-  --time SECONDS     length of each sysbench run (default 8)
+  --time SECONDS     length of each run (default 8)
   --tables N         sysbench --tables (default 4)
   --table-size N     sysbench --table-size (default 10000)
-  --shards N         schema shards (default 4)
+  --scale N          pgbench -i --scale, 100,000 accounts each (default 1)
+  --shards N         schema shards (default 4); 1 measures the one-shard fast path
   --pool-size N      shard-proxy --pool-size (default 10)
   --aggregate        shard-proxy --aggregate (one pool for all the schemas)
   --server URL       PostgreSQL server, without a database (default
@@ -32,7 +36,9 @@ Usage: scripts/proxy_ab.sh [options] OLD_REF [NEW_REF]
 
 Both proxies hold their pools at once, so the server must accept 2 x shards x pool size
 connections (2 x pool size with --aggregate) beside its others; the script checks
-before it starts. Needs sysbench, psql and go. On a shared machine, wrap it:
+before it starts. Needs psql, go, and sysbench or pgbench for the workloads chosen.
+pgbench's tables are sharded by their account id (pgbench_accounts, pgbench_history)
+or copied to every shard (pgbench_branches, pgbench_tellers). On a shared machine, wrap it:
 flock /tmp/shardlab-heavy.lock scripts/proxy_ab.sh HEAD~1
 USAGE
 }
@@ -40,7 +46,7 @@ USAGE
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$root/scripts/lib.sh"
 cmdline="scripts/proxy_ab.sh$(quote_args "$@")"
-workloads=oltp_write_only threads=32 rounds=3 time_s=8 tables=4 table_size=10000 shards=4 pool_size=10 aggregate=0
+workloads=oltp_write_only threads=32 rounds=3 time_s=8 tables=4 table_size=10000 scale=1 shards=4 pool_size=10 aggregate=0
 server=postgres://postgres@127.0.0.1:5432 runs_dir="$root/results/runs"
 refs=()
 need() { [[ $# -ge 2 && -n "$2" ]] || { echo "proxy_ab.sh: $1 needs a value" >&2; exit 2; }; }
@@ -52,6 +58,7 @@ while [[ $# -gt 0 ]]; do
 	--time) need "$@"; time_s=$2; shift 2 ;;
 	--tables) need "$@"; tables=$2; shift 2 ;;
 	--table-size) need "$@"; table_size=$2; shift 2 ;;
+	--scale) need "$@"; scale=$2; shift 2 ;;
 	--shards) need "$@"; shards=$2; shift 2 ;;
 	--pool-size) need "$@"; pool_size=$2; shift 2 ;;
 	--aggregate) aggregate=1; shift ;;
@@ -65,12 +72,18 @@ while [[ $# -gt 0 ]]; do
 	esac
 done
 ((${#refs[@]} >= 1 && ${#refs[@]} <= 2)) || { echo "proxy_ab.sh: give OLD_REF and optionally NEW_REF (see --help)" >&2; exit 2; }
-for v in "$threads" "$rounds" "$time_s" "$tables" "$table_size" "$pool_size"; do
-	[[ $v =~ ^[1-9][0-9]*$ ]] || { echo "proxy_ab.sh: --threads, --rounds, --time, --tables, --table-size and --pool-size take positive integers, got '$v'" >&2; exit 2; }
+for v in "$threads" "$rounds" "$time_s" "$tables" "$table_size" "$scale" "$pool_size" "$shards"; do
+	[[ $v =~ ^[1-9][0-9]*$ ]] || { echo "proxy_ab.sh: --threads, --rounds, --time, --tables, --table-size, --scale, --shards and --pool-size take positive integers, got '$v'" >&2; exit 2; }
 done
-[[ $shards =~ ^[1-9][0-9]*$ ]] && ((shards >= 2)) || { echo "proxy_ab.sh: --shards takes an integer of at least 2, got '$shards'" >&2; exit 2; }
-[[ $workloads =~ ^oltp_[a-z_]+(,oltp_[a-z_]+)*$ ]] || { echo "proxy_ab.sh: --workloads takes sysbench oltp_* workloads separated by commas, got '$workloads'" >&2; exit 2; }
-for prog in sysbench psql go; do
+workload_re='(oltp_[a-z_]+|pgbench_select_(simple|extended|prepared))'
+[[ $workloads =~ ^$workload_re(,$workload_re)*$ ]] || { echo "proxy_ab.sh: --workloads takes sysbench oltp_* workloads and pgbench_select_{simple,extended,prepared}, separated by commas, got '$workloads'" >&2; exit 2; }
+use_sysbench=0 use_pgbench=0
+[[ ,$workloads, == *,oltp_* ]] && use_sysbench=1
+[[ ,$workloads, == *,pgbench_* ]] && use_pgbench=1
+progs=(psql go)
+((use_sysbench)) && progs+=(sysbench)
+((use_pgbench)) && progs+=(pgbench)
+for prog in "${progs[@]}"; do
 	command -v "$prog" >/dev/null || { echo "proxy_ab.sh: $prog is not installed" >&2; exit 2; }
 done
 old_ref=${refs[0]} new_ref=${refs[1]:-}
@@ -143,7 +156,8 @@ start() {
 	for ((i = 0; i < shards; i++)); do args+=(--shard "$server/$db?sslmode=disable&search_path=s$i"); done
 	((aggregate)) && args+=(--aggregate)
 	# 3>&- : the proxy must not keep a caller's flock on the heavy-jobs lock.
-	"$work/$side" --listen 127.0.0.1:0 --addr-file "$work/addr-$side" --database app --sharded 'sbtest*=id' "${args[@]}" \
+	"$work/$side" --listen 127.0.0.1:0 --addr-file "$work/addr-$side" --database app --sharded 'sbtest*=id' \
+		--sharded pgbench_accounts=aid --sharded pgbench_history=aid --broadcast pgbench_branches --broadcast pgbench_tellers "${args[@]}" \
 		--pool-size "$pool_size" --procs 1 --log-level warn --stats-interval 0 >"$work/proxy-$side.log" 2>&1 3>&- &
 	pids+=($!)
 	printf -v "pid_$side" %s "$!"
@@ -167,8 +181,17 @@ sb() { # PORT WORKLOAD COMMAND [ARGS]
 	sysbench "$2" --db-driver=pgsql --pgsql-host=127.0.0.1 --pgsql-port="$1" --pgsql-user=postgres --pgsql-db=app \
 		--tables="$tables" --table-size="$table_size" --auto_inc=off --rand-type=uniform --range_selects=off "${@:4}" "$3"
 }
-echo "sysbench prepare: $tables tables x $table_size rows through the proxy over $shards schemas" >&2
-sb "$port_new" oltp_read_write prepare --threads=2 >"$work/prepare.txt" 2>&1 || { cat "$work/prepare.txt" >&2; exit 1; }
+pgb() { # PORT ARGS...: pgbench through a proxy
+	pgbench -h 127.0.0.1 -p "$1" -U postgres "${@:2}" app
+}
+if ((use_sysbench)); then
+	echo "sysbench prepare: $tables tables x $table_size rows through the proxy over $shards schemas" >&2
+	sb "$port_new" oltp_read_write prepare --threads=2 >"$work/prepare.txt" 2>&1 || { cat "$work/prepare.txt" >&2; exit 1; }
+fi
+if ((use_pgbench)); then
+	echo "pgbench -i --scale $scale through the proxy over $shards schemas" >&2
+	pgb "$port_new" -i -q --scale "$scale" >"$work/pgbench-init.txt" 2>&1 || { cat "$work/pgbench-init.txt" >&2; exit 1; }
+fi
 
 claim_run_dir "$runs_dir" "$(new_run_id proxyab-)" || exit 1
 mkdir -p "$run_dir/logs"
@@ -176,7 +199,8 @@ run_info_start "$run_dir/run.txt" "$cmdline" "$root"
 {
 	echo "old: $old_ref ($old_commit)"
 	echo "new: ${new_ref:-work tree} ($new_commit)"
-	echo "sysbench: $(sysbench --version)"
+	((use_sysbench)) && echo "sysbench: $(sysbench --version)"
+	((use_pgbench)) && echo "pgbench: $(pgbench --version)"
 	echo "server: $(psql_server postgres -c 'SELECT version()')"
 } >>"$run_dir/run.txt"
 echo "run $run_id: writing to $(show_path "$run_dir")" >&2
@@ -194,14 +218,22 @@ for ((r = 1; r <= rounds; r++)); do
 			out="$run_dir/logs/r${r}_${w}_${side}.txt"
 			c0=$(cpu_ticks "${!pid_var}")
 			status=ok
-			sb "${!port_var}" "$w" run --threads="$threads" --time="$time_s" --report-interval=0 >"$out" 2>&1 || status=failed
-			c1=$(cpu_ticks "${!pid_var}")
-			n=$(grep -oP 'transactions:\s+\K[0-9]+' "$out" || echo 0)
-			tps=$(grep -oP 'transactions:\s+[0-9]+\s+\(\K[0-9.]+' "$out" || echo 0)
-			errors=$(grep -oP 'ignored errors:\s+\K[0-9]+' "$out" || echo 0)
+			if [[ $w == pgbench_select_* ]]; then
+				pgb "${!port_var}" -S -M "${w#pgbench_select_}" -c "$threads" -j "$(((threads + 1) / 2))" -T "$time_s" -n >"$out" 2>&1 || status=failed
+				c1=$(cpu_ticks "${!pid_var}")
+				n=$(grep -oP 'number of transactions actually processed: \K[0-9]+' "$out" || echo 0)
+				tps=$(grep -oP 'tps = \K[0-9.]+' "$out" | tail -n 1 || echo 0)
+				errors=$(grep -oP 'number of failed transactions: \K[0-9]+' "$out" || echo 0)
+			else
+				sb "${!port_var}" "$w" run --threads="$threads" --time="$time_s" --report-interval=0 >"$out" 2>&1 || status=failed
+				c1=$(cpu_ticks "${!pid_var}")
+				n=$(grep -oP 'transactions:\s+\K[0-9]+' "$out" || echo 0)
+				tps=$(grep -oP 'transactions:\s+[0-9]+\s+\(\K[0-9.]+' "$out" || echo 0)
+				errors=$(grep -oP 'ignored errors:\s+\K[0-9]+' "$out" || echo 0)
+			fi
 			cpu=$(awk -v c="$((c1 - c0))" -v n="$n" -v hz="$hz" 'BEGIN { if (n > 0) printf "%.1f", c * 1e6 / hz / n; else print "nan" }')
 			echo "$r,$w,$threads,$side,${!commit_var},$tps,$cpu,$errors,$status" >>"$run_dir/results.csv"
-			echo "round $r/$rounds $w $side: $tps tps, $cpu µs proxy CPU per transaction, $errors ignored errors ($status)" >&2
+			echo "round $r/$rounds $w $side: $tps tps, $cpu µs proxy CPU per transaction, $errors client errors ($status)" >&2
 		done
 	done
 done
