@@ -494,7 +494,7 @@ func (c *client) loop() {
 		if c.rd.Buffered() == 0 && !c.wr.Pending() && c.sess.TxStatus() == 'I' {
 			// Notifications of a LISTEN reach an idle client at once, as from
 			// PostgreSQL; the watch ends before the client's message is handled.
-			c.sess.WatchNotifications(c.sendNotifications)
+			c.sess.WatchNotifications()
 		}
 		msg, err := c.rd.Receive()
 		c.sess.StopWatching()
@@ -625,16 +625,6 @@ func (c *client) adminLoop() {
 			return
 		}
 	}
-}
-
-// sendNotifications sends notifications to an idle client (router.WatchNotifications),
-// from the watch's goroutine: the client's own goroutine is waiting for its next
-// message meanwhile, and writes nothing until the watch has ended.
-func (c *client) sendNotifications(notes []*pgproto3.NotificationResponse) bool {
-	for _, n := range notes {
-		c.wr.Send(n)
-	}
-	return c.wr.Flush() == nil
 }
 
 // readyForQuery sends the notifications that arrived during the statement, then

@@ -45,12 +45,9 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 		values, oids, formats := sqlexec.TargetParams(t, p.args)
 		st := backend.Statement{SQL: t.SQL, ParamOIDs: oids, Values: values, ParamFormats: formats,
 			ResultFormats: p.resultFormats, Prepare: prepareOnServer(plan)}
-		var calls []setConfigCall
-		if plan.Session&sqlplan.EffectSetConfig != 0 {
-			var err error
-			if calls, err = setConfigCalls(t.SQL, values, formats, oids); err != nil {
-				return err
-			}
+		calls, err := setConfigCallsOf(plan, t.SQL, values, formats, oids)
+		if err != nil {
+			return err
 		}
 		// A transaction's BEGIN on this data source, if it is the first statement
 		// there, goes in the same round trip.
@@ -129,12 +126,9 @@ func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
 	}
 	if single(b) {
 		t := b.Targets[0]
-		var calls []setConfigCall
-		if plan.Session&sqlplan.EffectSetConfig != 0 {
-			var err error
-			if calls, err = setConfigCalls(t.SQL, nil, nil, nil); err != nil {
-				return err
-			}
+		calls, err := setConfigCallsOf(plan, t.SQL, nil, nil, nil)
+		if err != nil {
+			return err
 		}
 		return s.onDataSourceJoining(ctx, t.DataSource, func(c *backend.Conn, join []string) (bool, error) {
 			prefix, err := s.sequencePrefix(plan, c, join)

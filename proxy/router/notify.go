@@ -31,18 +31,24 @@ func (s *Session) PendingNotifications() {
 	}
 }
 
-// WatchNotifications starts relaying, through send, the notifications that reach the
-// connections the client keeps and listens on, while the client is idle; send is
-// called from another goroutine and reports whether the client took them. The
-// frontend calls it when it waits for the client's next message, and StopWatching
-// before it handles that message; without a LISTEN it does nothing.
-func (s *Session) WatchNotifications(send func([]*pgproto3.NotificationResponse) bool) {
+// WatchNotifications starts relaying to the client the notifications that reach the
+// connections it keeps and listens on, while it is idle: from another goroutine, which
+// sends and flushes to the client while the client's own goroutine waits for its next
+// message. The frontend calls it when it waits for that message, and StopWatching
+// before it handles it; without a LISTEN it does nothing (and allocates nothing).
+func (s *Session) WatchNotifications() {
 	if len(s.leases.listens) == 0 || s.explicit {
 		return
 	}
 	conns := s.leases.listening()
 	if len(conns) == 0 {
 		return
+	}
+	send := func(notes []*pgproto3.NotificationResponse) bool {
+		for _, n := range notes {
+			s.client.Send(n)
+		}
+		return s.client.Flush() == nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &watch{cancel: cancel, done: make(chan struct{}, len(conns))}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/shardlab/shardlab/proxy/backend"
+	"github.com/shardlab/shardlab/sqlplan"
 )
 
 // set_config(name, value, is_local) changes a setting as SET does, from inside any
@@ -69,6 +70,15 @@ func setConfigCalls(sql string, values [][]byte, formats []int16, oids []uint32)
 		calls = append(calls, setConfigCall{name: name, local: isLocal})
 	})
 	return calls, bad
+}
+
+// setConfigCallsOf is setConfigCalls for a statement whose plan calls set_config, and
+// nothing for any other (without a parse).
+func setConfigCallsOf(plan *sqlplan.Plan, sql string, values [][]byte, formats []int16, oids []uint32) ([]setConfigCall, error) {
+	if plan.Session&sqlplan.EffectSetConfig == 0 {
+		return nil, nil
+	}
+	return setConfigCalls(sql, values, formats, oids)
 }
 
 // isSetConfig reports whether a call is PostgreSQL's set_config.
