@@ -158,7 +158,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	r, err := router.New(router.Config{Rules: cfg.Rules, Pools: s.pools, Mode: cfg.PoolMode, TwoPhase: cfg.TwoPhase,
 		LockWaitTimeout: cfg.LockWaitTimeout, DeadlockInterval: cfg.DeadlockInterval, CrossPoolWait: cfg.CrossPoolWait,
-		MaxTransactions: cfg.MaxTransactions, CheckoutTimeout: cfg.Pool.CheckoutTimeout, PoolsFor: s.poolsFor, Logger: log})
+		MaxTransactions: cfg.MaxTransactions, CheckoutTimeout: cfg.Pool.CheckoutTimeout, PoolFor: s.poolFor, Logger: log})
 	if err != nil {
 		s.closePools()
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -209,25 +209,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// poolsFor makes the pools of a server login other than the data sources' own: one
-// per data source, as its DSN says but for the user and password (router.PoolsFor).
-func (s *Server) poolsFor(id router.Identity) ([]*backend.Pool, error) {
+// poolFor makes the pool of a server login other than the data sources' own for data
+// source i: as its DSN says, but for the user and password (router.PoolFor).
+func (s *Server) poolFor(id router.Identity, i int) (*backend.Pool, error) {
 	o := s.cfg.Pool
 	o.User, o.Password = id.User, id.Password
-	var pools []*backend.Pool
-	for _, ds := range s.cfg.Rules.DataSources() {
-		p, err := backend.NewPool(ds.Name, ds.DSN, o)
-		if err != nil {
-			for _, q := range pools {
-				q.Close()
-			}
-			return nil, err
-		}
-		p.InterruptOn(s.frontend.Context())
-		pools = append(pools, p)
+	ds := s.cfg.Rules.DataSources()[i]
+	p, err := backend.NewPool(ds.Name, ds.DSN, o)
+	if err != nil {
+		return nil, err
 	}
-	s.log.Info("pools made for a server login", "user", id.User, "data_sources", len(pools))
-	return pools, nil
+	p.InterruptOn(s.frontend.Context())
+	s.log.Info("pool made for a server login", "data_source", ds.Name, "user", id.User)
+	return p, nil
 }
 
 // allPools returns every pool: the data sources' own user's, and those made for other

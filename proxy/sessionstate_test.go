@@ -3,6 +3,9 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/shardlab/shardlab/internal/pgtest"
 	"github.com/shardlab/shardlab/proxy"
+	"github.com/shardlab/shardlab/proxy/auth"
 	"github.com/shardlab/shardlab/proxy/router"
 )
 
@@ -740,6 +744,212 @@ func TestListenNotify(t *testing.T) {
 				if n := queryInt(t, c, "SELECT count(*) FROM pg_listening_channels()"); n != 0 {
 					t.Errorf("a client after the listener left listens on %d channels", n)
 				}
+			}
+		})
+	}
+}
+
+// simpleQuery runs sql with the simple protocol and returns the first column of the
+// first row ("" when there is none).
+func simpleQuery(ctx context.Context, c *pgconn.PgConn, sql string) (string, error) {
+	res, err := c.Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return "", err
+	}
+	for _, r := range res {
+		if len(r.Rows) > 0 {
+			return string(r.Rows[0][0]), nil
+		}
+	}
+	return "", nil
+}
+
+// TestSequenceStateEdges: the cases a second review found in the sequence guard: a
+// DISCARD SEQUENCES that never ran (the server refused the whole string) must not count
+// as run; the proxy's own statements (a login's check, SET) set no sequence state; and
+// a connection reset with DISCARD ALL carries none.
+func TestSequenceStateEdges(t *testing.T) {
+	ctx := context.Background()
+	for name, trigger := range map[string]string{
+		"invalid UTF-8":         "SELECT currval('sq'), 'x\xff'",
+		"PG 16 syntax on PG 15": "SELECT currval('sq') WHERE '1' IS JSON",
+	} {
+		t.Run("a prefix that did not run: "+name, func(t *testing.T) {
+			e := startProxy(t, 1, nil, nil, withPool(1, 10*time.Second))
+			b, a := e.pgconnect(t), e.pgconnect(t)
+			for _, q := range []string{"CREATE SEQUENCE sq", "SELECT setval('sq', 4242)"} {
+				if _, err := simpleQuery(ctx, a, q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := simpleQuery(ctx, b, trigger); err == nil {
+				t.Fatal("the server took the statement")
+			}
+			if got, err := simpleQuery(ctx, b, "SELECT currval('sq')"); err == nil {
+				t.Errorf("client b read client a's currval %s", got)
+			}
+		})
+	}
+	t.Run("nextval and currval after a login on another client's connection", func(t *testing.T) {
+		e := startProxy(t, 1, nil, nil, withPool(1, 10*time.Second))
+		a := e.pgconnect(t)
+		if _, err := simpleQuery(ctx, a, "CREATE SEQUENCE sq2"); err != nil {
+			t.Fatal(err)
+		}
+		b := e.pgconnect(t)
+		if _, err := simpleQuery(ctx, b, "SET application_name = 'b'"); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if _, err := simpleQuery(ctx, b, "SELECT nextval('sq2')"); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := simpleQuery(ctx, b, "SELECT currval('sq2')"); err != nil || got != strconv.Itoa(i+1) {
+				t.Errorf("round %d: currval after the client's own nextval: %q, %v", i, got, err)
+			}
+		}
+	})
+	t.Run("lastval after an insert in session pooling", func(t *testing.T) {
+		e := startProxy(t, 1, nil, nil, withPool(1, 10*time.Second), withSessionPooling())
+		a := e.pgconnect(t)
+		if _, err := simpleQuery(ctx, a, "CREATE TABLE items (id serial PRIMARY KEY, v int)"); err != nil {
+			t.Fatal(err)
+		}
+		a.Close(ctx)
+		b := e.pgconnect(t)
+		for i := range 2 {
+			if _, err := simpleQuery(ctx, b, "INSERT INTO items (v) VALUES (1)"); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := simpleQuery(ctx, b, "SELECT lastval()"); err != nil || got != strconv.Itoa(i+1) {
+				t.Errorf("insert %d: lastval %q, %v", i+1, got, err)
+			}
+		}
+	})
+}
+
+// TestLostServerSession: a client whose server connection broke with its state on it
+// (a temporary table, a LISTEN) gets 08006 from then on, in both pool modes, as its
+// session would have ended on PostgreSQL itself.
+func TestLostServerSession(t *testing.T) {
+	ctx := context.Background()
+	for _, mode := range poolModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := startProxy(t, 1, nil, nil, withPool(2, 10*time.Second), withPoolMode(mode))
+			a := e.pgconnect(t)
+			for _, q := range []string{"CREATE TEMP TABLE tt (x int)", "LISTEN ch"} {
+				if _, err := simpleQuery(ctx, a, q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pid, err := simpleQuery(ctx, a, "SELECT pg_backend_pid()")
+			if err != nil {
+				t.Fatal(err)
+			}
+			exec1(t, e.shard(t, 0), "SELECT pg_terminate_backend("+pid+")")
+			time.Sleep(300 * time.Millisecond)
+			simpleQuery(ctx, a, "SELECT 1") // meets the broken connection
+			for range 2 {
+				if _, err := simpleQuery(ctx, a, "SELECT count(*) FROM tt"); sqlState(err) != "08006" {
+					t.Errorf("after its server session was lost: %v; want 08006", err)
+				}
+			}
+		})
+	}
+}
+
+// TestPoolsPerServerUser: clients of one server user share its pools, whatever
+// password their users-file lines give, and where a data source's DSN names that user
+// its own pool serves them: /metrics and SHOW POOLS show each pool once.
+func TestPoolsPerServerUser(t *testing.T) {
+	e := startProxy(t, 1, nil, nil)
+	users, err := auth.ParseUsers(strings.NewReader(`"postgres" "pg pw"` + "\n" + `"admin" "x" "postgres" "other pw"` + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxyOn(t, shardedRules(e.dsns, nil, nil), func(c *proxy.Config) { c.Users = users })
+	ctx := context.Background()
+	for _, login := range []string{"postgres:pg%20pw", "admin:x"} {
+		c, err := pgconn.Connect(ctx, "postgres://"+login+"@"+p.addr+"/"+testDatabase+"?sslmode=disable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		if _, err := simpleQuery(ctx, c, "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(p.srv.Stats().Pools); n != 1 {
+		t.Errorf("%d pools, want the data source's own one", n)
+	}
+	rec := httptest.NewRecorder()
+	p.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if body, _ := io.ReadAll(rec.Body); rec.Code != 200 {
+		t.Errorf("/metrics: HTTP %d: %.300s", rec.Code, body)
+	}
+}
+
+// TestNotifyWhileBusy: a listener that keeps running statements while another client
+// notifies gets every notification once (the watch starts and stops around each of its
+// statements).
+func TestNotifyWhileBusy(t *testing.T) {
+	for _, mode := range poolModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := startProxy(t, 1, nil, nil, withPool(3, 5*time.Second), withPoolMode(mode))
+			ctx := context.Background()
+			got := map[string]int{}
+			cfg, err := pgconn.ParseConfig(e.url(""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.OnNotification = func(_ *pgconn.PgConn, n *pgconn.Notification) { got[n.Payload]++ }
+			a, err := pgconn.ConnectConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close(ctx)
+			if _, err := a.Exec(ctx, "LISTEN busy").ReadAll(); err != nil {
+				t.Fatal(err)
+			}
+			const n = 300
+			done := make(chan error, 1)
+			go func() {
+				b, err := pgconn.Connect(ctx, e.url(""))
+				if err != nil {
+					done <- err
+					return
+				}
+				defer b.Close(ctx)
+				for i := range n {
+					if _, err := b.Exec(ctx, "SELECT pg_notify('busy', '"+strconv.Itoa(i)+"')").ReadAll(); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			for range n {
+				if _, err := a.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for len(got) < n && time.Now().Before(deadline) {
+				wctx, cancel := context.WithTimeout(ctx, time.Second)
+				a.WaitForNotification(wctx)
+				cancel()
+			}
+			dups := 0
+			for _, c := range got {
+				if c > 1 {
+					dups++
+				}
+			}
+			if len(got) != n || dups > 0 {
+				t.Errorf("%d distinct notifications of %d, %d duplicated", len(got), n, dups)
 			}
 		})
 	}

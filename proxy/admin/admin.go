@@ -125,12 +125,22 @@ func (a *Admin) pools() *Result {
 }
 
 // databases answers SHOW DATABASES: each data source, where it is (no password), and
-// its pool.
+// its pools' counters, summed over the server users.
 func (a *Admin) databases() *Result {
 	r := result("SHOW", "name", Text, "host", Text, "port", Text, "database", Text, "schema", Text,
 		"pool_size", Bigint, "pool_mode", Text, "opened", Bigint, "closed", Bigint, "checkout_timeouts", Bigint)
 	dss := a.router.Rules().DataSources()
-	for k, st := range a.stats() {
+	sums := a.stats()
+	for _, st := range a.allStats()[len(sums):] {
+		for k := range sums {
+			if sums[k].DataSource == st.DataSource {
+				sums[k].Opened += st.Opened
+				sums[k].Closed += st.Closed
+				sums[k].Timeouts += st.Timeouts
+			}
+		}
+	}
+	for k, st := range sums {
 		host, port, db, schema := "", "", "", ""
 		if u, err := url.Parse(dss[k].DSN); err == nil {
 			host, port, db = u.Hostname(), u.Port(), strings.TrimPrefix(u.Path, "/")

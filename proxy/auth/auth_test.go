@@ -41,6 +41,14 @@ func TestParseUsers(t *testing.T) {
 	if _, ok := u.ServerLogin("eve"); ok {
 		t.Error("a user not in the file has a server login")
 	}
+	// A user on two lines is the last line's, login included.
+	u, err = auth.ParseUsers(strings.NewReader(`"alice" "a" "postgres"` + "\n" + `"alice" "` + secret.String() + `"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := u.ServerLogin("alice"); got != (auth.Login{User: "alice"}) {
+		t.Errorf("alice on two lines runs as %+v, want herself as the last line says", got)
+	}
 	back, err := auth.ParseSecret(secret.String())
 	if err != nil || back.String() != secret.String() {
 		t.Fatalf("secret round trip: %v %v", back, err)

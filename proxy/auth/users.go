@@ -110,13 +110,11 @@ func NewUsers() *Users {
 	return &Users{secrets: map[string]Secret{}, logins: map[string]Login{}, fakeKey: k}
 }
 
-// Add sets a user's secret; the user runs on the servers as itself, with no password
-// (see SetLogin).
+// Add sets a user's secret, replacing what an earlier Add of the user set: the user
+// runs on the servers as itself, with no password (see SetLogin).
 func (u *Users) Add(name string, s Secret) {
 	u.secrets[name] = s
-	if _, ok := u.logins[name]; !ok {
-		u.logins[name] = Login{User: name}
-	}
+	u.logins[name] = Login{User: name}
 }
 
 // Login is who a client runs as on the servers: a server user, and the password to
@@ -172,6 +170,7 @@ func LoadUsers(path string) (*Users, error) {
 // gives it in plain text (as pgbouncer does), else with none. Two more fields map it to
 // another server login, as PgDog's server_user and server_password do:
 // `"name" "secret" "server user"` or `"name" "secret" "server user" "server password"`.
+// A user on several lines is the last line's, as in pgbouncer.
 func ParseUsers(r io.Reader) (*Users, error) {
 	u := NewUsers()
 	sc := bufio.NewScanner(r)

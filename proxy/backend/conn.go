@@ -167,7 +167,10 @@ func (c *Conn) ForgetSettings() { c.settings = unknownSettings }
 // kept for its whole session.
 func (c *Conn) Discard(ctx context.Context) error {
 	err := c.exec(ctx, "DISCARD ALL")
-	c.TakeNotifications()          // DISCARD ALL ends every LISTEN
+	c.TakeNotifications() // DISCARD ALL ends every LISTEN
+	if err == nil {
+		c.user, c.foreignSequences, c.ran = 0, false, false // and its sequence state
+	}
 	sqlexec.ForgetStatements(c.pg) // the core's statements went with DISCARD ALL too
 	clear(c.stmts)
 	c.evict = nil
@@ -275,23 +278,27 @@ func (c *Conn) TakeNotifications() []*pgproto3.NotificationResponse {
 }
 
 // WaitNotification waits until the server sends a notification (queued, see
-// TakeNotifications) or ctx ends, reading the connection while its client is idle. A
-// connection that sends anything else is out of step with the proxy, and broken.
-func (c *Conn) WaitNotification(ctx context.Context) error {
+// TakeNotifications) or a notice (returned, for the client) or ctx ends, reading the
+// connection while its client is idle. A connection that sends anything else is out of
+// step with the proxy, and broken.
+func (c *Conn) WaitNotification(ctx context.Context) (*pgproto3.NoticeResponse, error) {
 	for {
 		msg, err := c.pg.ReceiveMessage(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err() // the wait was ended: the connection is fine
+				return nil, ctx.Err() // the wait was ended: the connection is fine
 			}
-			return c.brokenErr(err)
+			return nil, c.brokenErr(err)
 		}
-		switch msg.(type) {
+		switch m := msg.(type) {
 		case *pgproto3.NotificationResponse:
-			return nil
-		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
+			return nil, nil
+		case *pgproto3.NoticeResponse:
+			n := *m // the message is the connection's, reused by the next read
+			return &n, nil
+		case *pgproto3.ParameterStatus:
 		default:
-			return c.brokenErr(fmt.Errorf("unexpected %T from an idle server", msg))
+			return nil, c.brokenErr(fmt.Errorf("unexpected %T from an idle server", msg))
 		}
 	}
 }
@@ -316,6 +323,10 @@ func (c *Conn) Lend(id uint64) {
 // Ran records that the connection's user ran a statement on it, which may have set
 // sequence state of its own (nextval, a serial column's default).
 func (c *Conn) Ran() { c.ran = true }
+
+// Unran records that the connection's sequence state is to be discarded before the
+// user's next statement, as if the user had run none yet.
+func (c *Conn) Unran() { c.ran = false }
 
 // Sequences reports what the connection's sequence state may hold: another session's
 // (foreign), and the current user's own too (ran).

@@ -19,6 +19,8 @@ import (
 
 // copy runs COPY ... FROM STDIN or TO STDOUT.
 func (s *Session) copy(ctx context.Context, plan *sqlplan.Plan) error {
+	s.running = true // a serial column's default may call nextval
+	defer func() { s.running = false }()
 	if plan.Copy.From {
 		return s.copyFrom(ctx, plan.Copy)
 	}

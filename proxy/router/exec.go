@@ -36,6 +36,8 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 	b := p.bound
 	plan := p.stmt.plan
 	defer s.afterStatement(plan)
+	s.running = true
+	defer func() { s.running = false }()
 	if err := s.noteEffects(plan, b, maxRows == 0); err != nil {
 		return err
 	}
@@ -52,11 +54,12 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 		// A transaction's BEGIN on this data source, if it is the first statement
 		// there, goes in the same round trip.
 		return s.onDataSourceJoining(ctx, t.DataSource, func(c *backend.Conn, join []string) (bool, error) {
-			prefix, err := s.sequencePrefix(plan, c, join)
+			prefix, discarded, err := s.sequencePrefix(plan, c, join)
 			if err != nil {
 				return false, err
 			}
 			ran, err := c.ExecAfter(ctx, prefix, &st, s.client)
+			sequencesRan(c, discarded, ran)
 			if err == nil && calls != nil {
 				err = s.followSetConfig(ctx, c, t.DataSource, calls)
 			}
@@ -121,6 +124,8 @@ func (s *Session) afterStatement(plan *sqlplan.Plan) {
 func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
 	plan := b.Plan
 	defer s.afterStatement(plan)
+	s.running = true
+	defer func() { s.running = false }()
 	if err := s.noteEffects(plan, b, true); err != nil {
 		return err
 	}
@@ -131,11 +136,12 @@ func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
 			return err
 		}
 		return s.onDataSourceJoining(ctx, t.DataSource, func(c *backend.Conn, join []string) (bool, error) {
-			prefix, err := s.sequencePrefix(plan, c, join)
+			prefix, discarded, err := s.sequencePrefix(plan, c, join)
 			if err != nil {
 				return false, err
 			}
 			ran, err := c.QueryAfter(ctx, prefix, t.SQL, s.client)
+			sequencesRan(c, discarded, ran)
 			if err == nil && calls != nil {
 				err = s.followSetConfig(ctx, c, t.DataSource, calls)
 			}
@@ -192,27 +198,37 @@ func (s *Session) noteEffects(plan *sqlplan.Plan, b *sqlplan.Bound, fastPath boo
 // currval answers as in a session that called no nextval (55000), never with another
 // client's value. When this client has run statements on the connection already
 // (which may have set sequence state of its own, through a serial column's default),
-// the two cannot be told apart, and a statement that reads the state is refused.
-func (s *Session) sequencePrefix(plan *sqlplan.Plan, c *backend.Conn, join []string) ([]string, error) {
+// the two cannot be told apart, and a statement that reads the state is refused; the
+// client's next statement on the connection then starts clean. It reports whether it
+// added the DISCARD: the connection is clean only if that ran (sequencesRan).
+func (s *Session) sequencePrefix(plan *sqlplan.Plan, c *backend.Conn, join []string) ([]string, bool, error) {
 	if plan.Session&sqlplan.EffectSequences != 0 {
 		s.usesSequences = true
 	}
 	if !s.usesSequences {
-		return join, nil
+		return join, false, nil
 	}
 	foreign, ran := c.Sequences()
 	switch {
 	case !foreign:
-		return join, nil
+		return join, false, nil
 	case !ran:
-		c.SequencesDiscarded()
-		return append(join[:len(join):len(join)], "DISCARD SEQUENCES"), nil
+		return append(join[:len(join):len(join)], "DISCARD SEQUENCES"), true, nil
 	case plan.Session&sqlplan.EffectReadsSequences != 0:
-		return nil, &pgconn.PgError{Severity: "ERROR", Code: "0A000",
+		c.Unran() // the next statement discards what may be either client's
+		return nil, false, &pgconn.PgError{Severity: "ERROR", Code: "0A000",
 			Message: "shardlab: currval or lastval on a server connection that another client used before this client's statements on it: the sequence state there may be either's",
-			Hint:    "Use INSERT ... RETURNING, or call nextval in the same statement. Later transactions of this client are not affected."}
+			Hint:    "Use INSERT ... RETURNING, or call nextval in the same statement. The client's next statement on the connection starts clean."}
 	}
-	return join, nil
+	return join, false, nil
+}
+
+// sequencesRan records that the DISCARD SEQUENCES sequencePrefix added ran (ran: the
+// statements ahead of the client's all ran).
+func sequencesRan(c *backend.Conn, discarded, ran bool) {
+	if discarded && ran {
+		c.SequencesDiscarded()
+	}
 }
 
 // fieldsOf converts the engine's column descriptions to the protocol's.

@@ -290,8 +290,6 @@ func (s *Session) describe(ctx context.Context, st *statement) (*description, er
 	}
 	ds, sql := st.plan.DescribeSQL()
 	var d description
-	s.describing = true
-	defer func() { s.describing = false }()
 	err := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
 		var err error
 		d.params, d.fields, err = c.Describe(ctx, sql, st.oids)

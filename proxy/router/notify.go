@@ -44,9 +44,12 @@ func (s *Session) WatchNotifications() {
 	if len(conns) == 0 {
 		return
 	}
-	send := func(notes []*pgproto3.NotificationResponse) bool {
+	send := func(notes []*pgproto3.NotificationResponse, notice *pgproto3.NoticeResponse) bool {
 		for _, n := range notes {
 			s.client.Send(n)
+		}
+		if notice != nil {
+			s.client.Send(notice)
 		}
 		return s.client.Flush() == nil
 	}
@@ -55,11 +58,13 @@ func (s *Session) WatchNotifications() {
 	for _, c := range conns {
 		go func(c *backend.Conn) {
 			defer func() { w.done <- struct{}{} }()
+			var notice *pgproto3.NoticeResponse
 			for {
-				if notes := c.TakeNotifications(); len(notes) > 0 && !w.send(send, notes) {
+				if notes := c.TakeNotifications(); (len(notes) > 0 || notice != nil) && !w.send(send, notes, notice) {
 					return
 				}
-				if c.WaitNotification(ctx) != nil {
+				var err error
+				if notice, err = c.WaitNotification(ctx); err != nil {
 					return
 				}
 			}
@@ -90,10 +95,11 @@ type watch struct {
 	mu     sync.Mutex // one send at a time
 }
 
-func (w *watch) send(send func([]*pgproto3.NotificationResponse) bool, notes []*pgproto3.NotificationResponse) bool {
+func (w *watch) send(send func([]*pgproto3.NotificationResponse, *pgproto3.NoticeResponse) bool,
+	notes []*pgproto3.NotificationResponse, notice *pgproto3.NoticeResponse) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return send(notes)
+	return send(notes, notice)
 }
 
 // listening returns the connections the client keeps on data sources where it ran

@@ -98,10 +98,10 @@ type Config struct {
 	// CheckoutTimeout bounds a client's wait for its turn under MaxTransactions (0:
 	// backend.DefaultCheckoutTimeout).
 	CheckoutTimeout time.Duration
-	// PoolsFor makes the pools of a server login other than the data sources' own, one
-	// per data source in order, the first time a client of that login arrives (see
-	// Identity); nil makes every client run as the data sources' own user.
-	PoolsFor func(id Identity) ([]*backend.Pool, error)
+	// PoolFor makes the pool of a server login other than the data sources' own for
+	// data source ds, the first time a client of that login needs one (see Identity);
+	// nil makes every client run as the data sources' own user.
+	PoolFor func(id Identity, ds int) (*backend.Pool, error)
 	// Logger receives the router's log lines; nil discards them.
 	Logger *slog.Logger
 }
@@ -128,14 +128,15 @@ type Identity struct {
 // Router holds what every client session shares: the rules, the planner and its plan
 // cache, the engine, the catalog, and the pools. It is safe for concurrent use.
 type Router struct {
-	rules    *rules.Compiled
-	pools    []*backend.Pool // the data sources' own user's
-	poolsFor func(Identity) ([]*backend.Pool, error)
-	// logins holds the pools of other server logins, made on first use: a pool per
-	// data source and server user, as pgbouncer and PgDog keep them.
+	rules   *rules.Compiled
+	pools   []*backend.Pool // the data sources' own user's
+	poolFor func(Identity, int) (*backend.Pool, error)
+	// logins holds, by server user, the pools its clients use, one per data source, as
+	// pgbouncer and PgDog keep them: made on first use, or the data source's own pool
+	// where its DSN names that user.
 	logins struct {
 		sync.Mutex
-		pools map[Identity][]*backend.Pool
+		pools map[string][]*backend.Pool
 	}
 	mode      PoolMode
 	catalog   *sqlexec.Catalog
@@ -205,8 +206,8 @@ func New(cfg Config) (*Router, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Router{rules: cfg.Rules, pools: cfg.Pools, poolsFor: cfg.PoolsFor, mode: cfg.Mode, log: log, lockWait: cfg.LockWaitTimeout, poolWait: cfg.CrossPoolWait}
-	r.logins.pools = map[Identity][]*backend.Pool{}
+	r := &Router{rules: cfg.Rules, pools: cfg.Pools, poolFor: cfg.PoolFor, mode: cfg.Mode, log: log, lockWait: cfg.LockWaitTimeout, poolWait: cfg.CrossPoolWait}
+	r.logins.pools = map[string][]*backend.Pool{}
 	if r.poolWait <= 0 {
 		r.poolWait = DefaultCrossPoolWait
 	}
@@ -284,42 +285,53 @@ func (r *Router) DeadlockVictims() int64 {
 // Pools returns the data sources' own user's pools, one per data source.
 func (r *Router) Pools() []*backend.Pool { return r.pools }
 
-// AllPools returns every pool: the data sources' own user's, then those of other
-// server logins, by user.
+// AllPools returns every pool once: the data sources' own user's, then those made for
+// other server users, by user.
 func (r *Router) AllPools() []*backend.Pool {
 	r.logins.Lock()
 	defer r.logins.Unlock()
 	out := slices.Clone(r.pools)
-	ids := slices.SortedFunc(maps.Keys(r.logins.pools), func(a, b Identity) int { return strings.Compare(a.User, b.User) })
-	for _, id := range ids {
-		out = append(out, r.logins.pools[id]...)
+	for _, user := range slices.Sorted(maps.Keys(r.logins.pools)) {
+		for ds, p := range r.logins.pools[user] {
+			if p != r.pools[ds] {
+				out = append(out, p)
+			}
+		}
 	}
 	return out
 }
 
-// poolsOf returns the pools a client that runs as id uses, making them the first
-// time. A login of the data sources' own user without a password of its own uses their
-// pools.
+// poolsOf returns the pools a client that runs as id uses, one per data source,
+// making them the first time a client of its server user arrives. Clients of one
+// server user share its pools (those made log in with the first one's password); where
+// a data source's DSN names that user, its own pool serves them.
 func (r *Router) poolsOf(id Identity) ([]*backend.Pool, error) {
-	if id == (Identity{}) || r.poolsFor == nil {
-		return r.pools, nil
-	}
-	if id.Password == "" && !slices.ContainsFunc(r.pools, func(p *backend.Pool) bool { return p.User() != id.User }) {
+	if id.User == "" || r.poolFor == nil {
 		return r.pools, nil
 	}
 	r.logins.Lock()
 	defer r.logins.Unlock()
-	if pools, ok := r.logins.pools[id]; ok {
+	if pools, ok := r.logins.pools[id.User]; ok {
 		return pools, nil
 	}
-	pools, err := r.poolsFor(id)
-	if err != nil {
-		return nil, err
+	pools := make([]*backend.Pool, len(r.pools))
+	for ds, own := range r.pools {
+		if own.User() == id.User {
+			pools[ds] = own
+			continue
+		}
+		p, err := r.poolFor(id, ds)
+		if err != nil {
+			for _, q := range pools[:ds] {
+				if !slices.Contains(r.pools, q) {
+					q.Close()
+				}
+			}
+			return nil, err
+		}
+		pools[ds] = p
 	}
-	if len(pools) != len(r.pools) {
-		return nil, fmt.Errorf("router: %d pools for %s, want one per data source", len(pools), id.User)
-	}
-	r.logins.pools[id] = pools
+	r.logins.pools[id.User] = pools
 	return pools, nil
 }
 

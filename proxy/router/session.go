@@ -81,8 +81,9 @@ type Session struct {
 	conns  conns
 	// watch relays notifications while the client is idle (see WatchNotifications).
 	watch *watch
-	// describing is set while a statement is described on a data source.
-	describing bool
+	// running is set while a statement of the client's that may set sequence state runs
+	// (see Conn.Ran): not the proxy's own statements, SET or a description.
+	running bool
 	// usesSequences: the client called nextval, setval, currval or lastval.
 	usesSequences bool
 }
@@ -480,8 +481,8 @@ func (l *leases) conn(ds int) *backend.Conn {
 // Run implements sqlexec.Lease.
 func (x *lease) Run(_ context.Context, fn func(*pgconn.PgConn) error) error {
 	err := fn(x.c.PgConn())
-	if !x.l.s.describing {
-		x.c.Ran() // a description sets no sequence state; anything else may
+	if x.l.s.running {
+		x.c.Ran()
 	}
 	return err
 }
@@ -533,18 +534,17 @@ func (x *lease) Release(reuse bool) {
 	}
 }
 
-// drop stops keeping connection c of data source ds. In transaction pooling a kept
-// connection holds state of the client's that lives on it alone: if it broke, that
-// state is gone, and the client's statements fail from now on, as its session would
-// have ended on PostgreSQL itself.
+// drop stops keeping connection c of data source ds. A kept connection may hold state
+// of the client's that lives on it alone (in transaction pooling it does; in session
+// pooling it may): if it broke, that state is gone, and the client's statements fail
+// from now on, as its session would have ended on PostgreSQL itself.
 func (l *leases) drop(ds int, c *backend.Conn) {
 	l.mu.Lock()
 	delete(l.pinned, ds)
 	l.mu.Unlock()
-	if l.s.r.mode != PoolTransaction {
-		return
+	if l.s.r.mode == PoolTransaction {
+		l.s.pools[ds].AddPinned(-1)
 	}
-	l.s.pools[ds].AddPinned(-1)
 	if !c.Healthy() {
 		l.mu.Lock()
 		l.lost = &pgconn.PgError{Severity: "ERROR", Code: "08006",
