@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/shardlab/shardlab/autoshard"
-	"github.com/shardlab/shardlab/sqlite"
+	"github.com/shardlab/shardlab/internal/sqlitedb"
 )
 
 // makeBlocks returns deterministic blocks for files [first, first+files),
@@ -75,7 +75,7 @@ func copiesOnDisk(t *testing.T, dir string) map[key]int {
 		if _, err := fmt.Sscanf(filepath.Base(filepath.Dir(f))+"/"+filepath.Base(f), "level-%d/shard-%d.db", &level, &shard); err != nil {
 			t.Fatalf("parse %s: %v", f, err)
 		}
-		db, err := sql.Open(sqlite.DriverName, "file:"+f+"?mode=ro")
+		db, err := sql.Open(sqlitedb.DriverName, "file:"+f+"?mode=ro")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/shardlab/shardlab/sqlite"
+	"github.com/shardlab/shardlab/internal/sqlitedb"
 )
 
 const shardSchema = `
@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS shard_meta (
 type shard struct {
 	level, index int
 	path         string
-	db           *sqlite.DB
+	db           *sqlitedb.DB
 	w, r         *sql.DB // db's writer and read pool
 	rows         int64   // rows stored; guarded by Store.writeMu
 }

@@ -6,15 +6,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/shardlab/shardlab/sqlite"
+	"github.com/shardlab/shardlab/internal/sqlitedb"
 )
 
-// openSQLite opens path the way all of shardlab opens SQLite (sqlite.OpenDB): a
+// openSQLite opens path the way all of shardlab opens SQLite (sqlitedb.OpenDB): a
 // single-connection pool for writes, so one shard never has two writers
 // fighting over its lock, and a small read-only pool, which WAL mode lets run
 // beside the writer. Foreign keys stay off: the schema has none.
-func openSQLite(ctx context.Context, path string, sync SyncMode, schema string) (*sqlite.DB, error) {
-	db, err := sqlite.OpenDB(ctx, path, sqlite.Options{
+func openSQLite(ctx context.Context, path string, sync SyncMode, schema string) (*sqlitedb.DB, error) {
+	db, err := sqlitedb.OpenDB(ctx, path, sqlitedb.Options{
 		Sync:        sync.String(),
 		BusyTimeout: 10 * time.Second,
 		ReadConns:   2,

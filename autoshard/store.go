@@ -15,9 +15,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/shardlab/shardlab/internal/fanout"
+	"github.com/shardlab/shardlab/internal/sqlitedb"
 	"github.com/shardlab/shardlab/routing"
-	"github.com/shardlab/shardlab/shardset"
-	"github.com/shardlab/shardlab/sqlite"
 )
 
 // Block is one row of the block table: the block with hash Hash is block Idx
@@ -71,7 +71,7 @@ type Store struct {
 	dir  string
 	opts Options
 
-	manifest             *sqlite.DB
+	manifest             *sqlitedb.DB
 	manifestW, manifestR *sql.DB // manifest's writer and read pool
 
 	// writeMu serialises WriteBatch and Close; shard row counters change
@@ -201,7 +201,7 @@ func (s *Store) openLevel(ctx context.Context, level int, create bool) error {
 		return fmt.Errorf("create level %d: %w", level, err)
 	}
 	shards := make([]*shard, 1<<level)
-	err := shardset.Do(ctx, routing.DestinationAll{}, len(shards), func(ctx context.Context, i int) error {
+	err := fanout.Do(ctx, routing.DestinationAll{}, len(shards), func(ctx context.Context, i int) error {
 		p := shardPath(s.dir, level, i)
 		if !create {
 			if _, err := os.Stat(p); err != nil {
@@ -214,7 +214,7 @@ func (s *Store) openLevel(ctx context.Context, level int, create bool) error {
 		}
 		shards[i] = sh
 		return nil
-	}, shardset.WithLimit(s.opts.Concurrency), shardset.FailFast())
+	}, fanout.WithLimit(s.opts.Concurrency), fanout.FailFast())
 	if err != nil {
 		var opened []*shard
 		for _, sh := range shards {
@@ -435,12 +435,12 @@ func (s *Store) WriteBatch(ctx context.Context, id string, blocks []Block) (Batc
 		tasks = append(tasks, lt)
 	}
 
-	// One level after the other, each level's shards concurrently (shardset.Do); the
+	// One level after the other, each level's shards concurrently (fanout.Do); the
 	// first failure cancels the shard transactions not yet committed.
 	var inserted atomic.Int64
 	for _, lt := range tasks {
 		shards := levels[lt.level]
-		err := shardset.Do(ctx, routing.NewShards(lt.shards...), len(shards), func(ctx context.Context, i int) error {
+		err := fanout.Do(ctx, routing.NewShards(lt.shards...), len(shards), func(ctx context.Context, i int) error {
 			sh := shards[i]
 			n, repeat, err := sh.apply(ctx, id, lt.buckets[i])
 			if err != nil {
@@ -452,7 +452,7 @@ func (s *Store) WriteBatch(ctx context.Context, id string, blocks []Block) (Batc
 			inserted.Add(n)
 			s.fire("shard-committed")
 			return nil
-		}, shardset.WithLimit(s.opts.Concurrency), shardset.FailFast())
+		}, fanout.WithLimit(s.opts.Concurrency), fanout.FailFast())
 		if err != nil {
 			return res, fmt.Errorf("batch %q: level %d: %w", id, lt.level, err)
 		}

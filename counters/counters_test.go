@@ -17,7 +17,7 @@ import (
 
 	"github.com/shardlab/shardlab/counters"
 	"github.com/shardlab/shardlab/internal/pgtest"
-	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/internal/postgresdb"
 )
 
 // backend opens counters on one database; each test gets its own database.
@@ -273,7 +273,7 @@ func TestIncrCancelled(t *testing.T) {
 // pool it made, sized as the shards' pools are.
 func TestOpenPostgresOwnsPool(t *testing.T) {
 	_, dsn := pgPool(t)
-	c, err := counters.OpenPostgres(t.Context(), dsn, counters.Options{Strategy: counters.StrategyRow}, postgres.Options{PoolSize: 3})
+	c, err := counters.OpenPostgres(t.Context(), dsn, counters.Options{Strategy: counters.StrategyRow}, postgresdb.Options{PoolSize: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,18 +287,18 @@ func TestOpenPostgresOwnsPool(t *testing.T) {
 		t.Errorf("Get = %+v, %v; want 3", v, err)
 	}
 	closeTwice(t, c)
-	if _, err := counters.OpenPostgres(t.Context(), "postgres://nobody@127.0.0.1:1/x?connect_timeout=1", counters.Options{}, postgres.Options{}); !errors.Is(err, counters.ErrInvalidOptions) {
+	if _, err := counters.OpenPostgres(t.Context(), "postgres://nobody@127.0.0.1:1/x?connect_timeout=1", counters.Options{}, postgresdb.Options{}); !errors.Is(err, counters.ErrInvalidOptions) {
 		t.Errorf("OpenPostgres with zero Options = %v, want ErrInvalidOptions", err)
 	}
-	if _, err := counters.OpenPostgres(t.Context(), dsn, counters.Options{Strategy: counters.StrategyRow}, postgres.Options{PoolSize: -1}); !errors.Is(err, counters.ErrInvalidOptions) || !errors.Is(err, postgres.ErrBadOptions) {
-		t.Errorf("OpenPostgres with a negative pool size = %v, want ErrInvalidOptions wrapping postgres.ErrBadOptions", err)
+	if _, err := counters.OpenPostgres(t.Context(), dsn, counters.Options{Strategy: counters.StrategyRow}, postgresdb.Options{PoolSize: -1}); !errors.Is(err, counters.ErrInvalidOptions) || !errors.Is(err, postgresdb.ErrBadOptions) {
+		t.Errorf("OpenPostgres with a negative pool size = %v, want ErrInvalidOptions wrapping postgresdb.ErrBadOptions", err)
 	}
-	c, err = counters.OpenPostgres(t.Context(), dsn, counters.Options{Strategy: counters.StrategyRow}, postgres.Options{})
+	c, err = counters.OpenPostgres(t.Context(), dsn, counters.Options{Strategy: counters.StrategyRow}, postgresdb.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Stat().MaxConns(); got != postgres.DefaultPoolSize {
-		t.Errorf("default pool of %d connections, want postgres.DefaultPoolSize %d", got, postgres.DefaultPoolSize)
+	if got := c.Stat().MaxConns(); got != postgresdb.DefaultPoolSize {
+		t.Errorf("default pool of %d connections, want postgresdb.DefaultPoolSize %d", got, postgresdb.DefaultPoolSize)
 	}
 	closeTwice(t, c)
 }

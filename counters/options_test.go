@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/shardlab/shardlab/counters"
-	"github.com/shardlab/shardlab/sqlite"
+	"github.com/shardlab/shardlab/internal/sqlitedb"
 )
 
 func TestValidateKey(t *testing.T) {
@@ -126,9 +126,9 @@ func TestOpenSQLiteSettings(t *testing.T) {
 		sync string
 		read int
 	}{
-		{counters.SQLiteOptions{}, sqlite.SyncFull, 4},
-		{counters.SQLiteOptions{Sync: sqlite.SyncNormal, ReadConns: 2}, sqlite.SyncNormal, 2},
-		{counters.SQLiteOptions{Sync: sqlite.SyncFull}, sqlite.SyncFull, 4},
+		{counters.SQLiteOptions{}, sqlitedb.SyncFull, 4},
+		{counters.SQLiteOptions{Sync: sqlitedb.SyncNormal, ReadConns: 2}, sqlitedb.SyncNormal, 2},
+		{counters.SQLiteOptions{Sync: sqlitedb.SyncFull}, sqlitedb.SyncFull, 4},
 	} {
 		t.Run(tt.sync, func(t *testing.T) {
 			c, err := counters.OpenSQLite(t.Context(), filepath.Join(t.TempDir(), "c.db"), opts, tt.so)
@@ -148,7 +148,7 @@ func TestOpenSQLiteSettings(t *testing.T) {
 		})
 	}
 	_, err := counters.OpenSQLite(t.Context(), filepath.Join(t.TempDir(), "c.db"), opts, counters.SQLiteOptions{Sync: "sometimes"})
-	if !errors.Is(err, counters.ErrInvalidOptions) || !errors.Is(err, sqlite.ErrBadOptions) {
-		t.Errorf("bad sync mode: %v, want ErrInvalidOptions wrapping sqlite.ErrBadOptions", err)
+	if !errors.Is(err, counters.ErrInvalidOptions) || !errors.Is(err, sqlitedb.ErrBadOptions) {
+		t.Errorf("bad sync mode: %v, want ErrInvalidOptions wrapping sqlitedb.ErrBadOptions", err)
 	}
 }

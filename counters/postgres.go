@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/internal/postgresdb"
 )
 
 // PostgresCounter is a [Counter] stored in PostgreSQL through a pgx pool.
@@ -59,12 +59,16 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Postgr
 	return c, nil
 }
 
+// PostgresOptions tunes the pool a PostgreSQL counter store opens (pool size,
+// timeouts; see OpenPostgres).
+type PostgresOptions = postgresdb.Options
+
 // OpenPostgres connects a new pool to dsn with po, exactly as the shards'
-// pools are made (postgres.NewPool: po.PoolSize connections at most, the
+// pools are made (postgresdb.NewPool: po.PoolSize connections at most, the
 // connect timeout), and returns a counter that owns it: Close closes the
 // pool. Every Incr and Get is bounded by po.QueryTimeout on top of its own
 // context. Cancelling ctx aborts connecting and schema creation.
-func OpenPostgres(ctx context.Context, dsn string, opts Options, po postgres.Options) (*PostgresCounter, error) {
+func OpenPostgres(ctx context.Context, dsn string, opts Options, po PostgresOptions) (*PostgresCounter, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -72,9 +76,9 @@ func OpenPostgres(ctx context.Context, dsn string, opts Options, po postgres.Opt
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
-	pool, err := postgres.NewPool(ctx, dsn, po)
+	pool, err := postgresdb.NewPool(ctx, dsn, po)
 	if err != nil {
-		if errors.Is(err, postgres.ErrBadOptions) {
+		if errors.Is(err, postgresdb.ErrBadOptions) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
 		return nil, fmt.Errorf("counters: connect to postgres: %w", err)

@@ -8,20 +8,20 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shardlab/shardlab/sqlite"
+	"github.com/shardlab/shardlab/internal/sqlitedb"
 )
 
 // SQLiteCounter is a [Counter] stored in one SQLite file.
 //
-// SQLite has a single writer, so the file is opened with [sqlite.OpenDB]: a
+// SQLite has a single writer, so the file is opened with [sqlitedb.OpenDB]: a
 // write pool of exactly one connection, whose transactions begin with BEGIN
 // IMMEDIATE, so increments from this process queue in Go instead of failing
 // with SQLITE_BUSY; and a read pool, which in WAL mode reads concurrently with
 // the writer. A WAL file belongs to the process that opened it while it is
-// open (see [sqlite.DB]); busy_timeout covers writers in other processes for
+// open (see [sqlitedb.DB]); busy_timeout covers writers in other processes for
 // the rollback journal.
 type SQLiteCounter struct {
-	db     *sqlite.DB
+	db     *sqlitedb.DB
 	opts   Options
 	picker bucketPicker
 
@@ -39,9 +39,9 @@ var _ Counter = (*SQLiteCounter)(nil)
 // SQLiteOptions tunes [OpenSQLite]: the options every SQLite file of shardlab is
 // opened with. The zero value is fine. A counter fills zero fields with its own
 // defaults, which differ from package sqlite's: Sync defaults to
-// [sqlite.SyncFull] (an acknowledged increment survives power loss unless the
+// [sqlitedb.SyncFull] (an acknowledged increment survives power loss unless the
 // caller chooses otherwise), BusyTimeout to 10 seconds and ReadConns to 4.
-type SQLiteOptions = sqlite.Options
+type SQLiteOptions = sqlitedb.Options
 
 // OpenSQLite opens (creating if needed) the SQLite database at path in WAL
 // mode and returns a counter on it, creating its tables if they do not
@@ -54,7 +54,7 @@ func OpenSQLite(ctx context.Context, path string, opts Options, so SQLiteOptions
 		return nil, fmt.Errorf("%w: empty SQLite path", ErrInvalidOptions)
 	}
 	if so.Sync == "" {
-		so.Sync = sqlite.SyncFull
+		so.Sync = sqlitedb.SyncFull
 	}
 	if so.BusyTimeout <= 0 {
 		so.BusyTimeout = 10 * time.Second
@@ -62,9 +62,9 @@ func OpenSQLite(ctx context.Context, path string, opts Options, so SQLiteOptions
 	if so.ReadConns <= 0 {
 		so.ReadConns = 4
 	}
-	db, err := sqlite.OpenDB(ctx, path, so)
+	db, err := sqlitedb.OpenDB(ctx, path, so)
 	if err != nil {
-		if errors.Is(err, sqlite.ErrBadOptions) {
+		if errors.Is(err, sqlitedb.ErrBadOptions) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
 		return nil, fmt.Errorf("counters: %w", err)
@@ -82,7 +82,7 @@ func OpenSQLite(ctx context.Context, path string, opts Options, so SQLiteOptions
 
 // DB returns the counter's database, for inspection (its settings, its file).
 // Writing to the counter's tables behind its back is not supported.
-func (c *SQLiteCounter) DB() *sqlite.DB { return c.db }
+func (c *SQLiteCounter) DB() *sqlitedb.DB { return c.db }
 
 func (c *SQLiteCounter) prepareSQL() {
 	t := c.opts.tables()

@@ -10,7 +10,7 @@
 // Statements are written against logical tables with PostgreSQL's $1, $2 placeholders;
 // the SQL core (packages sqlplan and sqlexec) routes them to the shards, rewrites table
 // names and merges cross-shard answers exactly, or refuses them with SQLSTATE 0A000.
-// Behind it sit the shards' own drivers: pgx (its pool, made by postgres.NewPool like
+// Behind it sit the shards' own drivers: pgx (its pool, made by postgresdb.NewPool like
 // every pool in shardlab), one pool per data source, and for SQLite data sources the
 // project's SQLite opener. Statements borrow pgx's connections directly rather than
 // through pgx's database/sql driver: a database/sql pool under a database/sql driver
@@ -47,7 +47,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/internal/postgresdb"
 	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/sqlexec"
 	"github.com/shardlab/shardlab/sqlplan"
@@ -199,8 +199,8 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = DefaultMaxConns
 	}
-	if cfg.MaxConns < 1 || cfg.MaxConns > postgres.MaxPoolSize {
-		return nil, fmt.Errorf("shardsql: MaxConns must be 1..%d, got %d", postgres.MaxPoolSize, cfg.MaxConns)
+	if cfg.MaxConns < 1 || cfg.MaxConns > postgresdb.MaxPoolSize {
+		return nil, fmt.Errorf("shardsql: MaxConns must be 1..%d, got %d", postgresdb.MaxPoolSize, cfg.MaxConns)
 	}
 	c := &Connector{cfg: cfg}
 	lite, err := isSQLite(cfg.Rules)
@@ -222,7 +222,7 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 	for _, ds := range cfg.Rules.DataSources() {
 		// The project's one pool constructor (timeouts as everywhere), seen through pgx's
 		// database/sql driver.
-		pool, err := postgres.NewPool(ctx, ds.DSN, postgres.Options{PoolSize: int32(cfg.MaxConns), Lazy: true})
+		pool, err := postgresdb.NewPool(ctx, ds.DSN, postgresdb.Options{PoolSize: int32(cfg.MaxConns), Lazy: true})
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("shardsql: data source %s: %w", ds.Name, err)

@@ -15,11 +15,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/shardlab/shardlab/internal/fanout"
+	"github.com/shardlab/shardlab/internal/sqlitedb"
 	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/rules"
-	"github.com/shardlab/shardlab/shardset"
 	"github.com/shardlab/shardlab/sqlexec"
-	"github.com/shardlab/shardlab/sqlite"
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
@@ -69,7 +69,7 @@ func isSQLite(r *rules.Compiled) (bool, error) {
 // sqliteShards are the SQLite files of a rules set.
 type sqliteShards struct {
 	rules *rules.Compiled
-	dbs   []*sqlite.DB
+	dbs   []*sqlitedb.DB
 
 	// What a statement text needs before SQLite runs it, worked out once: the subset
 	// check (checked), the text with ? placeholders and whether it returns rows (texts),
@@ -164,7 +164,7 @@ func (s *sqliteShards) stmt(ctx context.Context, ds int, write bool, text string
 func openSQLite(ctx context.Context, r *rules.Compiled) (*sqliteShards, error) {
 	s := &sqliteShards{rules: r}
 	for _, ds := range r.DataSources() {
-		db, err := sqlite.OpenDB(ctx, strings.TrimPrefix(ds.DSN, sqlitePrefix), sqlite.Options{})
+		db, err := sqlitedb.OpenDB(ctx, strings.TrimPrefix(ds.DSN, sqlitePrefix), sqlitedb.Options{})
 		if err != nil {
 			s.close()
 			return nil, fmt.Errorf("shardsql: data source %s: %w", ds.Name, err)
@@ -470,8 +470,8 @@ func (s *sqliteSession) run(ctx context.Context, b *sqlplan.Bound, args []driver
 		}
 		return nil
 	}
-	err := shardset.Do(ctx, routing.NewShards(order...), s.c.cfg.Rules.NumDataSources(), runDS, shardset.FailFast())
-	var failed shardset.Errors
+	err := fanout.Do(ctx, routing.NewShards(order...), s.c.cfg.Rules.NumDataSources(), runDS, fanout.FailFast())
+	var failed fanout.Errors
 	if errors.As(err, &failed) && len(failed) > 0 {
 		err = &sqlexec.ShardError{DataSource: failed[0].Shard, Name: names[failed[0].Shard].Name, Err: sqliteError(failed[0].Err)}
 	}

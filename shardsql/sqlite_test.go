@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardlab/shardlab/internal/sqldiff"
+	"github.com/shardlab/shardlab/internal/sqlitedb"
 	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/shardsql"
-	"github.com/shardlab/shardlab/sqlite"
 )
 
 // pgOnly marks suite statements that use PostgreSQL constructs SQLite lacks.
@@ -36,7 +36,7 @@ func sqliteCompatible(q sqldiff.Query) bool {
 func TestSQLiteShards(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	refDB, err := sqlite.OpenDB(ctx, filepath.Join(dir, "ref.db"), sqlite.Options{})
+	refDB, err := sqlitedb.OpenDB(ctx, filepath.Join(dir, "ref.db"), sqlitedb.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestSQLiteShards(t *testing.T) {
 	rule := c.Lookup("t_order")
 	total := 0
 	for n, node := range rule.Nodes {
-		f, err := sqlite.OpenDB(ctx, strings.TrimPrefix(dsns[node.DataSource], "sqlite:"), sqlite.Options{})
+		f, err := sqlitedb.OpenDB(ctx, strings.TrimPrefix(dsns[node.DataSource], "sqlite:"), sqlitedb.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/internal/postgresdb"
 	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/sqlplan"
 )
@@ -27,10 +27,13 @@ type DB struct {
 	detector  *DeadlockDetector
 }
 
+// PoolOptions sizes and bounds a data source's pool of PostgreSQL connections.
+type PoolOptions = postgresdb.Options
+
 // Config tunes a DB. The zero value is usable.
 type Config struct {
-	// Pool sizes and bounds each data source's pool (postgres.Options defaults).
-	Pool postgres.Options
+	// Pool sizes and bounds each data source's pool (PoolOptions' defaults).
+	Pool PoolOptions
 	// TwoPhase commits transactions that span data sources with two-phase commit; every
 	// data source then needs max_prepared_transactions above zero. Open runs Recover.
 	TwoPhase bool
@@ -47,7 +50,7 @@ func Open(ctx context.Context, r *rules.Compiled, cfg Config) (*DB, error) {
 	opts := cfg.Pool
 	opts.Lazy = true
 	for _, ds := range r.DataSources() {
-		pool, err := postgres.NewPool(ctx, ds.DSN, opts)
+		pool, err := postgresdb.NewPool(ctx, ds.DSN, opts)
 		if err != nil {
 			db.Close()
 			return nil, fmt.Errorf("sqlexec: data source %s: %w", ds.Name, err)

@@ -18,9 +18,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/shardlab/shardlab/internal/fanout"
 	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/rules"
-	"github.com/shardlab/shardlab/shardset"
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
@@ -64,7 +64,7 @@ func NewEngine(r *rules.Compiled, cat *Catalog, committer *Committer) *Engine {
 	if committer == nil {
 		committer = NewCommitter(r, false)
 	}
-	return &Engine{rules: r, catalog: cat, committer: committer, concurrency: shardset.DefaultLimit}
+	return &Engine{rules: r, catalog: cat, committer: committer, concurrency: fanout.DefaultLimit}
 }
 
 // targetResult is what one target answered.
@@ -202,9 +202,9 @@ func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, f
 	if b.Plan.Write {
 		limit = 1
 	}
-	err := shardset.Do(ctx, routing.NewShards(order...), nds, runDS,
-		shardset.FailFast(), shardset.WithLimit(limit))
-	var failed shardset.Errors
+	err := fanout.Do(ctx, routing.NewShards(order...), nds, runDS,
+		fanout.FailFast(), fanout.WithLimit(limit))
+	var failed fanout.Errors
 	if errors.As(err, &failed) && len(failed) > 0 {
 		err = e.shardErr(failed[0].Shard, failed[0].Err)
 	}

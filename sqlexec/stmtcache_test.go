@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/shardlab/shardlab/internal/pgtest"
-	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/internal/postgresdb"
 	"github.com/shardlab/shardlab/sqlexec"
 	"github.com/shardlab/shardlab/sqlplan"
 )
@@ -23,7 +23,7 @@ func TestPreparedStatementsReusedAndRefreshed(t *testing.T) {
 	}
 	// One connection per data source, so that the statement below sees the prepared
 	// statements of the connection the others ran on.
-	db, err := sqlexec.Open(ctx, kvRules(t, dsns), sqlexec.Config{Pool: postgres.Options{PoolSize: 1}})
+	db, err := sqlexec.Open(ctx, kvRules(t, dsns), sqlexec.Config{Pool: postgresdb.Options{PoolSize: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 	"context"
 	"os"
 
-	"github.com/shardlab/shardlab/autoshard/blockbench"
 	"github.com/shardlab/shardlab/internal/cli"
+	"github.com/shardlab/shardlab/internal/cmd/blockbench"
 )
 
 func main() {

@@ -12,12 +12,12 @@ import (
 	"context"
 	"os"
 
-	"github.com/shardlab/shardlab/counters/bench"
 	"github.com/shardlab/shardlab/internal/cli"
+	"github.com/shardlab/shardlab/internal/cmd/counterbench"
 )
 
 func main() {
 	cli.Main("counterbench", func(ctx context.Context, args []string) error {
-		return bench.Run(ctx, args, os.Stdout, os.Stderr)
-	}, cli.Code{Err: bench.ErrUsage, Exit: 2}, cli.Code{Err: bench.ErrNotExact, Exit: 3})
+		return counterbench.Run(ctx, args, os.Stdout, os.Stderr)
+	}, cli.Code{Err: counterbench.ErrUsage, Exit: 2}, cli.Code{Err: counterbench.ErrNotExact, Exit: 3})
 }

@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/shardlab/shardlab/internal/cli"
-	"github.com/shardlab/shardlab/internal/demoserver"
+	"github.com/shardlab/shardlab/internal/cmd/demoserver"
 )
 
 func main() {

@@ -6,12 +6,12 @@ import (
 	"context"
 	"os"
 
-	"github.com/shardlab/shardlab/internal/ceiling"
 	"github.com/shardlab/shardlab/internal/cli"
+	"github.com/shardlab/shardlab/internal/cmd/httpceiling"
 )
 
 func main() {
 	cli.Main("http-ceiling", func(ctx context.Context, args []string) error {
-		return ceiling.Run(ctx, args, os.Stdout, os.Stderr)
-	}, cli.Code{Err: ceiling.ErrUsage, Exit: 2})
+		return httpceiling.Run(ctx, args, os.Stdout, os.Stderr)
+	}, cli.Code{Err: httpceiling.ErrUsage, Exit: 2})
 }

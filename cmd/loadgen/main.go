@@ -7,11 +7,11 @@ import (
 	"os"
 
 	"github.com/shardlab/shardlab/internal/cli"
-	"github.com/shardlab/shardlab/internal/loadgencli"
+	loadgencmd "github.com/shardlab/shardlab/internal/cmd/loadgen"
 )
 
 func main() {
 	cli.Main("loadgen", func(ctx context.Context, args []string) error {
-		return loadgencli.Run(ctx, args, os.Stdout, os.Stderr)
-	}, cli.Code{Err: loadgencli.ErrUsage, Exit: 2})
+		return loadgencmd.Run(ctx, args, os.Stdout, os.Stderr)
+	}, cli.Code{Err: loadgencmd.ErrUsage, Exit: 2})
 }

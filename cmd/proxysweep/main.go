@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shardlab/shardlab/internal/proxysweep"
+	"github.com/shardlab/shardlab/internal/cmd/proxysweep"
 )
 
 func main() {

@@ -7,11 +7,11 @@ import (
 	"os"
 
 	"github.com/shardlab/shardlab/internal/cli"
-	"github.com/shardlab/shardlab/report/reportcli"
+	reportcmd "github.com/shardlab/shardlab/internal/cmd/report"
 )
 
 func main() {
 	cli.Main("report", func(ctx context.Context, args []string) error {
-		return reportcli.Run(ctx, args, os.Stdout, os.Stderr)
-	}, cli.Code{Err: reportcli.ErrUsage, Exit: 2})
+		return reportcmd.Run(ctx, args, os.Stdout, os.Stderr)
+	}, cli.Code{Err: reportcmd.ErrUsage, Exit: 2})
 }

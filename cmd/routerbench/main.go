@@ -14,7 +14,7 @@ import (
 	"os"
 
 	"github.com/shardlab/shardlab/internal/cli"
-	"github.com/shardlab/shardlab/shardsql/routerbench"
+	"github.com/shardlab/shardlab/internal/cmd/routerbench"
 )
 
 func main() {

@@ -7,11 +7,11 @@ import (
 	"os"
 
 	"github.com/shardlab/shardlab/internal/cli"
-	"github.com/shardlab/shardlab/internal/proxycli"
+	"github.com/shardlab/shardlab/internal/cmd/shardproxy"
 )
 
 func main() {
 	cli.Main("shard-proxy", func(ctx context.Context, args []string) error {
-		return proxycli.Run(ctx, args, os.Stdout, os.Stderr)
-	}, cli.Code{Err: proxycli.ErrUsage, Exit: 2})
+		return shardproxy.Run(ctx, args, os.Stdout, os.Stderr)
+	}, cli.Code{Err: shardproxy.ErrUsage, Exit: 2})
 }

@@ -7,11 +7,11 @@ import (
 	"os"
 
 	"github.com/shardlab/shardlab/internal/cli"
-	"github.com/shardlab/shardlab/usl/uslcli"
+	uslcmd "github.com/shardlab/shardlab/internal/cmd/usl"
 )
 
 func main() {
 	cli.Main("usl", func(ctx context.Context, args []string) error {
-		return uslcli.Run(ctx, args, os.Stdin, os.Stdout, os.Stderr)
-	}, cli.Code{Err: uslcli.ErrUsage, Exit: 2})
+		return uslcmd.Run(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+	}, cli.Code{Err: uslcmd.ErrUsage, Exit: 2})
 }

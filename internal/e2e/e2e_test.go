@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardlab/shardlab/loadgen"
+	"github.com/shardlab/shardlab/lab/loadgen"
+	"github.com/shardlab/shardlab/lab/shardset/sqlite"
 	"github.com/shardlab/shardlab/routing"
-	"github.com/shardlab/shardlab/sqlite"
 )
 
 var binDir string

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardlab/shardlab/resultscsv"
+	"github.com/shardlab/shardlab/lab/resultscsv"
 )
 
 // labScripts are the scripts (and what they read) that scriptRoot links.

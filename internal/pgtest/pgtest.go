@@ -26,7 +26,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/internal/postgresdb"
 )
 
 // Environment variables read by this package.
@@ -99,14 +99,14 @@ func NewDatabaseOn(t testing.TB, baseDSN, prefix string) string {
 	name := UniqueName(prefix)
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	dsn, err := postgres.CreateDatabase(ctx, baseDSN, name)
+	dsn, err := postgresdb.CreateDatabase(ctx, baseDSN, name)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 		defer cancel()
-		if err := postgres.DropDatabase(ctx, baseDSN, name); err != nil {
+		if err := postgresdb.DropDatabase(ctx, baseDSN, name); err != nil {
 			t.Errorf("pgtest: %v", err)
 		}
 	})
@@ -199,7 +199,7 @@ func (c *Cluster) NewDatabase(prefix string) string {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	dsn, err := postgres.CreateDatabase(ctx, c.DSN(), UniqueName(prefix))
+	dsn, err := postgresdb.CreateDatabase(ctx, c.DSN(), UniqueName(prefix))
 	if err != nil {
 		c.t.Fatalf("pgtest: %v", err)
 	}
@@ -443,11 +443,11 @@ func NewDatabaseWithOptions(t testing.TB, prefix, options string) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 		defer cancel()
-		if err := postgres.DropDatabase(ctx, base, name); err != nil {
+		if err := postgresdb.DropDatabase(ctx, base, name); err != nil {
 			t.Errorf("pgtest: %v", err)
 		}
 	})
-	dsn, err := postgres.WithDatabase(base, name)
+	dsn, err := postgresdb.WithDatabase(base, name)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}

@@ -23,7 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/shardlab/shardlab/postgres"
+	"github.com/shardlab/shardlab/internal/postgresdb"
 	"github.com/shardlab/shardlab/proxy/rawio"
 )
 
@@ -118,7 +118,7 @@ type Pool struct {
 func NewPool(name, dsn string, o Options) (*Pool, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("backend: data source %s (%s): %w", name, postgres.RedactDSN(dsn), err)
+		return nil, fmt.Errorf("backend: data source %s (%s): %w", name, postgresdb.RedactDSN(dsn), err)
 	}
 	o = o.withDefaults()
 	if o.User != "" {

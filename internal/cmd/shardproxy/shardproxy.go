@@ -1,0 +1,297 @@
+// Package shardproxy is the shard-proxy command: flags, the rules they make, the logger,
+// and graceful shutdown. It lives apart from cmd/shard-proxy so tests can run the
+// command in-process.
+package shardproxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/shardlab/shardlab/internal/postgresdb"
+	"github.com/shardlab/shardlab/proxy"
+	"github.com/shardlab/shardlab/proxy/auth"
+	"github.com/shardlab/shardlab/proxy/backend"
+	"github.com/shardlab/shardlab/proxy/router"
+	"github.com/shardlab/shardlab/rules"
+	"github.com/shardlab/shardlab/sqlexec"
+)
+
+// ErrUsage marks a command-line mistake; the command exits with status 2 for it.
+var ErrUsage = errors.New("usage")
+
+const usageHead = `shard-proxy is a PostgreSQL wire-protocol sharding proxy: clients (psql, pgbench,
+sysbench, any driver) connect to it as to one database, and it runs their SQL on the
+shards, merging cross-shard answers exactly or refusing them (SQLSTATE 0A000).
+
+Usage:
+  shard-proxy --database app --shard DSN [--shard DSN ...] [--sharded TABLE=COLUMN ...]
+              [--broadcast TABLE ...] [flags]
+  shard-proxy --database app --config rules.toml [flags]
+
+Tables: --sharded spreads a table over every shard by PostgreSQL's hash of COLUMN (its
+type read from the first shard's catalog; a trailing * in TABLE matches a name prefix,
+as in 'sbtest*=id'); --broadcast keeps a full copy on every shard; every other table
+lives on the first shard. On every shard the physical table has the logical name.
+A --shard DSN with search_path=NAME is a shard that is a schema of that database.
+--config reads the SQL core's rules file instead (layouts, algorithms, bindings).
+
+Flags:
+`
+
+type options struct {
+	listen, database, config, addrFile string
+	shards, sharded, broadcast         []string
+	poolMode                           string
+	poolSize, maxClients, maxMessage   int
+	procs, maxTransactions             int
+	checkoutTimeout, connectTimeout    time.Duration
+	shutdownTimeout, lockWaitTimeout   time.Duration
+	deadlockInterval, crossPoolWait    time.Duration
+	statsInterval                      time.Duration
+	adminDatabase, metricsListen       string
+	users, tlsCert, tlsKey, logLevel   string
+	twoPhase, aggregate                bool
+	cpuProfile                         string
+}
+
+type list []string
+
+func (l *list) String() string     { return strings.Join(*l, ",") }
+func (l *list) Set(v string) error { *l = append(*l, v); return nil }
+
+func parse(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("shard-proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usageHead)
+		fs.PrintDefaults()
+	}
+	var shards, sharded, broadcast list
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:6432", "address to listen on; port 0 picks a free port")
+	fs.StringVar(&o.database, "database", "", "database name clients connect to (required); any other gets FATAL 3D000")
+	fs.Var(&shards, "shard", "a shard's PostgreSQL URL; repeat once per shard, in order")
+	fs.Var(&sharded, "sharded", "TABLE=COLUMN: shard TABLE by COLUMN (trailing * in TABLE: a name prefix); repeatable")
+	fs.Var(&broadcast, "broadcast", "TABLE: keep a copy of TABLE on every shard; repeatable")
+	fs.StringVar(&o.config, "config", "", "rules file (TOML, the SQL core's format) instead of --shard/--sharded/--broadcast")
+	fs.StringVar(&o.poolMode, "pool-mode", "transaction", "transaction (a server connection per transaction) or session (per client)")
+	fs.IntVar(&o.poolSize, "pool-size", backend.DefaultSize, "server connections per data source")
+	fs.DurationVar(&o.checkoutTimeout, "checkout-timeout", backend.DefaultCheckoutTimeout, "how long a statement waits for a free server connection before it fails (53300)")
+	fs.DurationVar(&o.connectTimeout, "connect-timeout", backend.DefaultConnectTimeout, "bound on connecting to a shard")
+	fs.IntVar(&o.maxClients, "max-clients", proxy.DefaultMaxClients, "client connections at most; the next gets FATAL 53300")
+	fs.IntVar(&o.maxMessage, "max-message-size", 64<<20, "largest client message in bytes; a larger one ends the connection")
+	fs.StringVar(&o.users, "users", "", `users file for SCRAM-SHA-256 authentication, lines of "user" "password or SCRAM secret" (pgbouncer's userlist.txt), optionally followed by "server user" ["server password"]: each client runs on the shards as that server login, or as itself (with its password when given in plain text); without a users file every client is trusted and runs as the --shard DSNs' user`)
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate (PEM) offered to clients that ask for SSL; needs --tls-key")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "TLS private key (PEM)")
+	fs.DurationVar(&o.lockWaitTimeout, "lock-wait-timeout", router.DefaultLockWaitTimeout, "bound on a lock wait of a transaction that spans shards, a backstop to --deadlock-interval; past it the transaction fails with 40P01 (deadlock detected) so that clients retry; 0 (default) waits forever")
+	fs.DurationVar(&o.deadlockInterval, "deadlock-interval", sqlexec.DefaultDeadlockInterval, "how often the shards' lock waits are checked for a deadlock across shards, which no single server sees; the youngest transaction of a cycle fails with 40P01; 0 turns it off")
+	fs.DurationVar(&o.crossPoolWait, "cross-pool-wait", router.DefaultCrossPoolWait, "how long a transaction holding server connections of other data sources waits for one more; past it the transaction fails with 40P01 (deadlock detected), since transactions holding each other's pools would otherwise wait forever. A client holding none waits up to --checkout-timeout")
+	fs.IntVar(&o.maxTransactions, "max-transactions", router.AutoMaxTransactions, "in transaction pooling, at most N clients hold server connections at once (each for a transaction, or a statement outside one); the others wait their turn up to --checkout-timeout. Below --pool-size, transactions that span shards never wait on each other's pools (see docs/proxy.md); 0: no bound; -1 (default): --pool-size minus 1 when there are several pools, no bound with one pool (one shard, or --aggregate)")
+	fs.BoolVar(&o.twoPhase, "two-phase", false, "commit transactions that span shards with two-phase commit (needs max_prepared_transactions > 0 on every shard)")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long open transactions may take to finish before their clients are cut off")
+	fs.DurationVar(&o.statsInterval, "stats-interval", time.Minute, "log every pool's connections in use and idle at this interval; 0 turns it off")
+	fs.StringVar(&o.adminDatabase, "admin-database", "shardlab", "database name of the admin console (SHOW POOLS, SHOW DATABASES, SHOW ROUTE <statement>, SHOW HELP); empty turns it off")
+	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics on http://ADDR/metrics (pool connections in use, idle, waiting; clients)")
+	fs.StringVar(&o.addrFile, "addr-file", "", "write the address actually listened on to this file")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.IntVar(&o.procs, "procs", 0, "OS threads that run the proxy's Go code at once (GOMAXPROCS); 0 (default) keeps Go's choice, one per CPU. "+
+		"1 costs the least CPU per statement when the proxy shares a small machine with its clients and servers (docs/proxy.md, \"Where the time goes\")")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file at shutdown (go tool pprof)")
+	fs.BoolVar(&o.aggregate, "aggregate", false, "shards that are schemas of one database (--shard DSNs differing only in search_path=NAME) share one pool of --pool-size connections, and a transaction over several of them one connection")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
+	}
+	o.shards, o.sharded, o.broadcast = shards, sharded, broadcast
+	switch {
+	case o.database == "":
+		return nil, fmt.Errorf("%w: --database is required (the name clients connect to)", ErrUsage)
+	case o.config != "" && (len(o.shards) > 0 || len(o.sharded) > 0 || len(o.broadcast) > 0):
+		return nil, fmt.Errorf("%w: --config names the shards and tables itself; do not combine it with --shard, --sharded or --broadcast", ErrUsage)
+	case o.config == "" && len(o.shards) == 0:
+		return nil, fmt.Errorf("%w: give at least one --shard (or a --config rules file)", ErrUsage)
+	case o.poolMode != "transaction" && o.poolMode != "session":
+		return nil, fmt.Errorf("%w: --pool-mode must be transaction or session, got %q", ErrUsage, o.poolMode)
+	case o.poolSize < 1 || o.poolSize > 10000:
+		return nil, fmt.Errorf("%w: --pool-size must be 1..10000, got %d", ErrUsage, o.poolSize)
+	case o.procs < 0 || o.procs > 1024:
+		return nil, fmt.Errorf("%w: --procs must be 0 (Go's choice) or 1..1024, got %d", ErrUsage, o.procs)
+	case o.maxClients < 1:
+		return nil, fmt.Errorf("%w: --max-clients must be at least 1, got %d", ErrUsage, o.maxClients)
+	case o.maxTransactions < router.AutoMaxTransactions || (o.maxTransactions > 0 && o.maxTransactions >= o.poolSize):
+		return nil, fmt.Errorf("%w: --max-transactions must be -1 (the default: chosen by the pools), 0 (no bound) or below --pool-size (%d; a connection of each pool stays for the deadlock detector and the catalog), got %d", ErrUsage, o.poolSize, o.maxTransactions)
+	case o.crossPoolWait <= 0:
+		return nil, fmt.Errorf("%w: --cross-pool-wait must be positive, got %v", ErrUsage, o.crossPoolWait)
+	case o.checkoutTimeout <= 0 || o.connectTimeout <= 0 || o.shutdownTimeout < 0 || o.lockWaitTimeout < 0 || o.deadlockInterval < 0 || o.statsInterval < 0:
+		return nil, fmt.Errorf("%w: --checkout-timeout and --connect-timeout must be positive, --shutdown-timeout, --lock-wait-timeout, --deadlock-interval and --stats-interval not negative", ErrUsage)
+	case o.maxMessage < 1024:
+		return nil, fmt.Errorf("%w: --max-message-size must be at least 1024 bytes, got %d", ErrUsage, o.maxMessage)
+	case o.adminDatabase == o.database:
+		return nil, fmt.Errorf("%w: --admin-database must differ from --database", ErrUsage)
+	case (o.tlsCert == "") != (o.tlsKey == ""):
+		return nil, fmt.Errorf("%w: --tls-cert and --tls-key go together", ErrUsage)
+	}
+	if _, err := logLevel(o.logLevel); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	return o, nil
+}
+
+func logLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level must be debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}
+
+// Rules builds the rules of the command-line flags: data sources ds_0, ds_1 ... in
+// --shard order, a pghash-sharded table per --sharded, and the broadcast tables.
+func flagRules(o *options) (*rules.Compiled, error) {
+	r := rules.Rules{Broadcast: o.broadcast}
+	for i, dsn := range o.shards {
+		r.DataSources = append(r.DataSources, rules.DataSource{Name: fmt.Sprintf("ds_%d", i), DSN: dsn})
+	}
+	for _, s := range o.sharded {
+		table, column, ok := strings.Cut(s, "=")
+		table, column = strings.TrimSpace(table), strings.TrimSpace(column)
+		if !ok || table == "" || column == "" {
+			return nil, fmt.Errorf("%w: --sharded wants TABLE=COLUMN, got %q", ErrUsage, s)
+		}
+		r.Tables = append(r.Tables, rules.Table{Name: table, Strategy: rules.Strategy{Column: column}})
+	}
+	c, err := rules.Compile(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	return c, nil
+}
+
+// Run runs the proxy until ctx is cancelled (SIGINT or SIGTERM in the command), then
+// shuts it down gracefully.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	level, _ := logLevel(o.logLevel)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	var rs *rules.Compiled
+	if o.config != "" {
+		if rs, err = rules.Load(o.config); err != nil {
+			return fmt.Errorf("%w: --config: %v", ErrUsage, err)
+		}
+	} else if rs, err = flagRules(o); err != nil {
+		return err
+	}
+	cfg := proxy.Config{
+		Rules: rs, Database: o.database, MaxClients: o.maxClients, MaxMessage: o.maxMessage, TwoPhase: o.twoPhase, Aggregate: o.aggregate,
+		LockWaitTimeout: o.lockWaitTimeout, DeadlockInterval: deadlockInterval(o.deadlockInterval), CrossPoolWait: o.crossPoolWait, MaxTransactions: o.maxTransactions, StatsInterval: o.statsInterval, AdminDatabase: o.adminDatabase,
+		Pool:   backend.Options{Size: o.poolSize, CheckoutTimeout: o.checkoutTimeout, ConnectTimeout: o.connectTimeout},
+		Logger: log,
+	}
+	if o.poolMode == "session" {
+		cfg.PoolMode = router.PoolSession
+	}
+	if o.users != "" {
+		if cfg.Users, err = auth.LoadUsers(o.users); err != nil {
+			return fmt.Errorf("%w: --users: %v", ErrUsage, err)
+		}
+	}
+	if o.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return fmt.Errorf("%w: --tls-cert/--tls-key: %v", ErrUsage, err)
+		}
+		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if o.procs > 0 {
+		runtime.GOMAXPROCS(o.procs)
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
+	for _, ds := range rs.DataSources() {
+		log.Info("data source", "name", ds.Name, "dsn", postgresdb.RedactDSN(ds.DSN))
+	}
+	srv, err := proxy.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if o.metricsListen != "" {
+		ln, err := net.Listen("tcp", o.metricsListen)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", srv.MetricsHandler())
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(ln)
+		defer hs.Close()
+		log.Info("metrics at http://" + ln.Addr().String() + "/metrics")
+	}
+	served := make(chan error, 1)
+	go func() {
+		served <- srv.ListenAndServe(o.listen, func(addr net.Addr) {
+			fmt.Fprintf(stdout, "shard-proxy listening on %s (database %q, %d data sources, %s pooling)\n",
+				addr, o.database, len(rs.DataSources()), cfg.PoolMode)
+			if o.addrFile != "" {
+				if err := os.WriteFile(o.addrFile, []byte(addr.String()+"\n"), 0o644); err != nil {
+					log.Error("write --addr-file", "err", err)
+				}
+			}
+		})
+	}()
+	select {
+	case err := <-served:
+		srv.Close()
+		return fmt.Errorf("listen on %s: %w", o.listen, err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: waiting for open transactions", "timeout", o.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("shutdown cut off clients still in a transaction", "err", err)
+	}
+	<-served
+	return nil
+}
+
+// deadlockInterval maps the flag's 0 (off) to the router's "never".
+func deadlockInterval(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
