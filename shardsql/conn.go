@@ -285,14 +285,11 @@ func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args, a
 	case sqlplan.KindTransaction:
 		return cn.transaction(ctx, pl)
 	case sqlplan.KindSet, sqlplan.KindDiscard:
-		return nil, &pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeFeatureNotSupported,
-			Message: "shardlab: SET, RESET and DISCARD on a database/sql handle (its connections are pooled per data source): set run-time parameters in the data sources' DSNs"}
+		return nil, sqlplan.Unsupported("SET, RESET and DISCARD on a database/sql handle (its connections are pooled per data source): set run-time parameters in the data sources' DSNs")
 	case sqlplan.KindCopy:
-		return nil, &pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeFeatureNotSupported,
-			Message: "shardlab: COPY through database/sql; use INSERT, or the wire proxy"}
+		return nil, sqlplan.Unsupported("COPY through database/sql; use INSERT, or the wire proxy")
 	case sqlplan.KindListen:
-		return nil, &pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeFeatureNotSupported,
-			Message: "shardlab: LISTEN, UNLISTEN and NOTIFY through database/sql (its connections are pooled): listen on a connection of your own to the first data source, or through the wire proxy; SELECT pg_notify(channel, payload) sends"}
+		return nil, sqlplan.Unsupported("LISTEN, UNLISTEN and NOTIFY through database/sql (its connections are pooled): listen on a connection of your own to the first data source, or through the wire proxy; SELECT pg_notify(channel, payload) sends")
 	}
 	var res *sqlexec.Result
 	var err error
@@ -323,7 +320,7 @@ func (cn *conn) transaction(ctx context.Context, pl *sqlplan.Plan) (*sqlexec.Res
 		case sqlplan.TxRollback:
 			tag, err = "ROLLBACK", cn.sq.end(false)
 		default:
-			return nil, &pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeFeatureNotSupported, Message: "shardlab: savepoints on SQLite shards"}
+			return nil, sqlplan.Unsupported("savepoints on SQLite shards")
 		}
 		if err != nil {
 			return nil, err

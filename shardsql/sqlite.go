@@ -243,8 +243,7 @@ func (c sqliteCatalog) KeyType(ctx context.Context, t *rules.TableRule, column s
 		if strings.Contains(decl, "char") || strings.Contains(decl, "text") || decl == "" {
 			return rules.TypeText, nil
 		}
-		return "", &pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeFeatureNotSupported,
-			Message: fmt.Sprintf("shardlab: sharding column %s.%s is declared %q; declare it an integer, text or uuid type", t.Name, column, col[1])}
+		return "", sqlplan.Unsupported("sharding column %s.%s is declared %q; declare it an integer, text or uuid type", t.Name, column, col[1])
 	}
 	return "", &pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeUndefinedColumn, Message: fmt.Sprintf("column %q of relation %q does not exist", column, t.Name)}
 }
@@ -275,8 +274,7 @@ func (sqliteCatalog) IsAggregate(_ context.Context, name string) (bool, error) {
 // error, before any shard sees the statement.
 func checkSQLiteSubset(sql string) error {
 	refuse := func(what string) error {
-		return &pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeFeatureNotSupported,
-			Message: "shardlab: SQLite shards do not take " + what + " (they take the part of PostgreSQL's SQL that SQLite accepts)"}
+		return sqlplan.Unsupported("SQLite shards do not take %s (they take the part of PostgreSQL's SQL that SQLite accepts)", what)
 	}
 	words := sqlplan.Tokens(sql)
 	offset, limit := false, false
@@ -543,8 +541,7 @@ func checkSQLiteSums(b *sqlplan.Bound, results []sqlexec.ShardResult) error {
 		for _, r := range results {
 			for _, row := range r.Rows {
 				if v := row[c.Shard]; v != nil && strings.ContainsAny(string(v), ".eEIN") {
-					return &pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeFeatureNotSupported,
-						Message: "shardlab: sum() or avg() of REAL values across SQLite shards (SQLite adds them with compensated summation, which shard sums cannot reproduce)"}
+					return sqlplan.Unsupported("sum() or avg() of REAL values across SQLite shards (SQLite adds them with compensated summation, which shard sums cannot reproduce)")
 				}
 			}
 		}
@@ -557,8 +554,7 @@ func checkSQLiteSums(b *sqlplan.Bound, results []sqlexec.ShardResult) error {
 func sqliteError(err error) error {
 	msg := err.Error()
 	if strings.Contains(msg, "syntax error") || strings.Contains(msg, "no such function") {
-		return &pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeFeatureNotSupported,
-			Message: "shardlab: the SQLite shard cannot run this statement (" + msg + "); SQLite shards take the part of PostgreSQL's SQL that SQLite accepts"}
+		return sqlplan.Unsupported("the SQLite shard cannot run this statement (%s); SQLite shards take the part of PostgreSQL's SQL that SQLite accepts", msg)
 	}
 	return err
 }

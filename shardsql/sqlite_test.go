@@ -2,8 +2,10 @@ package shardsql_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/shardlab/shardlab/internal/sqlitedb"
 	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/shardsql"
+	"github.com/shardlab/shardlab/sqlplan"
 )
 
 // pgOnly marks suite statements that use PostgreSQL constructs SQLite lacks.
@@ -169,4 +172,63 @@ func (a avgNames) Extended(ctx context.Context, sql string, params []*string, bi
 
 func (a avgNames) Simple(ctx context.Context, sql string) (*sqldiff.Answer, error) {
 	return a.fix(a.r.Simple(ctx, sql))
+}
+
+// TestRefusalsMatchErrUnsupported: every refusal the driver makes, its own and the
+// planner's and the SQLite path's, matches sqlplan.ErrUnsupported and carries SQLSTATE
+// 0A000, so that a program can tell "not supported" from any other failure.
+func TestRefusalsMatchErrUnsupported(t *testing.T) {
+	dir := t.TempDir()
+	rulesFile := filepath.Join(dir, "rules.toml")
+	if err := os.WriteFile(rulesFile, []byte(fmt.Sprintf(`
+[[data_source]]
+name = "ds_0"
+dsn  = "sqlite:%s"
+
+[[data_source]]
+name = "ds_1"
+dsn  = "sqlite:%s"
+
+[[sharded_table]]
+name = "t"
+column = "id"
+type = "int"
+`, filepath.Join(dir, "s0.db"), filepath.Join(dir, "s1.db"))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("shardlab", rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE t (id int PRIMARY KEY, v int)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		"SET work_mem = '8MB'",
+		"DISCARD ALL",
+		"COPY t FROM STDIN",
+		"LISTEN jobs",
+		"SELECT id, rank() OVER (ORDER BY v) FROM t",        // the planner's
+		"SELECT id FROM t WHERE CAST(v AS text) ILIKE 'a%'", // the SQLite path's
+		"SELECT sum(v::real) FROM t",                        // a merge's or SQLite's
+	} {
+		_, err := db.ExecContext(ctx, q)
+		if err == nil {
+			t.Errorf("%s: no error", q)
+			continue
+		}
+		if !errors.Is(err, sqlplan.ErrUnsupported) || sqlplan.Code(err) != "0A000" {
+			t.Errorf("%s: %v (SQLSTATE %q) does not match sqlplan.ErrUnsupported", q, err, sqlplan.Code(err))
+		}
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT s"); !errors.Is(err, sqlplan.ErrUnsupported) {
+		t.Errorf("SAVEPOINT on SQLite shards: %v does not match sqlplan.ErrUnsupported", err)
+	}
 }

@@ -9,16 +9,8 @@ import (
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
-// unsupported refuses what a merge cannot answer exactly, as SQLSTATE 0A000; the error
-// matches sqlplan.ErrUnsupported.
-func unsupported(format string, args ...any) error {
-	return &refusal{&pgconn.PgError{Severity: "ERROR", Code: sqlplan.CodeFeatureNotSupported,
-		Message: "shardlab: " + fmt.Sprintf(format, args...)}}
-}
-
-type refusal struct{ *pgconn.PgError }
-
-func (r *refusal) Unwrap() []error { return []error{r.PgError, sqlplan.ErrUnsupported} }
+// unsupported refuses what a merge cannot answer exactly (see sqlplan.Unsupported).
+var unsupported = sqlplan.Unsupported
 
 func pgErr(code, format string, args ...any) *pgconn.PgError {
 	return &pgconn.PgError{Severity: "ERROR", Code: code, Message: fmt.Sprintf(format, args...)}

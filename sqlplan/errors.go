@@ -28,6 +28,19 @@ type refusal struct{ *pgconn.PgError }
 
 func (r *refusal) Unwrap() []error { return []error{r.PgError, ErrUnsupported} }
 
+// Unsupported refuses what the sharding layer cannot answer exactly, naming the
+// construct and why, as SQLSTATE 0A000 with the message "shardlab: ...". Every refusal,
+// from the planner, the engine, the driver or the proxy, is made by it, so that it
+// matches ErrUnsupported.
+func Unsupported(format string, args ...any) error { return unsupported(format, args...) }
+
+// UnsupportedHint is Unsupported with a HINT: what to do instead.
+func UnsupportedHint(hint, format string, args ...any) error {
+	r := unsupported(format, args...).(*refusal)
+	r.Hint = hint
+	return r
+}
+
 // unsupported refuses a statement, naming the construct and why, as SQLSTATE 0A000.
 func unsupported(format string, args ...any) error {
 	return &refusal{&pgconn.PgError{

@@ -35,6 +35,7 @@ import (
 	"github.com/shardlab/shardlab/proxy/auth"
 	"github.com/shardlab/shardlab/proxy/router"
 	"github.com/shardlab/shardlab/sqlexec"
+	"github.com/shardlab/shardlab/sqlplan"
 )
 
 // DefaultStartupTimeout bounds the startup phase (SSL, startup packet, authentication),
@@ -557,7 +558,7 @@ func (c *client) loop() {
 			// Left over from a COPY that failed: PostgreSQL ignores them too.
 		case *pgproto3.FunctionCall:
 			extended = false
-			c.sendError(&pgconn.PgError{Code: "0A000", Message: "shardlab: the function call protocol is not supported"}, "ERROR")
+			c.sendError(sqlplan.Unsupported("the function call protocol is not supported"), "ERROR")
 			c.readyForQuery()
 		}
 		if opErr != nil && extended {
@@ -619,7 +620,7 @@ func (c *client) adminLoop() {
 		case *pgproto3.Terminate:
 			return
 		case *pgproto3.Parse:
-			c.sendError(&pgconn.PgError{Code: "0A000", Message: "shardlab: the admin database speaks the simple query protocol only"}, "ERROR")
+			c.sendError(sqlplan.Unsupported("the admin database speaks the simple query protocol only"), "ERROR")
 		}
 		if c.wr.Flush() != nil {
 			return

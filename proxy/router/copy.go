@@ -62,7 +62,7 @@ func (s *Session) copyFrom(ctx context.Context, spec *sqlplan.CopySpec) error {
 	if sharded {
 		format, err := copyin.ParseFormat(copyOptions(spec))
 		if err != nil {
-			return pgError("0A000", "shardlab: COPY into sharded table %s: %v", rule.Name, err)
+			return sqlplan.Unsupported("COPY into sharded table %s: %v", rule.Name, err)
 		}
 		cols := spec.Columns
 		if cols == nil {
@@ -76,7 +76,7 @@ func (s *Session) copyFrom(ctx context.Context, spec *sqlplan.CopySpec) error {
 		for _, k := range keyCols {
 			i := slices.Index(cols, k)
 			if i < 0 {
-				return pgError("0A000", "shardlab: COPY into sharded table %s without its sharding column %s: every row needs it to find its shard", rule.Name, k)
+				return sqlplan.Unsupported("COPY into sharded table %s without its sharding column %s: every row needs it to find its shard", rule.Name, k)
 			}
 			idx = append(idx, i)
 			t := rule.KeyType(k)
@@ -333,7 +333,7 @@ func (s *Session) copyTo(ctx context.Context, spec *sqlplan.CopySpec) error {
 		switch strings.ToLower(o.Name) {
 		case "format":
 			if strings.EqualFold(o.Value, "binary") && len(nodes) > 1 {
-				return pgError("0A000", "shardlab: binary COPY TO of sharded table %s (each shard's data has its own header); use text or csv", rule.Name)
+				return sqlplan.Unsupported("binary COPY TO of sharded table %s (each shard's data has its own header); use text or csv", rule.Name)
 			}
 		case "header":
 			header = !slices.Contains([]string{"false", "off", "0", "no"}, strings.ToLower(o.Value))

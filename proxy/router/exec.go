@@ -174,10 +174,10 @@ func (s *Session) noteEffects(plan *sqlplan.Plan, b *sqlplan.Bound, fastPath boo
 		return nil
 	}
 	if e&sqlplan.EffectSetConfig != 0 && !(single(b) && fastPath) {
-		return pgError("0A000", "shardlab: set_config in a statement that runs on several data sources, or that is fetched in parts: the proxy follows set_config only in a statement that runs on one data source")
+		return sqlplan.Unsupported("set_config in a statement that runs on several data sources, or that is fetched in parts: the proxy follows set_config only in a statement that runs on one data source")
 	}
 	if e&sqlplan.EffectReadsSequences != 0 && !(single(b) && fastPath) {
-		return pgError("0A000", "shardlab: currval or lastval in a statement that runs on several data sources, or that is fetched in parts: a sequence's session state is followed only in a statement that runs on one data source")
+		return sqlplan.Unsupported("currval or lastval in a statement that runs on several data sources, or that is fetched in parts: a sequence's session state is followed only in a statement that runs on one data source")
 	}
 	for _, t := range b.Targets {
 		if e&sqlplan.EffectListens != 0 {
@@ -216,9 +216,7 @@ func (s *Session) sequencePrefix(plan *sqlplan.Plan, c *backend.Conn, join []str
 		return append(join[:len(join):len(join)], "DISCARD SEQUENCES"), true, nil
 	case plan.Session&sqlplan.EffectReadsSequences != 0:
 		c.Unran() // the next statement discards what may be either client's
-		return nil, false, &pgconn.PgError{Severity: "ERROR", Code: "0A000",
-			Message: "shardlab: currval or lastval on a server connection that another client used before this client's statements on it: the sequence state there may be either's",
-			Hint:    "Use INSERT ... RETURNING, or call nextval in the same statement. The client's next statement on the connection starts clean."}
+		return nil, false, sqlplan.UnsupportedHint("Use INSERT ... RETURNING, or call nextval in the same statement. The client's next statement on the connection starts clean.", "currval or lastval on a server connection that another client used before this client's statements on it: the sequence state there may be either's")
 	}
 	return join, false, nil
 }

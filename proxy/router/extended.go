@@ -79,7 +79,7 @@ func (s *Session) Parse(ctx context.Context, name, sql string, oids []uint32) er
 		return s.fail(failedTx())
 	}
 	if plan.Kind == sqlplan.KindCopy {
-		return s.fail(pgError("0A000", "shardlab: COPY through the extended protocol; send it as a simple query"))
+		return s.fail(sqlplan.Unsupported("COPY through the extended protocol; send it as a simple query"))
 	}
 	st := &statement{name: name, sql: sql, plan: plan, gen: gen}
 	if len(oids) > 0 {

@@ -50,12 +50,12 @@ func setConfigCalls(sql string, values [][]byte, formats []int16, oids []uint32)
 		}
 		name, null, ok := constantArg(f.Args[0], values, formats, oids)
 		if !ok {
-			bad = pgError("0A000", "shardlab: set_config with a setting name that is neither a constant nor a parameter: the proxy must know which setting to carry to the client's other server connections")
+			bad = sqlplan.Unsupported("set_config with a setting name that is neither a constant nor a parameter: the proxy must know which setting to carry to the client's other server connections")
 			return
 		}
 		local, nullLocal, ok := constantArg(f.Args[2], values, formats, oids)
 		if !ok {
-			bad = pgError("0A000", "shardlab: set_config with an is_local argument that is neither a constant nor a parameter")
+			bad = sqlplan.Unsupported("set_config with an is_local argument that is neither a constant nor a parameter")
 			return
 		}
 		if null {

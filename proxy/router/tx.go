@@ -128,7 +128,7 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 			return err
 		}
 	default:
-		return pgError("0A000", "shardlab: this transaction statement is not supported")
+		return sqlplan.Unsupported("this transaction statement is not supported")
 	}
 	s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(tag)})
 	return nil
