@@ -954,3 +954,23 @@ func TestNotifyWhileBusy(t *testing.T) {
 		})
 	}
 }
+
+// TestSavepointErrorsAsPostgreSQL: a missing savepoint is reported in PostgreSQL's own
+// words, the name quoted once, through the proxy as directly.
+func TestSavepointErrorsAsPostgreSQL(t *testing.T) {
+	e := startProxy(t, 2, []string{"t=id"}, nil)
+	ctx := context.Background()
+	missing := func(c *pgconn.PgConn) string {
+		_, err := c.Exec(ctx, `BEGIN; SAVEPOINT "a b"; ROLLBACK TO SAVEPOINT "no such"`).ReadAll()
+		c.Exec(ctx, "ROLLBACK").ReadAll()
+		return fmt.Sprintf("%s %v", sqlState(err), err)
+	}
+	direct, err := pgconn.Connect(ctx, e.dsns[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close(ctx)
+	if got, want := missing(e.pgconnect(t)), missing(direct); got != want {
+		t.Errorf("through the proxy: %s\nPostgreSQL: %s", got, want)
+	}
+}

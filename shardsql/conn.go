@@ -335,7 +335,7 @@ func (cn *conn) transaction(ctx context.Context, pl *sqlplan.Plan) (*sqlexec.Res
 	case sqlplan.TxRollback:
 		tag, err = "ROLLBACK", cn.s.Rollback(ctx)
 	default:
-		name := savepointName(pl.SQL)
+		name := pl.Savepoint
 		switch pl.Tx {
 		case sqlplan.TxSavepoint:
 			tag, err = "SAVEPOINT", cn.s.Savepoint(ctx, name)
@@ -349,16 +349,6 @@ func (cn *conn) transaction(ctx context.Context, pl *sqlplan.Plan) (*sqlexec.Res
 		return nil, err
 	}
 	return &sqlexec.Result{Tag: pgconn.NewCommandTag(tag)}, nil
-}
-
-// savepointName is the last word of SAVEPOINT x, RELEASE [SAVEPOINT] x and ROLLBACK TO
-// [SAVEPOINT] x.
-func savepointName(sql string) string {
-	f := strings.Fields(strings.TrimSuffix(strings.TrimSpace(sql), ";"))
-	if len(f) == 0 {
-		return ""
-	}
-	return f[len(f)-1]
 }
 
 // encodeArg writes a database/sql value as PostgreSQL text for a parameter of type oid

@@ -20,6 +20,7 @@ import (
 	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/shardsql"
 	"github.com/shardlab/shardlab/sqlexec"
+	"github.com/shardlab/shardlab/sqlplan"
 )
 
 func openDriver(t *testing.T, c *rules.Compiled, twoPhase bool) *sql.DB {
@@ -353,5 +354,54 @@ func TestCloseIdle(t *testing.T) {
 	var n int
 	if err := db.QueryRow("SELECT count(*) FROM kv").Scan(&n); err != nil || n != 160 {
 		t.Errorf("after CloseIdle: count = %d, %v; want 160", n, err)
+	}
+}
+
+// TestSavepointNamesAsPostgreSQL: a savepoint is named as PostgreSQL's grammar reads
+// it ("a b" is one name), on every data source, and a missing one is reported in
+// PostgreSQL's words.
+func TestSavepointNamesAsPostgreSQL(t *testing.T) {
+	ctx := context.Background()
+	dsns := []string{pgtest.NewDatabase(t, "sp0"), pgtest.NewDatabase(t, "sp1")}
+	db := openDriver(t, kv(t, dsns), false)
+	if _, err := db.Exec("CREATE TABLE kv (k int PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{"BEGIN", "INSERT INTO kv VALUES (0, 'kept')", `SAVEPOINT "a b"`,
+		"INSERT INTO kv VALUES (1, 'undone')", `ROLLBACK TO SAVEPOINT "a b"`, `RELEASE "a b"`, "COMMIT"} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if got := countRows(t, dsns); fmt.Sprint(got) != "[1 0]" {
+		t.Errorf("rows per shard after ROLLBACK TO \"a b\": %v, want [1 0]", got)
+	}
+	ref, err := sql.Open("pgx", dsns[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	missing := func(db interface {
+		ExecContext(context.Context, string, ...any) (sql.Result, error)
+	}) string {
+		if _, err := db.ExecContext(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := db.ExecContext(ctx, `ROLLBACK TO SAVEPOINT "no such"`)
+		db.ExecContext(ctx, "ROLLBACK")
+		return fmt.Sprintf("%s %v", sqlplan.Code(err), err)
+	}
+	refConn, err := ref.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer refConn.Close()
+	if got, want := missing(conn), missing(refConn); got != want {
+		t.Errorf("a missing savepoint: %s\nPostgreSQL: %s", got, want)
 	}
 }

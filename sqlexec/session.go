@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/sqlplan"
 )
 
 // Lease is one connection borrowed from a data source's pool.
@@ -296,7 +298,7 @@ func (s *Session) Savepoint(ctx context.Context, name string) error {
 func (s *Session) RollbackTo(ctx context.Context, name string) error {
 	i := lastIndex(s.saves, name)
 	if !s.inTx || i < 0 {
-		return &pgconn.PgError{Severity: "ERROR", Code: "3B001", Message: fmt.Sprintf("savepoint %q does not exist", name)}
+		return &pgconn.PgError{Severity: "ERROR", Code: "3B001", Message: fmt.Sprintf("savepoint \"%s\" does not exist", sqlplan.UnquoteIdent(name))}
 	}
 	s.failed = false
 	if err := s.onBegun(ctx, "ROLLBACK TO SAVEPOINT "+name); err != nil {
@@ -311,7 +313,7 @@ func (s *Session) RollbackTo(ctx context.Context, name string) error {
 func (s *Session) ReleaseSavepoint(ctx context.Context, name string) error {
 	i := lastIndex(s.saves, name)
 	if !s.inTx || i < 0 {
-		return &pgconn.PgError{Severity: "ERROR", Code: "3B001", Message: fmt.Sprintf("savepoint %q does not exist", name)}
+		return &pgconn.PgError{Severity: "ERROR", Code: "3B001", Message: fmt.Sprintf("savepoint \"%s\" does not exist", sqlplan.UnquoteIdent(name))}
 	}
 	if err := s.onBegun(ctx, "RELEASE SAVEPOINT "+name); err != nil {
 		return err

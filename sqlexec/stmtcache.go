@@ -80,12 +80,18 @@ func forget(conn *pgconn.PgConn, sql string) {
 	}
 }
 
-// stale reports whether a prepared statement failed because the server no longer has
-// it, or because the table under it changed: preparing it again fixes both.
-func stale(err error) bool {
+// StalePlan reports whether a prepared statement failed because the server no longer
+// has it (26000), or because DDL changed the result of the plan under it: preparing
+// it again fixes both. The second is recognised by the server function that raises it,
+// which does not depend on the server's language, or else by its English message.
+// The driver and the proxy both ask it.
+func StalePlan(err error) bool {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
 		return false
 	}
-	return pe.Code == "26000" || (pe.Code == "0A000" && pe.Message == "cached plan must not change result type")
+	return pe.Code == "26000" || pe.Code == "0A000" &&
+		(pe.Routine == "RevalidateCachedQuery" || pe.Message == "cached plan must not change result type")
 }
+
+func stale(err error) bool { return StalePlan(err) }

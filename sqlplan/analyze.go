@@ -149,6 +149,9 @@ func (a *analyzer) analyzeTransaction(t *pg.TransactionStmt) error {
 	default:
 		return unsupported("PREPARE TRANSACTION, COMMIT PREPARED and ROLLBACK PREPARED: the sharding layer runs its own two-phase commit")
 	}
+	if a.plan.Tx == TxSavepoint || a.plan.Tx == TxRelease || a.plan.Tx == TxRollbackTo {
+		a.plan.Savepoint = QuoteIdent(t.SavepointName)
+	}
 	if t.Chain {
 		return unsupported("COMMIT AND CHAIN and ROLLBACK AND CHAIN")
 	}

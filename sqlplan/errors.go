@@ -3,6 +3,7 @@ package sqlplan
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pganalyze/pg_query_go/v6/parser"
@@ -62,6 +63,20 @@ func syntaxError(err error) error {
 		return &pgconn.PgError{Severity: "ERROR", Code: CodeSyntaxError, Message: pe.Message, Position: int32(pe.Cursorpos)}
 	}
 	return &pgconn.PgError{Severity: "ERROR", Code: CodeSyntaxError, Message: err.Error()}
+}
+
+// QuoteIdent quotes name as an SQL identifier: "name", with any double quote doubled.
+func QuoteIdent(name string) string {
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+}
+
+// UnquoteIdent is QuoteIdent's inverse, for messages that name an identifier as its
+// user wrote it; a name that is not quoted is returned as it is.
+func UnquoteIdent(quoted string) string {
+	if len(quoted) < 2 || quoted[0] != '"' || quoted[len(quoted)-1] != '"' {
+		return quoted
+	}
+	return strings.ReplaceAll(quoted[1:len(quoted)-1], `""`, `"`)
 }
 
 // Code returns the SQLSTATE of err, or "" when it carries none.

@@ -104,6 +104,10 @@ type Plan struct {
 	NoTransaction bool
 	// Tx is set for KindTransaction.
 	Tx TxKind
+	// Savepoint is the savepoint a SAVEPOINT, RELEASE or ROLLBACK TO statement names,
+	// as PostgreSQL's grammar reads it, quoted as an identifier ("a b"), so that every
+	// data source reads it alike.
+	Savepoint string
 	// NumParams is the number of $n parameters the statement takes.
 	NumParams int
 	// Copy describes a COPY statement (KindCopy).

@@ -426,14 +426,8 @@ func (c *Conn) ExecAfter(ctx context.Context, prefix []string, st *Statement, si
 }
 
 // stale reports whether a server error means a prepared statement must be prepared
-// again.
-func stale(err error) bool {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return false
-	}
-	return pe.Code == "26000" || (pe.Code == "0A000" && strings.Contains(pe.Message, "cached plan must not change result type"))
-}
+// again (sqlexec.StalePlan).
+func stale(err error) bool { return sqlexec.StalePlan(err) }
 
 func oidKey(oids []uint32) string {
 	if len(oids) == 0 {

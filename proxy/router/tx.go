@@ -4,9 +4,7 @@ import (
 	"context"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
-	pg "github.com/pganalyze/pg_query_go/v6"
 
 	"github.com/shardlab/shardlab/sqlplan"
 )
@@ -103,10 +101,8 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 		if !s.explicit {
 			return pgError("25P01", "%s can only be used in transaction blocks", strings.ToUpper(firstWord(plan.SQL)))
 		}
-		name, err := savepointName(plan.SQL)
-		if err != nil {
-			return err
-		}
+		name := plan.Savepoint
+		var err error
 		switch plan.Tx {
 		case sqlplan.TxSavepoint:
 			if err = s.tx.Savepoint(ctx, name); err == nil {
@@ -189,18 +185,4 @@ func firstWord(sql string) string {
 		return sql
 	}
 	return sql[:end]
-}
-
-// savepointName reads a savepoint statement's name, quoted as an identifier so that
-// every data source reads it alike.
-func savepointName(sql string) (string, error) {
-	tree, err := pg.Parse(sql)
-	if err != nil || len(tree.Stmts) != 1 {
-		return "", pgError("42601", "cannot read the savepoint name of %q", sql)
-	}
-	t := tree.Stmts[0].Stmt.GetTransactionStmt()
-	if t == nil || t.SavepointName == "" {
-		return "", pgError("42601", "cannot read the savepoint name of %q", sql)
-	}
-	return pgx.Identifier{t.SavepointName}.Sanitize(), nil
 }
