@@ -468,7 +468,15 @@ func (s *sqliteSession) run(ctx context.Context, b *sqlplan.Bound, args []driver
 		}
 		return nil
 	}
-	err := fanout.Do(ctx, routing.NewShards(order...), s.c.cfg.Rules.NumDataSources(), runDS, fanout.FailFast())
+	// A statement that writes, or runs in a transaction, takes each data source's one
+	// writer connection and keeps it until it ends: it takes them one at a time, in
+	// data source order, as the engine does on PostgreSQL, so that two such statements
+	// over the same data sources cannot each hold one the other waits for.
+	limit := fanout.DefaultLimit
+	if write || s.inTx {
+		limit = 1
+	}
+	err := fanout.Do(ctx, routing.NewShards(order...), s.c.cfg.Rules.NumDataSources(), runDS, fanout.FailFast(), fanout.WithLimit(limit))
 	var failed fanout.Errors
 	if errors.As(err, &failed) && len(failed) > 0 {
 		err = &sqlexec.ShardError{DataSource: failed[0].Shard, Name: names[failed[0].Shard].Name, Err: sqliteError(failed[0].Err)}
