@@ -234,8 +234,7 @@ func runOn(ctx context.Context, p sqlexec.Pool, ds int, fn func(*pgconn.PgConn) 
 		return err
 	}
 	err = l.Run(ctx, fn)
-	var pe *pgconn.PgError
-	l.Release(err == nil || errors.As(err, &pe))
+	l.Release(sqlexec.Reusable(err))
 	return err
 }
 

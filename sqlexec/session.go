@@ -192,15 +192,19 @@ func isCancel(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "57014"
 }
 
-// reusable reports whether a connection that saw err can serve someone else: after a
-// server error yes, after a network error or a cancelled query no.
-func reusable(err error) bool {
+// Reusable reports whether a connection that saw err may serve someone else: after a
+// server's answer to a statement yes; after a network error, or a cancelled statement
+// (a cancel request sent late could reach the next user's statement), no. The driver,
+// the proxy and the engine all decide by it.
+func Reusable(err error) bool {
 	if err == nil {
 		return true
 	}
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code != "57014"
+	return errors.As(err, &pe) && pe.Code != "57014" && pe.Severity != "FATAL" && pe.Severity != "PANIC"
 }
+
+func reusable(err error) bool { return Reusable(err) }
 
 // InTransaction implements Conns.
 func (s *Session) InTransaction() bool { return s.inTx }

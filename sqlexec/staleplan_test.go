@@ -30,3 +30,24 @@ func TestStalePlan(t *testing.T) {
 		}
 	}
 }
+
+// TestReusable: a connection goes back to its pool after the server's answer to a
+// statement, never after a cancelled statement, a server that ended the session, or a
+// network error; the driver, the proxy and the engine decide by this one function.
+func TestReusable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, true},
+		{&pgconn.PgError{Severity: "ERROR", Code: "23505"}, true},
+		{fmt.Errorf("shard 0: %w", &pgconn.PgError{Severity: "ERROR", Code: "40P01"}), true},
+		{&pgconn.PgError{Severity: "ERROR", Code: "57014"}, false},
+		{&pgconn.PgError{Severity: "FATAL", Code: "57P01"}, false},
+		{fmt.Errorf("read tcp: connection reset by peer"), false},
+	} {
+		if got := sqlexec.Reusable(tc.err); got != tc.want {
+			t.Errorf("Reusable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}

@@ -382,15 +382,9 @@ func (l serverLease) Run(_ context.Context, fn func(*pgconn.PgConn) error) error
 }
 func (l serverLease) Release(reuse bool) { l.pool.Release(l.c, reuse) }
 
-// reusable reports whether a connection that saw err may serve someone else: after a
-// server error yes, after a network error or a cancelled statement no.
-func reusable(err error) bool {
-	if err == nil {
-		return true
-	}
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code != "57014"
-}
+// reusable reports whether a connection that saw err may serve someone else
+// (sqlexec.Reusable).
+func reusable(err error) bool { return sqlexec.Reusable(err) }
 
 // schemaChanged forgets what DDL may have made stale: plans, catalog answers and
 // statement descriptions.
