@@ -3,6 +3,8 @@ package sqlplan
 import (
 	"strconv"
 	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
 )
 
 // A small lexer of PostgreSQL's lexical grammar (standard_conforming_strings on, as it
@@ -302,10 +304,33 @@ func literalPosition(sql string, prev token) bool {
 	return false
 }
 
-// splitStatements returns the statements of a simple-protocol query string, split at
-// top-level semicolons, without their semicolons and surrounding space. Empty
-// statements are dropped.
+// splitStatements returns the statements of a simple-protocol query string as
+// PostgreSQL's grammar reads them. A string with no semicolon before its end is one
+// statement, found by the lexer alone (the common case, which pays no parse). One with
+// several semicolons is split by the parser, which knows that a semicolon inside
+// BEGIN ATOMIC ... END or CREATE RULE ... DO (...; ...) does not end the statement; a
+// string the parser refuses is returned whole, so that planning it reports the syntax
+// error where PostgreSQL does, and nothing of it runs, as in PostgreSQL.
 func splitStatements(sql string) []string {
+	parts := lexerSplit(sql)
+	if len(parts) <= 1 {
+		return parts
+	}
+	stmts, err := pg.SplitWithParser(sql, true)
+	if err != nil {
+		return []string{strings.TrimSpace(sql)}
+	}
+	out := stmts[:0]
+	for _, st := range stmts {
+		if st = strings.TrimSpace(st); st != "" && !onlyComments(st) {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// lexerSplit splits sql at every semicolon outside quotes and comments.
+func lexerSplit(sql string) []string {
 	var out []string
 	l := lexer{s: sql}
 	start := 0

@@ -318,11 +318,29 @@ func TestSyntaxErrors(t *testing.T) {
 	}
 }
 
+// TestSplitStatements: a query string is split as PostgreSQL's grammar reads it.
 func TestSplitStatements(t *testing.T) {
-	got := sqlplan.SplitStatements("BEGIN; SELECT 'a;b' ; -- c;\n SELECT $$x;y$$;; /* ; */ COMMIT")
-	want := []string{"BEGIN", "SELECT 'a;b'", "-- c;\n SELECT $$x;y$$", "/* ; */ COMMIT"}
-	if !slices.Equal(got, want) {
-		t.Errorf("got %q, want %q", got, want)
+	for _, tc := range []struct {
+		sql  string
+		want []string
+	}{
+		{"SELECT 1", []string{"SELECT 1"}},
+		{"SELECT 1;", []string{"SELECT 1"}},
+		{" ; -- only a comment", nil},
+		{"BEGIN; SELECT 'a;b' ; -- c;\n SELECT $$x;y$$;; /* ; */ COMMIT",
+			[]string{"BEGIN", "SELECT 'a;b'", "-- c;\n SELECT $$x;y$$", "/* ; */ COMMIT"}},
+		// Semicolons inside a statement do not end it.
+		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql BEGIN ATOMIC SELECT 1; SELECT 2; END; SELECT 3",
+			[]string{"CREATE FUNCTION f() RETURNS int LANGUAGE sql BEGIN ATOMIC SELECT 1; SELECT 2; END", "SELECT 3"}},
+		{"CREATE RULE r AS ON INSERT TO t DO ALSO (INSERT INTO a VALUES (1); INSERT INTO b VALUES (2)); SELECT 1",
+			[]string{"CREATE RULE r AS ON INSERT TO t DO ALSO (INSERT INTO a VALUES (1); INSERT INTO b VALUES (2))", "SELECT 1"}},
+		// A string PostgreSQL cannot parse runs none of its statements: it stays whole,
+		// for the planner to report the syntax error.
+		{"SELECT 1; SELEC 2; SELECT 3", []string{"SELECT 1; SELEC 2; SELECT 3"}},
+	} {
+		if got := sqlplan.SplitStatements(tc.sql); !slices.Equal(got, tc.want) {
+			t.Errorf("%q:\n got %q\nwant %q", tc.sql, got, tc.want)
+		}
 	}
 }
 

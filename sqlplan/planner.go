@@ -151,8 +151,8 @@ func (pl *Plan) pinnedMatch(sql string, lits []Literal) bool {
 	return true
 }
 
-// SplitStatements splits a simple-protocol query string into its statements, at
-// semicolons outside quotes and comments.
+// SplitStatements splits a simple-protocol query string into its statements as
+// PostgreSQL's grammar reads them (see splitStatements).
 func SplitStatements(sql string) []string { return splitStatements(sql) }
 
 // plan parses text (the client's sql, or its normalised form) and analyses it.
