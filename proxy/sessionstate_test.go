@@ -974,3 +974,52 @@ func TestSavepointErrorsAsPostgreSQL(t *testing.T) {
 		t.Errorf("through the proxy: %s\nPostgreSQL: %s", got, want)
 	}
 }
+
+// TestMigrationInOneString: DDL and the statements after it in one transaction, as a
+// migration tool sends them (one query string, or statements of one transaction): each
+// statement is planned on the transaction's view of the schema, which no other
+// session sees until it commits, and a rolled-back table leaves no plan behind.
+func TestMigrationInOneString(t *testing.T) {
+	e := startProxy(t, 2, []string{"people=id", "pets=id"}, nil) // the keys' types come from the catalog
+	ctx := context.Background()
+	c := e.connect(t)
+	if _, err := c.Exec(ctx, "CREATE TABLE people (id int PRIMARY KEY, name text); INSERT INTO people VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+		pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatalf("a migration as one string: %v", err)
+	}
+	if n := queryInt(t, c, "SELECT count(*) FROM people"); n != 3 {
+		t.Errorf("%d people, want 3", n)
+	}
+	var perShard []int64
+	for i := range e.dsns {
+		perShard = append(perShard, queryInt(t, e.shard(t, i), "SELECT count(*) FROM people"))
+	}
+	if perShard[0]+perShard[1] != 3 || perShard[0] == 0 || perShard[1] == 0 {
+		t.Errorf("rows per shard %v: not spread by the key", perShard)
+	}
+	// Statements of one explicit transaction, through the extended protocol; rolled
+	// back, then made again with a key of another type.
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"CREATE TABLE pets (id int PRIMARY KEY, owner int)", "INSERT INTO pets VALUES (10, 1)"} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if n := queryInt(t, c, "SELECT count(*) FROM pets WHERE id = $1", 10); n != 1 {
+		t.Errorf("the transaction's own row: %d", n)
+	}
+	tx.Rollback(ctx)
+	if _, err := c.Exec(ctx, "SELECT * FROM pets"); sqlState(err) != "42P01" {
+		t.Errorf("after the rollback: %v, want 42P01", err)
+	}
+	if _, err := c.Exec(ctx, "CREATE TABLE pets (id text PRIMARY KEY); INSERT INTO pets VALUES ('rex'), ('tom')",
+		pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatalf("the table again, with a text key: %v", err)
+	}
+	if n := queryInt(t, c, "SELECT count(*) FROM pets WHERE id = $1", "rex"); n != 1 {
+		t.Errorf("rex: %d rows", n)
+	}
+}

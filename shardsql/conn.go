@@ -24,6 +24,10 @@ type conn struct {
 	s      *sqlexec.Session // PostgreSQL data sources
 	sq     *sqliteSession   // SQLite data sources
 	closed bool
+	// txDDL: the open transaction ran DDL: its statements are planned on its own
+	// connections' view of the schema (planContext), and plans made meanwhile are
+	// forgotten when it ends (endTx).
+	txDDL bool
 }
 
 var (
@@ -50,7 +54,7 @@ func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, 
 	if len(stmts) > 1 {
 		return &stmt{cn: cn, query: query, multi: true}, nil
 	}
-	plan, err := cn.c.planner.Prepare(ctx, query)
+	plan, err := cn.c.planner.Prepare(cn.planContext(ctx), query)
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +120,7 @@ func (t tx) Commit() error {
 	if t.cn.sq != nil {
 		return t.cn.sq.end(true)
 	}
+	defer t.cn.endTx()
 	return t.cn.s.Commit(context.Background())
 }
 
@@ -123,7 +128,30 @@ func (t tx) Rollback() error {
 	if t.cn.sq != nil {
 		return t.cn.sq.end(false)
 	}
+	defer t.cn.endTx()
 	return t.cn.s.Rollback(context.Background())
+}
+
+// planContext is the context a statement is planned under: in a transaction that ran
+// DDL, the catalog's lookups go through the transaction's own connections, which see
+// the schema it has not committed (sqlexec.WithCatalogPool).
+func (cn *conn) planContext(ctx context.Context) context.Context {
+	if !cn.txDDL || cn.sq != nil {
+		return ctx
+	}
+	return sqlexec.WithCatalogPool(ctx, sqlexec.TransactionPool(cn.s))
+}
+
+// endTx forgets what lived for the transaction alone: plans made on its view of the
+// schema, whether it committed or not.
+func (cn *conn) endTx() {
+	if cn.txDDL {
+		cn.txDDL = false
+		if cn.c.catalog != nil {
+			cn.c.catalog.Invalidate()
+		}
+		cn.c.planner.Invalidate()
+	}
 }
 
 // ResetSession rolls back what a previous user left open.
@@ -161,32 +189,74 @@ func (cn *conn) run(ctx context.Context, query string, args []driver.NamedValue)
 	if len(args) == 0 {
 		stmts := sqlplan.SplitStatements(query)
 		if len(stmts) != 1 {
-			var last *sqlexec.Result
-			for _, q := range stmts {
-				r, err := cn.runSimple(ctx, q)
-				if err != nil {
-					return nil, err
-				}
-				last = r
-			}
-			if last == nil {
-				last = &sqlexec.Result{}
-			}
-			return last, nil
+			return cn.runMany(ctx, stmts)
 		}
 		return cn.runSimple(ctx, query)
 	}
-	plan, err := cn.c.planner.Prepare(ctx, query)
+	plan, err := cn.c.planner.Prepare(cn.planContext(ctx), query)
 	if err != nil {
 		return nil, err
 	}
 	return cn.runPlan(ctx, plan, args)
 }
 
+// runMany runs the statements of one string as PostgreSQL runs them: one after the
+// other, each planned after the one before ran, in one transaction (unless the
+// caller's is open, or the string controls transactions itself), so that an error
+// rolls the whole string back. It answers with the last statement's result.
+func (cn *conn) runMany(ctx context.Context, stmts []string) (*sqlexec.Result, error) {
+	implicit := cn.sq == nil && !cn.s.InTransaction() && !controlsTransactions(stmts)
+	if implicit {
+		if err := cn.s.Begin("BEGIN"); err != nil {
+			return nil, err
+		}
+	}
+	last := &sqlexec.Result{}
+	for _, q := range stmts {
+		r, err := cn.runSimple(ctx, q)
+		if err != nil {
+			if implicit {
+				cn.s.Rollback(context.WithoutCancel(ctx))
+				cn.endTx()
+			}
+			return nil, err
+		}
+		last = r
+	}
+	if implicit {
+		err := cn.s.Commit(ctx)
+		cn.endTx()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return last, nil
+}
+
+// controlsTransactions reports whether one of the statements is BEGIN, COMMIT,
+// ROLLBACK or another transaction statement, which then runs as written.
+func controlsTransactions(stmts []string) bool {
+	for _, q := range stmts {
+		switch strings.ToUpper(firstWord(q)) {
+		case "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "PREPARE":
+			return true
+		}
+	}
+	return false
+}
+
+// firstWord returns the first keyword of a statement, past comments and blanks.
+func firstWord(q string) string {
+	if w := sqlplan.Tokens(q); len(w) > 0 {
+		return w[0]
+	}
+	return ""
+}
+
 // runSimple runs a statement without arguments: its literals are normalised so that
 // statements differing only in values share a plan.
 func (cn *conn) runSimple(ctx context.Context, query string) (*sqlexec.Result, error) {
-	plan, lits, err := cn.c.planner.PlanSimple(ctx, query)
+	plan, lits, err := cn.c.planner.PlanSimple(cn.planContext(ctx), query)
 	if err != nil {
 		return nil, err
 	}
@@ -302,6 +372,9 @@ func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args, a
 			cn.c.catalog.Invalidate()
 		}
 		cn.c.planner.Invalidate()
+		if cn.sq == nil && cn.s.InTransaction() {
+			cn.txDDL = true
+		}
 	}
 	return res, err
 }
@@ -331,8 +404,10 @@ func (cn *conn) transaction(ctx context.Context, pl *sqlplan.Plan) (*sqlexec.Res
 		tag, err = "BEGIN", cn.s.Begin("BEGIN")
 	case sqlplan.TxCommit:
 		tag, err = "COMMIT", cn.s.Commit(ctx)
+		cn.endTx()
 	case sqlplan.TxRollback:
 		tag, err = "ROLLBACK", cn.s.Rollback(ctx)
+		cn.endTx()
 	default:
 		name := pl.Savepoint
 		switch pl.Tx {

@@ -405,3 +405,56 @@ func TestSavepointNamesAsPostgreSQL(t *testing.T) {
 		t.Errorf("a missing savepoint: %s\nPostgreSQL: %s", got, want)
 	}
 }
+
+// TestMigrationInOneString: DDL and the statements after it in one string, as a
+// migration tool sends them, run as PostgreSQL runs such a string: in one transaction,
+// each statement planned on the schema the ones before made (the key's type read from
+// the transaction's own connection), and an error rolls the whole string back. The
+// same in an explicit transaction.
+func TestMigrationInOneString(t *testing.T) {
+	dsns := []string{pgtest.NewDatabase(t, "mig0"), pgtest.NewDatabase(t, "mig1")}
+	r := rules.Rules{}
+	for i, d := range dsns {
+		r.DataSources = append(r.DataSources, rules.DataSource{Name: fmt.Sprintf("ds_%d", i), DSN: d})
+	}
+	for _, name := range []string{"people", "pets", "broken"} {
+		r.Tables = append(r.Tables, rules.Table{Name: name, Strategy: rules.Strategy{Column: "id"}}) // no type: the catalog's
+	}
+	c, err := rules.Compile(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := openDriver(t, c, false)
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE people (id int PRIMARY KEY, name text); INSERT INTO people VALUES (1, 'a'), (2, 'b'), (3, 'c')"); err != nil {
+		t.Fatalf("a migration as one string: %v", err)
+	}
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM people").Scan(&n); err != nil || n != 3 {
+		t.Errorf("people: %d, %v", n, err)
+	}
+	// An error rolls the whole string back, the table it made included.
+	if _, err := db.ExecContext(ctx, "CREATE TABLE broken (id int PRIMARY KEY); INSERT INTO broken VALUES (1); INSERT INTO broken VALUES (1)"); sqlplan.Code(err) != "23505" {
+		t.Fatalf("a string whose last statement fails: %v", err)
+	}
+	if _, err := db.ExecContext(ctx, "SELECT * FROM broken"); sqlplan.Code(err) != "42P01" {
+		t.Errorf("after the failed string: %v, want 42P01 (the table rolled back)", err)
+	}
+	// In an explicit transaction; rolled back, then made again with a text key.
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"CREATE TABLE pets (id int PRIMARY KEY)", "INSERT INTO pets VALUES (10)"} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	tx.Rollback()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE pets (id text PRIMARY KEY); INSERT INTO pets VALUES ('rex')"); err != nil {
+		t.Fatalf("the table again, with a text key: %v", err)
+	}
+	if err := db.QueryRow("SELECT count(*) FROM pets WHERE id = $1", "rex").Scan(&n); err != nil || n != 1 {
+		t.Errorf("rex: %d, %v", n, err)
+	}
+}

@@ -38,6 +38,51 @@ type orderAnswer struct {
 
 var _ sqlplan.Catalog = (*Catalog)(nil)
 
+// catalogPoolKey carries, in a context, the pool a transaction's catalog lookups go
+// through (see WithCatalogPool).
+type catalogPoolKey struct{}
+
+// WithCatalogPool makes the catalog's lookups under ctx go through pool, uncached: a
+// transaction that ran DDL reads its own schema, which it has not committed and no
+// other session can see, through its own connections (the statements of a migration
+// sent as one string, CREATE TABLE then INSERT, plan on the table the first made).
+func WithCatalogPool(ctx context.Context, pool Pool) context.Context {
+	return context.WithValue(ctx, catalogPoolKey{}, pool)
+}
+
+// source returns the pool lookups under ctx go through, and whether their answers are
+// private to a transaction (neither read from nor kept in the cache).
+func (c *Catalog) source(ctx context.Context) (Pool, bool) {
+	if p, ok := ctx.Value(catalogPoolKey{}).(Pool); ok && p != nil {
+		return p, true
+	}
+	return c.pool, false
+}
+
+// TransactionPool lends a transaction's connections as a Pool, for
+// WithCatalogPool: a lookup on data source ds runs through conns (joining ds to the
+// transaction, as any of its statements would).
+func TransactionPool(conns Conns) Pool { return txPool{conns} }
+
+type txPool struct{ conns Conns }
+
+func (p txPool) Acquire(_ context.Context, ds int) (Lease, error) {
+	return txLease{conns: p.conns, ds: ds}, nil
+}
+
+type txLease struct {
+	conns Conns
+	ds    int
+}
+
+func (l txLease) Run(ctx context.Context, fn func(*pgconn.PgConn) error) error {
+	err := l.conns.Run(ctx, l.ds, fn)
+	l.conns.Release(l.ds, err)
+	return err
+}
+
+func (l txLease) Release(bool) {}
+
 // NewCatalog returns a catalog reading the data sources of r through pool.
 func NewCatalog(r *rules.Compiled, pool Pool) *Catalog {
 	c := &Catalog{rules: r, pool: pool}
@@ -63,7 +108,8 @@ func (c *Catalog) query(ctx context.Context, ds int, sql string, args ...string)
 		params[i] = []byte(a)
 	}
 	var rows [][]*string
-	err := withConn(ctx, c.pool, ds, func(conn *pgconn.PgConn) error {
+	pool, _ := c.source(ctx)
+	err := withConn(ctx, pool, ds, func(conn *pgconn.PgConn) error {
 		rr := conn.ExecParams(ctx, sql, params, nil, nil, nil)
 		for rr.NextRow() {
 			var row []*string
@@ -87,10 +133,11 @@ func (c *Catalog) query(ctx context.Context, ds int, sql string, args ...string)
 // source holding the table's first shard.
 func (c *Catalog) KeyType(ctx context.Context, t *rules.TableRule, column string) (rules.KeyType, error) {
 	k := t.Name + "." + column
+	_, private := c.source(ctx)
 	c.mu.Lock()
 	typ, ok := c.mu.keyTypes[k]
 	c.mu.Unlock()
-	if ok {
+	if ok && !private {
 		return typ, nil
 	}
 	node := t.Nodes[0]
@@ -112,18 +159,21 @@ func (c *Catalog) KeyType(ctx context.Context, t *rules.TableRule, column string
 	if err != nil {
 		return "", unsupported("sharding column %s.%s: %v", t.Name, column, err)
 	}
-	c.mu.Lock()
-	c.mu.keyTypes[k] = typ
-	c.mu.Unlock()
+	if !private {
+		c.mu.Lock()
+		c.mu.keyTypes[k] = typ
+		c.mu.Unlock()
+	}
 	return typ, nil
 }
 
 // Columns implements sqlplan.Catalog.
 func (c *Catalog) Columns(ctx context.Context, t *rules.TableRule) ([]string, error) {
+	_, private := c.source(ctx)
 	c.mu.Lock()
 	cols, ok := c.mu.columns[t.Name]
 	c.mu.Unlock()
-	if ok {
+	if ok && !private {
 		return cols, nil
 	}
 	node := t.Nodes[0]
@@ -140,18 +190,21 @@ func (c *Catalog) Columns(ctx context.Context, t *rules.TableRule) ([]string, er
 	for _, r := range rows {
 		cols = append(cols, *r[0])
 	}
-	c.mu.Lock()
-	c.mu.columns[t.Name] = cols
-	c.mu.Unlock()
+	if !private {
+		c.mu.Lock()
+		c.mu.columns[t.Name] = cols
+		c.mu.Unlock()
+	}
 	return cols, nil
 }
 
 // IsAggregate implements sqlplan.Catalog, from the default data source's pg_proc.
 func (c *Catalog) IsAggregate(ctx context.Context, name string) (bool, error) {
+	_, private := c.source(ctx)
 	c.mu.Lock()
 	aggs := c.mu.aggs
 	c.mu.Unlock()
-	if aggs == nil {
+	if aggs == nil || private {
 		rows, err := c.query(ctx, c.rules.DefaultDataSource(), `SELECT DISTINCT proname::text FROM pg_catalog.pg_proc WHERE prokind = 'a'`)
 		if err != nil {
 			return false, err
@@ -160,9 +213,11 @@ func (c *Catalog) IsAggregate(ctx context.Context, name string) (bool, error) {
 		for _, r := range rows {
 			aggs[*r[0]] = true
 		}
-		c.mu.Lock()
-		c.mu.aggs = aggs
-		c.mu.Unlock()
+		if !private {
+			c.mu.Lock()
+			c.mu.aggs = aggs
+			c.mu.Unlock()
+		}
 	}
 	return aggs[name], nil
 }
@@ -185,10 +240,11 @@ func byteOrderCollation(name string) bool {
 // column has a collation of its own that is not byte order) collation is that
 // collation's name and uniform is false.
 func (c *Catalog) TextOrder(ctx context.Context, ds int, tables []string) (byteOrder, uniform bool, collation string, err error) {
+	_, private := c.source(ctx)
 	c.mu.Lock()
 	db, ok := c.mu.dbOrder[ds]
 	c.mu.Unlock()
-	if !ok {
+	if !ok || private {
 		rows, err := c.query(ctx, ds, `SELECT datlocprovider::text, datcollate, coalesce(daticulocale, '')
 		                                 FROM pg_catalog.pg_database WHERE datname = current_database()`)
 		if err != nil {
@@ -201,16 +257,18 @@ func (c *Catalog) TextOrder(ctx context.Context, ds int, tables []string) (byteO
 				db.collation = icu
 			}
 		}
-		c.mu.Lock()
-		c.mu.dbOrder[ds] = db
-		c.mu.Unlock()
+		if !private {
+			c.mu.Lock()
+			c.mu.dbOrder[ds] = db
+			c.mu.Unlock()
+		}
 	}
 	for _, t := range tables {
 		key := strconv.Itoa(ds) + "/" + t
 		c.mu.Lock()
 		ans, ok := c.mu.tblOrder[key]
 		c.mu.Unlock()
-		if !ok {
+		if !ok || private {
 			var names []string
 			for _, n := range c.rules.Lookup(t).Nodes {
 				if n.DataSource == ds {
@@ -240,9 +298,11 @@ func (c *Catalog) TextOrder(ctx context.Context, ds int, tables []string) (byteO
 					}
 				}
 			}
-			c.mu.Lock()
-			c.mu.tblOrder[key] = ans
-			c.mu.Unlock()
+			if !private {
+				c.mu.Lock()
+				c.mu.tblOrder[key] = ans
+				c.mu.Unlock()
+			}
 		}
 		if !ans.byteOrder {
 			// A column with a collation of its own: the ranks of the default one would

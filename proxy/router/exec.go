@@ -116,7 +116,20 @@ func (s *Session) sendRest(p *portal, maxRows uint32) error {
 func (s *Session) afterStatement(plan *sqlplan.Plan) {
 	if plan.Kind == sqlplan.KindDDL {
 		s.r.schemaChanged()
+		if s.explicit || s.implicit {
+			s.txDDL = true
+		}
 	}
+}
+
+// planContext is the context a statement is planned under: in a transaction that ran
+// DDL, the catalog's lookups go through the transaction's own connections, which see
+// the schema it has not committed (sqlexec.WithCatalogPool).
+func (s *Session) planContext(ctx context.Context) context.Context {
+	if !s.txDDL {
+		return ctx
+	}
+	return sqlexec.WithCatalogPool(ctx, sqlexec.TransactionPool(&s.conns))
 }
 
 // runSimple runs one bound simple-protocol statement, sending the whole answer:

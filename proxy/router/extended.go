@@ -71,7 +71,7 @@ func (s *Session) Parse(ctx context.Context, name, sql string, oids []uint32) er
 		}
 	}
 	gen := s.r.generation.Load()
-	plan, err := s.r.planner.Prepare(ctx, sql)
+	plan, err := s.r.planner.Prepare(s.planContext(ctx), sql)
 	if err != nil {
 		return s.fail(err)
 	}
@@ -100,7 +100,7 @@ func (s *Session) statementNamed(ctx context.Context, name string) (*statement, 
 		return nil, pgError("26000", "prepared statement %q does not exist", name)
 	}
 	if gen := s.r.generation.Load(); st.gen != gen {
-		plan, err := s.r.planner.Prepare(ctx, st.sql)
+		plan, err := s.r.planner.Prepare(s.planContext(ctx), st.sql)
 		if err != nil {
 			return nil, err
 		}

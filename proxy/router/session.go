@@ -86,6 +86,10 @@ type Session struct {
 	running bool
 	// usesSequences: the client called nextval, setval, currval or lastval.
 	usesSequences bool
+	// txDDL: the open transaction ran DDL: its statements are planned on its own
+	// connections' view of the schema (planContext), and the plans and descriptions
+	// made meanwhile are forgotten when it ends.
+	txDDL bool
 }
 
 // setting is one SET statement and the parameter it sets (lower case).

@@ -47,7 +47,7 @@ func (s *Session) endQuery() {
 // message holds several, which then share an implicit transaction (a BEGIN among them
 // opens the client's own, with its options).
 func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) error {
-	plan, lits, err := s.r.planner.PlanSimple(ctx, stmt)
+	plan, lits, err := s.r.planner.PlanSimple(s.planContext(ctx), stmt)
 	if err != nil {
 		return err
 	}

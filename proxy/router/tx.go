@@ -49,6 +49,12 @@ func (s *Session) endTx(committed bool) {
 	}
 	s.saved = nil
 	s.txLocal = nil
+	if s.txDDL {
+		// Plans made on the transaction's view of the schema: forget them, whether it
+		// committed or not.
+		s.txDDL = false
+		s.r.schemaChanged()
+	}
 	s.conns.mu.Lock()
 	clear(s.conns.state)
 	s.conns.mu.Unlock()
