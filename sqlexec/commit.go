@@ -43,7 +43,7 @@ import (
 type Committer struct {
 	rules    *rules.Compiled
 	twoPhase bool
-	hook     func(stage string)
+	hook     atomic.Pointer[func(stage string)]
 	instance atomic.Uint32
 	settler  atomic.Pointer[Settler]
 	// inFlight holds the transactions this committer is preparing or committing right
@@ -61,13 +61,20 @@ const (
 	StageCommitted = "committed" // the coordinator committed: the transaction is decided
 )
 
-// SetPhaseHook makes the committer call hook at each stage of a two-phase commit. It
-// is for tests that crash a process between the phases; set it before use.
-func (c *Committer) SetPhaseHook(hook func(stage string)) { c.hook = hook }
+// SetPhaseHook makes the committer call hook at each stage of a two-phase commit, in
+// the committing goroutine; nil removes it. It is for tests that crash a process or
+// fail a data source between the phases.
+func (c *Committer) SetPhaseHook(hook func(stage string)) {
+	if hook == nil {
+		c.hook.Store(nil)
+		return
+	}
+	c.hook.Store(&hook)
+}
 
 func (c *Committer) at(stage string) {
-	if c.hook != nil {
-		c.hook(stage)
+	if h := c.hook.Load(); h != nil {
+		(*h)(stage)
 	}
 }
 
