@@ -418,6 +418,7 @@ func (s *Settler) Settle(ctx context.Context) (SettleResult, error) {
 		}
 	}
 	reachable := func(ds int) bool { return ds >= 0 && ds < n && failed[ds] == nil }
+	all := !slices.ContainsFunc(failed, func(err error) bool { return err != nil })
 
 	// Group the parts by transaction; data sources that are schemas of one database
 	// list the same parts.
@@ -449,7 +450,11 @@ func (s *Settler) Settle(ctx context.Context) (SettleResult, error) {
 			left[gid] = listedAt.Add(-oldest)
 			continue
 		}
-		c, r, err := s.settle(ctx, g, parts, decided[gid], reachable)
+		var c, r int
+		err := errors.New("a legacy GID (no instance id, no coordinator) is settled only by a pass that reaches every data source, since its decision row may be on any")
+		if !g.legacy || all {
+			c, r, err = s.settle(ctx, g, parts, decided[gid], reachable)
+		}
 		res.Committed += c
 		res.RolledBack += r
 		if err != nil {
@@ -465,7 +470,6 @@ func (s *Settler) Settle(ctx context.Context) (SettleResult, error) {
 
 	// Decision rows whose transaction has no part prepared anywhere are no longer
 	// needed; only a pass that listed every data source can tell.
-	all := !slices.ContainsFunc(failed, func(err error) bool { return err != nil })
 	if all {
 		s.each(ctx, failed, func(ctx context.Context, ds int, conn *pgconn.PgConn) error {
 			var done []string
