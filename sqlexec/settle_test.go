@@ -421,7 +421,7 @@ func TestSettleAfterShardOutage(t *testing.T) {
 
 // killChild starts the test binary as a child that commits over dsns through the SQL
 // core and pauses at stage, then kills it with SIGKILL there.
-func killChild(t *testing.T, stage string, dsns []string) {
+func killChild(t testing.TB, stage string, dsns []string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "SHARDLAB_2PC_CHILD="+stage, "SHARDLAB_2PC_DSNS="+strings.Join(dsns, " "))
