@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http/httptest"
@@ -156,7 +157,11 @@ func TestTwoPhaseSettlesWhileRunning(t *testing.T) {
 		}
 	}
 	sum := func() int64 { return queryInt(t, c, "SELECT sum(balance) FROM accounts") }
+	// A transfer that waits 10 s fails: a prepared transaction left behind holds
+	// its rows.
 	move := func(from, to int) error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
 		tx, err := c.Begin(ctx)
 		if err != nil {
 			return err
@@ -171,6 +176,7 @@ func TestTwoPhaseSettlesWhileRunning(t *testing.T) {
 		}
 		return tx.Commit(ctx)
 	}
+	blocked := func(err error) bool { return errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) }
 	committer := e.srv.Router().Committer()
 	stop := make(chan struct{})
 	oldest := oldestPrepared(dsns, stop)
@@ -204,6 +210,9 @@ func TestTwoPhaseSettlesWhileRunning(t *testing.T) {
 		for attempt := 0; attempt < 20; attempt++ {
 			if err = move(from, to); err == nil {
 				break
+			}
+			if blocked(err) {
+				t.Fatalf("transfer %d waited 10 s for its rows: %v", i, err)
 			}
 			// A statement on a server connection terminated by an earlier round
 			// fails before the commit; the client retries, as a bank would.
@@ -266,7 +275,7 @@ func TestTwoPhaseSettlesWhileRunning(t *testing.T) {
 	downAt := time.Now()
 	close(proceed)
 	if err := <-committed; err != nil {
-		t.Errorf("commit while shard 2 went down after the decision: %v", err)
+		t.Errorf("commit while shard 2 went down after the decision (blocked: %v): %v", blocked(err), err)
 	}
 	committer.SetPhaseHook(nil)
 	time.Sleep(sqlexec.DefaultSettleInterval + 500*time.Millisecond) // a pass finds shard 2 out of reach

@@ -249,16 +249,26 @@ func TestTwoPhaseSettledWhileOpen(t *testing.T) {
 			terminate.Store(true)
 			var err error
 			for attempt := 0; attempt < 20; attempt++ {
+				// A statement that waits 10 s fails the test: a prepared
+				// transaction left behind holds what it needs.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				var tx *sql.Tx
-				if tx, err = db.Begin(); err != nil {
+				if tx, err = db.BeginTx(ctx, nil); err != nil {
+					cancel()
 					continue
 				}
-				if _, err = tx.Exec("INSERT INTO kv VALUES ($1, 'x'), ($2, 'y')", 3*round, 3*round+1); err != nil {
+				if _, err = tx.ExecContext(ctx, "INSERT INTO kv VALUES ($1, 'x'), ($2, 'y')", 3*round, 3*round+1); err != nil {
 					tx.Rollback() // a pooled connection terminated by the last round
+					blocked := ctx.Err() != nil
+					cancel()
+					if blocked {
+						t.Fatalf("round %d: the insert waited 10 s: %v", round, err)
+					}
 					time.Sleep(20 * time.Millisecond)
 					continue
 				}
 				err = tx.Commit()
+				cancel()
 				break
 			}
 			if err != nil {

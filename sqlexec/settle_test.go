@@ -237,12 +237,18 @@ func terminate(t *testing.T, dsn string) int {
 }
 
 // transferRetrying retries a transfer that failed before its commit (a pooled
-// connection whose backend was terminated) and returns the commit's error.
-func transferRetrying(t *testing.T, db *sqlexec.DB, from, to int) error {
+// connection whose backend was terminated) and returns the commit's error. A transfer
+// that waits 10 s fails the test: a prepared transaction left behind holds the rows.
+func transferRetrying(t *testing.T, db *sqlexec.DB, dsns []string, from, to int) error {
 	t.Helper()
-	ctx := context.Background()
 	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := transfer(ctx, db, from, to)
+		blocked := ctx.Err() != nil
+		cancel()
+		if blocked {
+			t.Fatalf("transfer %d -> %d waited 10 s for its rows (prepared %v): %v", from, to, preparedNow(dsns), err)
+		}
 		if !errors.Is(err, errBeforeCommit) {
 			return err
 		}
@@ -303,7 +309,7 @@ func TestSettleAfterTerminatedBackends(t *testing.T) {
 			from, to = 4, 2
 		}
 		step, armed = i, true
-		if err := transferRetrying(t, db, from, to); err != nil {
+		if err := transferRetrying(t, db, dsns, from, to); err != nil {
 			t.Errorf("transfer %d (terminating data source %d at %s): commit: %v", i, plan[i].ds, plan[i].stage, err)
 		} else {
 			want[from]--
