@@ -55,6 +55,9 @@ type Config struct {
 	// TwoPhase commits transactions that span data sources with two-phase commit
 	// (every data source needs max_prepared_transactions > 0).
 	TwoPhase bool
+	// SettleInterval is how often, with TwoPhase, transactions left in doubt are
+	// looked for and settled (0: sqlexec.DefaultSettleInterval; negative: only at start).
+	SettleInterval time.Duration
 	// MaxMessage bounds one client message (frontend.DefaultMaxMessage when 0).
 	MaxMessage int
 	// LockWaitTimeout bounds lock waits of transactions that span data sources, whose
@@ -117,9 +120,11 @@ type Server struct {
 	logger  sync.WaitGroup
 }
 
-// New builds a proxy from cfg. It makes no connection: a data source that is down
-// fails only the statements that need it. With TwoPhase it first finishes prepared
-// transactions a crash left behind, which needs every data source up.
+// New builds a proxy from cfg. It makes no connection to serve clients: a data source
+// that is down fails only the statements that need it. With TwoPhase it starts the
+// settler of transactions in doubt (sqlexec.Settler), which keeps a connection of its
+// own to every data source; its first pass finishes prepared transactions a crash left
+// behind and needs every data source up.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Rules == nil {
 		return nil, fmt.Errorf("%w: no rules", ErrConfig)
@@ -156,7 +161,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.pools = append(s.pools, p)
 	}
-	r, err := router.New(router.Config{Rules: cfg.Rules, Pools: s.pools, Mode: cfg.PoolMode, TwoPhase: cfg.TwoPhase,
+	r, err := router.New(router.Config{Rules: cfg.Rules, Pools: s.pools, Mode: cfg.PoolMode, TwoPhase: cfg.TwoPhase, SettleInterval: cfg.SettleInterval,
 		LockWaitTimeout: cfg.LockWaitTimeout, DeadlockInterval: cfg.DeadlockInterval, CrossPoolWait: cfg.CrossPoolWait,
 		MaxTransactions: cfg.MaxTransactions, CheckoutTimeout: cfg.Pool.CheckoutTimeout, PoolFor: s.poolFor, Logger: log})
 	if err != nil {
@@ -176,15 +181,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	for _, p := range s.pools {
 		p.InterruptOn(s.frontend.Context())
 	}
-	if cfg.TwoPhase {
-		committed, rolledBack, err := r.Recover(ctx)
-		if err != nil {
-			s.closePools()
-			return nil, err
-		}
-		if committed+rolledBack > 0 {
-			log.Info("finished two-phase transactions left by a crash", "committed", committed, "rolled_back", rolledBack)
-		}
+	// The settler's first pass finishes what a crash left in doubt before any client
+	// commits; then it settles what failures leave while the proxy runs.
+	if err := r.StartSettler(ctx); err != nil {
+		r.Close()
+		s.closePools()
+		return nil, err
 	}
 	// Connections past the cap still get their FATAL answer from the frontend; beyond
 	// a margin they are closed unanswered, so that a flood cannot make goroutines

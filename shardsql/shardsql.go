@@ -25,7 +25,10 @@
 // half-applied transaction. With Config.TwoPhase, Commit uses PostgreSQL's two-phase
 // commit (PREPARE TRANSACTION, then COMMIT PREPARED), which needs
 // max_prepared_transactions above zero on every data source; Open first finishes any
-// prepared transaction a crash left behind. See sqlexec.Committer.
+// prepared transaction a crash left behind, and until Close the handle keeps settling
+// transactions left in doubt (a data source that failed in the middle of a commit, a
+// program that was killed), every Config.SettleInterval. See sqlexec.Committer and
+// sqlexec.Settler.
 //
 // # Errors
 //
@@ -67,6 +70,10 @@ type Config struct {
 	Rules *rules.Compiled
 	// TwoPhase commits transactions that span data sources with two-phase commit.
 	TwoPhase bool
+	// SettleInterval is how often, with TwoPhase, transactions left in doubt are
+	// looked for and settled (0: sqlexec.DefaultSettleInterval; negative: only when the
+	// handle is opened).
+	SettleInterval time.Duration
 	// MaxConns bounds each data source's pool; default DefaultMaxConns.
 	MaxConns int
 	// PlanCacheSize bounds the plan cache (sqlplan.Options.CacheSize).
@@ -82,7 +89,7 @@ type Config struct {
 }
 
 // Driver is the database/sql driver. Its data source name is the path of a rules file
-// (see package rules), optionally followed by ?two_phase=true&max_conns=N. Data
+// (see package rules), optionally followed by ?two_phase=true&max_conns=N&settle_interval=1s. Data
 // sources are PostgreSQL DSNs, or "sqlite:PATH" for SQLite files (see sqlite.go for
 // the part of the SQL they take).
 type Driver struct{}
@@ -108,7 +115,8 @@ func (Driver) OpenConnector(name string) (driver.Connector, error) {
 }
 
 // ParseDSN reads a data source name: a rules file path, then optional query
-// parameters two_phase (a boolean) and max_conns (an integer).
+// parameters two_phase (a boolean), max_conns (an integer) and settle_interval (a Go
+// duration).
 func ParseDSN(name string) (Config, error) {
 	path, query, _ := strings.Cut(name, "?")
 	if path == "" {
@@ -129,8 +137,12 @@ func ParseDSN(name string) (Config, error) {
 			if cfg.MaxConns, err = strconv.Atoi(v[0]); err != nil || cfg.MaxConns < 1 {
 				return cfg, fmt.Errorf("shardsql: max_conns=%q: want a positive integer", v[0])
 			}
+		case "settle_interval":
+			if cfg.SettleInterval, err = time.ParseDuration(v[0]); err != nil || cfg.SettleInterval <= 0 {
+				return cfg, fmt.Errorf("shardsql: settle_interval=%q: want a positive duration such as 1s", v[0])
+			}
 		default:
-			return cfg, fmt.Errorf("shardsql: unknown parameter %q in the data source name (want two_phase, max_conns)", k)
+			return cfg, fmt.Errorf("shardsql: unknown parameter %q in the data source name (want two_phase, max_conns, settle_interval)", k)
 		}
 	}
 	if cfg.Rules, err = rules.Load(path); err != nil {
@@ -183,6 +195,7 @@ type Connector struct {
 	planner   *sqlplan.Planner
 	catalog   *sqlexec.Catalog
 	committer *sqlexec.Committer
+	settler   *sqlexec.Settler // with TwoPhase
 	engine    *sqlexec.Engine
 	detector  *sqlexec.DeadlockDetector
 	closeOnce sync.Once
@@ -191,7 +204,8 @@ type Connector struct {
 var _ driver.Connector = (*Connector)(nil)
 
 // NewConnector opens a pool per data source (connections are made on demand) and, with
-// TwoPhase, recovers prepared transactions a crash left behind.
+// TwoPhase, starts a settler: it finishes the prepared transactions a crash left behind
+// (which needs every data source up) and settles transactions in doubt until Close.
 func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 	if cfg.Rules == nil {
 		return nil, errors.New("shardsql: Config.Rules is nil")
@@ -244,10 +258,15 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 		c.detector.Start()
 	}
 	if cfg.TwoPhase {
-		if _, _, err := c.committer.Recover(ctx, c.pools); err != nil {
+		s, err := sqlexec.NewSettler(c.committer, sqlexec.SettlerConfig{Interval: cfg.SettleInterval})
+		if err == nil {
+			err = s.Start(ctx)
+		}
+		if err != nil {
 			c.Close()
 			return nil, err
 		}
+		c.settler = s
 	}
 	return c, nil
 }
@@ -271,10 +290,17 @@ func (c *Connector) Driver() driver.Driver { return Driver{} }
 // Planner returns the connector's planner (to explain a statement's plan).
 func (c *Connector) Planner() *sqlplan.Planner { return c.planner }
 
-// Close closes the data sources' pools; sql.DB.Close calls it.
+// Settler returns the settler of two-phase transactions in doubt (its Stats count
+// them); nil without TwoPhase.
+func (c *Connector) Settler() *sqlexec.Settler { return c.settler }
+
+// Close stops the settler and closes the data sources' pools; sql.DB.Close calls it.
 func (c *Connector) Close() error {
 	var first error
 	c.closeOnce.Do(func() {
+		if c.settler != nil {
+			c.settler.Close()
+		}
 		if c.detector != nil {
 			c.detector.Close()
 		}

@@ -260,7 +260,7 @@ func TestRegisteredDriver(t *testing.T) {
 	if err := db.QueryRow("SELECT v FROM kv WHERE k = $1", 7).Scan(&v); err != nil || v != "seven" {
 		t.Errorf("%q %v", v, err)
 	}
-	for _, bad := range []string{"", file + "?two_phase=maybe", file + "?colour=red", filepath.Join(t.TempDir(), "missing.toml")} {
+	for _, bad := range []string{"", file + "?two_phase=maybe", file + "?colour=red", file + "?settle_interval=0s", file + "?settle_interval=soon", filepath.Join(t.TempDir(), "missing.toml")} {
 		db, err := sql.Open(shardsql.DriverName, bad)
 		if err == nil {
 			err = db.Ping()
@@ -270,8 +270,8 @@ func TestRegisteredDriver(t *testing.T) {
 			t.Errorf("sql.Open(%q) was accepted", bad)
 		}
 	}
-	if _, err := shardsql.ParseDSN(file + "?two_phase=true&max_conns=3"); err != nil {
-		t.Error(err)
+	if cfg, err := shardsql.ParseDSN(file + "?two_phase=true&max_conns=3&settle_interval=250ms"); err != nil || cfg.SettleInterval != 250*time.Millisecond {
+		t.Errorf("%+v %v", cfg, err)
 	}
 }
 

@@ -2,12 +2,14 @@ package shardsql_test
 
 import (
 	"bufio"
+	"context"
 	"database/sql"
 	"fmt"
 	"log"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -96,34 +98,7 @@ func TestTwoPhaseRecoveryAfterKill(t *testing.T) {
 			}
 			db.Close()
 
-			cmd := exec.Command(os.Args[0])
-			cmd.Env = append(os.Environ(), "SHARDSQL_2PC_CHILD="+stage, "SHARDSQL_2PC_DSNS="+strings.Join(dsns, " "))
-			out, _ := cmd.StdoutPipe()
-			cmd.Stderr = os.Stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			reached := make(chan bool, 1)
-			go func() {
-				sc := bufio.NewScanner(out)
-				for sc.Scan() {
-					if sc.Text() == "STAGE "+stage {
-						reached <- true
-						return
-					}
-				}
-				reached <- false
-			}()
-			select {
-			case ok := <-reached:
-				if !ok {
-					t.Fatal("the child ended before the stage")
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("the child did not reach the stage")
-			}
-			cmd.Process.Signal(syscall.SIGKILL)
-			cmd.Wait()
+			killDriverChild(t, stage, dsns)
 			if p := prepared(t, dsns); p[0]+p[1]+p[2] == 0 {
 				t.Fatalf("nothing was left prepared by the kill: %v", p)
 			}
@@ -145,4 +120,169 @@ func TestTwoPhaseRecoveryAfterKill(t *testing.T) {
 			}
 		})
 	}
+}
+
+// killDriverChild runs twoPhaseChild in a child process and kills it (SIGKILL) when it
+// reaches stage.
+func killDriverChild(t *testing.T, stage string, dsns []string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "SHARDSQL_2PC_CHILD="+stage, "SHARDSQL_2PC_DSNS="+strings.Join(dsns, " "))
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reached := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "STAGE "+stage {
+				reached <- true
+				return
+			}
+		}
+		reached <- false
+	}()
+	select {
+	case ok := <-reached:
+		if !ok {
+			t.Fatal("the child ended before the stage")
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("the child did not reach the stage")
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+}
+
+// settleSlack is what settling may take beyond the settler's interval: a commit's tries
+// on fresh connections and one pass on a loaded two-core machine.
+const settleSlack = 2 * time.Second
+
+// waitNoPrepared polls pg_prepared_xacts until no database holds a prepared
+// transaction, failing the test unless that happens within limit.
+func waitNoPrepared(t *testing.T, dsns []string, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		p := prepared(t, dsns)
+		n := 0
+		for _, v := range p {
+			n += v
+		}
+		if n == 0 {
+			break
+		}
+		if time.Since(start) > limit {
+			t.Fatalf("prepared transactions %v left %v after they were in doubt", p, time.Since(start))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// TestTwoPhaseSettledWhileOpen: a program using the driver with TwoPhase settles, while
+// it runs, the transactions that another program using the driver left when it was
+// killed between the phases, and its own commits survive the termination of a data
+// source's backends between the phases; no reopening is needed.
+func TestTwoPhaseSettledWhileOpen(t *testing.T) {
+	cl := pgtest.StartClusterWith(t, "max_prepared_transactions = 20")
+	for _, stage := range []string{sqlexec.StagePrepared, sqlexec.StageCommitted} {
+		t.Run("killed at "+stage, func(t *testing.T) {
+			var dsns []string
+			for i := range 3 {
+				dsns = append(dsns, cl.NewDatabase(fmt.Sprintf("drv_open_%s_%d", stage, i)))
+			}
+			conn, err := shardsql.NewConnector(context.Background(), shardsql.Config{Rules: kv(t, dsns), TwoPhase: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := shardsql.OpenDB(conn)
+			defer db.Close()
+			if _, err := db.Exec("CREATE TABLE kv (k int PRIMARY KEY, v text)"); err != nil {
+				t.Fatal(err)
+			}
+			killDriverChild(t, stage, dsns)
+			took := waitNoPrepared(t, dsns, sqlexec.DefaultSettleInterval+settleSlack)
+			t.Logf("settled %v after the kill", took)
+			want := "[1 1 1]"
+			if stage == sqlexec.StagePrepared {
+				want = "[0 0 0]"
+			}
+			if rows := countRows(t, dsns); fmt.Sprint(rows) != want {
+				t.Errorf("rows per shard %v, want %s", rows, want)
+			}
+			if st := conn.Settler().Stats(); st.Committed+st.RolledBack == 0 || st.InDoubt != 0 {
+				t.Errorf("settler stats %+v", st)
+			}
+		})
+	}
+	t.Run("terminated backends", func(t *testing.T) {
+		var dsns []string
+		for i := range 3 {
+			dsns = append(dsns, cl.NewDatabase(fmt.Sprintf("drv_term_%d", i)))
+		}
+		var terminate atomic.Bool
+		hookErr := make(chan error, 10)
+		db, err := shardsql.Open(shardsql.Config{Rules: kv(t, dsns), TwoPhase: true, PhaseHook: func(stage string) {
+			if stage == sqlexec.StagePrepared && terminate.CompareAndSwap(true, false) {
+				c, err := sql.Open("pgx", dsns[1])
+				if err == nil {
+					_, err = c.Exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+					c.Close()
+				}
+				if err != nil {
+					hookErr <- err
+				}
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if _, err := db.Exec("CREATE TABLE kv (k int PRIMARY KEY, v text)"); err != nil {
+			t.Fatal(err)
+		}
+		for round := range 5 {
+			terminate.Store(true)
+			var err error
+			for attempt := 0; attempt < 20; attempt++ {
+				// A statement that waits 10 s fails the test: a prepared
+				// transaction left behind holds what it needs.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				var tx *sql.Tx
+				if tx, err = db.BeginTx(ctx, nil); err != nil {
+					cancel()
+					continue
+				}
+				if _, err = tx.ExecContext(ctx, "INSERT INTO kv VALUES ($1, 'x'), ($2, 'y')", 3*round, 3*round+1); err != nil {
+					tx.Rollback() // a pooled connection terminated by the last round
+					blocked := ctx.Err() != nil
+					cancel()
+					if blocked {
+						t.Fatalf("round %d: the insert waited 10 s: %v", round, err)
+					}
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				err = tx.Commit()
+				cancel()
+				break
+			}
+			if err != nil {
+				t.Errorf("round %d: %v", round, err)
+			}
+		}
+		select {
+		case err := <-hookErr:
+			t.Fatal(err)
+		default:
+		}
+		waitNoPrepared(t, dsns, sqlexec.DefaultSettleInterval+settleSlack)
+		if rows := countRows(t, dsns); fmt.Sprint(rows) != "[5 5 0]" {
+			t.Errorf("rows per shard %v, want [5 5 0]", rows)
+		}
+	})
 }

@@ -3,11 +3,15 @@ package sqlexec
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -25,16 +29,30 @@ import (
 // Two-phase (PostgreSQL's PREPARE TRANSACTION, which needs max_prepared_transactions
 // above zero on every data source) first prepares the transaction on every data source,
 // so that each has promised it can commit, then commits the prepared transactions. The
-// decision is made durable in the transaction of the first data source: before it
-// prepares, it records the transaction's id in shardlab_2pc_decisions. Its COMMIT
-// PREPARED is the moment of decision, and it comes first. After a crash, Recover finds
-// prepared transactions left behind and finishes them: commit where the decision row
-// exists, roll back where it does not (the first data source never committed, so no
-// data source did).
+// decision is made durable in the transaction of the first data source (the
+// transaction's coordinator part): before it prepares, it records the transaction's id
+// in shardlab_2pc_decisions. Its COMMIT PREPARED is the moment of decision, and it
+// comes first. A COMMIT PREPARED or ROLLBACK PREPARED that fails is tried again on
+// fresh connections; what still fails is left in doubt for a Settler, which commits
+// where the decision row exists and rolls back where it does not.
+//
+// Every transaction id (GID) carries the committer's instance id, which its Settler
+// holds as a session advisory lock on every data source while the committer lives: so
+// other coordinators over the same data sources know whose transactions they must not
+// touch.
 type Committer struct {
 	rules    *rules.Compiled
 	twoPhase bool
-	hook     func(stage string)
+	hook     atomic.Pointer[func(stage string)]
+	instance atomic.Uint32
+	settler  atomic.Pointer[Settler]
+	// inFlight holds the transactions this committer is preparing or committing right
+	// now, by GID, with when they began: its own Settler leaves them alone.
+	inFlight struct {
+		sync.Mutex
+		gids map[string]time.Time
+	}
+	retried atomic.Int64
 }
 
 // Two-phase commit stages, passed to a phase hook.
@@ -43,29 +61,55 @@ const (
 	StageCommitted = "committed" // the coordinator committed: the transaction is decided
 )
 
-// SetPhaseHook makes the committer call hook at each stage of a two-phase commit. It
-// is for tests that crash a process between the phases; set it before use.
-func (c *Committer) SetPhaseHook(hook func(stage string)) { c.hook = hook }
+// SetPhaseHook makes the committer call hook at each stage of a two-phase commit, in
+// the committing goroutine; nil removes it. It is for tests that crash a process or
+// fail a data source between the phases.
+func (c *Committer) SetPhaseHook(hook func(stage string)) {
+	if hook == nil {
+		c.hook.Store(nil)
+		return
+	}
+	c.hook.Store(&hook)
+}
 
 func (c *Committer) at(stage string) {
-	if c.hook != nil {
-		c.hook(stage)
+	if h := c.hook.Load(); h != nil {
+		(*h)(stage)
 	}
 }
 
-// NewCommitter returns a committer; twoPhase selects two-phase commit.
+// NewCommitter returns a committer; twoPhase selects two-phase commit. A two-phase
+// committer needs a Settler (NewSettler, then Start) to settle what it leaves in doubt
+// and to show other coordinators that it is alive.
 func NewCommitter(r *rules.Compiled, twoPhase bool) *Committer {
-	return &Committer{rules: r, twoPhase: twoPhase}
+	c := &Committer{rules: r, twoPhase: twoPhase}
+	c.inFlight.gids = map[string]time.Time{}
+	c.newInstance()
+	return c
 }
+
+// newInstance draws a new instance id.
+func (c *Committer) newInstance() {
+	var b [4]byte
+	rand.Read(b[:])
+	c.instance.Store(binary.BigEndian.Uint32(b[:]))
+}
+
+// Instance returns the committer's instance id, which its transactions' GIDs carry.
+func (c *Committer) Instance() uint32 { return c.instance.Load() }
 
 // TwoPhase reports whether the committer uses two-phase commit.
 func (c *Committer) TwoPhase() bool { return c.twoPhase }
 
 // DecisionTable is the table on every data source that records committed two-phase
-// transactions until Recover or the next commit's clean-up deletes their rows.
+// transactions until the commit's clean-up or a Settler deletes their rows.
 const DecisionTable = "shardlab_2pc_decisions"
 
-// GIDPrefix starts the transaction ids of shardlab's prepared transactions.
+// GIDPrefix starts the transaction ids of shardlab's prepared transactions. A part's
+// GID is GIDPrefix, the committer's instance id (8 hex digits), the transaction's
+// random id (16 hex digits), the coordinator data source and the part's data source,
+// joined by '_': shardlab_1a2b3c4d_0123456789abcdef_0_2. The decision row holds the GID
+// without the last field.
 const GIDPrefix = "shardlab_"
 
 func (c *Committer) name(ds int) string { return c.rules.DataSources()[ds].Name }
@@ -132,54 +176,76 @@ func expectTag(mrr *pgconn.MultiResultReader, want string) error {
 }
 
 func (c *Committer) twoPhaseCommit(ctx context.Context, conns Conns, dss []int) error {
-	var b [8]byte
-	rand.Read(b[:])
-	gid := GIDPrefix + hex.EncodeToString(b[:])
 	coordinator := dss[0]
+	gid := c.newGID(coordinator)
+	since := c.track(gid)
+	defer c.untrack(gid)
 	var prepared []int
 	for _, ds := range dss {
 		err := conns.Run(ctx, ds, func(conn *pgconn.PgConn) error {
 			if ds == coordinator {
 				// The decision row commits with the coordinator's part, or not at all.
 				if err := conn.Exec(ctx, "INSERT INTO "+DecisionTable+" (gid) VALUES ('"+gid+"')").Close(); err != nil {
-					return fmt.Errorf("record the commit decision (is the table there? Recover creates it): %w", err)
+					return fmt.Errorf("record the commit decision (is the table there? a Settler creates it): %w", err)
 				}
 			}
 			return expectTag(conn.Exec(ctx, "PREPARE TRANSACTION '"+gidFor(gid, ds)+"'"), "PREPARE TRANSACTION")
 		})
 		if err != nil {
-			// Nothing is decided: roll back what was prepared and what was not.
+			// Nothing is decided: roll back what was prepared, the coordinator's part
+			// first, and what was not. A PREPARE whose answer was lost may have
+			// happened: its part is rolled back too, if it is there.
 			bg := context.WithoutCancel(ctx)
-			for _, p := range prepared {
-				conns.Run(bg, p, func(conn *pgconn.PgConn) error {
-					return conn.Exec(bg, "ROLLBACK PREPARED '"+gidFor(gid, p)+"'").Close()
-				})
+			undo := prepared
+			if !answered(err) {
+				undo = append(slices.Clone(prepared), ds)
+			}
+			left := false
+			for _, p := range undo {
+				if ferr := c.finish(bg, conns, p, "ROLLBACK PREPARED", gidFor(gid, p)); ferr != nil && !errors.Is(ferr, errNotPrepared) {
+					left = true
+				}
 			}
 			c.Rollback(bg, conns, dss[len(prepared)+1:])
+			if left {
+				c.noteInDoubt(gid, since)
+			}
 			return &ShardError{DataSource: ds, Name: c.name(ds), Err: fmt.Errorf("prepare transaction: %w", err)}
 		}
 		prepared = append(prepared, ds)
 	}
 	c.at(StagePrepared)
 	// Commit the coordinator first: from here on the transaction is committed.
-	if err := conns.Run(ctx, coordinator, func(conn *pgconn.PgConn) error {
-		return conn.Exec(ctx, "COMMIT PREPARED '"+gidFor(gid, coordinator)+"'").Close()
-	}); err != nil {
-		// Whether it committed is unknown; Recover decides from the decision row.
-		return &ShardError{DataSource: coordinator, Name: c.name(coordinator),
-			Err: fmt.Errorf("commit prepared %s: %w (the outcome is in doubt until Recover runs)", gid, err)}
-	}
-	c.at(StageCommitted)
-	var errs []error
-	for _, ds := range dss[1:] {
-		if err := conns.Run(ctx, ds, func(conn *pgconn.PgConn) error {
-			return conn.Exec(ctx, "COMMIT PREPARED '"+gidFor(gid, ds)+"'").Close()
-		}); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", c.name(ds), err))
+	err := c.finish(ctx, conns, coordinator, "COMMIT PREPARED", gidFor(gid, coordinator))
+	if errors.Is(err, errNotPrepared) {
+		// Our own first try committed it and its answer was lost, or a settler that
+		// took this coordinator for dead rolled it back: the decision row says which.
+		var decided bool
+		decided, err = c.decided(context.WithoutCancel(ctx), coordinator, gid)
+		if err == nil && !decided {
+			for _, ds := range dss[1:] {
+				c.finish(context.WithoutCancel(ctx), conns, ds, "ROLLBACK PREPARED", gidFor(gid, ds))
+			}
+			return &ShardError{DataSource: coordinator, Name: c.name(coordinator),
+				Err: pgErr("40000", "the transaction was rolled back: its prepared part was settled while its commit was under way")}
 		}
 	}
-	if len(errs) > 0 {
-		// Committed, durably decided; the stragglers commit when Recover runs.
+	if err != nil {
+		// Whether it committed is unknown until the data source answers again.
+		c.noteInDoubt(gid, since)
+		return &ShardError{DataSource: coordinator, Name: c.name(coordinator),
+			Err: pgErr("08007", "commit prepared %s: %v (the outcome is in doubt until the coordinator's settler reaches the data source)", gid, err)}
+	}
+	c.at(StageCommitted)
+	left := false
+	for _, ds := range dss[1:] {
+		if err := c.finish(ctx, conns, ds, "COMMIT PREPARED", gidFor(gid, ds)); err != nil && !errors.Is(err, errNotPrepared) {
+			left = true
+		}
+	}
+	if left {
+		// Committed, durably decided; the settler commits the stragglers.
+		c.noteInDoubt(gid, since)
 		return nil
 	}
 	conns.Run(ctx, coordinator, func(conn *pgconn.PgConn) error {
@@ -188,83 +254,182 @@ func (c *Committer) twoPhaseCommit(ctx context.Context, conns Conns, dss []int) 
 	return nil
 }
 
+// newGID returns a fresh transaction id (without the data source suffix).
+func (c *Committer) newGID(coordinator int) string {
+	var b [8]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%s%08x_%s_%d", GIDPrefix, c.instance.Load(), hex.EncodeToString(b[:]), coordinator)
+}
+
 // gidFor is the prepared-transaction id of one data source's part.
 func gidFor(gid string, ds int) string { return fmt.Sprintf("%s_%d", gid, ds) }
 
-// Recover creates the decision table where it is missing and finishes every prepared
-// transaction shardlab left behind on the data sources: COMMIT PREPARED where the
-// coordinator recorded the decision, ROLLBACK PREPARED where it did not. acquire lends
-// a connection outside any transaction. Run it at start-up, before taking traffic, and
-// after a crash; it returns how many prepared transactions it committed and rolled back.
-func (c *Committer) Recover(ctx context.Context, pool Pool) (committed, rolledBack int, err error) {
-	n := c.rules.NumDataSources()
-	type prep struct {
-		gid string // the transaction id (without the data source suffix)
-		ds  int
+// track records that the committer is preparing or committing gid, and returns when.
+func (c *Committer) track(gid string) time.Time {
+	now := time.Now()
+	c.inFlight.Lock()
+	c.inFlight.gids[gid] = now
+	c.inFlight.Unlock()
+	return now
+}
+
+func (c *Committer) untrack(gid string) {
+	c.inFlight.Lock()
+	delete(c.inFlight.gids, gid)
+	c.inFlight.Unlock()
+}
+
+// busy reports whether the committer is preparing or committing gid right now.
+func (c *Committer) busy(gid string) bool {
+	c.inFlight.Lock()
+	defer c.inFlight.Unlock()
+	_, ok := c.inFlight.gids[gid]
+	return ok
+}
+
+// noteInDoubt tells the settler that gid was left prepared somewhere, so that it is
+// counted in doubt before the settler's next pass finds it.
+func (c *Committer) noteInDoubt(gid string, since time.Time) {
+	if s := c.settler.Load(); s != nil {
+		s.noteInDoubt(gid, since)
 	}
-	var found []prep
-	decided := map[string]bool{}
-	for ds := range n {
-		err := withConn(ctx, pool, ds, func(conn *pgconn.PgConn) error {
-			if err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+DecisionTable+" (gid text PRIMARY KEY, decided_at timestamptz NOT NULL DEFAULT now())").Close(); err != nil {
-				return err
+}
+
+// errNotPrepared is a COMMIT PREPARED or ROLLBACK PREPARED of a GID that is not (or no
+// longer) prepared: someone finished it.
+var errNotPrepared = errors.New("sqlexec: no such prepared transaction")
+
+// retryDelays are the pauses before each try of finish on a fresh connection: a
+// terminated backend is replaced at once, a data source that is down is left to the
+// settler after a fraction of a second.
+var retryDelays = []time.Duration{0, 100 * time.Millisecond, 400 * time.Millisecond}
+
+// finish runs verb (COMMIT PREPARED or ROLLBACK PREPARED) for the prepared part on data
+// source ds, on the transaction's connection and, when that fails for any reason but a
+// final answer of the server, on fresh connections. It returns errNotPrepared when the
+// part is not prepared (any more).
+func (c *Committer) finish(ctx context.Context, conns Conns, ds int, verb, part string) error {
+	run := func(conn *pgconn.PgConn) error { return conn.Exec(ctx, verb+" '"+part+"'").Close() }
+	err := classifyFinish(conns.Run(ctx, ds, run))
+	if !retryable(err) {
+		return err
+	}
+	for _, delay := range retryDelays {
+		if !sleepCtx(ctx, delay) {
+			return err
+		}
+		err = classifyFinish(c.onFresh(ctx, ds, run))
+		if !retryable(err) {
+			if err == nil {
+				c.retried.Add(1)
 			}
-			res, err := conn.Exec(ctx, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE '"+GIDPrefix+"%'").ReadAll()
-			if err != nil {
-				return err
+			return err
+		}
+	}
+	return err
+}
+
+// decided reports whether gid's decision row exists on its coordinator data source,
+// asking on fresh connections.
+func (c *Committer) decided(ctx context.Context, coordinator int, gid string) (bool, error) {
+	var found bool
+	var err error
+	for _, delay := range retryDelays {
+		if !sleepCtx(ctx, delay) {
+			break
+		}
+		err = c.onFresh(ctx, coordinator, func(conn *pgconn.PgConn) error {
+			res, err := conn.Exec(ctx, "SELECT 1 FROM "+DecisionTable+" WHERE gid = '"+gid+"'").ReadAll()
+			if err == nil {
+				found = len(res) == 1 && len(res[0].Rows) > 0
 			}
-			for _, row := range res[0].Rows {
-				g := string(row[0])
-				if i := strings.LastIndexByte(g, '_'); i > 0 {
-					found = append(found, prep{gid: g[:i], ds: ds})
-				}
-			}
-			res, err = conn.Exec(ctx, "SELECT gid FROM "+DecisionTable).ReadAll()
-			if err != nil {
-				return err
-			}
-			for _, row := range res[0].Rows {
-				decided[string(row[0])] = true
-			}
-			return nil
+			return err
 		})
-		if err != nil {
-			return committed, rolledBack, &ShardError{DataSource: ds, Name: c.name(ds), Err: fmt.Errorf("recover: %w", err)}
+		if err == nil {
+			return found, nil
 		}
 	}
-	for _, p := range found {
-		verb := "ROLLBACK PREPARED"
-		if decided[p.gid] {
-			verb = "COMMIT PREPARED"
-		}
-		err := withConn(ctx, pool, p.ds, func(conn *pgconn.PgConn) error {
-			return conn.Exec(ctx, verb+" '"+gidFor(p.gid, p.ds)+"'").Close()
-		})
-		if err != nil {
-			return committed, rolledBack, &ShardError{DataSource: p.ds, Name: c.name(p.ds), Err: fmt.Errorf("recover %s: %w", p.gid, err)}
-		}
-		if decided[p.gid] {
-			committed++
-		} else {
-			rolledBack++
-		}
+	return false, err
+}
+
+// classifyFinish maps the server's "does not exist" to errNotPrepared.
+func classifyFinish(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42704" {
+		return errNotPrepared
 	}
-	// Decisions whose every part has committed are no longer needed.
-	still := map[string]bool{}
-	for _, p := range found {
-		still[p.gid] = true
+	return err
+}
+
+// retryable reports whether a failed finish may succeed on a fresh connection: not
+// after success, "not prepared", or the server's refusal (no privilege to finish
+// another user's prepared transaction, another database's).
+func retryable(err error) bool {
+	if err == nil || errors.Is(err, errNotPrepared) {
+		return false
 	}
-	for ds := range n {
-		withConn(ctx, pool, ds, func(conn *pgconn.PgConn) error {
-			for gid := range decided {
-				if !still[gid] {
-					conn.Exec(ctx, "DELETE FROM "+DecisionTable+" WHERE gid = '"+gid+"'").Close()
-				}
-			}
-			return nil
-		})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "42501" || pe.Code == "0A000") {
+		return false
 	}
-	return committed, rolledBack, nil
+	return true
+}
+
+// answered reports whether err is the server's answer to a statement, which therefore
+// ran and failed; otherwise (a network error, a connection the server ended) whether
+// the statement ran is unknown.
+func answered(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Severity != "FATAL" && pe.Severity != "PANIC"
+}
+
+// onFresh runs fn on a new connection to data source ds, closed afterwards.
+func (c *Committer) onFresh(ctx context.Context, ds int, fn func(*pgconn.PgConn) error) error {
+	conn, err := c.dial(ctx, ds)
+	if err != nil {
+		return err
+	}
+	defer closeConn(conn)
+	return fn(conn)
+}
+
+// dial opens a connection of its own to data source ds, as its DSN says, within the
+// settler's connect timeout.
+func (c *Committer) dial(ctx context.Context, ds int) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(c.rules.DataSources()[ds].DSN)
+	if err != nil {
+		return nil, err
+	}
+	timeout := DefaultSettleConnectTimeout
+	if s := c.settler.Load(); s != nil {
+		timeout = s.connectTimeout
+	}
+	if cfg.ConnectTimeout == 0 || cfg.ConnectTimeout > timeout {
+		cfg.ConnectTimeout = timeout
+	}
+	return pgconn.ConnectConfig(ctx, cfg)
+}
+
+// closeConn closes a connection without waiting long for a server that is gone.
+func closeConn(conn *pgconn.PgConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn.Close(ctx)
+}
+
+// sleepCtx waits d, or less if ctx ends first (then it returns false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // withConn runs fn on a connection of data source ds borrowed from pool.

@@ -24,6 +24,7 @@ type DB struct {
 	planner   *sqlplan.Planner
 	engine    *Engine
 	committer *Committer
+	settler   *Settler
 	detector  *DeadlockDetector
 }
 
@@ -35,8 +36,12 @@ type Config struct {
 	// Pool sizes and bounds each data source's pool (PoolOptions' defaults).
 	Pool PoolOptions
 	// TwoPhase commits transactions that span data sources with two-phase commit; every
-	// data source then needs max_prepared_transactions above zero. Open runs Recover.
+	// data source then needs max_prepared_transactions above zero. Open starts a
+	// Settler, which settles transactions left in doubt while the DB is open.
 	TwoPhase bool
+	// SettleInterval is how often the settler looks for transactions in doubt (0:
+	// DefaultSettleInterval; negative: only when Open starts it).
+	SettleInterval time.Duration
 	// DeadlockInterval is how often transactions are checked for deadlocks across data
 	// sources (0: DefaultDeadlockInterval; negative: never).
 	DeadlockInterval time.Duration
@@ -44,7 +49,8 @@ type Config struct {
 
 // Open makes a pool for every data source of r. Connections are made on demand, so a
 // data source that is down fails only the statements that need it. With TwoPhase it
-// first finishes any prepared transaction a crash left behind (see Committer.Recover).
+// first finishes any prepared transaction a crash left behind, which needs every data
+// source up, and keeps settling transactions in doubt until Close (see Settler).
 func Open(ctx context.Context, r *rules.Compiled, cfg Config) (*DB, error) {
 	db := &DB{rules: r}
 	opts := cfg.Pool
@@ -66,10 +72,15 @@ func Open(ctx context.Context, r *rules.Compiled, cfg Config) (*DB, error) {
 		db.detector.Start()
 	}
 	if cfg.TwoPhase {
-		if _, _, err := db.committer.Recover(ctx, db.pools); err != nil {
+		s, err := NewSettler(db.committer, SettlerConfig{Interval: cfg.SettleInterval})
+		if err == nil {
+			err = s.Start(ctx)
+		}
+		if err != nil {
 			db.Close()
 			return nil, err
 		}
+		db.settler = s
 	}
 	return db, nil
 }
@@ -83,10 +94,20 @@ func (db *DB) Engine() *Engine { return db.engine }
 // Committer returns the DB's committer.
 func (db *DB) Committer() *Committer { return db.committer }
 
-// Recover finishes prepared transactions a crash left behind (two-phase commit).
+// Recover runs one pass of the settler now (two-phase commit; see Settler.Settle): it
+// finishes the prepared transactions that no live coordinator is committing, and
+// returns how many it committed and rolled back. Without TwoPhase it does nothing.
 func (db *DB) Recover(ctx context.Context) (committed, rolledBack int, err error) {
-	return db.committer.Recover(ctx, db.pools)
+	if db.settler == nil {
+		return 0, 0, nil
+	}
+	res, err := db.settler.Settle(ctx)
+	return res.Committed, res.RolledBack, err
 }
+
+// Settler returns the DB's settler of two-phase transactions in doubt; nil without
+// TwoPhase.
+func (db *DB) Settler() *Settler { return db.settler }
 
 // DeadlockVictims returns how many transactions the deadlock detector has ended.
 func (db *DB) DeadlockVictims() int64 {
@@ -96,8 +117,11 @@ func (db *DB) DeadlockVictims() int64 {
 	return db.detector.Victims()
 }
 
-// Close stops the deadlock detector and closes every pool.
+// Close stops the settler and the deadlock detector and closes every pool.
 func (db *DB) Close() {
+	if db.settler != nil {
+		db.settler.Close()
+	}
 	if db.detector != nil {
 		db.detector.Close()
 	}

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -56,6 +57,7 @@ const Help = `SHOW POOLS      server connections per data source (pgbouncer's co
 SHOW DATABASES  the data sources
 SHOW CLIENTS    how many client sessions there are
 SHOW ROUTE sql  where a statement (values inline) would run: targets, rewritten SQL, merge
+SHOW TWO_PHASE  two-phase transactions in doubt (how many, the oldest's age) and what the settler did
 SHOW HELP       this list`
 
 // Answer runs one admin statement.
@@ -74,6 +76,8 @@ func (a *Admin) Answer(ctx context.Context, sql string) (*Result, error) {
 		r := result("SHOW", "clients", Bigint)
 		r.Rows = [][]string{{strconv.Itoa(a.clients())}}
 		return r, nil
+	case "TWO_PHASE":
+		return a.twoPhase(), nil
 	case "HELP":
 		r := result("SHOW", "command", Text)
 		for line := range strings.SplitSeq(Help, "\n") {
@@ -150,6 +154,30 @@ func (a *Admin) databases() *Result {
 			a.router.Mode().String(), strconv.FormatInt(st.Opened, 10), strconv.FormatInt(st.Closed, 10),
 			strconv.FormatInt(st.Timeouts, 10)})
 	}
+	return r
+}
+
+// twoPhase answers SHOW TWO_PHASE: one row of the settler's counters (see
+// sqlexec.SettleStats). in_doubt counts the transactions prepared and not yet finished
+// as of the settler's last pass, and those commits left since; oldest_in_doubt_ms is
+// the age of the oldest. Without --two-phase the row says off, with zeros.
+func (a *Admin) twoPhase() *Result {
+	r := result("SHOW", "two_phase", Text, "in_doubt", Bigint, "oldest_in_doubt_ms", Bigint, "committed", Bigint,
+		"rolled_back", Bigint, "retried", Bigint, "passes", Bigint, "failed_passes", Bigint,
+		"unreachable_data_sources", Bigint, "interval_ms", Bigint, "last_pass_ms_ago", Bigint)
+	s := a.router.Settler()
+	if s == nil {
+		r.Rows = [][]string{{"off", "0", "0", "0", "0", "0", "0", "0", "0", "0", "0"}}
+		return r
+	}
+	st := s.Stats()
+	i := func(v int64) string { return strconv.FormatInt(v, 10) }
+	ago := int64(-1)
+	if !st.LastPass.IsZero() {
+		ago = time.Since(st.LastPass).Milliseconds()
+	}
+	r.Rows = [][]string{{"on", i(int64(st.InDoubt)), i(st.OldestInDoubt.Milliseconds()), i(st.Committed), i(st.RolledBack),
+		i(st.Retried), i(st.Passes), i(st.FailedPasses), i(int64(st.Unreachable)), i(st.Interval.Milliseconds()), i(ago)}}
 	return r
 }
 

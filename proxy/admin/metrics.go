@@ -23,11 +23,21 @@ var (
 	descResets      = prometheus.NewDesc("shardlab_proxy_settings_resets_total", "Server connections reset for a client whose settings differ from those the connection carried.", labels, nil)
 	descStateChecks = prometheus.NewDesc("shardlab_proxy_session_state_checks_total", "Questions to a server whether a released connection holds state that lives on it alone.", labels, nil)
 	descClients     = prometheus.NewDesc("shardlab_proxy_clients", "Client sessions.", nil, nil)
+
+	// Two-phase commit (--two-phase): the settler's counters (sqlexec.SettleStats).
+	descInDoubt       = prometheus.NewDesc("shardlab_proxy_twophase_in_doubt", "Two-phase transactions prepared and not yet finished, as of the settler's last pass, and those commits left since.", nil, nil)
+	descOldestInDoubt = prometheus.NewDesc("shardlab_proxy_twophase_oldest_in_doubt_seconds", "Age of the oldest two-phase transaction in doubt, from its first PREPARE (0 when none).", nil, nil)
+	descSettled       = prometheus.NewDesc("shardlab_proxy_twophase_settled_total", "Prepared parts the settler finished, by outcome (commit, rollback).", []string{"outcome"}, nil)
+	descRetried       = prometheus.NewDesc("shardlab_proxy_twophase_retried_total", "Prepared parts a commit finished on a fresh connection after the transaction's own failed.", nil, nil)
+	descPasses        = prometheus.NewDesc("shardlab_proxy_twophase_settle_passes_total", "Passes of the settler.", nil, nil)
+	descFailedPasses  = prometheus.NewDesc("shardlab_proxy_twophase_settle_failed_passes_total", "Passes of the settler that could not reach a data source or finish a part.", nil, nil)
+	descUnreachable   = prometheus.NewDesc("shardlab_proxy_twophase_unreachable_data_sources", "Data sources the settler's last pass could not reach.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (a *Admin) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInUse, descIdle, descWaiting, descTurnWaiting, descPoolSize, descOpened, descClosed, descTimeouts, descWaitSeconds, descPinned, descResets, descStateChecks, descClients} {
+	for _, d := range []*prometheus.Desc{descInUse, descIdle, descWaiting, descTurnWaiting, descPoolSize, descOpened, descClosed, descTimeouts, descWaitSeconds, descPinned, descResets, descStateChecks, descClients,
+		descInDoubt, descOldestInDoubt, descSettled, descRetried, descPasses, descFailedPasses, descUnreachable} {
 		ch <- d
 	}
 }
@@ -55,6 +65,17 @@ func (a *Admin) Collect(ch chan<- prometheus.Metric) {
 		counter(descStateChecks, float64(st.StateChecks))
 	}
 	ch <- prometheus.MustNewConstMetric(descClients, prometheus.GaugeValue, float64(a.clients()))
+	if s := a.router.Settler(); s != nil {
+		st := s.Stats()
+		ch <- prometheus.MustNewConstMetric(descInDoubt, prometheus.GaugeValue, float64(st.InDoubt))
+		ch <- prometheus.MustNewConstMetric(descOldestInDoubt, prometheus.GaugeValue, st.OldestInDoubt.Seconds())
+		ch <- prometheus.MustNewConstMetric(descSettled, prometheus.CounterValue, float64(st.Committed), "commit")
+		ch <- prometheus.MustNewConstMetric(descSettled, prometheus.CounterValue, float64(st.RolledBack), "rollback")
+		ch <- prometheus.MustNewConstMetric(descRetried, prometheus.CounterValue, float64(st.Retried))
+		ch <- prometheus.MustNewConstMetric(descPasses, prometheus.CounterValue, float64(st.Passes))
+		ch <- prometheus.MustNewConstMetric(descFailedPasses, prometheus.CounterValue, float64(st.FailedPasses))
+		ch <- prometheus.MustNewConstMetric(descUnreachable, prometheus.GaugeValue, float64(st.Unreachable))
+	}
 }
 
 var _ prometheus.Collector = (*Admin)(nil)

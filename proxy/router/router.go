@@ -62,6 +62,10 @@ type Config struct {
 	Mode  PoolMode
 	// TwoPhase commits transactions that span data sources with two-phase commit.
 	TwoPhase bool
+	// SettleInterval is how often, with TwoPhase, transactions left in doubt are
+	// looked for and settled (0: sqlexec.DefaultSettleInterval; negative: only at
+	// StartSettler). See sqlexec.Settler.
+	SettleInterval time.Duration
 	// LockWaitTimeout bounds the lock waits of a transaction that spans several data
 	// sources (0: unbounded, the default). Such a transaction may be half of a deadlock
 	// across shards, which no server can see; the deadlock detector (DeadlockInterval)
@@ -143,6 +147,7 @@ type Router struct {
 	planner   *sqlplan.Planner
 	engine    *sqlexec.Engine
 	committer *sqlexec.Committer
+	settler   *sqlexec.Settler // with TwoPhase
 	detector  *sqlexec.DeadlockDetector
 	log       *slog.Logger
 
@@ -233,6 +238,13 @@ func New(cfg Config) (*Router, error) {
 	r.planner = sqlplan.New(cfg.Rules, r.catalog, sqlplan.Options{})
 	r.committer = sqlexec.NewCommitter(cfg.Rules, cfg.TwoPhase)
 	r.engine = sqlexec.NewEngine(cfg.Rules, r.catalog, r.committer)
+	if cfg.TwoPhase {
+		settler, err := sqlexec.NewSettler(r.committer, sqlexec.SettlerConfig{Interval: cfg.SettleInterval, Logger: log})
+		if err != nil {
+			return nil, errors.Join(ErrConfig, err)
+		}
+		r.settler = settler
+	}
 	if cfg.DeadlockInterval >= 0 {
 		r.detector = sqlexec.NewDeadlockDetector(cfg.Rules, serverPool{r}, cfg.DeadlockInterval)
 		r.detector.Start()
@@ -267,8 +279,11 @@ func (r *Router) MaxTransactions() int { return cap(r.turns) }
 // Rules returns the router's rules.
 func (r *Router) Rules() *rules.Compiled { return r.rules }
 
-// Close stops the router's deadlock detector. Sessions must have ended.
+// Close stops the router's settler and deadlock detector. Sessions must have ended.
 func (r *Router) Close() {
+	if r.settler != nil {
+		r.settler.Close()
+	}
 	if r.detector != nil {
 		r.detector.Close()
 	}
@@ -338,14 +353,27 @@ func (r *Router) poolsOf(id Identity) ([]*backend.Pool, error) {
 // Mode returns the pool mode.
 func (r *Router) Mode() PoolMode { return r.mode }
 
-// Recover finishes two-phase transactions a crash left behind (see
-// sqlexec.Committer.Recover); it is for start-up with TwoPhase.
-func (r *Router) Recover(ctx context.Context) (committed, rolledBack int, err error) {
-	return r.committer.Recover(ctx, serverPool{r})
+// StartSettler starts the settler of two-phase transactions in doubt (with TwoPhase;
+// otherwise it does nothing): a first pass, which needs every data source and finishes
+// what a crash left behind, then one every SettleInterval until Close. Call it before
+// serving clients. See sqlexec.Settler.
+func (r *Router) StartSettler(ctx context.Context) error {
+	if r.settler == nil {
+		return nil
+	}
+	return r.settler.Start(ctx)
 }
 
-// serverPool lends the router's own connections (for the catalog and two-phase
-// recovery): connections with no client's settings.
+// Settler returns the settler of two-phase transactions in doubt; nil without
+// TwoPhase.
+func (r *Router) Settler() *sqlexec.Settler { return r.settler }
+
+// Committer returns the router's committer (for tests that stop a commit between its
+// phases: Committer.SetPhaseHook).
+func (r *Router) Committer() *sqlexec.Committer { return r.committer }
+
+// serverPool lends the router's own connections (for the catalog and the deadlock
+// detector): connections with no client's settings.
 type serverPool struct{ r *Router }
 
 var _ sqlexec.Pool = serverPool{}

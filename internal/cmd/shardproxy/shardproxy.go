@@ -59,7 +59,7 @@ type options struct {
 	checkoutTimeout, connectTimeout    time.Duration
 	shutdownTimeout, lockWaitTimeout   time.Duration
 	deadlockInterval, crossPoolWait    time.Duration
-	statsInterval                      time.Duration
+	statsInterval, settleInterval      time.Duration
 	adminDatabase, metricsListen       string
 	users, tlsCert, tlsKey, logLevel   string
 	twoPhase, aggregate                bool
@@ -100,6 +100,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.crossPoolWait, "cross-pool-wait", router.DefaultCrossPoolWait, "how long a transaction holding server connections of other data sources waits for one more; past it the transaction fails with 40P01 (deadlock detected), since transactions holding each other's pools would otherwise wait forever. A client holding none waits up to --checkout-timeout")
 	fs.IntVar(&o.maxTransactions, "max-transactions", router.AutoMaxTransactions, "in transaction pooling, at most N clients hold server connections at once (each for a transaction, or a statement outside one); the others wait their turn up to --checkout-timeout. Below --pool-size, transactions that span shards never wait on each other's pools (see docs/proxy.md); 0: no bound; -1 (default): --pool-size minus 1 when there are several pools, no bound with one pool (one shard, or --aggregate)")
 	fs.BoolVar(&o.twoPhase, "two-phase", false, "commit transactions that span shards with two-phase commit (needs max_prepared_transactions > 0 on every shard)")
+	fs.DurationVar(&o.settleInterval, "settle-interval", sqlexec.DefaultSettleInterval, "with --two-phase, how often the shards are checked for prepared transactions left in doubt (a shard that failed in the middle of a commit, a coordinator that was killed), which are then committed or rolled back; a prepared transaction keeps its row locks, so clients wait on it until then. Once at start, before clients are accepted, then at this interval")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long open transactions may take to finish before their clients are cut off")
 	fs.DurationVar(&o.statsInterval, "stats-interval", time.Minute, "log every pool's connections in use and idle at this interval; 0 turns it off")
 	fs.StringVar(&o.adminDatabase, "admin-database", "shardlab", "database name of the admin console (SHOW POOLS, SHOW DATABASES, SHOW ROUTE <statement>, SHOW HELP); empty turns it off")
@@ -139,6 +140,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("%w: --max-transactions must be -1 (the default: chosen by the pools), 0 (no bound) or below --pool-size (%d; a connection of each pool stays for the deadlock detector and the catalog), got %d", ErrUsage, o.poolSize, o.maxTransactions)
 	case o.crossPoolWait <= 0:
 		return nil, fmt.Errorf("%w: --cross-pool-wait must be positive, got %v", ErrUsage, o.crossPoolWait)
+	case o.settleInterval <= 0:
+		return nil, fmt.Errorf("%w: --settle-interval must be positive, got %v", ErrUsage, o.settleInterval)
 	case o.checkoutTimeout <= 0 || o.connectTimeout <= 0 || o.shutdownTimeout < 0 || o.lockWaitTimeout < 0 || o.deadlockInterval < 0 || o.statsInterval < 0:
 		return nil, fmt.Errorf("%w: --checkout-timeout and --connect-timeout must be positive, --shutdown-timeout, --lock-wait-timeout, --deadlock-interval and --stats-interval not negative", ErrUsage)
 	case o.maxMessage < 1024:
@@ -203,7 +206,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg := proxy.Config{
-		Rules: rs, Database: o.database, MaxClients: o.maxClients, MaxMessage: o.maxMessage, TwoPhase: o.twoPhase, Aggregate: o.aggregate,
+		Rules: rs, Database: o.database, MaxClients: o.maxClients, MaxMessage: o.maxMessage, TwoPhase: o.twoPhase, SettleInterval: o.settleInterval, Aggregate: o.aggregate,
 		LockWaitTimeout: o.lockWaitTimeout, DeadlockInterval: deadlockInterval(o.deadlockInterval), CrossPoolWait: o.crossPoolWait, MaxTransactions: o.maxTransactions, StatsInterval: o.statsInterval, AdminDatabase: o.adminDatabase,
 		Pool:   backend.Options{Size: o.poolSize, CheckoutTimeout: o.checkoutTimeout, ConnectTimeout: o.connectTimeout},
 		Logger: log,

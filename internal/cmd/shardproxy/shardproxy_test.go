@@ -23,7 +23,7 @@ func TestHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, want := range []string{"--sharded", "-pool-mode", "-checkout-timeout", "-max-clients", "-users", "-tls-cert", "-lock-wait-timeout", "-admin-database", "-metrics-listen"} {
+	for _, want := range []string{"--sharded", "-pool-mode", "-checkout-timeout", "-max-clients", "-users", "-tls-cert", "-lock-wait-timeout", "-admin-database", "-metrics-listen", "-settle-interval"} {
 		if !strings.Contains(out.String(), strings.TrimLeft(want, "-")) {
 			t.Errorf("--help does not mention %s", want)
 		}
@@ -48,6 +48,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--database", "app", shard, "--max-clients", "0"}, "--max-clients must be"},
 		{[]string{"--database", "app", shard, "--procs", "-1"}, "--procs must be"},
 		{[]string{"--database", "app", shard, "--cross-pool-wait", "0s"}, "--cross-pool-wait must be"},
+		{[]string{"--database", "app", shard, "--two-phase", "--settle-interval", "0s"}, "--settle-interval must be positive"},
 		{[]string{"--database", "app", shard, "--max-transactions", "-2"}, "--max-transactions must be"},
 		{[]string{"--database", "app", shard, "--pool-size", "4", "--max-transactions", "4"}, "below --pool-size"},
 		{[]string{"--database", "app", shard, "--sharded", "t"}, "--sharded wants TABLE=COLUMN"},
