@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -311,7 +312,8 @@ func (s *Server) ListenAndServe(addr string, ready func(net.Addr)) error {
 		return err
 	}
 	s.log.Info("shard-proxy listening", "addr", ln.Addr().String(), "database", s.cfg.Database,
-		"data_sources", len(s.pools), "pool_mode", s.cfg.PoolMode.String(), "max_transactions", s.router.MaxTransactions())
+		"data_sources", len(s.pools), "pool_mode", s.cfg.PoolMode.String(), "max_transactions", s.router.MaxTransactions(),
+		"procs", runtime.GOMAXPROCS(0))
 	if ready != nil {
 		ready(ln.Addr())
 	}

@@ -107,8 +107,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics on http://ADDR/metrics (pool connections in use, idle, waiting; clients)")
 	fs.StringVar(&o.addrFile, "addr-file", "", "write the address actually listened on to this file")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.IntVar(&o.procs, "procs", 0, "OS threads that run the proxy's Go code at once (GOMAXPROCS); 0 (default) keeps Go's choice, one per CPU. "+
-		"1 costs the least CPU per statement when the proxy shares a small machine with its clients and servers (docs/proxy.md, \"Where the time goes\")")
+	fs.IntVar(&o.procs, "procs", 0, "OS threads that run the proxy's Go code at once (GOMAXPROCS); 0 (default) chooses by the machine: 1 on a machine of 2 CPUs or fewer, "+
+		"where one thread costs the least CPU per statement beside the clients and servers it shares the machine with (docs/proxy.md, \"Where the time goes\"), "+
+		"else Go's choice, one per CPU; a GOMAXPROCS environment variable is kept")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file at shutdown (go tool pprof)")
 	fs.BoolVar(&o.aggregate, "aggregate", false, "shards that are schemas of one database (--shard DSNs differing only in search_path=NAME) share one pool of --pool-size connections, and a transaction over several of them one connection")
 	if err := fs.Parse(args); err != nil {
@@ -226,8 +227,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	if o.procs > 0 {
-		runtime.GOMAXPROCS(o.procs)
+	if procs := o.procs; procs > 0 || os.Getenv("GOMAXPROCS") == "" {
+		if procs == 0 {
+			procs = DefaultProcs(runtime.NumCPU())
+		}
+		if procs > 0 {
+			runtime.GOMAXPROCS(procs)
+		}
 	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
@@ -297,4 +303,16 @@ func deadlockInterval(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// DefaultProcs is the number of OS threads (GOMAXPROCS) the proxy runs its Go code on
+// when --procs is 0, for a machine of numCPU CPUs: 1 on 2 CPUs or fewer, where the
+// proxy shares the machine with its clients and servers and one thread measured the
+// least CPU per statement (the Go scheduler then stops handing goroutines between
+// threads around every socket call); 0, Go's own choice (one per CPU), on larger ones.
+func DefaultProcs(numCPU int) int {
+	if numCPU <= 2 {
+		return 1
+	}
+	return 0
 }

@@ -124,3 +124,13 @@ func TestRunServesAndStops(t *testing.T) {
 		t.Errorf("the log mentions a password:\n%s", log.String())
 	}
 }
+
+// TestDefaultProcs: the proxy runs on one thread on a small machine, Go's choice on a
+// larger one.
+func TestDefaultProcs(t *testing.T) {
+	for cpus, want := range map[int]int{1: 1, 2: 1, 3: 0, 8: 0, 64: 0} {
+		if got := shardproxy.DefaultProcs(cpus); got != want {
+			t.Errorf("DefaultProcs(%d) = %d, want %d", cpus, got, want)
+		}
+	}
+}
