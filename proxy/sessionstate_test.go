@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http/httptest"
@@ -1021,5 +1022,31 @@ func TestMigrationInOneString(t *testing.T) {
 	}
 	if n := queryInt(t, c, "SELECT count(*) FROM pets WHERE id = $1", "rex"); n != 1 {
 		t.Errorf("rex: %d rows", n)
+	}
+}
+
+// TestSyntaxErrorsAsPostgreSQL: a syntax error is reported as PostgreSQL reports it,
+// the place named as it names it and the position counted in the client's string.
+func TestSyntaxErrorsAsPostgreSQL(t *testing.T) {
+	e := startProxy(t, 2, []string{"t=id"}, nil)
+	ctx := context.Background()
+	direct, err := pgconn.Connect(ctx, e.dsns[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close(ctx)
+	through := e.pgconnect(t)
+	for _, q := range []string{"SELECT 1 +;", "SELECT 1; SELEC 2; SELECT 3", "SELECT (1;"} {
+		describe := func(c *pgconn.PgConn) string {
+			_, err := c.Exec(ctx, q).ReadAll()
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) {
+				return fmt.Sprint(err)
+			}
+			return fmt.Sprintf("%s %s at %d", pe.Code, pe.Message, pe.Position)
+		}
+		if got, want := describe(through), describe(direct); got != want {
+			t.Errorf("%q:\n through the proxy %s\n PostgreSQL        %s", q, got, want)
+		}
 	}
 }

@@ -313,8 +313,14 @@ func literalPosition(sql string, prev token) bool {
 // error where PostgreSQL does, and nothing of it runs, as in PostgreSQL.
 func splitStatements(sql string) []string {
 	parts := lexerSplit(sql)
-	if len(parts) <= 1 {
-		return parts
+	if len(parts) == 1 {
+		// One statement: as the client sent it, its semicolon and trailing comments
+		// included, so that a syntax error names the place PostgreSQL names ("at or
+		// near \";\"") and its position counts in the client's string.
+		return []string{strings.TrimSpace(sql)}
+	}
+	if len(parts) == 0 {
+		return nil
 	}
 	stmts, err := pg.SplitWithParser(sql, true)
 	if err != nil {

@@ -325,7 +325,8 @@ func TestSplitStatements(t *testing.T) {
 		want []string
 	}{
 		{"SELECT 1", []string{"SELECT 1"}},
-		{"SELECT 1;", []string{"SELECT 1"}},
+		{"SELECT 1;", []string{"SELECT 1;"}}, // one statement stays as sent
+		{" SELECT 1; -- done", []string{"SELECT 1; -- done"}},
 		{" ; -- only a comment", nil},
 		{"BEGIN; SELECT 'a;b' ; -- c;\n SELECT $$x;y$$;; /* ; */ COMMIT",
 			[]string{"BEGIN", "SELECT 'a;b'", "-- c;\n SELECT $$x;y$$", "/* ; */ COMMIT"}},
