@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -1048,5 +1049,38 @@ func TestSyntaxErrorsAsPostgreSQL(t *testing.T) {
 		if got, want := describe(through), describe(direct); got != want {
 			t.Errorf("%q:\n through the proxy %s\n PostgreSQL        %s", q, got, want)
 		}
+	}
+}
+
+// TestCopyRelaysNotices: the notices a trigger raises during COPY FROM STDIN reach the
+// client, one per row, as from PostgreSQL itself.
+func TestCopyRelaysNotices(t *testing.T) {
+	e := startProxy(t, 2, []string{"t=id"}, nil)
+	ctx := context.Background()
+	setup := e.connect(t)
+	exec1(t, setup, "CREATE TABLE t (id int PRIMARY KEY, v text)")
+	for i := range e.dsns {
+		s := e.shard(t, i)
+		exec1(t, s, `CREATE FUNCTION noisy() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE NOTICE 'row %', NEW.id; RETURN NEW; END $$`)
+		exec1(t, s, "CREATE TRIGGER noisy BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION noisy()")
+	}
+	cfg, err := pgconn.ParseConfig(e.url(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var notices []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
+	c, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	tag, err := c.CopyFrom(ctx, strings.NewReader("1\ta\n2\tb\n3\tc\n4\td\n"), "COPY t FROM STDIN")
+	if err != nil || tag.RowsAffected() != 4 {
+		t.Fatalf("COPY: %v %v", tag, err)
+	}
+	slices.Sort(notices)
+	if want := []string{"row 1", "row 2", "row 3", "row 4"}; !slices.Equal(notices, want) {
+		t.Errorf("notices %q, want %q", notices, want)
 	}
 }

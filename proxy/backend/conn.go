@@ -683,16 +683,18 @@ func (c *Conn) Describe(ctx context.Context, sql string, oids []uint32) (params 
 
 // Copy is a COPY FROM STDIN in progress on one connection.
 type Copy struct {
-	c   *Conn
-	buf []byte
+	c       *Conn
+	buf     []byte
+	notices Sink
 }
 
 // copyFlushSize is how much COPY data is gathered before it is sent.
 const copyFlushSize = 64 << 10
 
 // StartCopy sends a COPY ... FROM STDIN statement and waits until the server is ready
-// for the data. The context bounds the whole COPY until Finish.
-func (c *Conn) StartCopy(ctx context.Context, sql string) (*Copy, *pgproto3.CopyInResponse, error) {
+// for the data. The context bounds the whole COPY until Finish. The notices the server
+// raises meanwhile (a trigger's RAISE NOTICE, say) are relayed to notices.
+func (c *Conn) StartCopy(ctx context.Context, sql string, notices Sink) (*Copy, *pgproto3.CopyInResponse, error) {
 	fe := c.pg.Frontend()
 	fe.Send(&pgproto3.Query{String: sql})
 	if err := fe.Flush(); err != nil {
@@ -707,9 +709,11 @@ func (c *Conn) StartCopy(ctx context.Context, sql string) (*Copy, *pgproto3.Copy
 		switch m := msg.(type) {
 		case *pgproto3.CopyInResponse:
 			resp := &pgproto3.CopyInResponse{OverallFormat: m.OverallFormat, ColumnFormatCodes: append([]uint16{}, m.ColumnFormatCodes...)}
-			return &Copy{c: c}, resp, nil
+			return &Copy{c: c, notices: notices}, resp, nil
 		case *pgproto3.ErrorResponse:
 			serverErr = pgconn.ErrorResponseToPgError(m)
+		case *pgproto3.NoticeResponse:
+			notices.Send(msg)
 		case *pgproto3.ReadyForQuery:
 			if serverErr == nil {
 				serverErr = fmt.Errorf("backend: %s did not start COPY", c.pool.name)
@@ -771,6 +775,8 @@ func (cp *Copy) Finish(ctx context.Context, failure string) (pgconn.CommandTag, 
 			if serverErr == nil {
 				serverErr = pgconn.ErrorResponseToPgError(m)
 			}
+		case *pgproto3.NoticeResponse:
+			cp.notices.Send(msg)
 		case *pgproto3.ReadyForQuery:
 			return tag, serverErr
 		}

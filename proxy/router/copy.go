@@ -148,7 +148,7 @@ func (s *Session) copyStream(ctx context.Context, spec *sqlplan.CopySpec, target
 		if !t.streamed {
 			continue
 		}
-		cp, r, err := conns[t.ds].StartCopy(ctx, t.sql)
+		cp, r, err := conns[t.ds].StartCopy(ctx, t.sql, s.client)
 		if err != nil {
 			s.abortCopies(ctx, targets, "another shard refused the COPY")
 			return s.shardErr(t.ds, err)
@@ -271,7 +271,7 @@ func (s *Session) copyStream(ctx context.Context, spec *sqlplan.CopySpec, target
 		if t.streamed || firstErr != nil {
 			continue
 		}
-		cp, _, err := conns[t.ds].StartCopy(ctx, t.sql)
+		cp, _, err := conns[t.ds].StartCopy(ctx, t.sql, s.client)
 		if err != nil {
 			count(t.ds, pgconn.CommandTag{}, err)
 			continue
