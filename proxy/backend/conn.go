@@ -646,6 +646,40 @@ func (c *Conn) QueryAfter(ctx context.Context, prefix []string, sql string, sink
 	}
 }
 
+// FunctionCall runs a call of the protocol's function call message (libpq's fastpath,
+// which its large-object functions use) and relays the answer to sink: the
+// FunctionCallResponse, and any notice, ending with the server's ReadyForQuery, which
+// is not relayed. A server error is returned as *pgconn.PgError.
+func (c *Conn) FunctionCall(ctx context.Context, call *pgproto3.FunctionCall, sink Sink) error {
+	fe := c.pg.Frontend()
+	fe.Send(call)
+	stop := c.watch(ctx)
+	defer c.unwatch(stop)
+	if err := fe.Flush(); err != nil {
+		return c.brokenErr(err)
+	}
+	var serverErr error
+	for {
+		msg, err := c.pg.ReceiveMessage(context.Background())
+		if err != nil {
+			return c.brokenErr(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ReadyForQuery:
+			return serverErr
+		case *pgproto3.ErrorResponse:
+			serverErr = pgconn.ErrorResponseToPgError(m)
+		case *pgproto3.FunctionCallResponse, *pgproto3.NoticeResponse:
+			sink.Send(msg)
+		case *pgproto3.ParameterStatus:
+			c.settings = unknownSettings
+			sink.Send(msg)
+		case *pgproto3.NotificationResponse:
+			// Queued by the pool's handler; the session sends them before ReadyForQuery.
+		}
+	}
+}
+
 // Describe prepares sql as the unnamed statement and returns its parameter types and
 // result columns (nil fields: the statement returns no rows).
 func (c *Conn) Describe(ctx context.Context, sql string, oids []uint32) (params []uint32, fields []pgproto3.FieldDescription, err error) {

@@ -558,7 +558,9 @@ func (c *client) loop() {
 			// Left over from a COPY that failed: PostgreSQL ignores them too.
 		case *pgproto3.FunctionCall:
 			extended = false
-			c.sendError(sqlplan.Unsupported("the function call protocol is not supported"), "ERROR")
+			if err := c.sess.FunctionCall(ctx, m); err != nil {
+				c.sendError(err, "ERROR")
+			}
 			c.readyForQuery()
 		}
 		if opErr != nil && extended {

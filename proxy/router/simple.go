@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/shardlab/shardlab/proxy/backend"
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
@@ -75,4 +76,29 @@ func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) 
 		return err
 	}
 	return s.runSimple(ctx, b)
+}
+
+// FunctionCall handles the protocol's function call message, which libpq's
+// large-object functions use: it runs on the default data source, where a client's
+// large objects live, inside the client's transaction if it has one (a large object is
+// opened for a transaction). It returns the error for the client; the caller then
+// sends ReadyForQuery.
+func (s *Session) FunctionCall(ctx context.Context, call *pgproto3.FunctionCall) error {
+	if s.isFailed() {
+		return s.fail(failedTx())
+	}
+	ds := s.r.rules.DefaultDataSource()
+	s.running = true
+	defer func() { s.running = false }()
+	err := s.onDataSourceJoining(ctx, ds, func(c *backend.Conn, join []string) (bool, error) {
+		for _, q := range join {
+			if err := c.Query(ctx, q, discard{}); err != nil {
+				return false, err
+			}
+		}
+		return true, c.FunctionCall(ctx, call, s.client)
+	})
+	err = s.fail(err)
+	s.batchFailed = false // the call is its own batch, as a simple query is
+	return err
 }
