@@ -1,0 +1,134 @@
+// Package netprobe measures a network path the way the lab's experiments use it: the
+// round trip of a trivial SQL statement over one open connection, and whether a TCP
+// connection can be opened at all (it is answered, refused, or times out as it does
+// across a network partition). scripts/netlab.sh runs it inside its hosts (cmd/netprobe).
+package netprobe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrNoSamples is returned by Summarize for an empty slice.
+var ErrNoSamples = errors.New("netprobe: no samples")
+
+// Summary describes a set of round-trip times.
+type Summary struct {
+	N                 int
+	Min, Median, P99  time.Duration
+	Max, Mean, Stddev time.Duration
+}
+
+// Summarize sorts a copy of samples and returns their summary; P99 is the nearest-rank
+// 99th percentile (with 100 samples or fewer, the largest but one or the largest).
+func Summarize(samples []time.Duration) (Summary, error) {
+	if len(samples) == 0 {
+		return Summary{}, ErrNoSamples
+	}
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	n := len(s)
+	var sum float64
+	for _, d := range s {
+		sum += float64(d)
+	}
+	mean := sum / float64(n)
+	var sq float64
+	for _, d := range s {
+		sq += (float64(d) - mean) * (float64(d) - mean)
+	}
+	median := s[n/2]
+	if n%2 == 0 {
+		median = (s[n/2-1] + s[n/2]) / 2
+	}
+	return Summary{
+		N:      n,
+		Min:    s[0],
+		Median: median,
+		P99:    s[int(math.Ceil(0.99*float64(n)))-1],
+		Max:    s[n-1],
+		Mean:   time.Duration(mean),
+		Stddev: time.Duration(math.Sqrt(sq / float64(n))),
+	}, nil
+}
+
+// warmup is how many round trips SQLRoundTrips makes before it starts timing: the
+// first ones pay for the server's catalog caches and the CPU's.
+const warmup = 5
+
+// SQLRoundTrips opens one connection to dsn and times n round trips of "SELECT 1" in
+// PostgreSQL's simple query protocol (one message each way), after a few untimed ones.
+// Cancelling ctx ends the connection and returns ctx's error.
+func SQLRoundTrips(ctx context.Context, dsn string, n int) ([]time.Duration, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("netprobe: %d round trips: want at least 1", n)
+	}
+	conn, err := pgconn.Connect(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("netprobe: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	samples := make([]time.Duration, 0, n)
+	for i := -warmup; i < n; i++ {
+		start := time.Now()
+		if _, err := conn.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+			return nil, fmt.Errorf("netprobe: SELECT 1: %w", err)
+		}
+		if i >= 0 {
+			samples = append(samples, time.Since(start))
+		}
+	}
+	return samples, nil
+}
+
+// Outcome is what became of an attempt to open a TCP connection.
+type Outcome string
+
+// The outcomes of Dial.
+const (
+	// Answered: the connection was established.
+	Answered Outcome = "answered"
+	// Refused: the host answered with a reset (nothing listens, or a firewall rejects).
+	Refused Outcome = "refused"
+	// TimedOut: nothing came back before the timeout, as across a partition that drops
+	// packets without a word.
+	TimedOut Outcome = "timeout"
+	// Unreachable: the local network stack had no way there (no route, or a local
+	// firewall rule rejected the packet before it left).
+	Unreachable Outcome = "unreachable"
+)
+
+// Dial tries to open a TCP connection to addr within timeout and closes it at once. It
+// returns the outcome, and an error only for an outcome none of the four describes.
+// Cancelling ctx ends the attempt early with ctx's error.
+func Dial(ctx context.Context, addr string, timeout time.Duration) (Outcome, error) {
+	d := net.Dialer{Timeout: timeout}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	switch {
+	case err == nil:
+		conn.Close()
+		return Answered, nil
+	case ctx.Err() != nil:
+		return "", ctx.Err()
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return Refused, nil
+	case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return Unreachable, nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return TimedOut, nil
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return TimedOut, nil
+	}
+	return "", fmt.Errorf("netprobe: dial %s: %w", addr, err)
+}

@@ -1,0 +1,111 @@
+package netprobe_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/lab/netprobe"
+)
+
+func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
+func TestSummarize(t *testing.T) {
+	hundred := make([]time.Duration, 100)
+	for i := range hundred {
+		hundred[i] = ms(float64(100 - i)) // 100 ms down to 1 ms: unsorted on purpose
+	}
+	tests := []struct {
+		name    string
+		samples []time.Duration
+		want    netprobe.Summary
+	}{
+		{"one", []time.Duration{ms(2)}, netprobe.Summary{N: 1, Min: ms(2), Median: ms(2), P99: ms(2), Max: ms(2), Mean: ms(2)}},
+		{"odd", []time.Duration{ms(3), ms(1), ms(2)}, netprobe.Summary{N: 3, Min: ms(1), Median: ms(2), P99: ms(3), Max: ms(3), Mean: ms(2), Stddev: time.Duration(816497)}},
+		{"even", []time.Duration{ms(4), ms(1), ms(3), ms(2)}, netprobe.Summary{N: 4, Min: ms(1), Median: ms(2.5), P99: ms(4), Max: ms(4), Mean: ms(2.5), Stddev: time.Duration(1118033)}},
+		// Nearest rank: the 99th of 100 sorted values.
+		{"hundred", hundred, netprobe.Summary{N: 100, Min: ms(1), Median: ms(50.5), P99: ms(99), Max: ms(100), Mean: ms(50.5), Stddev: time.Duration(28866070)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := netprobe.Summarize(tt.samples)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := got.Stddev - tt.want.Stddev; d < -time.Microsecond || d > time.Microsecond {
+				t.Errorf("Stddev = %v, want %v", got.Stddev, tt.want.Stddev)
+			}
+			got.Stddev = tt.want.Stddev
+			if got != tt.want {
+				t.Errorf("Summarize = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+	if _, err := netprobe.Summarize(nil); !errors.Is(err, netprobe.ErrNoSamples) {
+		t.Errorf("Summarize(nil): %v, want ErrNoSamples", err)
+	}
+	// The caller's slice keeps its order.
+	if hundred[0] != ms(100) {
+		t.Errorf("Summarize sorted the caller's samples")
+	}
+}
+
+func TestDial(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := ln.Addr().String()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedAddr := closed.Addr().String()
+	closed.Close()
+	defer ln.Close()
+	tests := []struct {
+		addr string
+		want netprobe.Outcome
+	}{
+		{open, netprobe.Answered},
+		{closedAddr, netprobe.Refused},
+	}
+	for _, tt := range tests {
+		got, err := netprobe.Dial(context.Background(), tt.addr, 2*time.Second)
+		if err != nil || got != tt.want {
+			t.Errorf("Dial(%s) = %q, %v; want %q", tt.addr, got, err, tt.want)
+		}
+	}
+	// The timeout and unreachable outcomes need a network that drops packets or has no
+	// route: internal/netlab checks them inside the lab's namespaces.
+	if _, err := netprobe.Dial(context.Background(), "no-port", time.Second); err == nil {
+		t.Errorf("Dial of an address without a port succeeded")
+	}
+}
+
+func TestSQLRoundTrips(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	samples, err := netprobe.SQLRoundTrips(context.Background(), dsn, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(samples) != 20 {
+		t.Fatalf("%d samples, want 20", len(samples))
+	}
+	for _, s := range samples {
+		if s <= 0 || s > 10*time.Second {
+			t.Errorf("round trip %v", s)
+		}
+	}
+	if _, err := netprobe.SQLRoundTrips(context.Background(), dsn, 0); err == nil {
+		t.Errorf("0 round trips: no error")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := netprobe.SQLRoundTrips(ctx, dsn, 5); err == nil {
+		t.Errorf("cancelled context: no error")
+	}
+}

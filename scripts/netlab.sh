@@ -1,0 +1,1005 @@
+#!/usr/bin/env bash
+# The network lab (docs/netlab.md): a small network of hosts on this machine, made of
+# Linux network namespaces joined by veth pairs and a bridge, with every link shaped
+# (delay, jitter, loss, rate), a PostgreSQL cluster on each shard host, and the
+# middleware on a host of its own. It brings the network up and down, runs experiments
+# over it and injects faults. Needs root, iproute2, nftables and PostgreSQL's server
+# programs.
+set -euo pipefail
+
+usage() {
+	cat <<'USAGE'
+Usage: scripts/netlab.sh COMMAND [options]
+
+Commands:
+  up [--shards N] [--preset NAME | --rtt D | --delay D] [--jitter D] [--loss PCT] [--rate RATE]
+        brings the network up: a client host, a middleware host (mw) and N shard
+        hosts (shard0 ... shardN-1), each a network namespace, each shard running a
+        PostgreSQL cluster of its own; then measures the round trip of every shard
+        link and fails (tearing everything down) when it is not the one asked for.
+        Defaults: --shards 2 --preset zone.
+  down  tears the network down: processes, clusters, namespaces (and with them every
+        link, qdisc and nftables table), and the state directory. It also cleans up
+        after an up, run or crash that left things behind; with nothing there it
+        says so and succeeds.
+  status
+        the hosts, their addresses and services, the shaping, the last measured
+        round trips and the faults in force.
+  run ping [--count N]
+        measures every link: ICMP ping (the kernel's path: rate and loss, no delay,
+        since the delay line carries TCP only) and SQL round trips ("SELECT 1") from
+        mw to each shard through the shaped path, beside the same on the shard host
+        itself. Writes results/runs/netlab-ping-<time>/.
+  run pgbench [--clients N] [--time S] [--mode simple|extended|prepared] [--scale N]
+              [--pool-size N] [--proxy-arg ARG]...
+        shard-proxy on mw over the shard hosts, pgbench's tables loaded through it
+        from the client (pgbench_accounts and pgbench_history sharded by aid, the
+        others on every shard), then pgbench -S from the client. Records throughput,
+        latency, and the CPU per transaction of the proxy and of the delay lines
+        (read from /proc/PID/stat). Verifies the round trips first. Defaults: 8
+        clients, 10 s, prepared, scale 1, pool size 10. Writes
+        results/runs/netlab-pgbench-<time>/.
+        With the network down, run brings one up with up's options and tears it
+        down when it ends, however it ends.
+  fault partition HOST      drops every packet to and from HOST (no reset: peers
+                            time out)
+  fault oneway HOST [out|in]
+                            drops what HOST sends (out, the default: it hears but is
+                            not heard) or what it is sent (in)
+  fault slow HOST [D]       holds every answer of HOST's delay line D longer
+                            (default 50ms); for mw and the shard hosts
+  fault loss HOST PCT       drops PCT percent of the packets HOST sends
+  fault heal HOST|all       ends HOST's faults: back to the shaping of up
+  exec HOST -- COMMAND...   runs COMMAND inside HOST's namespace
+
+HOST is client, mw or shardI.
+
+Shaping (up, and run when it brings the network up):
+  --preset NAME   rack          ~0.1 ms round trip, 10gbit: the delay line's own cost
+                  zone          0.5 ms, jitter 25us, 10gbit (the default)
+                  cross-zone    2 ms, jitter 100us, 5gbit
+                  cross-region  30 ms, jitter 1ms, 1gbit
+                  none of them loses packets
+  --rtt D         the round trip to reach, as a preset does: up measures the path
+                  without delay, sets the delay line to make up the difference, and
+                  measures again
+  --delay D       instead of --rtt: the delay added in each direction of every link,
+                  as given (round trip about 2 x D plus the path's own)
+  --jitter D      each chunk of data is held the delay ± up to D (uniform)
+  --loss PCT      percent of the packets every host sends that are dropped
+  --rate RATE     every host's outgoing rate, tc's units: 100mbit, 1gbit, 10gbit
+  Values given with a preset replace the preset's. D is a duration: 250us,
+  0.5ms, 2ms, 1s, or 0.
+
+Other options:
+  --shards N        shard hosts, 1 to 16 (default 2)
+  --count N         run ping: samples per link (default 200)
+  --probes N        SQL round trips per link when verifying (default: about a
+                    second's worth, 30 to 200)
+  --no-verify       measure and record the round trips, but do not fail when they
+                    are off the preset's
+  --lab NAME        the network's name, [a-z0-9]{1,12} (default netlab): several can
+                    exist at once; their namespaces are nl-NAME-HOST
+  --state-dir DIR   where the networks' state lives (default /run/shardlab-netlab,
+                    or $SHARDLAB_NETLAB_STATE); down finds everything there
+  --bin-dir DIR     take netprobe, delayline and shard-proxy from DIR instead of
+                    building them (go build) into the state directory
+  --runs-dir DIR    where run directories go (default results/runs)
+  -h, --help        this help (does nothing else)
+
+Addresses: 198.18.0.0/24 (RFC 2544's range for benchmarking), on a bridge in a
+namespace of its own that nothing else joins: client .2, mw .3, shardI .(10+I).
+PostgreSQL listens on its host's address, port 5433, which answers only from the
+host itself (others get a reset); port 5432 is the delay line in front of it, the
+shaped path. On mw, port 6432 is the delay line in front of whatever listens on
+6433 (shard-proxy during run pgbench). Every host has routes to 198.18.0.0/24 only
+and drops anything else it would send (nftables), IPv6 included.
+
+Exit status: 0 done, 1 failed (including round trips off the preset), 2 bad
+input or something missing (root, tools).
+Example:
+  scripts/netlab.sh up --shards 2 --preset cross-zone
+  scripts/netlab.sh run pgbench --clients 8 --time 10
+  scripts/netlab.sh fault partition shard1; scripts/netlab.sh fault heal shard1
+  scripts/netlab.sh down
+USAGE
+}
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$root/scripts/lib.sh"
+cmdline="scripts/netlab.sh$(quote_args "$@")"
+
+die() { echo "netlab.sh: $*" >&2; exit 1; }
+bad() { echo "netlab.sh: $*" >&2; exit 2; }
+note() { echo "netlab: $*" >&2; }
+
+# --- the network's fixed shape -----------------------------------------------------
+subnet=198.18.0.0/24
+client_addr=198.18.0.2
+mw_addr=198.18.0.3
+shard_addr() { echo "198.18.0.$((10 + $1))"; }
+pg_port=5432 pg_raw_port=5433 # the shaped path, and PostgreSQL itself
+mw_port=6432 mw_raw_port=6433
+api=127.0.0.1:8474 # each delay line's Toxiproxy API, inside its host
+max_shards=16
+
+# preset NAME: prints "rtt jitter loss rate" for a preset, or fails.
+preset() {
+	case $1 in
+	rack) echo "100us 0 0 10gbit" ;;
+	zone) echo "500us 25us 0 10gbit" ;;
+	cross-zone) echo "2ms 100us 0 5gbit" ;;
+	cross-region) echo "30ms 1ms 0 1gbit" ;;
+	*) return 1 ;;
+	esac
+}
+
+# duration_us D: D (250us, 0.5ms, 2ms, 1s or 0) in whole microseconds, or fails.
+duration_us() {
+	[[ $1 =~ ^([0-9]+(\.[0-9]+)?)(us|ms|s)$ || $1 == 0 ]] || return 1
+	[[ $1 == 0 ]] && { echo 0; return 0; }
+	awk -v v="${BASH_REMATCH[1]}" -v u="${BASH_REMATCH[3]}" \
+		'BEGIN { m = u == "us" ? 1 : u == "ms" ? 1000 : 1000000; printf "%d\n", v * m + 0.5 }'
+}
+
+# loss_ppm PCT: PCT percent (0 to 100, a trailing % allowed) in parts per million.
+loss_ppm() {
+	[[ $1 =~ ^([0-9]+(\.[0-9]+)?)%?$ ]] || return 1
+	awk -v v="${BASH_REMATCH[1]}" 'BEGIN { if (v > 100) exit 1; printf "%d\n", v * 10000 + 0.5 }'
+}
+
+# rate_bps RATE: tc's kbit/mbit/gbit rate in bits per second.
+rate_bps() {
+	[[ $1 =~ ^([1-9][0-9]*)(kbit|mbit|gbit)$ ]] || return 1
+	local m
+	case ${BASH_REMATCH[2]} in kbit) m=1000 ;; mbit) m=1000000 ;; gbit) m=1000000000 ;; esac
+	echo $((BASH_REMATCH[1] * m))
+}
+
+us_ms() { awk -v u="$1" 'BEGIN { printf "%.3f\n", u / 1000 }'; }
+
+# --- options ---------------------------------------------------------------------
+[[ $# -gt 0 ]] || { usage >&2; exit 2; }
+case $1 in -h | --help) usage; exit 0 ;; esac
+command=$1
+shift
+case $command in up | down | status | run | fault | exec) ;; *) bad "unknown command '$command' (see --help)" ;; esac
+
+lab=netlab state_root=${SHARDLAB_NETLAB_STATE:-/run/shardlab-netlab} bin_dir="" runs_dir="$root/results/runs"
+shards="" preset_name="" rtt_opt="" delay_opt="" jitter_opt="" loss_opt="" rate_opt=""
+count=200 probes="" verify=1
+clients=8 time_s=10 mode=prepared scale=1 pool_size=10 proxy_args=()
+up_opts=() run_opts=() positional=() exec_cmd=()
+need() { [[ $# -ge 2 && -n $2 && $2 != --* ]] || bad "$1 needs a value"; }
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--shards) need "$@"; shards=$2; up_opts+=("$1"); shift 2 ;;
+	--preset) need "$@"; preset_name=$2; up_opts+=("$1"); shift 2 ;;
+	--rtt) need "$@"; rtt_opt=$2; up_opts+=("$1"); shift 2 ;;
+	--delay) need "$@"; delay_opt=$2; up_opts+=("$1"); shift 2 ;;
+	--jitter) need "$@"; jitter_opt=$2; up_opts+=("$1"); shift 2 ;;
+	--loss) need "$@"; loss_opt=$2; up_opts+=("$1"); shift 2 ;;
+	--rate) need "$@"; rate_opt=$2; up_opts+=("$1"); shift 2 ;;
+	--probes) need "$@"; probes=$2; shift 2 ;;
+	--no-verify) verify=0; shift ;;
+	--count) need "$@"; count=$2; run_opts+=("$1"); shift 2 ;;
+	--clients) need "$@"; clients=$2; run_opts+=("$1"); shift 2 ;;
+	--time) need "$@"; time_s=$2; run_opts+=("$1"); shift 2 ;;
+	--mode) need "$@"; mode=$2; run_opts+=("$1"); shift 2 ;;
+	--scale) need "$@"; scale=$2; run_opts+=("$1"); shift 2 ;;
+	--pool-size) need "$@"; pool_size=$2; run_opts+=("$1"); shift 2 ;;
+	--proxy-arg) [[ $# -ge 2 && -n $2 ]] || bad "--proxy-arg needs a value"; proxy_args+=("$2"); run_opts+=("$1"); shift 2 ;;
+	--proxy-arg=*) proxy_args+=("${1#--proxy-arg=}"); run_opts+=(--proxy-arg); shift ;;
+	--lab) need "$@"; lab=$2; shift 2 ;;
+	--state-dir) need "$@"; state_root=$2; shift 2 ;;
+	--bin-dir) need "$@"; bin_dir=$2; shift 2 ;;
+	--runs-dir) need "$@"; runs_dir=$2; shift 2 ;;
+	-h | --help) usage; exit 0 ;;
+	--) shift; exec_cmd=("$@"); break ;;
+	-*) bad "unknown option $1 (see --help)" ;;
+	*) positional+=("$1"); shift ;;
+	esac
+done
+
+[[ $lab =~ ^[a-z0-9]{1,12}$ ]] || bad "--lab takes 1 to 12 characters of a-z and 0-9, got '$lab'"
+[[ $state_root == /* ]] || state_root="$(pwd)/$state_root"
+state="$state_root/$lab"
+ns_prefix="nl-$lab-"
+[[ -z $bin_dir || -d $bin_dir ]] || bad "--bin-dir $bin_dir is not a directory"
+[[ -z $bin_dir ]] || bin_dir=$(cd "$bin_dir" && pwd)
+
+posint() { [[ $2 =~ ^[1-9][0-9]*$ ]] || bad "$1 takes a positive integer, got '$2'"; }
+if ((${#up_opts[@]})) && [[ $command != up && $command != run ]]; then
+	bad "${up_opts[0]} is for up (or run, which brings the network up when it is down)"
+fi
+if ((${#run_opts[@]})) && [[ $command != run ]]; then
+	bad "${run_opts[0]} is for run"
+fi
+[[ -z $probes ]] || posint --probes "$probes"
+
+# The shaping asked for, from the preset and the values given: sets rtt_us (empty when
+# --delay sets the delay itself), delay_us, jitter_us, loss, loss_ppm, rate, rate_bps.
+resolve_shaping() {
+	[[ -z $rtt_opt || -z $delay_opt ]] || bad "--rtt and --delay exclude each other: --rtt is a round trip to reach, --delay the delay to add"
+	local p_rtt p_jitter p_loss p_rate
+	[[ -n $preset_name ]] || { [[ -n $rtt_opt || -n $delay_opt ]] || preset_name=zone; }
+	if [[ -n $preset_name ]]; then
+		read -r p_rtt p_jitter p_loss p_rate < <(preset "$preset_name") ||
+			bad "unknown preset '$preset_name': rack, zone, cross-zone or cross-region"
+	else
+		preset_name=custom p_rtt="" p_jitter=0 p_loss=0 p_rate=10gbit
+	fi
+	rtt_us="" delay_us=""
+	if [[ -n $delay_opt ]]; then
+		delay_us=$(duration_us "$delay_opt") || bad "--delay takes a duration such as 250us, 0.5ms or 2ms, got '$delay_opt'"
+	else
+		local r=${rtt_opt:-$p_rtt}
+		rtt_us=$(duration_us "$r") || bad "--rtt takes a duration such as 250us, 0.5ms or 2ms, got '$r'"
+	fi
+	local j=${jitter_opt:-$p_jitter}
+	jitter_us=$(duration_us "$j") || bad "--jitter takes a duration such as 25us or 1ms, got '$j'"
+	loss=${loss_opt:-$p_loss}
+	loss_ppm=$(loss_ppm "$loss") || bad "--loss takes a percentage from 0 to 100, got '$loss'"
+	rate=${rate_opt:-$p_rate}
+	rate_bps=$(rate_bps "$rate") || bad "--rate takes a rate in tc's units such as 100mbit, 1gbit or 10gbit, got '$rate'"
+	shards=${shards:-2}
+	[[ $shards =~ ^[1-9][0-9]*$ ]] && ((shards <= max_shards)) || bad "--shards takes 1 to $max_shards, got '$shards'"
+}
+
+# --- hosts, namespaces and state -----------------------------------------------------
+ns() { echo "$ns_prefix$1"; }
+in_ns() { local h=$1; shift; ip netns exec "$(ns "$h")" "$@"; }
+lab_namespaces() { ip netns list 2>/dev/null | awk -v p="$ns_prefix" 'index($1, p) == 1 { print $1 }'; }
+state_get() { [[ -f $state/lab.env ]] && awk -F= -v k="$1" '$1 == k { v = substr($0, length(k) + 2) } END { print v }' "$state/lab.env"; }
+state_set() {
+	local k=$1 v=$2 tmp
+	tmp=$(mktemp "$state/.lab.env.XXXXXX")
+	{ [[ -f $state/lab.env ]] && awk -F= -v k="$k" '$1 != k' "$state/lab.env"; echo "$k=$v"; } >"$tmp"
+	mv "$tmp" "$state/lab.env"
+}
+lab_is_up() { [[ $(state_get ready) == 1 ]] && [[ -n $(lab_namespaces) ]]; }
+host_addr() {
+	case $1 in
+	client) echo "$client_addr" ;;
+	mw) echo "$mw_addr" ;;
+	shard*) shard_addr "${1#shard}" ;;
+	esac
+}
+server_hosts() { # the hosts with a delay line
+	echo mw
+	local i
+	for ((i = 0; i < $(state_get shards); i++)); do echo "shard$i"; done
+}
+all_hosts() { echo client; server_hosts; }
+# check_host HOST: fails with status 2 unless HOST is a host of the network that is up.
+check_host() {
+	local h=$1 n
+	n=$(state_get shards)
+	case $h in
+	client | mw) return 0 ;;
+	shard*) [[ ${h#shard} =~ ^(0|[1-9][0-9]*)$ ]] && ((${h#shard} < n)) && return 0 ;;
+	esac
+	bad "no host '$h': the hosts are client, mw and shard0 to shard$((n - 1))"
+}
+
+need_root_and_tools() {
+	((EUID == 0)) || bad "needs root (network namespaces, nftables, tc); run it as root"
+	local prog
+	for prog in ip nft tc runuser curl setsid flock "$@"; do
+		command -v "$prog" >/dev/null || bad "$prog is not installed (iproute2, nftables, curl, util-linux; see .ci/run)"
+	done
+}
+
+pg_bin=${SHARDLAB_PG_BINDIR:-/usr/lib/postgresql/15/bin}
+pg_as() { local h=$1; shift; in_ns "$h" runuser -u postgres -- "$@"; }
+
+# pid_is_ours PID: the process is one this network started (its command line names the
+# state directory), so that a stale pid file never kills someone else's process.
+pid_is_ours() { [[ -r /proc/$1/cmdline ]] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -qF "$state/"; }
+
+# alive PID: the process runs (a zombie, which only waits for its parent, does not).
+alive() { [[ -r /proc/$1/stat ]] && [[ $(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) != Z ]]; }
+
+# stop_pids PID...: SIGTERM, up to 5 s to exit, then SIGKILL.
+stop_pids() {
+	(($#)) || return 0
+	kill "$@" 2>/dev/null || true
+	local pid left
+	for _ in $(seq 50); do
+		left=0
+		for pid in "$@"; do alive "$pid" && left=1; done
+		((left)) || return 0
+		sleep 0.1
+	done
+	kill -KILL "$@" 2>/dev/null || true
+}
+
+# teardown: removes everything of this network, from its namespaces and its state
+# directory alike, so that it works after a crash at any point. It never stops on an
+# error.
+teardown() {
+	set +e
+	local n h pids found=0
+	for n in $(lab_namespaces); do
+		found=1
+		h=${n#"$ns_prefix"}
+		if [[ -f $state/$h/data/postmaster.pid ]]; then
+			pg_as "$h" "$pg_bin/pg_ctl" -D "$state/$h/data" -m fast -w -t 10 stop >/dev/null 2>&1
+		fi
+		# Whatever still runs inside the namespace: delay lines, proxies, clients.
+		pids=$(ip netns pids "$n" 2>/dev/null | tr '\n' ' ')
+		# shellcheck disable=SC2086
+		stop_pids $pids
+		ip netns delete "$n" 2>/dev/null || note "could not delete namespace $n"
+	done
+	# Processes outside the namespaces: initdb of an up that crashed, or anything whose
+	# namespace went away without it. They run the lab's programs or PostgreSQL's, with
+	# the state directory on their command line.
+	local f pid exe ours=() progs
+	progs=${bin_dir:-$state/bin}
+	for f in $(grep -laF "$state/" /proc/[0-9]*/cmdline 2>/dev/null); do
+		pid=${f#/proc/}
+		pid=${pid%/cmdline}
+		exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
+		[[ $exe == "$pg_bin"/* || $exe == "$progs"/* ]] && ours+=("$pid")
+	done
+	if ((${#ours[@]})); then
+		found=1
+		stop_pids "${ours[@]}"
+	fi
+	if [[ -d $state ]]; then
+		found=1
+		rm -rf "$state"
+	fi
+	((found)) && note "lab $lab is down" || note "lab $lab: nothing to tear down"
+	set -e
+	return 0
+}
+
+# down: teardown, and the lock file beside the state directory (held by this process).
+down() {
+	teardown
+	rm -f "$state_root/$lab.lock"
+}
+
+# lock: one up or down of a network at a time.
+lock() {
+	mkdir -p "$state_root"
+	chmod 755 "$state_root"
+	exec 9>"$state_root/$lab.lock"
+	flock -n 9 || die "another netlab.sh is bringing lab $lab up or down; wait for it"
+}
+
+# --- building the network ------------------------------------------------------------
+nft_rules() { # HOST: the host's table; raw ports answer only to the host itself
+	local h=$1 raw
+	case $h in mw) raw=$mw_raw_port ;; shard*) raw=$pg_raw_port ;; *) raw="" ;; esac
+	cat <<EOF
+table inet netlab {
+	chain input {
+		type filter hook input priority filter; policy accept;
+		iifname "lo" accept
+		jump fault_in
+		${raw:+tcp dport $raw reject with tcp reset}
+	}
+	chain output {
+		type filter hook output priority filter; policy accept;
+		oifname "lo" accept
+		meta nfproto != ipv4 drop
+		ip daddr != $subnet reject with icmp type admin-prohibited
+		jump fault_out
+		jump loss
+	}
+	chain fault_in {
+	}
+	chain fault_out {
+	}
+	chain loss {
+	}
+}
+EOF
+}
+
+# set_loss HOST PPM: the host drops PPM parts per million of what it sends.
+set_loss() {
+	in_ns "$1" nft flush chain inet netlab loss
+	(($2 == 0)) || in_ns "$1" nft add rule inet netlab loss numgen random mod 1000000 '<' "$2" drop
+}
+
+# set_rate HOST: the host's outgoing rate; the bucket holds 4 ms of it (at least 16 KB).
+set_rate() {
+	local bps burst
+	bps=$(state_get rate_bps)
+	burst=$((bps / 8 / 250))
+	((burst >= 16384)) || burst=16384
+	in_ns "$1" tc qdisc replace dev eth0 root tbf rate "$(state_get rate)" burst "$burst" latency 20ms
+}
+
+add_host() { # HOST ADDRESS
+	local h=$1 addr=$2 n
+	n=$(ns "$h")
+	ip netns add "$n"
+	in_ns "$h" sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+	in_ns "$h" ip link set lo up
+	ip link add eth0 netns "$n" type veth peer name "$h" netns "$(ns sw)"
+	ip -n "$(ns sw)" link set dev "$h" master br0 up
+	ip -n "$n" addr add "$addr/24" dev eth0
+	ip -n "$n" link set dev eth0 up
+	nft_rules "$h" | in_ns "$h" nft -f -
+	set_loss "$h" "$(state_get loss_ppm)"
+	set_rate "$h"
+}
+
+build_bins() { # PROGRAM...: into the state directory, unless --bin-dir gave them
+	local p missing=()
+	if [[ -n $bin_dir ]]; then
+		for p in "$@"; do [[ -x $bin_dir/$p ]] || missing+=("$p"); done
+		((${#missing[@]} == 0)) || die "--bin-dir $bin_dir lacks ${missing[*]}"
+		return 0
+	fi
+	command -v go >/dev/null || bad "go is not installed (or give --bin-dir with ${*})"
+	for p in "$@"; do [[ -x $state/bin/$p ]] || missing+=("./cmd/$p"); done
+	((${#missing[@]} == 0)) && return 0
+	note "building ${missing[*]#./cmd/}"
+	(cd "$root" && go build -o "$state/bin/" "${missing[@]}")
+}
+bin() { echo "${bin_dir:-$state/bin}/$1"; }
+
+init_shard() { # I: a throwaway cluster listening on the host's address only
+	local h="shard$1" addr
+	addr=$(shard_addr "$1")
+	mkdir -p "$state/$h"
+	chown postgres: "$state/$h"
+	(cd "$state/$h" && runuser -u postgres -- "$pg_bin/initdb" -D "$state/$h/data" -U postgres -A trust -E UTF8 \
+		--locale=C --no-sync --no-instructions >"$state/$h/initdb.log" 2>&1) || { cat "$state/$h/initdb.log" >&2; return 1; }
+	cat >>"$state/$h/data/postgresql.conf" <<EOF
+# netlab: this host's address only; the shaped path is the delay line on port $pg_port
+listen_addresses = '$addr'
+port = $pg_raw_port
+unix_socket_directories = ''
+max_connections = 100
+shared_buffers = 32MB
+fsync = off
+full_page_writes = off
+EOF
+	echo "host all all $subnet trust" >>"$state/$h/data/pg_hba.conf"
+}
+
+start_shard() {
+	local h="shard$1"
+	(cd "$state/$h" && pg_as "$h" "$pg_bin/pg_ctl" -D "$state/$h/data" -l "$state/$h/postgres.log" -w -t 60 start \
+		>"$state/$h/pg_ctl.log" 2>&1 </dev/null 3>&- 9>&-) || { cat "$state/$h/pg_ctl.log" "$state/$h/postgres.log" >&2; return 1; }
+}
+
+# start_delayline HOST LISTEN UPSTREAM: the host's delay line, with one proxy.
+start_delayline() {
+	local h=$1 name
+	name=$(proxy_name "$h")
+	printf '[{"name":"%s","listen":"%s","upstream":"%s"}]\n' "$name" "$2" "$3" >"$state/$h/proxies.json"
+	# Started directly (not through a function, which would fork a subshell) so that
+	# $! is the delay line itself: setsid and ip netns exec replace themselves with it.
+	# One thread (--procs 1): under pgbench -S at the zone preset it cost 0.77x the CPU
+	# per transaction of Go's default two, and the proxy made 1.1-1.2x the throughput.
+	ip netns exec "$(ns "$h")" setsid "$(bin delayline)" --procs 1 --api "$api" --proxies "$state/$h/proxies.json" \
+		>"$state/$h/delayline.log" 2>&1 </dev/null 3>&- 9>&- &
+	echo $! >"$state/$h/delayline.pid"
+}
+
+wait_delayline() {
+	local h=$1
+	for _ in $(seq 100); do
+		in_ns "$h" curl -sf -o /dev/null "http://$api/version" && return 0
+		alive "$(cat "$state/$h/delayline.pid")" || break
+		sleep 0.05
+	done
+	cat "$state/$h/delayline.log" >&2
+	die "the delay line on $h did not start"
+}
+
+proxy_name() { [[ $1 == mw ]] && echo proxy || echo pg; }
+
+# toxic HOST NAME STREAM DELAY_US JITTER_US: sets a delay toxic, replacing the one of
+# that name (Toxiproxy's update in place races with the connections that read it).
+toxic() {
+	local h=$1 name=$2 stream=$3 body url
+	url="http://$api/proxies/$(proxy_name "$h")/toxics"
+	body=$(printf '{"name":"%s","type":"delay","stream":"%s","attributes":{"delay_us":%d,"jitter_us":%d}}' "$name" "$stream" "$4" "$5")
+	remove_toxic "$h" "$name"
+	in_ns "$h" curl -sf -o /dev/null -X POST "$url" -d "$body" || die "could not set the delay toxic $name on $h"
+}
+remove_toxic() { in_ns "$1" curl -s -o /dev/null -X DELETE "http://$api/proxies/$(proxy_name "$1")/toxics/$2" || true; }
+
+# set_delay DELAY_US: every delay line holds each direction DELAY_US ± the jitter.
+set_delay() {
+	local h
+	for h in $(server_hosts); do
+		toxic "$h" delay_up upstream "$1" "$(state_get jitter_us)"
+		toxic "$h" delay_down downstream "$1" "$(state_get jitter_us)"
+	done
+	state_set delay_us "$1"
+}
+
+# --- measuring -----------------------------------------------------------------------
+shard_dsn() { echo "postgres://postgres@$(shard_addr "$1"):$2/postgres?sslmode=disable&connect_timeout=5"; }
+
+# sql_probe FROM DSN N: netprobe's line for N round trips from host FROM.
+sql_probe() {
+	local timeout
+	timeout=$(awk -v n="$3" -v r="$(state_get delay_us)" 'BEGIN { printf "%ds\n", 10 + n * (2 * r + 5000) / 1000000 }')
+	in_ns "$1" "$(bin netprobe)" sql --count "$3" --timeout "$timeout" "$2"
+}
+field() { sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" <<<"$2"; }
+
+# probe_count: SQL samples per link, about a second's worth, 30 to 200.
+probe_count() {
+	if [[ -n $probes ]]; then echo "$probes"; return; fi
+	local target
+	target=$(state_get rtt_us)
+	[[ -n $target ]] || target=$((2 * $(state_get delay_us) + 100))
+	awk -v t="$target" 'BEGIN { n = int(1000000 / (t > 1 ? t : 1)); print (n < 30 ? 30 : (n > 200 ? 200 : n)) }'
+}
+
+# measure_links OUT: SQL round trips from mw to every shard through the shaped path,
+# one line per link into OUT.
+measure_links() {
+	local out=$1 n i line
+	n=$(probe_count)
+	: >"$out"
+	for ((i = 0; i < $(state_get shards); i++)); do
+		line=$(sql_probe mw "$(shard_dsn "$i" $pg_port)" "$n") || die "cannot reach shard$i from mw through the shaped path"
+		echo "mw->shard$i $line" >>"$out"
+	done
+}
+# median_of_links FILE: the median of the links' medians, in ms.
+median_of_links() {
+	sed -n 's/.* median_ms=\([^ ]*\).*/\1/p' "$1" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
+}
+# off_links FILE: the links whose median is off the target by more than tolerance_us.
+off_links() {
+	local target
+	target=$(state_get rtt_us)
+	[[ -n $target ]] || return 0
+	awk -v t="$target" '{
+		m = $0; sub(/.* median_ms=/, "", m); sub(/ .*/, "", m)
+		d = m * 1000 - t; if (d < 0) d = -d
+		if (d > (t / 4 > 150 ? t / 4 : 150)) printf "%s %s ms; ", $1, m
+	}' "$1"
+}
+tolerance_text="25% or 0.15 ms, whichever is larger"
+
+# calibrate: sets the delay that makes the median SQL round trip from mw to the shards
+# the target: first the path without delay, then two corrections, each from a
+# measurement (a delay line that holds chunks costs a wakeup more than one that passes
+# them on, so the first step overshoots).
+calibrate() {
+	local target m d tmp
+	target=$(state_get rtt_us)
+	tmp="$state/calibrate.txt"
+	set_delay 0
+	measure_links "$tmp"
+	m=$(median_of_links "$tmp")
+	state_set path_rtt_ms "$m"
+	d=$(awk -v t="$target" -v m="$m" 'BEGIN { d = (t - m * 1000) / 2; printf "%d\n", (d > 0 ? d : 0) }')
+	if ((d == 0)); then
+		note "the path's own round trip ($m ms, mostly the delay line) is at or above the target $(us_ms "$target") ms: no delay added"
+		return 0
+	fi
+	local step
+	for step in 1 2; do
+		set_delay "$d"
+		measure_links "$tmp"
+		m=$(median_of_links "$tmp")
+		d=$(awk -v t="$target" -v m="$m" -v d="$d" 'BEGIN { d += (t - m * 1000) / 2; printf "%d\n", (d > 0 ? d : 0) }')
+	done
+	set_delay "$d"
+}
+
+# verify OUT: measures every shard link into OUT and the state, and fails when a median
+# is off the target by more than the tolerance (and verification is on). A busy machine
+# has moments: up to three measurements are made before it gives up.
+verify() {
+	local out=$1 target off="" attempt
+	target=$(state_get rtt_us)
+	for attempt in 1 2 3; do
+		measure_links "$out"
+		off=$(off_links "$out")
+		[[ -n $off ]] || break
+		((attempt == 3)) || { note "off the target $(us_ms "$target") ms: ${off%; }; measuring again"; sleep 1; }
+	done
+	cp "$out" "$state/rtt.txt"
+	state_set verified "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	sed 's/^/netlab: /' "$out" >&2
+	if [[ -n $off ]]; then
+		local msg="round trips off the target $(us_ms "$target") ms ($tolerance_text) in 3 measurements: ${off%; }"
+		if ((verify)); then
+			state_set rtt_check "failed: $msg"
+			echo "netlab.sh: $msg; the machine may be too busy to model this network (--no-verify records without failing)" >&2
+			return 1
+		fi
+		state_set rtt_check "off, not enforced (--no-verify): $msg"
+		note "$msg (not enforced: --no-verify)"
+		return 0
+	fi
+	state_set rtt_check "$([[ -n $target ]] && echo "ok, within $tolerance_text of $(us_ms "$target") ms" || echo "no target (--delay)")"
+}
+
+# shaping_summary: one line for run.txt and status.
+shaping_summary() {
+	printf 'preset=%s rtt_target_ms=%s delay_us=%s jitter_us=%s loss_pct=%s rate=%s\n' "$(state_get preset)" \
+		"$([[ -n $(state_get rtt_us) ]] && us_ms "$(state_get rtt_us)" || echo none)" "$(state_get delay_us)" \
+		"$(state_get jitter_us)" "$(state_get loss)" "$(state_get rate)"
+}
+
+# --- up --------------------------------------------------------------------------------
+do_up() {
+	local i
+	resolve_shaping
+	need_root_and_tools ping
+	for p in initdb pg_ctl postgres; do [[ -x $pg_bin/$p ]] || bad "$pg_bin/$p is missing: install postgresql-15 or set SHARDLAB_PG_BINDIR"; done
+	id postgres >/dev/null 2>&1 || bad "no 'postgres' OS user to run the clusters as"
+	lock
+	if lab_is_up; then
+		die "lab $lab is already up ($(state_get shards) shards, $(state_get preset)); netlab.sh down first, or --lab OTHER"
+	fi
+	if [[ -d $state || -n $(lab_namespaces) ]]; then
+		note "lab $lab: cleaning up what an earlier run left behind"
+		teardown
+	fi
+	trap down EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	mkdir -p "$state"
+	chmod 711 "$state"
+	cat >"$state/lab.env" <<EOF
+lab=$lab
+shards=$shards
+preset=$preset_name
+rtt_us=$rtt_us
+delay_us=${delay_us:-0}
+jitter_us=$jitter_us
+loss=$loss
+loss_ppm=$loss_ppm
+rate=$rate
+rate_bps=$rate_bps
+bin_dir=$bin_dir
+created=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+EOF
+	build_bins netprobe delayline
+	note "lab $lab: client, mw and $shards shard hosts on $subnet ($(shaping_summary))"
+	ip netns add "$(ns sw)"
+	in_ns sw sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+	in_ns sw ip link set lo up
+	ip -n "$(ns sw)" link add br0 type bridge
+	ip -n "$(ns sw)" link set dev br0 up
+	mkdir -p "$state/client" "$state/mw"
+	add_host client "$client_addr"
+	add_host mw "$mw_addr"
+	for ((i = 0; i < shards; i++)); do add_host "shard$i" "$(shard_addr "$i")"; done
+	local pids=()
+	for ((i = 0; i < shards; i++)); do init_shard "$i" & pids+=($!); done
+	for i in "${pids[@]}"; do wait "$i" || die "initdb failed"; done
+	for ((i = 0; i < shards; i++)); do start_shard "$i"; done
+	start_delayline mw "$mw_addr:$mw_port" "$mw_addr:$mw_raw_port"
+	for ((i = 0; i < shards; i++)); do
+		start_delayline "shard$i" "$(shard_addr "$i"):$pg_port" "$(shard_addr "$i"):$pg_raw_port"
+	done
+	for h in $(server_hosts); do wait_delayline "$h"; done
+	if [[ -n $rtt_us ]]; then calibrate; else set_delay "$delay_us"; fi
+	verify "$state/verify.txt" || exit 1
+	state_set ready 1
+	trap - EXIT INT TERM
+	note "lab $lab is up: $(shaping_summary); scripts/netlab.sh status shows it, scripts/netlab.sh down ends it"
+}
+
+# --- status ----------------------------------------------------------------------------
+do_status() {
+	if ! lab_is_up; then
+		if [[ -d $state || -n $(lab_namespaces) ]]; then
+			echo "lab $lab is not (completely) up: left from a run that did not finish; scripts/netlab.sh down cleans it up"
+			return 1
+		fi
+		echo "lab $lab is down"
+		return 0
+	fi
+	echo "lab $lab: $(shaping_summary)"
+	echo "state: $state"
+	local h pid services faults
+	printf '%-8s %-13s %-18s %s\n' host address namespace services
+	for h in $(all_hosts); do
+		services=""
+		case $h in
+		client) services="-" ;;
+		mw)
+			pid=$(cat "$state/mw/delayline.pid" 2>/dev/null)
+			services="delay line :$mw_port -> :$mw_raw_port ($(alive "$pid" && echo running || echo DOWN))"
+			[[ -f $state/mw/shard-proxy.pid ]] && alive "$(cat "$state/mw/shard-proxy.pid")" && services+=", shard-proxy :$mw_raw_port"
+			;;
+		shard*)
+			pid=$(cat "$state/$h/delayline.pid" 2>/dev/null)
+			services="delay line :$pg_port ($(alive "$pid" && echo running || echo DOWN))"
+			services+=", postgres :$pg_raw_port ($(pg_as "$h" "$pg_bin/pg_ctl" -D "$state/$h/data" status >/dev/null 2>&1 && echo running || echo DOWN))"
+			;;
+		esac
+		faults=$(paste -sd, "$state/$h/faults" 2>/dev/null || true)
+		printf '%-8s %-13s %-18s %s%s\n' "$h" "$(host_addr "$h")" "$(ns "$h")" "$services" "${faults:+; FAULTS: $faults}"
+	done
+	echo "round trips measured $(state_get verified) ($(state_get rtt_check)):"
+	sed 's/^/  /' "$state/rtt.txt"
+}
+
+# --- faults ----------------------------------------------------------------------------
+do_fault() {
+	((${#positional[@]} >= 2)) || bad "fault takes a kind and a host: partition|oneway|slow|loss|heal HOST"
+	local kind=${positional[0]} h=${positional[1]} arg=${positional[2]:-}
+	((${#positional[@]} <= 3)) || bad "fault $kind: too many arguments"
+	[[ $kind =~ ^(partition|oneway|slow|loss|heal)$ ]] || bad "unknown fault '$kind': partition, oneway, slow, loss or heal"
+	need_root_and_tools
+	lab_is_up || die "lab $lab is not up (scripts/netlab.sh up)"
+	if [[ $kind == heal && $h == all ]]; then
+		local x
+		for x in $(all_hosts); do heal "$x"; done
+		note "every host healed"
+		return 0
+	fi
+	check_host "$h"
+	case $kind in
+	partition)
+		[[ -z $arg ]] || bad "fault partition takes only a host"
+		in_ns "$h" nft add rule inet netlab fault_in iifname eth0 drop
+		in_ns "$h" nft add rule inet netlab fault_out oifname eth0 drop
+		echo "partition" >>"$state/$h/faults"
+		;;
+	oneway)
+		case ${arg:-out} in
+		out) in_ns "$h" nft add rule inet netlab fault_out oifname eth0 drop ;;
+		in) in_ns "$h" nft add rule inet netlab fault_in iifname eth0 drop ;;
+		*) bad "fault oneway HOST takes out (what HOST sends is dropped) or in, got '$arg'" ;;
+		esac
+		echo "oneway-${arg:-out}" >>"$state/$h/faults"
+		;;
+	slow)
+		[[ $h != client ]] || bad "the client host has no delay line (it serves nothing): slow mw or a shard host"
+		local us
+		us=$(duration_us "${arg:-50ms}") || bad "fault slow HOST takes a duration such as 50ms, got '$arg'"
+		toxic "$h" slow downstream "$us" 0
+		echo "slow+$(us_ms "$us")ms" >>"$state/$h/faults"
+		;;
+	loss)
+		[[ -n $arg ]] || bad "fault loss HOST takes a percentage"
+		local ppm
+		ppm=$(loss_ppm "$arg") || bad "fault loss takes a percentage from 0 to 100, got '$arg'"
+		set_loss "$h" "$ppm"
+		echo "loss=${arg%\%}%" >>"$state/$h/faults"
+		;;
+	heal)
+		[[ -z $arg ]] || bad "fault heal takes only a host (or all)"
+		heal "$h"
+		;;
+	*) bad "unknown fault '$kind': partition, oneway, slow, loss or heal" ;;
+	esac
+	note "$h: $kind${arg:+ $arg}"
+}
+
+heal() {
+	local h=$1
+	in_ns "$h" nft flush chain inet netlab fault_in
+	in_ns "$h" nft flush chain inet netlab fault_out
+	set_loss "$h" "$(state_get loss_ppm)"
+	[[ $h == client ]] || remove_toxic "$h" slow
+	rm -f "$state/$h/faults"
+}
+
+# --- run -------------------------------------------------------------------------------
+# start_run PREFIX: claims the run directory and writes the head of run.txt.
+start_run() {
+	claim_run_dir "$runs_dir" "$(new_run_id "$1")" || exit 1
+	mkdir -p "$run_dir/logs"
+	run_info_start "$run_dir/run.txt" "$cmdline" "$root"
+	{
+		echo "lab: $lab, $(state_get shards) shard hosts, $subnet"
+		echo "shaping: $(shaping_summary)"
+		[[ -n $(state_get path_rtt_ms) ]] && echo "path_rtt_without_delay_ms: $(state_get path_rtt_ms)"
+		echo "delay_line: lab/delayline (Toxiproxy $(go_module_version github.com/Shopify/toxiproxy/v2) with a microsecond delay toxic), one per server host"
+	} >>"$run_dir/run.txt"
+	note "run $run_id: writing to $(show_path "$run_dir")"
+}
+go_module_version() { awk -v m="$1" '$1 == m { print $2; exit }' "$root/go.mod"; }
+
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+delayline_ticks() {
+	local h t=0
+	for h in $(server_hosts); do t=$((t + $(cpu_ticks "$(cat "$state/$h/delayline.pid")"))); done
+	echo "$t"
+}
+
+# icmp_line FROM TO N: ping's samples summarized like netprobe's line.
+icmp_line() {
+	local out
+	out=$(in_ns "$1" ping -n -c "$3" -i 0.01 -W 1 "$2" 2>&1) || true
+	awk -v sent="$3" '
+		/ time=/ { for (i = 1; i <= NF; i++) if ($i ~ /^time=/) { sub("time=", "", $i); v[++n] = $i + 0 } }
+		END {
+			for (i = 2; i <= n; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
+			loss = (sent - n) * 100 / sent
+			if (n == 0) { printf "n=0 loss_pct=%.1f\n", loss; exit }
+			s = 0; for (i = 1; i <= n; i++) s += v[i]
+			p = int(0.99 * n + 0.999999); med = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+			printf "n=%d loss_pct=%.1f min_ms=%.3f median_ms=%.3f p99_ms=%.3f max_ms=%.3f mean_ms=%.3f\n", n, loss, v[1], med, v[p], v[n], s / n
+		}' <<<"$out"
+}
+
+csv_row() { # LINK PROBE LINE
+	local f out="$1,$2"
+	for f in n loss_pct min_ms median_ms p99_ms max_ms mean_ms; do out+=",$(field "$f" "$3")"; done
+	echo "$out"
+}
+
+run_ping() {
+	start_run netlab-ping-
+	local csv="$run_dir/rtt.csv" i line
+	echo "link,probe,n,loss_pct,min_ms,median_ms,p99_ms,max_ms,mean_ms" >"$csv"
+	line=$(icmp_line client "$mw_addr" "$count")
+	csv_row client-mw icmp "$line" >>"$csv"
+	for ((i = 0; i < $(state_get shards); i++)); do
+		line=$(icmp_line mw "$(shard_addr "$i")" "$count")
+		csv_row "mw-shard$i" icmp "$line" >>"$csv"
+		line=$(sql_probe mw "$(shard_dsn "$i" $pg_port)" "$count") || die "cannot reach shard$i from mw through the shaped path"
+		csv_row "mw-shard$i" sql-shaped "$line" >>"$csv"
+		line=$(sql_probe "shard$i" "$(shard_dsn "$i" $pg_raw_port)" "$count") || die "cannot reach PostgreSQL on shard$i from its own host"
+		csv_row "shard$i-local" sql-local "$line" >>"$csv"
+	done
+	run_info_finish "$run_dir/run.txt"
+	{
+		echo "measured (median/p99 ms; icmp: the kernel's path, without the delay line):"
+		awk -F, 'NR > 1 { printf "  %s %s: median %s p99 %s (n=%s%s)\n", $1, $2, $6, $7, $3, ($4 == "" ? "" : ", loss " $4 "%") }' "$csv"
+	} | tee -a "$run_dir/run.txt"
+	echo "results: $(show_path "$run_dir")" >&2
+}
+
+run_pgbench() {
+	build_bins shard-proxy netprobe delayline
+	local i n shards_n args=() proxy_pid
+	shards_n=$(state_get shards)
+	for ((i = 0; i < shards_n; i++)); do
+		in_ns "shard$i" psql "$(shard_dsn "$i" $pg_raw_port)" -X -q -At -c "SELECT 1 FROM pg_database WHERE datname = 'app'" | grep -q 1 ||
+			in_ns "shard$i" psql "$(shard_dsn "$i" $pg_raw_port)" -X -q -c "CREATE DATABASE app" ||
+			die "could not create the database app on shard$i"
+		args+=(--shard "postgres://postgres@$(shard_addr "$i"):$pg_port/app?sslmode=disable")
+	done
+	start_run netlab-pgbench-
+	{
+		echo "workload: pgbench -S -M $mode, $clients clients, ${time_s} s, scale $scale, through shard-proxy on mw (pool size $pool_size${proxy_args[*]:+, ${proxy_args[*]}})"
+		echo "pgbench: $(pgbench --version)"
+	} >>"$run_dir/run.txt"
+	# A proxy left by a run that was killed holds the port: stop it.
+	if [[ -f $state/mw/shard-proxy.pid ]]; then
+		proxy_pid=$(cat "$state/mw/shard-proxy.pid")
+		pid_is_ours "$proxy_pid" && stop_pids "$proxy_pid"
+	fi
+	rm -f "$state/mw/proxy.addr"
+	ip netns exec "$(ns mw)" setsid "$(bin shard-proxy)" --listen "$mw_addr:$mw_raw_port" --addr-file "$state/mw/proxy.addr" --database app "${args[@]}" \
+		--sharded pgbench_accounts=aid --sharded pgbench_history=aid --broadcast pgbench_branches --broadcast pgbench_tellers \
+		--pool-size "$pool_size" --log-level warn --stats-interval 0 "${proxy_args[@]}" \
+		>"$run_dir/logs/shard-proxy.log" 2>&1 </dev/null 3>&- 9>&- &
+	proxy_pid=$!
+	echo "$proxy_pid" >"$state/mw/shard-proxy.pid"
+	# shellcheck disable=SC2064
+	trap "stop_pids $proxy_pid; rm -f '$state/mw/shard-proxy.pid'; ${cleanup_on_exit:-:}" EXIT
+	for _ in $(seq 100); do
+		[[ -s $state/mw/proxy.addr ]] && break
+		alive "$proxy_pid" || { cat "$run_dir/logs/shard-proxy.log" >&2; die "shard-proxy did not start"; }
+		sleep 0.1
+	done
+	[[ -s $state/mw/proxy.addr ]] || die "shard-proxy did not start within 10 s"
+	local pgb=(ip netns exec "$(ns client)" pgbench -h "$mw_addr" -p "$mw_port" -U postgres)
+	note "pgbench -i --scale $scale from client through mw"
+	"${pgb[@]}" -i -q --scale "$scale" app >"$run_dir/logs/pgbench-init.txt" 2>&1 || { cat "$run_dir/logs/pgbench-init.txt" >&2; die "pgbench -i failed"; }
+
+	verify "$run_dir/rtt.txt" || die "not measured: the round trips are off the preset's (see $(show_path "$run_dir")/rtt.txt)"
+	local line
+	line=$(sql_probe client "postgres://postgres@$mw_addr:$mw_port/app?sslmode=disable&connect_timeout=5" "$(probe_count)") ||
+		die "cannot reach the proxy from the client"
+	echo "client->mw->shard(proxy) $line" >>"$run_dir/rtt.txt"
+	{
+		echo "rtt_check: $(state_get rtt_check)"
+		echo "rtt (SQL SELECT 1 round trips through the shaped path, netprobe):"
+		sed 's/^/  /' "$run_dir/rtt.txt"
+	} >>"$run_dir/run.txt"
+
+	local hz c0 d0 c1 d1 out="$run_dir/logs/pgbench-S.txt" status=ok
+	hz=$(getconf CLK_TCK)
+	note "pgbench -S -M $mode -c $clients -T $time_s from client through the proxy"
+	c0=$(cpu_ticks "$proxy_pid") d0=$(delayline_ticks)
+	"${pgb[@]}" -S -M "$mode" -c "$clients" -j "$(((clients + 1) / 2))" -T "$time_s" -n app >"$out" 2>&1 || status=failed
+	c1=$(cpu_ticks "$proxy_pid") d1=$(delayline_ticks)
+	n=$(grep -oP 'number of transactions actually processed: \K[0-9]+' "$out" || echo 0)
+	local tps lat failed
+	tps=$(grep -oP 'tps = \K[0-9.]+' "$out" | tail -n 1 || echo 0)
+	lat=$(grep -oP 'latency average = \K[0-9.]+' "$out" || echo nan)
+	failed=$(grep -oP 'number of failed transactions: \K[0-9]+' "$out" || echo 0)
+	per_tx() { awk -v c="$1" -v n="$n" -v hz="$hz" 'BEGIN { if (n > 0) printf "%.1f", c * 1e6 / hz / n; else print "nan" }'; }
+	local proxy_cpu dl_cpu
+	proxy_cpu=$(per_tx $((c1 - c0))) dl_cpu=$(per_tx $((d1 - d0)))
+	run_info_finish "$run_dir/run.txt"
+	echo "preset,shards,rtt_target_ms,delay_us,jitter_us,loss_pct,rate,clients,mode,time_s,transactions,tps,latency_avg_ms,failed,proxy_cpu_us_per_tx,delayline_cpu_us_per_tx,status" >"$run_dir/results.csv"
+	echo "$(state_get preset),$shards_n,$([[ -n $(state_get rtt_us) ]] && us_ms "$(state_get rtt_us)"),$(state_get delay_us),$(state_get jitter_us),$(state_get loss),$(state_get rate),$clients,$mode,$time_s,$n,$tps,$lat,$failed,$proxy_cpu,$dl_cpu,$status" >>"$run_dir/results.csv"
+	local summary="pgbench -S -M $mode, $clients clients over $shards_n shards ($(state_get preset)): $tps tps, latency $lat ms, $failed failed; CPU per transaction: proxy $proxy_cpu µs, delay lines $dl_cpu µs ($status)"
+	echo "result: $summary" >>"$run_dir/run.txt"
+	echo "$summary"
+	echo "results: $(show_path "$run_dir")" >&2
+	[[ $status == ok ]] || { cat "$out" >&2; exit 1; }
+}
+
+do_run() {
+	((${#positional[@]} == 1)) || bad "run takes one experiment: ping or pgbench"
+	local experiment=${positional[0]}
+	[[ $experiment == ping || $experiment == pgbench ]] || bad "unknown experiment '$experiment': ping or pgbench"
+	local o want
+	for o in "${run_opts[@]}"; do
+		want=pgbench
+		[[ $o != --count ]] || want=ping
+		[[ $want == "$experiment" ]] || bad "$o is for run $want"
+	done
+	if [[ $experiment == ping ]]; then
+		posint --count "$count"
+	else
+		posint --clients "$clients"
+		posint --time "$time_s"
+		posint --scale "$scale"
+		posint --pool-size "$pool_size"
+		[[ $mode =~ ^(simple|extended|prepared)$ ]] || bad "--mode takes simple, extended or prepared, got '$mode'"
+		command -v pgbench >/dev/null || bad "pgbench is not installed (postgresql-client / postgresql-15)"
+		command -v psql >/dev/null || bad "psql is not installed (postgresql-client)"
+	fi
+	need_root_and_tools ping
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	cleanup_on_exit=""
+	if lab_is_up; then
+		((${#up_opts[@]} == 0)) || bad "lab $lab is up already ($(state_get shards) shards, $(state_get preset)); ${up_opts[0]} is for a network run brings up: netlab.sh down first"
+	else
+		note "lab $lab is down: bringing it up for this run, and down again at the end"
+		do_up
+		cleanup_on_exit=down
+		trap down EXIT
+		trap 'exit 130' INT
+		trap 'exit 143' TERM
+	fi
+	run_info_sample
+	case $experiment in
+	ping) run_ping ;;
+	pgbench) run_pgbench ;;
+	esac
+}
+
+do_exec() {
+	((${#positional[@]} == 1)) || bad "exec takes one host, then -- and the command: exec HOST -- COMMAND..."
+	((${#exec_cmd[@]})) || bad "exec ${positional[0]}: give the command after --"
+	need_root_and_tools
+	lab_is_up || die "lab $lab is not up (scripts/netlab.sh up)"
+	check_host "${positional[0]}"
+	exec ip netns exec "$(ns "${positional[0]}")" "${exec_cmd[@]}"
+}
+
+# Commands on a network that is up take its programs from where up took them.
+[[ $command == up || -n $bin_dir ]] || bin_dir=$(state_get bin_dir || true)
+
+case $command in
+up)
+	((${#positional[@]} == 0)) || bad "up takes no arguments, got '${positional[0]}'"
+	do_up
+	;;
+down)
+	((${#positional[@]} == 0)) || bad "down takes no arguments, got '${positional[0]}'"
+	need_root_and_tools
+	lock
+	down
+	;;
+status)
+	((${#positional[@]} == 0)) || bad "status takes no arguments, got '${positional[0]}'"
+	do_status
+	;;
+fault) do_fault ;;
+run) do_run ;;
+exec) do_exec ;;
+esac
