@@ -890,9 +890,10 @@ func TestBadClients(t *testing.T) {
 	check("too many clients")
 }
 
-// TestUnsupportedProtocolFeatures answer errors, not crashes.
+// TestUnsupportedProtocolFeatures answer errors, not crashes. (Over one shard these
+// statements pass through: TestOneShardPassesThrough.)
 func TestUnsupportedProtocolFeatures(t *testing.T) {
-	e := startProxy(t, 1, nil, nil)
+	e := startProxy(t, 2, []string{"t=id"}, nil)
 	pc := e.pgconnect(t)
 	ctx := context.Background()
 	for _, q := range []string{"PREPARE p AS SELECT 1", "DECLARE c CURSOR FOR SELECT 1"} {

@@ -1084,3 +1084,67 @@ func TestCopyRelaysNotices(t *testing.T) {
 		t.Errorf("notices %q, want %q", notices, want)
 	}
 }
+
+// TestOneShardPassesThrough: with one shard (rules.Compiled.OneShard) every statement its
+// server runs passes through as written, the kinds the sharding layer refuses across
+// shards included: DO, CALL, SQL-level PREPARE and EXECUTE (the client pinned while its
+// statement exists), cursors, EXPLAIN of a write, MERGE, materialized views, domains.
+// With two shards the same DO block is refused.
+func TestOneShardPassesThrough(t *testing.T) {
+	e := startProxy(t, 1, nil, nil, withPool(2, 10*time.Second))
+	ctx := context.Background()
+	c := e.connect(t)
+	simple := func(q string) error {
+		_, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
+		return err
+	}
+	for _, q := range []string{
+		"CREATE TABLE acct (id int PRIMARY KEY, balance int)",
+		"INSERT INTO acct VALUES (1, 10), (2, 20)",
+		"DO $$ BEGIN UPDATE acct SET balance = balance + 1; END $$",
+		"CREATE PROCEDURE bump(n int) LANGUAGE sql AS $$ UPDATE acct SET balance = balance + n $$",
+		"CALL bump(100)",
+		"MERGE INTO acct a USING (VALUES (3, 30)) v(id, b) ON a.id = v.id WHEN NOT MATCHED THEN INSERT VALUES (v.id, v.b)",
+		"CREATE MATERIALIZED VIEW rich AS SELECT id FROM acct WHERE balance > 100",
+		"CREATE DOMAIN positive AS int CHECK (VALUE > 0)",
+		"EXPLAIN (COSTS OFF) UPDATE acct SET balance = 0 WHERE id = 1",
+		"REINDEX TABLE acct",
+		"PREPARE total AS SELECT sum(balance) FROM acct",
+	} {
+		if err := simple(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if pinned := e.srv.Stats().Pools[0].Pinned; pinned != 1 {
+		t.Errorf("after PREPARE: %d pinned clients, want 1", pinned)
+	}
+	if n := queryInt(t, c, "EXECUTE total"); n != 10+20+2+200+30 {
+		t.Errorf("EXECUTE total: %d", n)
+	}
+	if err := simple("DEALLOCATE total"); err != nil {
+		t.Fatal(err)
+	}
+	if pinned := e.srv.Stats().Pools[0].Pinned; pinned != 0 {
+		t.Errorf("after DEALLOCATE: %d pinned clients, want 0", pinned)
+	}
+	// psql's FETCH_COUNT reads through a cursor, in a transaction.
+	out, err := run(t, time.Minute, "psql", "-X", "-A", "-t", "-v", "FETCH_COUNT=2", e.url(""), "-c", "SELECT id FROM acct ORDER BY id")
+	if err != nil || strings.Join(strings.Fields(out), ",") != "1,2,3" {
+		t.Errorf("psql with FETCH_COUNT: %v\n%s", err, out)
+	}
+	// A setting a DO block changes stays off the next client's statements on the
+	// connection: one connection, two clients.
+	one := startProxy(t, 1, nil, nil, withPool(1, 10*time.Second))
+	a, b := one.connect(t), one.connect(t)
+	if _, err := a.Exec(ctx, "DO $$ BEGIN PERFORM set_config('work_mem', '7777kB', false); END $$", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	var workMem string
+	if err := b.QueryRow(ctx, "SELECT current_setting('work_mem')").Scan(&workMem); err != nil || workMem == "7777kB" {
+		t.Errorf("another client's work_mem after a DO that set it: %q, %v", workMem, err)
+	}
+	two := startProxy(t, 2, []string{"acct=id"}, nil)
+	if _, err := two.connect(t).Exec(ctx, "DO $$ BEGIN PERFORM 1; END $$"); sqlState(err) != "0A000" {
+		t.Errorf("DO over two shards: %v, want 0A000", err)
+	}
+}

@@ -416,6 +416,26 @@ func (c *Compiled) matchPattern(name string) *tableSpec {
 // After MergeSchemas they are the merged ones.
 func (c *Compiled) DataSources() []DataSource { return slices.Clone(c.sources) }
 
+// OneShard reports whether every table lives whole on one data source under its own
+// name: one data source, no schemas merged into it, no table split into several
+// physical tables. Every statement is then exact on that one server as written.
+func (c *Compiled) OneShard() bool {
+	if len(c.sources) != 1 || c.place != nil {
+		return false
+	}
+	for _, spec := range c.exact {
+		if spec.perDS > 1 {
+			return false
+		}
+	}
+	for _, spec := range c.patterns {
+		if spec.perDS > 1 {
+			return false
+		}
+	}
+	return true
+}
+
 // NumDataSources returns the number of data sources.
 func (c *Compiled) NumDataSources() int { return len(c.sources) }
 

@@ -201,6 +201,10 @@ func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {
 		b.Targets = []Target{{DataSource: pl.rules.DefaultDataSource(), Shard: -1, SQL: sql}}
 		b.Destination = routing.DestinationAny{}
 		return b, nil
+	case KindPassthrough:
+		b.Targets = []Target{{DataSource: pl.rules.DefaultDataSource(), Shard: -1, SQL: sql}}
+		b.Destination = routing.DestinationShard(pl.rules.DefaultDataSource())
+		return b, nil
 	case KindListen:
 		// Channels are the default data source's: a NOTIFY meets every LISTEN there.
 		b.Targets = []Target{{DataSource: pl.rules.DefaultDataSource(), Shard: -1, SQL: sql}}

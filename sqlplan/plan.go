@@ -47,9 +47,10 @@ const (
 	KindDiscard                 // DISCARD
 	KindLock                    // LOCK TABLE
 	KindListen                  // LISTEN, UNLISTEN, NOTIFY: on the default data source, where every client's notifications meet
+	KindPassthrough             // anything else one server runs, where the rules have one shard (rules.Compiled.OneShard): sent as written
 )
 
-var kindNames = [...]string{"empty", "select", "insert", "update", "delete", "ddl", "transaction", "set", "show", "copy", "explain", "discard", "lock", "listen"}
+var kindNames = [...]string{"empty", "select", "insert", "update", "delete", "ddl", "transaction", "set", "show", "copy", "explain", "discard", "lock", "listen", "passthrough"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {

@@ -193,6 +193,10 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 	// Before the analysis, which renames table references in the tree.
 	effects := sessionEffects(text, tree.Stmts[0].Stmt)
 	if err := a.analyze(tree.Stmts[0].Stmt); err != nil {
+		if errors.Is(err, ErrUnsupported) && p.rules.OneShard() {
+			// One shard: whatever its server runs is exact as written.
+			return p.passthrough(sql, text, normalized, tree, effects)
+		}
 		var pe interface{ SQLState() string }
 		if errors.As(err, &pe) {
 			return nil, err
@@ -205,6 +209,52 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 		a.plan.NumParams = 0
 	}
 	return a.plan, nil
+}
+
+// passthrough plans a statement the analysis refused, for rules of one shard: it runs
+// on that shard as the client wrote it. A normalised text is planned again from the
+// client's own, whose literals the statement keeps.
+func (p *Planner) passthrough(sql, text string, normalized bool, tree *pg.ParseResult, effects SessionEffects) (*Plan, error) {
+	if normalized {
+		t, err := pg.Parse(sql)
+		if err != nil {
+			return nil, syntaxError(err)
+		}
+		tree, text = t, sql
+	}
+	a := &analyzer{p: p, sql: sql, text: text, tree: tree}
+	switch n := tree.Stmts[0].Stmt.Node.(type) {
+	case *pg.Node_PrepareStmt, *pg.Node_CreateFunctionStmt:
+		// The $n inside are the prepared statement's or the function's, not this one's.
+	case *pg.Node_ExplainStmt:
+		a.noteParams(n.ExplainStmt)
+	default:
+		a.noteParams(tree.Stmts[0].Stmt)
+	}
+	pl := &Plan{Kind: KindPassthrough, SQL: sql, rules: p.rules, Session: effects, NumParams: a.maxParam,
+		NoTransaction: noTransaction(tree.Stmts[0].Stmt)}
+	_, isSelect := tree.Stmts[0].Stmt.Node.(*pg.Node_SelectStmt)
+	pl.Write = !isSelect
+	return pl, nil
+}
+
+// noTransaction reports whether PostgreSQL refuses a statement inside a transaction
+// block, so that it is never wrapped in one.
+func noTransaction(stmt *pg.Node) bool {
+	switch n := stmt.Node.(type) {
+	case *pg.Node_CreatedbStmt, *pg.Node_DropdbStmt, *pg.Node_CreateTableSpaceStmt, *pg.Node_DropTableSpaceStmt,
+		*pg.Node_AlterSystemStmt, *pg.Node_VacuumStmt:
+		return true
+	case *pg.Node_ReindexStmt:
+		for _, o := range n.ReindexStmt.Params {
+			if o.GetDefElem().GetDefname() == "concurrently" {
+				return true
+			}
+		}
+	case *pg.Node_IndexStmt:
+		return n.IndexStmt.Concurrent
+	}
+	return false
 }
 
 // literalText returns the value of literal i of sql: a string literal unquoted, a

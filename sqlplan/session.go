@@ -39,19 +39,28 @@ const (
 	// the session's last nextval left: on a connection another client used last, that
 	// client's.
 	EffectReadsSequences
+	// EffectOpaque: the statement runs code it does not show (DO, CALL), which may
+	// change settings: the connection's settings are unknown afterwards.
+	EffectOpaque
 )
 
 // sessionWords are the words without which a statement has no session effect: a cheap
 // test that spares the walk over the parse tree for nearly every statement.
-var sessionWords = []string{"set_config", "advisory", "temp", "drop", "listen", "val"}
+var sessionWords = []string{"set_config", "advisory", "temp", "drop", "listen", "val", "prepare", "deallocate", "declare", "close", "discard"}
 
 // sessionEffects finds what a parsed statement may do to its connection's session
 // (see SessionEffects); text is the statement's text.
 func sessionEffects(text string, stmt *pg.Node) SessionEffects {
-	if !containsAnyFold(text, sessionWords) {
-		return 0
-	}
 	var e SessionEffects
+	switch stmt.Node.(type) {
+	case *pg.Node_DoStmt, *pg.Node_CallStmt:
+		// Code the statement does not show may make or drop state that lives on the
+		// connection, and change settings, which are not followed.
+		e |= EffectBinds | EffectUnbinds | EffectOpaque
+	}
+	if !containsAnyFold(text, sessionWords) {
+		return e
+	}
 	walk(stmt, func(m proto.Message) bool {
 		switch n := m.(type) {
 		case *pg.FuncCall:
@@ -81,8 +90,12 @@ func sessionEffects(text string, stmt *pg.Node) SessionEffects {
 			if isTempSchema(n.Sval) {
 				e |= EffectBinds // a qualified name such as pg_temp.f
 			}
-		case *pg.DropStmt, *pg.UnlistenStmt:
+		case *pg.DropStmt, *pg.UnlistenStmt, *pg.DeallocateStmt, *pg.ClosePortalStmt:
 			e |= EffectUnbinds
+		case *pg.PrepareStmt:
+			e |= EffectBinds // an SQL-level prepared statement lives on its connection
+		case *pg.DeclareCursorStmt:
+			e |= EffectBinds // WITH HOLD outlives its transaction, on its connection
 		case *pg.ListenStmt:
 			e |= EffectBinds | EffectListens
 		}

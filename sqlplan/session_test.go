@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
@@ -58,5 +59,42 @@ func TestSessionEffects(t *testing.T) {
 		if p.Session != tc.want {
 			t.Errorf("%s: extended protocol: effects %b, want %b", tc.sql, p.Session, tc.want)
 		}
+	}
+}
+
+// TestOneShardPassesThrough: over rules of one shard, what the analysis refuses across
+// shards is planned to run as written on that shard; over two it stays refused.
+func TestOneShardPassesThrough(t *testing.T) {
+	one, err := rules.Compile(rules.Rules{DataSources: []rules.DataSource{{Name: "ds_0", DSN: "postgres://a/x"}},
+		Tables: []rules.Table{{Name: "t", Strategy: rules.Strategy{Column: "id", Type: rules.TypeInt4}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	split, err := rules.Compile(rules.Rules{DataSources: []rules.DataSource{{Name: "ds_0", DSN: "postgres://a/x"}},
+		Tables: []rules.Table{{Name: "t", Strategy: rules.Strategy{Column: "id", Type: rules.TypeInt4}, TablesPerDataSource: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !one.OneShard() || split.OneShard() || testRules(t).OneShard() {
+		t.Fatalf("OneShard: %v %v %v, want true false false", one.OneShard(), split.OneShard(), testRules(t).OneShard())
+	}
+	ctx := context.Background()
+	for _, sql := range []string{"DO $$ BEGIN PERFORM 1; END $$", "PREPARE p AS SELECT $1::int + 1", "CALL f(1)",
+		"SELECT id, rank() OVER (ORDER BY id) FROM t", "CREATE DATABASE x"} {
+		p, _, err := sqlplan.New(one, nil, sqlplan.Options{}).PlanSimple(ctx, sql)
+		if err != nil || p.Kind != sqlplan.KindPassthrough && p.Kind != sqlplan.KindSelect {
+			t.Errorf("one shard: %s: %v %v", sql, p, err)
+			continue
+		}
+		b, err := p.BindSimple(sql, nil)
+		if err != nil || len(b.Targets) != 1 || b.Targets[0].SQL != sql {
+			t.Errorf("one shard: %s: bound %v %v", sql, b, err)
+		}
+		if _, _, err := sqlplan.New(split, nil, sqlplan.Options{}).PlanSimple(ctx, sql); err == nil && sql[0] == 'D' {
+			t.Errorf("one data source, two tables: %s planned", sql)
+		}
+	}
+	if p, _, _ := sqlplan.New(one, nil, sqlplan.Options{}).PlanSimple(ctx, "CREATE DATABASE x"); p == nil || !p.NoTransaction {
+		t.Error("CREATE DATABASE may be wrapped in a transaction")
 	}
 }

@@ -196,6 +196,9 @@ func (s *Session) noteEffects(plan *sqlplan.Plan, b *sqlplan.Bound, fastPath boo
 		if e&sqlplan.EffectListens != 0 {
 			s.leases.listen(t.DataSource)
 		}
+		if e&sqlplan.EffectOpaque != 0 {
+			s.leases.forgetSettings(t.DataSource)
+		}
 		if e&sqlplan.EffectBinds != 0 || e&sqlplan.EffectUnbinds != 0 && s.leases.isPinned(t.DataSource) ||
 			s.tempPath && plan.Kind == sqlplan.KindDDL {
 			s.leases.recheck(t.DataSource)

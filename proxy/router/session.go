@@ -107,7 +107,7 @@ func (r *Router) NewSession(client Client, user string, login Identity, startup 
 		return nil, err
 	}
 	s := &Session{r: r, id: r.sessions.Add(1), client: client, user: user, login: login, pools: pools, stmts: map[string]*statement{}, portals: map[string]*portal{}}
-	s.leases = &leases{s: s, held: map[int]*lease{}, pinned: map[int]*backend.Conn{}, check: map[int]bool{}, listens: map[int]bool{}}
+	s.leases = &leases{s: s, held: map[int]*lease{}, pinned: map[int]*backend.Conn{}, check: map[int]bool{}, forget: map[int]bool{}, listens: map[int]bool{}}
 	s.tx = sqlexec.NewSession(s.leases, r.committer)
 	if r.detector != nil {
 		s.tx.SetDeadlockDetector(r.detector)
@@ -290,6 +290,9 @@ type leases struct {
 	// check marks the data sources whose connection is to be asked, when released,
 	// whether it holds such state.
 	check map[int]bool
+	// forget marks the data sources whose connection's settings are unknown when
+	// released (see forgetSettings).
+	forget map[int]bool
 	// lost is set when a kept connection broke with the client's state on it (see
 	// drop): every statement gets it from then on.
 	lost error
@@ -500,8 +503,10 @@ func (x *lease) Release(reuse bool) {
 	wasPinned := l.pinned[x.ds] == x.c
 	check := l.check[x.ds]
 	delete(l.check, x.ds)
+	forget := l.forget[x.ds]
+	delete(l.forget, x.ds)
 	l.mu.Unlock()
-	if l.s.dirty {
+	if l.s.dirty || forget {
 		x.c.ForgetSettings()
 	}
 	// A connection the client keeps stays its own after a cancelled statement: a late
@@ -571,6 +576,19 @@ func (l *leases) recheck(ds int) {
 	}
 	l.mu.Lock()
 	l.check[ds] = true
+	l.mu.Unlock()
+}
+
+// forgetSettings marks data source ds: when the client's connection there is next
+// released, its settings are unknown (a DO or CALL ran code that may have changed
+// them), so that the next statement on it, the client's or another's, resets them
+// (transaction pooling; in session pooling the connection is the client's alone).
+func (l *leases) forgetSettings(ds int) {
+	if l.s.r.mode != PoolTransaction {
+		return
+	}
+	l.mu.Lock()
+	l.forget[ds] = true
 	l.mu.Unlock()
 }
 
