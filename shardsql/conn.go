@@ -28,6 +28,11 @@ type conn struct {
 	// connections' view of the schema (planContext), and plans made meanwhile are
 	// forgotten when it ends (endTx).
 	txDDL bool
+	// streaming: the statement running now is a query whose rows the caller reads one
+	// by one; a SELECT on PostgreSQL shards then leaves its rows in streamed, to be read
+	// as they arrive, instead of gathering them.
+	streaming bool
+	streamed  *sqlexec.Rows
 }
 
 var (
@@ -168,11 +173,27 @@ func (cn *conn) ResetSession(ctx context.Context) error {
 func (cn *conn) IsValid() bool { return !cn.closed }
 
 func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	res, err := cn.run(ctx, query, args)
+	return cn.query(func() (*sqlexec.Result, error) { return cn.run(ctx, query, args) })
+}
+
+// query runs a statement (run) whose rows the caller reads: those of a SELECT on
+// PostgreSQL shards as they arrive (sqlexec.Engine.Query), any other's as gathered.
+func (cn *conn) query(run func() (*sqlexec.Result, error)) (driver.Rows, error) {
+	cn.streaming = true
+	res, err := run()
+	cn.streaming = false
+	streamed := cn.streamed
+	cn.streamed = nil
 	if err != nil {
+		if streamed != nil {
+			streamed.Close()
+		}
 		return nil, err
 	}
-	return newRows(res, cn.sq != nil)
+	if streamed == nil {
+		streamed = sqlexec.RowsOf(res)
+	}
+	return newRows(streamed, cn.sq != nil)
 }
 
 func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
@@ -205,6 +226,7 @@ func (cn *conn) run(ctx context.Context, query string, args []driver.NamedValue)
 // caller's is open, or the string controls transactions itself), so that an error
 // rolls the whole string back. It answers with the last statement's result.
 func (cn *conn) runMany(ctx context.Context, stmts []string) (*sqlexec.Result, error) {
+	cn.streaming = false // each statement ends before the next: the last one's rows are gathered
 	implicit := cn.sq == nil && !cn.s.InTransaction() && !controlsTransactions(stmts)
 	if implicit {
 		if err := cn.s.Begin("BEGIN"); err != nil {
@@ -362,6 +384,13 @@ func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args, a
 	}
 	var res *sqlexec.Result
 	var err error
+	if cn.streaming && cn.sq == nil && pl.Kind == sqlplan.KindSelect {
+		cn.streamed, err = cn.c.engine.Query(ctx, b, a, nil, cn.s)
+		if err != nil {
+			return nil, err
+		}
+		return &sqlexec.Result{Fields: cn.streamed.Fields()}, nil
+	}
 	if cn.sq != nil {
 		res, err = cn.sq.run(ctx, b, args)
 	} else {
@@ -521,11 +550,7 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 }
 
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	res, err := s.exec(ctx, args)
-	if err != nil {
-		return nil, err
-	}
-	return newRows(res, s.cn.sq != nil)
+	return s.cn.query(func() (*sqlexec.Result, error) { return s.exec(ctx, args) })
 }
 
 func named(args []driver.Value) []driver.NamedValue {
@@ -545,20 +570,20 @@ func (r result) LastInsertId() (int64, error) {
 
 func (r result) RowsAffected() (int64, error) { return pgconn.CommandTag(r).RowsAffected(), nil }
 
-// rows reads a result that the engine has already gathered (and merged).
+// rows reads an answer, streamed or gathered (sqlexec.Rows).
 type rows struct {
-	res    *sqlexec.Result
-	next   int
+	src    *sqlexec.Rows
+	fields []pgconn.FieldDescription
 	decode []func([]byte) (driver.Value, error)
 }
 
 var _ driver.RowsColumnTypeDatabaseTypeName = (*rows)(nil)
 
-// newRows reads a result; lite marks SQLite shards, whose numbers come back as the
+// newRows reads an answer; lite marks SQLite shards, whose numbers come back as the
 // int64 or float64 SQLite gave.
-func newRows(res *sqlexec.Result, lite bool) (*rows, error) {
-	r := &rows{res: res}
-	for _, f := range res.Fields {
+func newRows(src *sqlexec.Rows, lite bool) (*rows, error) {
+	r := &rows{src: src, fields: src.Fields()}
+	for _, f := range r.fields {
 		oid, format := f.DataTypeOID, f.Format
 		if lite && (oid == oidNumeric || oid == 701) {
 			r.decode = append(r.decode, sqliteNumber)
@@ -593,29 +618,34 @@ func decodeInt(b []byte) (driver.Value, error)    { return strconv.ParseInt(stri
 func decodeString(b []byte) (driver.Value, error) { return string(b), nil }
 
 func (r *rows) Columns() []string {
-	out := make([]string, len(r.res.Fields))
-	for i, f := range r.res.Fields {
+	out := make([]string, len(r.fields))
+	for i, f := range r.fields {
 		out[i] = f.Name
 	}
 	return out
 }
 
-func (r *rows) Close() error { return nil }
+// Close ends the answer; shards still sending rows stop.
+func (r *rows) Close() error {
+	_, err := r.src.Close()
+	return err
+}
 
 func (r *rows) Next(dest []driver.Value) error {
-	if r.next >= len(r.res.Rows) {
+	if !r.src.Next() {
+		if _, err := r.src.Close(); err != nil {
+			return err
+		}
 		return io.EOF
 	}
-	row := r.res.Rows[r.next]
-	r.next++
-	for i, v := range row {
+	for i, v := range r.src.Values() {
 		if v == nil {
 			dest[i] = nil
 			continue
 		}
 		val, err := r.decode[i](v)
 		if err != nil {
-			return fmt.Errorf("shardsql: column %s: %w", r.res.Fields[i].Name, err)
+			return fmt.Errorf("shardsql: column %s: %w", r.fields[i].Name, err)
 		}
 		dest[i] = val
 	}
@@ -624,7 +654,7 @@ func (r *rows) Next(dest []driver.Value) error {
 
 // ColumnTypeDatabaseTypeName returns the column's PostgreSQL type name, upper case.
 func (r *rows) ColumnTypeDatabaseTypeName(i int) string {
-	if t, ok := typeMap.TypeForOID(r.res.Fields[i].DataTypeOID); ok {
+	if t, ok := typeMap.TypeForOID(r.fields[i].DataTypeOID); ok {
 		return strings.ToUpper(t.Name)
 	}
 	return ""

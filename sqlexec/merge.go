@@ -159,36 +159,9 @@ func textColumns(m *sqlplan.MergeSpec, fields []pgconn.FieldDescription) []int {
 // server does (C, POSIX, C.UTF-8), and refuses where the collation of a key cannot be
 // told (a column with a collation of its own beside a default that is not byte order).
 func (e *Engine) rankText(ctx context.Context, b *sqlplan.Bound, results []targetResult, cols []int) (map[int]map[string]int64, error) {
-	m := b.Merge
-	coll := ""
-	switch {
-	case m.Collation != "":
-		if byteOrderCollation(m.Collation) {
-			return nil, nil
-		}
-		coll = m.Collation
-	case e.catalog == nil:
-		return nil, unsupported("comparing text across shards without a catalog to tell its collation")
-	default:
-		dss := map[int]bool{}
-		for _, t := range b.Targets {
-			dss[t.DataSource] = true
-		}
-		allBytes := true
-		for ds := range dss {
-			byteOrder, uniform, name, err := e.catalog.TextOrder(ctx, ds, m.Tables)
-			if err != nil {
-				return nil, e.shardErr(ds, err)
-			}
-			if !uniform {
-				return nil, unsupported("comparing text under collation %s across shards: columns with collations of their own are compared exactly only under byte-order collations (C, POSIX, C.UTF-8); add COLLATE to the sort key or pin one shard", name)
-			}
-			allBytes = allBytes && byteOrder
-		}
-		if allBytes {
-			return nil, nil
-		}
-		coll = "default"
+	coll, err := e.textCollation(ctx, b)
+	if err != nil || coll == "" {
+		return nil, err
 	}
 	ranks := map[int]map[string]int64{}
 	ds := b.Targets[0].DataSource
@@ -228,6 +201,41 @@ func (e *Engine) rankText(ctx context.Context, b *sqlplan.Bound, results []targe
 		ranks[c] = rank
 	}
 	return ranks, nil
+}
+
+// textCollation returns the collation under which the text a merge compares must be
+// ranked: "" where bytes compare as the server does. It refuses where the collation of
+// a key cannot be told (see rankText).
+func (e *Engine) textCollation(ctx context.Context, b *sqlplan.Bound) (string, error) {
+	m := b.Merge
+	switch {
+	case m.Collation != "":
+		if byteOrderCollation(m.Collation) {
+			return "", nil
+		}
+		return m.Collation, nil
+	case e.catalog == nil:
+		return "", unsupported("comparing text across shards without a catalog to tell its collation")
+	}
+	dss := map[int]bool{}
+	for _, t := range b.Targets {
+		dss[t.DataSource] = true
+	}
+	allBytes := true
+	for ds := range dss {
+		byteOrder, uniform, name, err := e.catalog.TextOrder(ctx, ds, m.Tables)
+		if err != nil {
+			return "", e.shardErr(ds, err)
+		}
+		if !uniform {
+			return "", unsupported("comparing text under collation %s across shards: columns with collations of their own are compared exactly only under byte-order collations (C, POSIX, C.UTF-8); add COLLATE to the sort key or pin one shard", name)
+		}
+		allBytes = allBytes && byteOrder
+	}
+	if allBytes {
+		return "", nil
+	}
+	return "default", nil
 }
 
 // ranked replaces a text value by its rank, when the column is ranked.

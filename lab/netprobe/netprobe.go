@@ -90,6 +90,41 @@ func SQLRoundTrips(ctx context.Context, dsn string, n int) ([]time.Duration, err
 	return samples, nil
 }
 
+// Read is what ReadAnswer measured of one answer.
+type Read struct {
+	Rows, Bytes int64         // rows and bytes of values received
+	FirstRow    time.Duration // from sending the query to its first row (0: no rows)
+	Total       time.Duration // to its end
+}
+
+// ReadAnswer opens one connection to dsn, runs query in PostgreSQL's extended protocol
+// (the whole answer at once, as a driver asks for it) and reads the answer row by row
+// as it arrives, keeping none: the time to its first row and to its end, and its size.
+func ReadAnswer(ctx context.Context, dsn, query string) (Read, error) {
+	conn, err := pgconn.Connect(ctx, dsn)
+	if err != nil {
+		return Read{}, fmt.Errorf("netprobe: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var r Read
+	start := time.Now()
+	rr := conn.ExecParams(ctx, query, nil, nil, nil, nil)
+	for rr.NextRow() {
+		if r.Rows == 0 {
+			r.FirstRow = time.Since(start)
+		}
+		r.Rows++
+		for _, v := range rr.Values() {
+			r.Bytes += int64(len(v))
+		}
+	}
+	if _, err := rr.Close(); err != nil {
+		return r, fmt.Errorf("netprobe: %s: %w", query, err)
+	}
+	r.Total = time.Since(start)
+	return r, nil
+}
+
 // Outcome is what became of an attempt to open a TCP connection.
 type Outcome string
 

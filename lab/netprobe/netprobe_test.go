@@ -109,3 +109,21 @@ func TestSQLRoundTrips(t *testing.T) {
 		t.Errorf("cancelled context: no error")
 	}
 }
+
+func TestReadAnswer(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	r, err := netprobe.ReadAnswer(context.Background(), dsn, "SELECT g, repeat('x', 10) FROM generate_series(1, 1000) g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1..9: 9 bytes, 10..99: 180, 100..999: 2700, 1000: 4; then ten x's a row.
+	if r.Rows != 1000 || r.Bytes != 9+180+2700+4+10000 {
+		t.Errorf("rows %d, bytes %d", r.Rows, r.Bytes)
+	}
+	if r.FirstRow <= 0 || r.FirstRow > r.Total {
+		t.Errorf("first row after %v of %v", r.FirstRow, r.Total)
+	}
+	if _, err := netprobe.ReadAnswer(context.Background(), dsn, "SELECT * FROM no_such_table"); err == nil {
+		t.Errorf("a failing query: no error")
+	}
+}

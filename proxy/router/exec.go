@@ -66,6 +66,11 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 			return ran, err
 		})
 	}
+	if plan.Kind == sqlplan.KindSelect && maxRows == 0 {
+		// The whole answer at once: its rows go to the client as they arrive.
+		p.started, p.finished = true, true
+		return s.relayRows(ctx, b, p.args, p.resultFormats, false)
+	}
 	res, err := s.engineExecute(ctx, b, p.args, p.resultFormats)
 	if err != nil {
 		return err
@@ -90,6 +95,47 @@ func (s *Session) engineExecute(ctx context.Context, b *sqlplan.Bound, args sqlp
 	}
 	return s.r.engine.Execute(ctx, b, args, formats, &s.conns)
 }
+
+// relayRows runs a SELECT through the SQL core's engine and sends its rows to the
+// client as they come (sqlexec.Engine.Query), then its command tag; describe sends
+// the row description first (the simple protocol). A client that went away stops the
+// shards' work.
+func (s *Session) relayRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16, describe bool) error {
+	if b.MultiTarget() {
+		s.conns.mu.Lock()
+		s.conns.multi = true
+		s.conns.mu.Unlock()
+		defer func() {
+			s.conns.mu.Lock()
+			s.conns.multi = false
+			s.conns.mu.Unlock()
+		}()
+	}
+	rows, err := s.r.engine.Query(ctx, b, args, formats, &s.conns)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if describe {
+		s.client.Send(&pgproto3.RowDescription{Fields: fieldsOf(rows.Fields())})
+	}
+	for n := 1; rows.Next(); n++ {
+		s.client.Send(&pgproto3.DataRow{Values: rows.Values()})
+		if n%relayCheck == 0 && s.client.Flush() != nil {
+			break // the client is gone: Close stops the shards
+		}
+	}
+	tag, err := rows.Close()
+	if err != nil {
+		return err
+	}
+	s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(tag.String())})
+	return nil
+}
+
+// relayCheck is how many rows relayRows sends between checks that the client is
+// still there.
+const relayCheck = 1024
 
 // sendRest sends a portal's remaining rows, at most maxRows of them (0: all).
 func (s *Session) sendRest(p *portal, maxRows uint32) error {
@@ -161,11 +207,14 @@ func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
 			return ran, err
 		})
 	}
+	if plan.Kind == sqlplan.KindSelect {
+		return s.relayRows(ctx, b, sqlplan.Args{}, nil, true)
+	}
 	res, err := s.engineExecute(ctx, b, sqlplan.Args{}, nil)
 	if err != nil {
 		return err
 	}
-	if res.Fields != nil || plan.Kind == sqlplan.KindSelect {
+	if res.Fields != nil {
 		s.client.Send(&pgproto3.RowDescription{Fields: fieldsOf(res.Fields)})
 	}
 	for _, row := range res.Rows {

@@ -21,6 +21,10 @@ const usage = `Usage:
   netprobe sql [--count N] [--timeout D] DSN
       times N round trips of "SELECT 1" over one connection to DSN and prints
       n=N min_ms=... median_ms=... p99_ms=... max_ms=... mean_ms=... stddev_ms=...
+  netprobe read [--query SQL] [--timeout D] DSN
+      runs SQL once over one connection to DSN, reads its answer row by row as it
+      arrives (keeping none), and prints
+      rows=N bytes=B first_row_ms=... total_ms=...
   netprobe dial [--timeout D] HOST:PORT
       tries to open a TCP connection and prints what became of it: answered,
       refused, timeout (nothing came back within D, as across a partition) or
@@ -36,6 +40,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("netprobe", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	count := fs.Int("count", 200, "sql: timed round trips")
+	query := fs.String("query", "SELECT 1", "read: the statement whose answer is read")
 	timeout := fs.Duration("timeout", 10*time.Second, "sql: bound on the whole probe; dial: bound on opening the connection")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
@@ -43,7 +48,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if len(args) == 0 {
 		fs.Usage()
-		return fmt.Errorf("%w: give a probe, sql or dial", ErrUsage)
+		return fmt.Errorf("%w: give a probe, sql, read or dial", ErrUsage)
 	}
 	probe := args[0]
 	if probe == "-h" || probe == "--help" || probe == "-help" {
@@ -82,6 +87,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_, err = fmt.Fprintf(stdout, "n=%d min_ms=%s median_ms=%s p99_ms=%s max_ms=%s mean_ms=%s stddev_ms=%s\n",
 			s.N, ms(s.Min), ms(s.Median), ms(s.P99), ms(s.Max), ms(s.Mean), ms(s.Stddev))
 		return err
+	case "read":
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		r, err := netprobe.ReadAnswer(ctx, target, *query)
+		if err != nil {
+			return err
+		}
+		ms := func(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
+		_, err = fmt.Fprintf(stdout, "rows=%d bytes=%d first_row_ms=%s total_ms=%s\n", r.Rows, r.Bytes, ms(r.FirstRow), ms(r.Total))
+		return err
 	case "dial":
 		outcome, err := netprobe.Dial(ctx, target, *timeout)
 		if err != nil {
@@ -90,5 +105,5 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_, err = fmt.Fprintln(stdout, outcome)
 		return err
 	}
-	return fmt.Errorf("%w: unknown probe %q: want sql or dial", ErrUsage, probe)
+	return fmt.Errorf("%w: unknown probe %q: want sql, read or dial", ErrUsage, probe)
 }

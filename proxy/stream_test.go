@@ -1,0 +1,109 @@
+package proxy_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestCrossShardRowsStream: the rows of a read over several shards reach the client
+// as they arrive, before the other shards have answered. The second data source's
+// answer waits on an advisory lock the test holds there; the first data source's rows
+// must come through meanwhile, in the simple protocol and the extended one. With ORDER
+// BY a sort merge needs a row of every shard: the blocked shard, scanning its index in
+// order, waits only after sending its first 500 rows (more than the server's 8 kB
+// output buffer), and the merged rows up to there must come through.
+func TestCrossShardRowsStream(t *testing.T) {
+	e := startProxy(t, 2, []string{"items=id"}, nil)
+	ctx := context.Background()
+	c := e.connect(t)
+	if _, err := c.Exec(ctx, "CREATE TABLE items (id int PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "INSERT INTO items SELECT g, repeat('v', 100) FROM generate_series(1, 2000) g"); err != nil {
+		// INSERT ... SELECT is refused across shards: insert by values.
+		for i := 1; i <= 2000; i++ {
+			if _, err := c.Exec(ctx, "INSERT INTO items VALUES ($1, repeat('v', 100))", i); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	holder, err := pgx.Connect(ctx, e.dsns[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+
+	// The second data source's scan waits at its 501st row (the lock is per database:
+	// the first data source never waits). An index scan keeps the rows in order.
+	var second int
+	if err := holder.QueryRow(ctx, "SELECT id FROM items ORDER BY id OFFSET 500 LIMIT 1").Scan(&second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "SET enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		mode pgx.QueryExecMode
+		sql  string
+	}{
+		{"simple", pgx.QueryExecModeSimpleProtocol, "SELECT id, v FROM items WHERE id <> $1 OR pg_advisory_xact_lock_shared(4242)::text = ''"},
+		{"extended", pgx.QueryExecModeExec, "SELECT id, v FROM items WHERE id <> $1 OR pg_advisory_xact_lock_shared(4242)::text = ''"},
+		{"ordered", pgx.QueryExecModeExec, "SELECT id, v FROM items WHERE id <> $1 OR pg_advisory_xact_lock_shared(4242)::text = '' ORDER BY id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock(4242)"); err != nil {
+				t.Fatal(err)
+			}
+			released := false
+			release := func() {
+				if !released {
+					released = true
+					if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock(4242)"); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			defer release()
+			first := make(chan error, 1)
+			done := make(chan int, 1)
+			go func() {
+				qctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				rows, err := c.Query(qctx, tc.sql, tc.mode, second)
+				if err != nil {
+					first <- err
+					done <- 0
+					return
+				}
+				n := 0
+				for rows.Next() {
+					if n == 0 {
+						first <- nil
+					}
+					n++
+				}
+				rows.Close()
+				if n == 0 {
+					first <- rows.Err()
+				}
+				done <- n
+			}()
+			select {
+			case err := <-first:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Error("no row reached the client while one shard's answer waited")
+			}
+			release()
+			if n := <-done; n != 2000 {
+				t.Errorf("%d rows, want 2000", n)
+			}
+		})
+	}
+}

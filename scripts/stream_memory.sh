@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Measures what a large cross-shard answer costs shard-proxy in memory (docs/proxy.md,
+# "Answers in bounded memory"): fills one table of about --rows x --pad bytes in a
+# scratch database, copies it through a proxy onto two shard databases, then reads the
+# whole table through a fresh proxy, with and without ORDER BY, and directly from the
+# one database. For each read it records the proxy's peak resident memory (VmHWM from
+# /proc) above its resident memory before the read, and the time to the first row and
+# to the end, beside a direct connection's. Writes results/runs/streammem-<time>/:
+# results.csv, summary.txt and run.txt.
+set -euo pipefail
+
+usage() {
+	cat <<'USAGE'
+Usage: scripts/stream_memory.sh [options]
+
+  --rows N           rows of the table (default 1000000)
+  --pad BYTES        bytes of text per row beside its bigint key (default 1000): the
+                     defaults make an answer of about 1 GB
+  --server URL       PostgreSQL server, without a database (default
+                     postgres://postgres@127.0.0.1:5432); three scratch databases are
+                     made there and dropped at the end
+  --runs-dir DIR     where the run directory goes (default results/runs)
+  -h, --help         this help (writes nothing)
+
+Needs psql and go. The scratch databases take about twice the answer's size on disk.
+USAGE
+}
+
+root=$(cd "$(dirname "$0")/.." && pwd -P)
+. "$root/scripts/lib.sh"
+rows=1000000 pad=1000 server=postgres://postgres@127.0.0.1:5432 runs="$root/results/runs"
+command_line="scripts/stream_memory.sh$(quote_args "$@")"
+while (($#)); do
+	case $1 in
+	--rows) rows=${2:?--rows needs a value}; shift 2 ;;
+	--pad) pad=${2:?--pad needs a value}; shift 2 ;;
+	--server) server=${2:?--server needs a value}; shift 2 ;;
+	--runs-dir) runs=${2:?--runs-dir needs a value}; shift 2 ;;
+	-h | --help) usage; exit 0 ;;
+	*) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+[[ $rows =~ ^[1-9][0-9]*$ ]] || { echo "--rows must be a positive integer, got $rows" >&2; exit 2; }
+[[ $pad =~ ^[0-9]+$ ]] || { echo "--pad must be a non-negative integer, got $pad" >&2; exit 2; }
+for tool in psql go; do
+	command -v "$tool" >/dev/null || { echo "$tool is not installed" >&2; exit 1; }
+done
+psql -X -q "$server/postgres" -c 'SELECT 1' >/dev/null || { echo "cannot reach PostgreSQL at $server" >&2; exit 1; }
+
+claim_run_dir "$runs" "$(new_run_id streammem-)"
+echo "run directory: $(show_path "$run_dir")"
+tag="streammem_$$"
+one="${tag}_one" s0="${tag}_s0" s1="${tag}_s1"
+proxy_pid=""
+cleanup() {
+	[[ -n $proxy_pid ]] && kill "$proxy_pid" 2>/dev/null && wait "$proxy_pid" 2>/dev/null
+	for db in "$one" "$s0" "$s1"; do
+		psql -X -q "$server/postgres" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+	done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "building shard-proxy and netprobe"
+go build -o "$run_dir/shard-proxy" "$root/cmd/shard-proxy"
+go build -o "$run_dir/netprobe" "$root/cmd/netprobe"
+
+for db in "$one" "$s0" "$s1"; do
+	psql -X -q "$server/postgres" -c "CREATE DATABASE $db" >/dev/null
+	psql -X -q "$server/$db" -c "CREATE TABLE big (id bigint PRIMARY KEY, pad text)" >/dev/null
+done
+echo "filling $rows rows of $pad bytes"
+psql -X -q "$server/$one" -c "INSERT INTO big SELECT g, repeat('x', $pad) FROM generate_series(1, $rows) g; ANALYZE big" >/dev/null
+
+# start_proxy: a fresh proxy over the two shards; sets proxy_pid and proxy_url.
+start_proxy() {
+	rm -f "$run_dir/addr"
+	"$run_dir/shard-proxy" --database app --listen 127.0.0.1:0 --addr-file "$run_dir/addr" \
+		--shard "$server/$s0?sslmode=disable" --shard "$server/$s1?sslmode=disable" \
+		--sharded big=id --log-level warn 2>>"$run_dir/proxy.log" &
+	proxy_pid=$!
+	for _ in $(seq 100); do [[ -s $run_dir/addr ]] && break; sleep 0.1; done
+	[[ -s $run_dir/addr ]] || { echo "shard-proxy did not start; see $(show_path "$run_dir/proxy.log")" >&2; exit 1; }
+	proxy_url="postgres://postgres@$(cat "$run_dir/addr")/app?sslmode=disable"
+}
+stop_proxy() {
+	kill "$proxy_pid" && wait "$proxy_pid" 2>/dev/null || true
+	proxy_pid=""
+}
+kib() { awk -v k="$1" '$1 == k":" {print $2}' "/proc/$proxy_pid/status"; }
+
+echo "copying it through the proxy onto two shards"
+start_proxy
+psql -X -q "$server/$one" -c "COPY big TO STDOUT" | psql -X -q "$proxy_url" -c "COPY big FROM STDIN"
+psql -X -q "$server/$s0" -c "ANALYZE big" >/dev/null
+psql -X -q "$server/$s1" -c "ANALYZE big" >/dev/null
+stop_proxy
+
+echo "path,read,rows,bytes,first_row_ms,total_ms,proxy_rss_before_kib,proxy_hwm_kib,proxy_growth_kib" >"$run_dir/results.csv"
+for read in concatenated ordered; do
+	query="SELECT id, pad FROM big"
+	[[ $read == ordered ]] && query+=" ORDER BY id"
+	echo "reading: $query"
+	out=$("$run_dir/netprobe" read --timeout 30m --query "$query" "$server/$one?sslmode=disable")
+	eval "$(tr ' ' '\n' <<<"$out" | sed 's/^/r_/')"
+	echo "direct,$read,$r_rows,$r_bytes,$r_first_row_ms,$r_total_ms,,," >>"$run_dir/results.csv"
+	start_proxy
+	"$run_dir/netprobe" sql --count 20 "$proxy_url" >/dev/null # pools and plans warm
+	before=$(kib VmRSS)
+	out=$("$run_dir/netprobe" read --timeout 30m --query "$query" "$proxy_url")
+	hwm=$(kib VmHWM)
+	stop_proxy
+	eval "$(tr ' ' '\n' <<<"$out" | sed 's/^/r_/')"
+	echo "proxy,$read,$r_rows,$r_bytes,$r_first_row_ms,$r_total_ms,$before,$hwm,$((hwm - before))" >>"$run_dir/results.csv"
+done
+
+{
+	echo "command: $command_line"
+	echo "commit: $(git_commit "$root")"
+	echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$run_dir/run.txt"
+awk -F, 'NR > 1 {
+	if ($1 == "direct") { first[$2] = $5; total[$2] = $6; next }
+	printf "%s (SELECT id, pad FROM big%s): %d rows, %.0f MB; proxy peak growth %.1f MB; first row %.1f ms (direct %.1f ms); whole answer %.1f s (direct %.1f s)\n",
+		$2, ($2 == "ordered" ? " ORDER BY id" : ""), $3, $4 / 1e6, $9 / 1024, $5, first[$2], $6 / 1000, total[$2] / 1000
+}' "$run_dir/results.csv" | tee "$run_dir/summary.txt"

@@ -1,0 +1,526 @@
+package sqlexec
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// A read over several shards whose merge is a concatenation, or a merge of streams the
+// shards sort (ORDER BY without aggregation or DISTINCT), is answered as its rows
+// arrive: each data source's rows come through a small buffer of batches, and the
+// caller reads them one at a time (Engine.Query). The answer's size then bounds
+// neither the engine's memory nor the time to its first row: a concatenation holds a
+// few batches per target, a sort merge one row per target beside them. A data source
+// whose rows are not read yet waits, its server held back by the connection's flow
+// control. Other statements (aggregation, DISTINCT, writes, text ranked under a
+// collation that does not compare bytes) are answered whole, as Execute answers them.
+
+// Batches: a data source's reader hands over rows in batches of at most batchRows rows
+// or batchBytes bytes, and at most streamBatches wait per target.
+const (
+	batchRows     = 256
+	batchBytes    = 64 << 10
+	streamBatches = 2
+)
+
+// Rows is the answer to a statement, read row by row (Engine.Query). Close must be
+// called, and ends the shards' work on the answer.
+type Rows struct {
+	fields []pgconn.FieldDescription
+	row    [][]byte
+	n      int64
+	tag    pgconn.CommandTag
+	err    error
+	closed bool
+
+	buf [][][]byte // an answer read whole
+	st  *stream    // or one read as it arrives
+}
+
+// RowsOf returns a gathered answer, to be read row by row.
+func RowsOf(res *Result) *Rows { return &Rows{fields: res.Fields, buf: res.Rows, tag: res.Tag} }
+
+// Fields describes the answer's columns.
+func (r *Rows) Fields() []pgconn.FieldDescription { return r.fields }
+
+// Next moves to the next row, and reports whether there is one. After false, Close
+// tells whether the answer ended or failed.
+func (r *Rows) Next() bool {
+	if r.closed || r.err != nil {
+		return false
+	}
+	if r.st == nil {
+		if len(r.buf) == 0 {
+			return false
+		}
+		r.row, r.buf = r.buf[0], r.buf[1:]
+		r.n++
+		return true
+	}
+	row, ok, err := r.st.next()
+	if err != nil {
+		r.err = err
+		return false
+	}
+	if !ok {
+		return false
+	}
+	r.row = row
+	r.n++
+	return true
+}
+
+// Values returns the current row's values, valid until the next call of Next.
+func (r *Rows) Values() [][]byte { return r.row }
+
+// Close ends the answer: a data source still sending rows is stopped (its connection
+// breaks, and is not reused), and the connections are released. It returns the
+// command tag, or the error that ended the answer. It may be called more than once.
+func (r *Rows) Close() (pgconn.CommandTag, error) {
+	if r.closed {
+		return r.tag, r.err
+	}
+	r.closed = true
+	r.row, r.buf = nil, nil
+	if r.st != nil {
+		if err := r.st.close(); err != nil && r.err == nil {
+			r.err = err
+		}
+		r.tag = CommandTag(sqlplan.KindSelect, r.n, pgconn.CommandTag{})
+	}
+	return r.tag, r.err
+}
+
+// Query runs a bound statement as Execute does, and returns its answer to be read row
+// by row: streamed where the merge allows it (see above), read whole otherwise.
+func (e *Engine) Query(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, resultFormats []int16, conns Conns) (*Rows, error) {
+	if !streamable(b) {
+		res, err := e.Execute(ctx, b, args, resultFormats, conns)
+		if err != nil {
+			return nil, err
+		}
+		return RowsOf(res), nil
+	}
+	var shardFormats []int16
+	if b.Merge != nil {
+		shardFormats = b.Merge.ShardFormats(resultFormats)
+	} else {
+		shardFormats = resultFormats
+	}
+	st := e.startStream(ctx, b, args, shardFormats, conns)
+	whole, err := st.prime(ctx)
+	if err != nil {
+		st.close()
+		return nil, err
+	}
+	if whole {
+		// Text ranked under a collation: the ranks need every value first.
+		res, err := st.readWhole(ctx, resultFormats)
+		if cerr := st.close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		return RowsOf(res), nil
+	}
+	return &Rows{fields: st.fields, st: st}, nil
+}
+
+// streamable reports whether a bound statement's answer can be read as it arrives: a
+// SELECT over several targets whose merge concatenates, or merge-sorts streams that
+// come one per data source.
+func streamable(b *sqlplan.Bound) bool {
+	if b.Plan.Kind != sqlplan.KindSelect || b.Plan.Write || !b.MultiTarget() || b.Broadcast {
+		return false
+	}
+	m := b.Merge
+	if m == nil || len(m.OrderBy) == 0 {
+		return m == nil || !m.Aggregate && !m.Distinct
+	}
+	if m.Aggregate || m.Distinct {
+		return false
+	}
+	// A sort merge needs the head of every target at once: targets that share a
+	// connection would wait on each other.
+	seen := map[int]bool{}
+	for _, t := range b.Targets {
+		if seen[t.DataSource] {
+			return false
+		}
+		seen[t.DataSource] = true
+	}
+	return true
+}
+
+// batch is a part of one target's answer.
+type batch struct {
+	fields []pgconn.FieldDescription // in a target's first batch
+	rows   [][][]byte
+	tag    pgconn.CommandTag
+	end    bool // the target's last batch
+}
+
+// cursor reads one target's batches.
+type cursor struct {
+	target int
+	ch     chan batch
+	fields []pgconn.FieldDescription
+	rows   [][][]byte
+	pos    int
+	ended  bool
+	tag    pgconn.CommandTag
+}
+
+// stream is a statement's answer on its way from the data sources.
+type stream struct {
+	e      *Engine
+	b      *sqlplan.Bound
+	conns  Conns
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	order  []int   // the data sources, each read by a goroutine
+	errs   []error // by data source, set before its targets' channels close
+	curs   []*cursor
+
+	fields  []pgconn.FieldDescription // the client's columns
+	first   []pgconn.FieldDescription // the shards' columns, as the first target sent them
+	outputs int
+	sorted  bool
+	keys    []sortCol
+	cols    []colType
+	h       *rowHeap
+	cur     int // the target a concatenation reads
+	skip    int64
+	left    int64 // rows still to hand out (-1: no limit)
+	done    bool  // every row the client gets has been handed out
+}
+
+// startStream starts reading every target: one goroutine per data source runs its
+// targets in order on its connection.
+func (e *Engine) startStream(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16, conns Conns) *stream {
+	ctx, cancel := context.WithCancel(ctx)
+	st := &stream{e: e, b: b, conns: conns, cancel: cancel, errs: make([]error, e.rules.NumDataSources()),
+		skip: 0, left: -1}
+	if m := b.Merge; m != nil {
+		st.skip, st.left = max(b.Offset, 0), b.Limit
+	}
+	byDS := map[int][]int{}
+	for i, t := range b.Targets {
+		if _, ok := byDS[t.DataSource]; !ok {
+			st.order = append(st.order, t.DataSource)
+		}
+		byDS[t.DataSource] = append(byDS[t.DataSource], i)
+		st.curs = append(st.curs, &cursor{target: i, ch: make(chan batch, streamBatches)})
+	}
+	reuse := b.Plan.Reusable()
+	for _, ds := range st.order {
+		st.wg.Add(1)
+		go func(ds int, targets []int) {
+			defer st.wg.Done()
+			err := conns.Run(ctx, ds, func(conn *pgconn.PgConn) error {
+				for _, i := range targets {
+					if err := streamTarget(ctx, conn, b.Targets[i], args, formats, reuse, st.curs[i].ch); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			st.errs[ds] = err
+			for _, i := range targets {
+				close(st.curs[i].ch)
+			}
+		}(ds, byDS[ds])
+	}
+	return st
+}
+
+// streamTarget runs one target's statement on conn and sends its answer in batches to
+// out. A prepared statement the server finds stale is prepared again, as in
+// execTarget, if no batch has gone yet.
+func streamTarget(ctx context.Context, conn *pgconn.PgConn, t sqlplan.Target, args sqlplan.Args, formats []int16, reuse bool, out chan<- batch) error {
+	values, oids, pformats := TargetParams(t, args)
+	if !reuse {
+		_, err := sendResult(ctx, conn.ExecParams(ctx, t.SQL, values, oids, pformats, formats), out)
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		desc, err := prepared(ctx, conn, t.SQL, oids)
+		if err != nil {
+			return err
+		}
+		sent, err := sendResult(ctx, conn.ExecStatement(ctx, desc, values, pformats, formats), out)
+		if err != nil && !sent && attempt == 0 && stale(err) && conn.TxStatus() == 'I' {
+			forget(conn, t.SQL)
+			continue
+		}
+		return err
+	}
+}
+
+// sendResult reads a result and sends it in batches, copying the rows out of the
+// connection's buffer; sent reports whether a batch went.
+func sendResult(ctx context.Context, rr *pgconn.ResultReader, out chan<- batch) (sent bool, err error) {
+	b := batch{fields: slices.Clone(rr.FieldDescriptions())}
+	var buf []byte
+	size := 0
+	send := func() error {
+		select {
+		case out <- b:
+			sent = true
+			b, size = batch{}, 0
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for rr.NextRow() {
+		src := rr.Values()
+		need := 0
+		for _, v := range src {
+			need += len(v)
+		}
+		if cap(buf)-len(buf) < need {
+			buf = make([]byte, 0, max(need, batchBytes))
+		}
+		row := make([][]byte, len(src))
+		for i, v := range src {
+			if v != nil {
+				start := len(buf)
+				buf = append(buf, v...)
+				row[i] = buf[start:len(buf):len(buf)]
+			}
+		}
+		b.rows = append(b.rows, row)
+		size += need
+		if len(b.rows) >= batchRows || size >= batchBytes {
+			if err := send(); err != nil {
+				rr.Close()
+				return sent, err
+			}
+		}
+	}
+	tag, err := rr.Close()
+	if err != nil {
+		return sent, err
+	}
+	b.tag, b.end = tag, true
+	return sent, send()
+}
+
+// fill makes the cursor hold an unread row, or end; a target whose data source failed
+// reports its error.
+func (st *stream) fill(c *cursor) error {
+	for c.pos >= len(c.rows) && !c.ended {
+		bt, open := <-c.ch
+		ds := st.b.Targets[c.target].DataSource
+		if !open {
+			err := st.errs[ds]
+			if err == nil {
+				err = fmt.Errorf("sqlexec: the answer ended before its end")
+			}
+			return st.e.shardErr(ds, err)
+		}
+		if bt.fields != nil && c.fields == nil {
+			c.fields = bt.fields
+			if st.first == nil {
+				st.first = c.fields
+			} else if err := sameShape(st.first, c.fields); err != nil {
+				return st.e.shardErr(ds, err)
+			}
+		}
+		c.rows, c.pos, c.ended, c.tag = bt.rows, 0, bt.end, bt.tag
+	}
+	return nil
+}
+
+// pull returns the cursor's next row (ok false at its end).
+func (st *stream) pull(c *cursor) ([][]byte, bool, error) {
+	if err := st.fill(c); err != nil {
+		return nil, false, err
+	}
+	if c.pos >= len(c.rows) {
+		return nil, false, nil
+	}
+	row := c.rows[c.pos]
+	c.rows[c.pos] = nil
+	c.pos++
+	return row, true, nil
+}
+
+// prime waits for the first rows: those of the first target for a concatenation, of
+// every target for a sort merge. It settles the columns, and reports whether the
+// answer must be read whole (text ranked under a collation).
+func (st *stream) prime(ctx context.Context) (whole bool, err error) {
+	m := st.b.Merge
+	st.sorted = m != nil && len(m.OrderBy) > 0
+	primed := st.curs[:1]
+	if st.sorted {
+		primed = st.curs
+	}
+	for _, c := range primed {
+		if err := st.fill(c); err != nil {
+			return false, err
+		}
+	}
+	hidden := 0
+	if m != nil {
+		hidden = m.Hidden
+	}
+	st.outputs = len(st.first) - hidden
+	st.fields = st.first[:st.outputs]
+	if !st.sorted {
+		return false, nil
+	}
+	for _, f := range st.first {
+		st.cols = append(st.cols, colType{oid: f.DataTypeOID, format: f.Format})
+	}
+	if len(textColumns(m, st.first)) > 0 {
+		coll, err := st.e.textCollation(ctx, st.b)
+		if err != nil {
+			return false, err
+		}
+		if coll != "" {
+			return true, nil
+		}
+	}
+	st.keys = make([]sortCol, len(m.OrderBy))
+	for i, k := range m.OrderBy {
+		st.keys[i] = sortCol{col: m.SortColumn(k, len(st.cols)), desc: k.Desc, nullsFirst: k.NullsFirst}
+		if !comparable(st.cols[st.keys[i].col].oid) {
+			return false, errNoOrder(st.cols[st.keys[i].col].oid)
+		}
+	}
+	st.h = &rowHeap{keys: st.keys}
+	for i, c := range st.curs {
+		row, ok, err := st.pull(c)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			continue
+		}
+		key, err := decodeCols(row, st.keys, st.cols)
+		if err != nil {
+			return false, err
+		}
+		heap.Push(st.h, &keyedRow{row: row, key: key, stream: i})
+	}
+	return false, nil
+}
+
+// next returns the next row the client gets.
+func (st *stream) next() ([][]byte, bool, error) {
+	for !st.done {
+		if st.left == 0 {
+			st.done = true
+			break
+		}
+		var row [][]byte
+		if st.sorted {
+			if st.h.Len() == 0 {
+				st.done = true
+				break
+			}
+			top := st.h.items[0]
+			row = top.row
+			nr, ok, err := st.pull(st.curs[top.stream])
+			if err != nil {
+				return nil, false, err
+			}
+			if ok {
+				key, err := decodeCols(nr, st.keys, st.cols)
+				if err != nil {
+					return nil, false, err
+				}
+				top.row, top.key = nr, key
+				heap.Fix(st.h, 0)
+			} else {
+				heap.Pop(st.h)
+			}
+		} else {
+			if st.cur >= len(st.curs) {
+				st.done = true
+				break
+			}
+			r, ok, err := st.pull(st.curs[st.cur])
+			if err != nil {
+				return nil, false, err
+			}
+			if !ok {
+				st.cur++
+				continue
+			}
+			row = r
+		}
+		if st.skip > 0 {
+			st.skip--
+			continue
+		}
+		if st.left > 0 {
+			st.left--
+		}
+		return row[:st.outputs], true, nil
+	}
+	return nil, false, nil
+}
+
+// readWhole reads the rest of every target and merges it as Execute does.
+func (st *stream) readWhole(ctx context.Context, resultFormats []int16) (*Result, error) {
+	results := make([]targetResult, len(st.curs))
+	for i, c := range st.curs {
+		for {
+			if err := st.fill(c); err != nil {
+				return nil, err
+			}
+			results[i].rows = append(results[i].rows, c.rows[c.pos:]...)
+			c.pos = len(c.rows)
+			if c.ended {
+				break
+			}
+		}
+		results[i].fields, results[i].tag = c.fields, c.tag
+	}
+	return st.e.merge(ctx, st.b, results, resultFormats, CombineOptions{})
+}
+
+// close ends the stream. When every row the client gets has been handed out, the
+// targets' remaining rows (at most offset+limit per target, which the targets were
+// sent) are read and dropped, so that the connections stay usable; otherwise the
+// targets are cancelled. It waits for the readers and releases the connections.
+func (st *stream) close() error {
+	var err error
+	if st.done {
+		for _, c := range st.curs {
+			for !c.ended {
+				c.pos = len(c.rows)
+				if err = st.fill(c); err != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+	}
+	if !st.done || err != nil {
+		st.cancel()
+		for _, c := range st.curs {
+			for range c.ch {
+			}
+		}
+	}
+	st.wg.Wait()
+	st.cancel()
+	for _, ds := range st.order {
+		st.conns.Release(ds, st.errs[ds])
+	}
+	return err
+}
