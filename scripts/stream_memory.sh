@@ -52,18 +52,20 @@ echo "run directory: $(show_path "$run_dir")"
 tag="streammem_$$"
 one="${tag}_one" s0="${tag}_s0" s1="${tag}_s1"
 proxy_pid=""
+bin=$(mktemp -d)
 cleanup() {
 	[[ -n $proxy_pid ]] && kill "$proxy_pid" 2>/dev/null && wait "$proxy_pid" 2>/dev/null
 	for db in "$one" "$s0" "$s1"; do
 		psql -X -q "$server/postgres" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
 	done
+	rm -rf "$bin"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "building shard-proxy and netprobe"
-go build -o "$run_dir/shard-proxy" "$root/cmd/shard-proxy"
-go build -o "$run_dir/netprobe" "$root/cmd/netprobe"
+go build -o "$bin/shard-proxy" "$root/cmd/shard-proxy"
+go build -o "$bin/netprobe" "$root/cmd/netprobe"
 
 for db in "$one" "$s0" "$s1"; do
 	psql -X -q "$server/postgres" -c "CREATE DATABASE $db" >/dev/null
@@ -75,7 +77,7 @@ psql -X -q "$server/$one" -c "INSERT INTO big SELECT g, repeat('x', $pad) FROM g
 # start_proxy: a fresh proxy over the two shards; sets proxy_pid and proxy_url.
 start_proxy() {
 	rm -f "$run_dir/addr"
-	"$run_dir/shard-proxy" --database app --listen 127.0.0.1:0 --addr-file "$run_dir/addr" \
+	"$bin/shard-proxy" --database app --listen 127.0.0.1:0 --addr-file "$run_dir/addr" \
 		--shard "$server/$s0?sslmode=disable" --shard "$server/$s1?sslmode=disable" \
 		--sharded big=id --log-level warn 2>>"$run_dir/proxy.log" &
 	proxy_pid=$!
@@ -101,13 +103,13 @@ for read in concatenated ordered; do
 	query="SELECT id, pad FROM big"
 	[[ $read == ordered ]] && query+=" ORDER BY id"
 	echo "reading: $query"
-	out=$("$run_dir/netprobe" read --timeout 30m --query "$query" "$server/$one?sslmode=disable")
+	out=$("$bin/netprobe" read --timeout 30m --query "$query" "$server/$one?sslmode=disable")
 	eval "$(tr ' ' '\n' <<<"$out" | sed 's/^/r_/')"
 	echo "direct,$read,$r_rows,$r_bytes,$r_first_row_ms,$r_total_ms,,," >>"$run_dir/results.csv"
 	start_proxy
-	"$run_dir/netprobe" sql --count 20 "$proxy_url" >/dev/null # pools and plans warm
+	"$bin/netprobe" sql --count 20 "$proxy_url" >/dev/null # pools and plans warm
 	before=$(kib VmRSS)
-	out=$("$run_dir/netprobe" read --timeout 30m --query "$query" "$proxy_url")
+	out=$("$bin/netprobe" read --timeout 30m --query "$query" "$proxy_url")
 	hwm=$(kib VmHWM)
 	stop_proxy
 	eval "$(tr ' ' '\n' <<<"$out" | sed 's/^/r_/')"
@@ -117,6 +119,7 @@ done
 {
 	echo "command: $command_line"
 	echo "commit: $(git_commit "$root")"
+	echo "finished: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$run_dir/run.txt"
 awk -F, 'NR > 1 {
