@@ -61,6 +61,9 @@ const settleStepTimeout = 5 * time.Second
 // "s2pc" in ASCII.
 const InstanceLockClass int32 = 0x73327063
 
+// ErrSettlerClosed is returned by a pass asked for after the settler's Close.
+var ErrSettlerClosed = errors.New("sqlexec: the settler is closed")
+
 // SettlerConfig tunes a Settler. The zero value is usable.
 type SettlerConfig struct {
 	// Interval between passes (0: DefaultSettleInterval; negative: no pass after
@@ -83,10 +86,11 @@ type Settler struct {
 	connectTimeout time.Duration
 	log            *slog.Logger
 
-	// pass serializes passes and guards conns and locked.
+	// pass serializes passes and guards conns, locked and closed.
 	pass   sync.Mutex
 	conns  []*pgconn.PgConn // per data source; nil until dialled
 	locked []bool           // whether conns[ds] holds the instance lock
+	closed bool             // Close ran: no pass dials again
 
 	mu struct {
 		sync.Mutex
@@ -193,7 +197,8 @@ func (s *Settler) run(ctx context.Context) {
 }
 
 // Close stops the loop, waits for a pass under way and closes the settler's
-// connections, which releases the instance lock. It is idempotent.
+// connections, which releases the instance lock. It is idempotent; a pass asked for
+// afterwards fails with ErrSettlerClosed.
 func (s *Settler) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -202,6 +207,9 @@ func (s *Settler) Close() error {
 		}
 		s.mu.Unlock()
 		s.loop.Wait()
+		s.pass.Lock()
+		s.closed = true
+		s.pass.Unlock()
 		s.closeConns()
 		s.c.settler.CompareAndSwap(s, nil)
 	})
@@ -349,9 +357,13 @@ type preparedPart struct {
 // way; last, it deletes the decision rows no prepared part needs any more. It returns
 // an error naming the data sources it could not reach and the parts it could not
 // finish; the rest of the pass is done all the same. Cancelling ctx abandons the pass.
+// After Close it does nothing and returns ErrSettlerClosed.
 func (s *Settler) Settle(ctx context.Context) (SettleResult, error) {
 	s.pass.Lock()
 	defer s.pass.Unlock()
+	if s.closed {
+		return SettleResult{}, ErrSettlerClosed
+	}
 	var res SettleResult
 	start := time.Now()
 	n := len(s.conns)
