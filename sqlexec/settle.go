@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,7 +36,8 @@ import (
 // dies holds nothing, since its connections end with it, and the others settle its
 // transactions. A settler leaves alone the transactions of the instances whose lock it
 // sees held on any data source it reaches, and those its own committer is preparing or
-// committing right now.
+// committing right now. Data sources that are schemas of one database share one lock,
+// which the settler's first connection there holds for the others.
 //
 // Should a coordinator lose every lock connection at once while it commits (the
 // backends terminated on every data source), another settler may take it for dead.
@@ -91,6 +93,16 @@ type Settler struct {
 	conns  []*pgconn.PgConn // per data source; nil until dialled
 	locked []bool           // whether conns[ds] holds the instance lock
 	closed bool             // Close ran: no pass dials again
+	shared []bool           // whether locked[ds] is the lock of another of conns, to the same database
+
+	// holders are the backends (process id and client port) of the connections
+	// holding the instance lock, per data source: data sources that are schemas of
+	// one database share one lock, held by the first of their connections. Passes
+	// dial data sources concurrently, hence the mutex.
+	holders struct {
+		sync.Mutex
+		of []lockHolder
+	}
 
 	mu struct {
 		sync.Mutex
@@ -105,6 +117,11 @@ type Settler struct {
 	loop      sync.WaitGroup
 	closeOnce sync.Once
 }
+
+// lockHolder is a backend holding the instance lock: its process id and the client
+// port of its connection (-1 over a Unix socket). The pair tells the settler's own
+// backends from those of another coordinator that drew the same instance id.
+type lockHolder struct{ pid, port int }
 
 // doubtEntry is a transaction known to be in doubt: since its first part was prepared
 // (as old as the oldest part the settler saw), and when this settler learnt of it.
@@ -135,7 +152,8 @@ func NewSettler(c *Committer, cfg SettlerConfig) (*Settler, error) {
 		}
 	}
 	s := &Settler{c: c, interval: cfg.Interval, connectTimeout: cfg.ConnectTimeout, log: log,
-		conns: make([]*pgconn.PgConn, n), locked: make([]bool, n)}
+		conns: make([]*pgconn.PgConn, n), locked: make([]bool, n), shared: make([]bool, n)}
+	s.holders.of = make([]lockHolder, n)
 	s.mu.doubt = map[string]doubtEntry{}
 	s.mu.unreachable = make([]bool, n)
 	return s, nil
@@ -223,8 +241,16 @@ func (s *Settler) closeConns() {
 		if conn != nil {
 			closeConn(conn)
 		}
-		s.conns[ds], s.locked[ds] = nil, false
+		s.drop(ds)
 	}
+}
+
+// drop forgets the connection to ds (closed by the caller) and the lock it held.
+func (s *Settler) drop(ds int) {
+	s.conns[ds], s.locked[ds], s.shared[ds] = nil, false, false
+	s.holders.Lock()
+	s.holders.of[ds] = lockHolder{}
+	s.holders.Unlock()
 }
 
 // SettleStats is a snapshot of a coordinator's two-phase commits in doubt.
@@ -672,7 +698,7 @@ func (s *Settler) step(ctx context.Context, ds int, fn func(ctx context.Context,
 	err := fn(ctx, conn)
 	if err != nil && (!answered(err) || conn.IsClosed()) {
 		closeConn(conn)
-		s.conns[ds], s.locked[ds] = nil, false
+		s.drop(ds)
 	}
 	return err
 }
@@ -681,7 +707,7 @@ func (s *Settler) step(ctx context.Context, ds int, fn func(ctx context.Context,
 // lock, and the decision table exists there.
 func (s *Settler) connect(ctx context.Context, ds int) error {
 	if conn := s.conns[ds]; conn != nil && conn.IsClosed() {
-		s.conns[ds], s.locked[ds] = nil, false
+		s.drop(ds)
 	}
 	if s.conns[ds] == nil {
 		conn, err := s.c.dial(ctx, ds)
@@ -703,25 +729,71 @@ func (s *Settler) connect(ctx context.Context, ds int) error {
 			return err
 		}
 	}
-	if !s.locked[ds] {
-		inst := int32(s.c.instance.Load())
-		err := s.step(ctx, ds, func(ctx context.Context, conn *pgconn.PgConn) error {
-			r, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_try_advisory_lock(%d, %d)", InstanceLockClass, inst)).ReadAll()
-			if err == nil {
-				s.locked[ds] = len(r) == 1 && len(r[0].Rows) == 1 && string(r[0].Rows[0][0]) == "t"
-			}
-			return err
-		})
+	if s.locked[ds] && !s.shared[ds] {
+		return nil
+	}
+	// A lock held by another of the settler's connections is checked every pass: that
+	// connection may have been dropped since, and this one must then take the lock.
+	inst := int32(s.c.instance.Load())
+	var locked bool
+	var holders []lockHolder
+	// Claimed before trying: a connection to the same database that fails to take
+	// the lock because this one got it then finds this one among the holders.
+	s.holders.Lock()
+	s.holders.of[ds] = holderOf(s.conns[ds])
+	s.holders.Unlock()
+	err := s.step(ctx, ds, func(ctx context.Context, conn *pgconn.PgConn) error {
+		r, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_try_advisory_lock(%d, %d)", InstanceLockClass, inst)).ReadAll()
 		if err != nil {
 			return err
 		}
-		if !s.locked[ds] {
-			// Our own earlier connection may still hold it on the server (a step that
-			// timed out); try again next pass.
-			s.log.Warn("two-phase settler: the instance lock is held by another session", "data_source", s.c.name(ds))
+		if locked = len(r) == 1 && len(r[0].Rows) == 1 && string(r[0].Rows[0][0]) == "t"; locked {
+			return nil
+		}
+		r, err = conn.Exec(ctx, fmt.Sprintf("SELECT l.pid, coalesce(a.client_port, -1) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "+
+			"WHERE l.locktype = 'advisory' AND l.classid = %d AND l.objid = %d AND l.objsubid = 2 AND l.granted "+
+			"AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())", InstanceLockClass, uint32(inst))).ReadAll()
+		if err != nil {
+			return err
+		}
+		for _, row := range r[0].Rows {
+			pid, _ := strconv.Atoi(string(row[0]))
+			port, _ := strconv.Atoi(string(row[1]))
+			holders = append(holders, lockHolder{pid, port})
+		}
+		return nil
+	})
+	s.holders.Lock()
+	defer s.holders.Unlock()
+	if err != nil {
+		s.holders.of[ds] = lockHolder{}
+		return err
+	}
+	if locked {
+		s.locked[ds], s.shared[ds] = true, false
+		return nil
+	}
+	s.holders.of[ds] = lockHolder{}
+	for _, h := range holders {
+		if h.pid != 0 && slices.Contains(s.holders.of, h) {
+			s.locked[ds], s.shared[ds] = true, true
+			return nil
 		}
 	}
+	s.locked[ds], s.shared[ds] = false, false
+	// Our own earlier connection may still hold it on the server (a step that timed
+	// out); try again next pass.
+	s.log.Warn("two-phase settler: the instance lock is held by another session", "data_source", s.c.name(ds))
 	return nil
+}
+
+// holderOf is the backend of conn, as pg_locks and pg_stat_activity show it.
+func holderOf(conn *pgconn.PgConn) lockHolder {
+	h := lockHolder{pid: int(conn.PID()), port: -1}
+	if a, ok := conn.Conn().LocalAddr().(*net.TCPAddr); ok {
+		h.port = a.Port
+	}
+	return h
 }
 
 // validGID reports whether gid (without the data source suffix) is one shardlab made,

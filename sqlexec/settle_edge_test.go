@@ -3,7 +3,10 @@ package sqlexec_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -40,6 +43,61 @@ func openKV(t *testing.T, dsns []string) *sqlexec.DB {
 		runSQL(t, d, "CREATE TABLE IF NOT EXISTS kv (k int PRIMARY KEY, v text)")
 	}
 	return db
+}
+
+// withSearchPath returns dsn with its search_path set to schema.
+func withSearchPath(t *testing.T, dsn, schema string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("options", "-csearch_path="+schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// TestSettleSchemasOfOneDatabase: two data sources that are schemas of one database
+// share the instance lock; the settler must take it for its own, and commits must
+// work.
+func TestSettleSchemasOfOneDatabase(t *testing.T) {
+	cl := pgtest.StartClusterWith(t, "max_prepared_transactions = 20")
+	ctx := context.Background()
+	base := cl.NewDatabase("schemas")
+	runSQL(t, base, "CREATE SCHEMA s0", "CREATE SCHEMA s1", "CREATE TABLE s0.kv (k int PRIMARY KEY, v text)", "CREATE TABLE s1.kv (k int PRIMARY KEY, v text)")
+	dsns := []string{withSearchPath(t, base, "s0"), withSearchPath(t, base, "s1")}
+	db, err := sqlexec.Open(ctx, kvRules(t, dsns), sqlexec.Config{TwoPhase: true, SettleInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer db.Close()
+	// A second coordinator over the same schemas must see the first as alive.
+	other, err := sqlexec.Open(ctx, kvRules(t, dsns), sqlexec.Config{TwoPhase: true, SettleInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("open a second coordinator: %v", err)
+	}
+	defer other.Close()
+	for i := range 20 {
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf("INSERT INTO kv VALUES (%d, 'a'), (%d, 'b')", 2*i, 2*i+1), text(), nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+	}
+	if rows, p := countOn(t, dsns); fmt.Sprint(rows) != "[20 20]" || fmt.Sprint(p) != "[0 0]" {
+		t.Errorf("rows %v, prepared %v", rows, p)
+	}
+	for _, s := range []*sqlexec.Settler{db.Settler(), other.Settler()} {
+		if st := s.Stats(); st.RolledBack != 0 || st.FailedPasses != 0 {
+			t.Errorf("settler %+v: want nothing rolled back, no failed pass", st)
+		}
+	}
 }
 
 // TestSettleAfterClose: a pass asked for after Close fails and leaves no connection
