@@ -39,6 +39,15 @@ import (
 // committing right now. Data sources that are schemas of one database share one lock,
 // which the settler's first connection there holds for the others.
 //
+// Another coordinator's rules may name the data sources in another order, or only
+// some of them, so the data source numbers in its GIDs are its own. A settler
+// therefore rolls back another coordinator's transaction only by rolling back its
+// coordinator part (found by the part's GID, wherever it is listed), commits one only
+// on a decision row it found, deletes only its own committer's decision rows, and
+// otherwise leaves the transaction in doubt. So does it with a legacy GID, whose
+// coordinator (an older version, holding no lock) may be alive: without a decision
+// row, an operator settles it.
+//
 // Should a coordinator lose every lock connection at once while it commits (the
 // backends terminated on every data source), another settler may take it for dead.
 // Atomicity still holds: without a decision row, a settler first rolls back the
@@ -380,7 +389,9 @@ type preparedPart struct {
 // transactions and sees which coordinators are alive; then it commits every part of
 // a transaction whose decision row exists and rolls back the others, the coordinator
 // part first, skipping those of live coordinators and those its committer has under
-// way; last, it deletes the decision rows no prepared part needs any more. It returns
+// way, and leaving those it cannot decide (see the package comment on other
+// coordinators' rules); last, it deletes its own committer's decision rows no
+// prepared part needs any more. It returns
 // an error naming the data sources it could not reach and the parts it could not
 // finish; the rest of the pass is done all the same. Cancelling ctx abandons the pass.
 // After Close it does nothing and returns ErrSettlerClosed.
@@ -488,13 +499,20 @@ func (s *Settler) Settle(ctx context.Context) (SettleResult, error) {
 			left[gid] = listedAt.Add(-oldest)
 			continue
 		}
-		var c, r int
-		err := errors.New("a legacy GID (no instance id, no coordinator) is settled only by a pass that reaches every data source, since its decision row may be on any")
-		if !g.legacy || all {
-			c, r, err = s.settle(ctx, g, parts, decided[gid], reachable)
-		}
+		c, r, err := s.settle(ctx, g, parts, decided[gid], reachable, g.instance == own && !g.legacy)
 		res.Committed += c
 		res.RolledBack += r
+		if errors.Is(err, errUndecidable) {
+			// Not a failure of this pass: nothing here can decide it. Said once.
+			s.mu.Lock()
+			_, known := s.mu.doubt[gid]
+			s.mu.Unlock()
+			if !known {
+				s.log.Warn("two-phase settler: a prepared transaction is left for an operator", "gid", gid, "why", err)
+			}
+			left[gid] = listedAt.Add(-oldest)
+			continue
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("settle %s: %w", gid, err))
 			left[gid] = listedAt.Add(-oldest)
@@ -507,12 +525,16 @@ func (s *Settler) Settle(ctx context.Context) (SettleResult, error) {
 	s.rolledBack.Add(int64(res.RolledBack))
 
 	// Decision rows whose transaction has no part prepared anywhere are no longer
-	// needed; only a pass that listed every data source can tell.
+	// needed; only a pass that listed every data source can tell, and only for this
+	// committer's transactions: another coordinator's rules may name data sources this
+	// settler does not know, where a part of the transaction may still be prepared
+	// and need the row. Their rows stay (a row is small, and one is left only when a
+	// coordinator died with a commit unfinished).
 	if all {
 		s.each(ctx, failed, func(ctx context.Context, ds int, conn *pgconn.PgConn) error {
 			var done []string
 			for _, gid := range decisions[ds] {
-				if _, prepared := byGID[gid]; (!prepared || settled[gid]) && validGID(gid) {
+				if _, prepared := byGID[gid]; (!prepared || settled[gid]) && s.ownGID(gid) {
 					done = append(done, "'"+gid+"'")
 				}
 			}
@@ -576,73 +598,84 @@ func (s *Settler) Settle(ctx context.Context) (SettleResult, error) {
 	return res, nil
 }
 
+// errUndecidable is a transaction a settler may not finish: no decision row in its
+// reach says it committed, and it cannot tell that it was rolled back.
+var errUndecidable = errors.New("sqlexec: no decision row in reach and no coordinator part to roll back")
+
 // settle finishes the listed parts of one transaction whose coordinator is gone or
 // done. Without a decision row it first rolls back the coordinator part, which decides
-// for good (its coordinator, were it alive after all, can no longer commit); if that
-// part is gone already, the decision row, read again, says how it ended.
-func (s *Settler) settle(ctx context.Context, g gidInfo, parts []preparedPart, decided bool, reachable func(int) bool) (committed, rolledBack int, err error) {
-	finish := func(p preparedPart, verb string) error {
+// for good (its coordinator, were it alive after all, can no longer commit); only then
+// the other parts. When the coordinator part is not listed (gone already, or on a data
+// source out of reach), the decision row, read again, says how it ended; its absence
+// means a rollback only when the settler knows which data source holds it: ownRules
+// says the GID's data source numbers are this settler's (its own committer made it).
+// A transaction of another coordinator whose rules may number or name the data
+// sources otherwise, and a legacy GID (which names no coordinator, and whose
+// coordinator shows no sign of life), is then left: errUndecidable.
+func (s *Settler) settle(ctx context.Context, g gidInfo, parts []preparedPart, decided bool, reachable func(int) bool, ownRules bool) (committed, rolledBack int, err error) {
+	if !decided {
+		rest := parts[:0:0]
+		rolled := false
+		for _, p := range parts {
+			if g.legacy || p.gidInf.ds != g.coordinator {
+				rest = append(rest, p)
+				continue
+			}
+			err := s.step(ctx, p.on, func(ctx context.Context, conn *pgconn.PgConn) error {
+				return conn.Exec(ctx, "ROLLBACK PREPARED '"+p.name+"'").Close()
+			})
+			switch err = classifyFinish(err); {
+			case err == nil:
+				rolledBack++
+				rolled = true
+			case !errors.Is(err, errNotPrepared):
+				return committed, rolledBack, err
+			}
+		}
+		parts = rest
+		if !rolled {
+			if ownRules && !reachable(g.coordinator) {
+				return committed, rolledBack, fmt.Errorf("its coordinator data source %s is out of reach: the decision is unknown", s.c.name(g.coordinator))
+			}
+			if decided, err = s.decisionFor(ctx, g, reachable, ownRules); err != nil {
+				return committed, rolledBack, err
+			}
+			if !decided && !ownRules {
+				if g.legacy {
+					return committed, rolledBack, fmt.Errorf("%w (a legacy GID: its coordinator may be alive and about to commit)", errUndecidable)
+				}
+				return committed, rolledBack, fmt.Errorf("%w (another coordinator's: its coordinator data source may be one this settler does not know)", errUndecidable)
+			}
+		}
+	}
+	verb := "COMMIT PREPARED"
+	if !decided {
+		verb = "ROLLBACK PREPARED"
+	}
+	var errs []error
+	for _, p := range parts {
 		err := s.step(ctx, p.on, func(ctx context.Context, conn *pgconn.PgConn) error {
 			return conn.Exec(ctx, verb+" '"+p.name+"'").Close()
 		})
-		err = classifyFinish(err)
-		switch {
-		case err == nil && verb == "COMMIT PREPARED":
+		switch err = classifyFinish(err); {
+		case err == nil && decided:
 			committed++
 		case err == nil:
 			rolledBack++
 		case errors.Is(err, errNotPrepared):
-			return nil // finished by someone else since the listing
-		}
-		return err
-	}
-	if !decided {
-		if !g.legacy && !reachable(g.coordinator) {
-			return 0, 0, fmt.Errorf("its coordinator data source %s is out of reach: the decision is unknown", s.c.name(g.coordinator))
-		}
-		rest := parts[:0:0]
-		rolled := false
-		for _, p := range parts {
-			if !g.legacy && p.gidInf.ds == g.coordinator {
-				err := s.step(ctx, p.on, func(ctx context.Context, conn *pgconn.PgConn) error {
-					return conn.Exec(ctx, "ROLLBACK PREPARED '"+p.name+"'").Close()
-				})
-				switch err = classifyFinish(err); {
-				case err == nil:
-					rolledBack++
-					rolled = true
-				case !errors.Is(err, errNotPrepared):
-					return committed, rolledBack, err
-				}
-				continue
-			}
-			rest = append(rest, p)
-		}
-		parts = rest
-		if !rolled {
-			if decided, err = s.decisionFor(ctx, g, reachable); err != nil {
-				return committed, rolledBack, err
-			}
-		}
-	}
-	verb := "ROLLBACK PREPARED"
-	if decided {
-		verb = "COMMIT PREPARED"
-	}
-	var errs []error
-	for _, p := range parts {
-		if err := finish(p, verb); err != nil {
+			// finished by someone else since the listing
+		default:
 			errs = append(errs, err)
 		}
 	}
 	return committed, rolledBack, errors.Join(errs...)
 }
 
-// decisionFor reads whether g's decision row exists now: on its coordinator data
-// source, or for a legacy GID on every data source in reach.
-func (s *Settler) decisionFor(ctx context.Context, g gidInfo, reachable func(int) bool) (bool, error) {
+// decisionFor reads whether g's decision row exists now: with ownRules on its
+// coordinator data source, otherwise on every data source in reach.
+func (s *Settler) decisionFor(ctx context.Context, g gidInfo, reachable func(int) bool, ownRules bool) (bool, error) {
 	where := []int{g.coordinator}
-	if g.legacy {
+	if !ownRules {
 		where = nil
 		for ds := range s.conns {
 			if reachable(ds) {
@@ -796,9 +829,9 @@ func holderOf(conn *pgconn.PgConn) lockHolder {
 	return h
 }
 
-// validGID reports whether gid (without the data source suffix) is one shardlab made,
-// and so safe to put in a statement.
-func validGID(gid string) bool {
-	_, ok := parseGID(gid + "_0")
-	return ok
+// ownGID reports whether gid (without the data source suffix) is one this settler's
+// committer made, which also makes it safe to put in a statement.
+func (s *Settler) ownGID(gid string) bool {
+	g, ok := parseGID(gid + "_0")
+	return ok && !g.legacy && g.instance == s.c.instance.Load()
 }
