@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,7 +36,17 @@ import (
 // dies holds nothing, since its connections end with it, and the others settle its
 // transactions. A settler leaves alone the transactions of the instances whose lock it
 // sees held on any data source it reaches, and those its own committer is preparing or
-// committing right now.
+// committing right now. Data sources that are schemas of one database share one lock,
+// which the settler's first connection there holds for the others.
+//
+// Another coordinator's rules may name the data sources in another order, or only
+// some of them, so the data source numbers in its GIDs are its own. A settler
+// therefore rolls back another coordinator's transaction only by rolling back its
+// coordinator part (found by the part's GID, wherever it is listed), commits one only
+// on a decision row it found, deletes only its own committer's decision rows, and
+// otherwise leaves the transaction in doubt. So does it with a legacy GID, whose
+// coordinator (an older version, holding no lock) may be alive: without a decision
+// row, an operator settles it.
 //
 // Should a coordinator lose every lock connection at once while it commits (the
 // backends terminated on every data source), another settler may take it for dead.
@@ -61,6 +72,9 @@ const settleStepTimeout = 5 * time.Second
 // "s2pc" in ASCII.
 const InstanceLockClass int32 = 0x73327063
 
+// ErrSettlerClosed is returned by a pass asked for after the settler's Close.
+var ErrSettlerClosed = errors.New("sqlexec: the settler is closed")
+
 // SettlerConfig tunes a Settler. The zero value is usable.
 type SettlerConfig struct {
 	// Interval between passes (0: DefaultSettleInterval; negative: no pass after
@@ -83,10 +97,21 @@ type Settler struct {
 	connectTimeout time.Duration
 	log            *slog.Logger
 
-	// pass serializes passes and guards conns and locked.
+	// pass serializes passes and guards conns, locked and closed.
 	pass   sync.Mutex
 	conns  []*pgconn.PgConn // per data source; nil until dialled
 	locked []bool           // whether conns[ds] holds the instance lock
+	closed bool             // Close ran: no pass dials again
+	shared []bool           // whether locked[ds] is the lock of another of conns, to the same database
+
+	// holders are the backends (process id and client port) of the connections
+	// holding the instance lock, per data source: data sources that are schemas of
+	// one database share one lock, held by the first of their connections. Passes
+	// dial data sources concurrently, hence the mutex.
+	holders struct {
+		sync.Mutex
+		of []lockHolder
+	}
 
 	mu struct {
 		sync.Mutex
@@ -101,6 +126,11 @@ type Settler struct {
 	loop      sync.WaitGroup
 	closeOnce sync.Once
 }
+
+// lockHolder is a backend holding the instance lock: its process id and the client
+// port of its connection (-1 over a Unix socket). The pair tells the settler's own
+// backends from those of another coordinator that drew the same instance id.
+type lockHolder struct{ pid, port int }
 
 // doubtEntry is a transaction known to be in doubt: since its first part was prepared
 // (as old as the oldest part the settler saw), and when this settler learnt of it.
@@ -131,7 +161,8 @@ func NewSettler(c *Committer, cfg SettlerConfig) (*Settler, error) {
 		}
 	}
 	s := &Settler{c: c, interval: cfg.Interval, connectTimeout: cfg.ConnectTimeout, log: log,
-		conns: make([]*pgconn.PgConn, n), locked: make([]bool, n)}
+		conns: make([]*pgconn.PgConn, n), locked: make([]bool, n), shared: make([]bool, n)}
+	s.holders.of = make([]lockHolder, n)
 	s.mu.doubt = map[string]doubtEntry{}
 	s.mu.unreachable = make([]bool, n)
 	return s, nil
@@ -193,7 +224,8 @@ func (s *Settler) run(ctx context.Context) {
 }
 
 // Close stops the loop, waits for a pass under way and closes the settler's
-// connections, which releases the instance lock. It is idempotent.
+// connections, which releases the instance lock. It is idempotent; a pass asked for
+// afterwards fails with ErrSettlerClosed.
 func (s *Settler) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -202,6 +234,9 @@ func (s *Settler) Close() error {
 		}
 		s.mu.Unlock()
 		s.loop.Wait()
+		s.pass.Lock()
+		s.closed = true
+		s.pass.Unlock()
 		s.closeConns()
 		s.c.settler.CompareAndSwap(s, nil)
 	})
@@ -215,8 +250,16 @@ func (s *Settler) closeConns() {
 		if conn != nil {
 			closeConn(conn)
 		}
-		s.conns[ds], s.locked[ds] = nil, false
+		s.drop(ds)
 	}
+}
+
+// drop forgets the connection to ds (closed by the caller) and the lock it held.
+func (s *Settler) drop(ds int) {
+	s.conns[ds], s.locked[ds], s.shared[ds] = nil, false, false
+	s.holders.Lock()
+	s.holders.of[ds] = lockHolder{}
+	s.holders.Unlock()
 }
 
 // SettleStats is a snapshot of a coordinator's two-phase commits in doubt.
@@ -346,12 +389,18 @@ type preparedPart struct {
 // transactions and sees which coordinators are alive; then it commits every part of
 // a transaction whose decision row exists and rolls back the others, the coordinator
 // part first, skipping those of live coordinators and those its committer has under
-// way; last, it deletes the decision rows no prepared part needs any more. It returns
+// way, and leaving those it cannot decide (see the package comment on other
+// coordinators' rules); last, it deletes its own committer's decision rows no
+// prepared part needs any more. It returns
 // an error naming the data sources it could not reach and the parts it could not
 // finish; the rest of the pass is done all the same. Cancelling ctx abandons the pass.
+// After Close it does nothing and returns ErrSettlerClosed.
 func (s *Settler) Settle(ctx context.Context) (SettleResult, error) {
 	s.pass.Lock()
 	defer s.pass.Unlock()
+	if s.closed {
+		return SettleResult{}, ErrSettlerClosed
+	}
 	var res SettleResult
 	start := time.Now()
 	n := len(s.conns)
@@ -450,13 +499,20 @@ func (s *Settler) Settle(ctx context.Context) (SettleResult, error) {
 			left[gid] = listedAt.Add(-oldest)
 			continue
 		}
-		var c, r int
-		err := errors.New("a legacy GID (no instance id, no coordinator) is settled only by a pass that reaches every data source, since its decision row may be on any")
-		if !g.legacy || all {
-			c, r, err = s.settle(ctx, g, parts, decided[gid], reachable)
-		}
+		c, r, err := s.settle(ctx, g, parts, decided[gid], reachable, g.instance == own && !g.legacy)
 		res.Committed += c
 		res.RolledBack += r
+		if errors.Is(err, errUndecidable) {
+			// Not a failure of this pass: nothing here can decide it. Said once.
+			s.mu.Lock()
+			_, known := s.mu.doubt[gid]
+			s.mu.Unlock()
+			if !known {
+				s.log.Warn("two-phase settler: a prepared transaction is left for an operator", "gid", gid, "why", err)
+			}
+			left[gid] = listedAt.Add(-oldest)
+			continue
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("settle %s: %w", gid, err))
 			left[gid] = listedAt.Add(-oldest)
@@ -469,12 +525,16 @@ func (s *Settler) Settle(ctx context.Context) (SettleResult, error) {
 	s.rolledBack.Add(int64(res.RolledBack))
 
 	// Decision rows whose transaction has no part prepared anywhere are no longer
-	// needed; only a pass that listed every data source can tell.
+	// needed; only a pass that listed every data source can tell, and only for this
+	// committer's transactions: another coordinator's rules may name data sources this
+	// settler does not know, where a part of the transaction may still be prepared
+	// and need the row. Their rows stay (a row is small, and one is left only when a
+	// coordinator died with a commit unfinished).
 	if all {
 		s.each(ctx, failed, func(ctx context.Context, ds int, conn *pgconn.PgConn) error {
 			var done []string
 			for _, gid := range decisions[ds] {
-				if _, prepared := byGID[gid]; (!prepared || settled[gid]) && validGID(gid) {
+				if _, prepared := byGID[gid]; (!prepared || settled[gid]) && s.ownGID(gid) {
 					done = append(done, "'"+gid+"'")
 				}
 			}
@@ -538,73 +598,84 @@ func (s *Settler) Settle(ctx context.Context) (SettleResult, error) {
 	return res, nil
 }
 
+// errUndecidable is a transaction a settler may not finish: no decision row in its
+// reach says it committed, and it cannot tell that it was rolled back.
+var errUndecidable = errors.New("sqlexec: no decision row in reach and no coordinator part to roll back")
+
 // settle finishes the listed parts of one transaction whose coordinator is gone or
 // done. Without a decision row it first rolls back the coordinator part, which decides
-// for good (its coordinator, were it alive after all, can no longer commit); if that
-// part is gone already, the decision row, read again, says how it ended.
-func (s *Settler) settle(ctx context.Context, g gidInfo, parts []preparedPart, decided bool, reachable func(int) bool) (committed, rolledBack int, err error) {
-	finish := func(p preparedPart, verb string) error {
+// for good (its coordinator, were it alive after all, can no longer commit); only then
+// the other parts. When the coordinator part is not listed (gone already, or on a data
+// source out of reach), the decision row, read again, says how it ended; its absence
+// means a rollback only when the settler knows which data source holds it: ownRules
+// says the GID's data source numbers are this settler's (its own committer made it).
+// A transaction of another coordinator whose rules may number or name the data
+// sources otherwise, and a legacy GID (which names no coordinator, and whose
+// coordinator shows no sign of life), is then left: errUndecidable.
+func (s *Settler) settle(ctx context.Context, g gidInfo, parts []preparedPart, decided bool, reachable func(int) bool, ownRules bool) (committed, rolledBack int, err error) {
+	if !decided {
+		rest := parts[:0:0]
+		rolled := false
+		for _, p := range parts {
+			if g.legacy || p.gidInf.ds != g.coordinator {
+				rest = append(rest, p)
+				continue
+			}
+			err := s.step(ctx, p.on, func(ctx context.Context, conn *pgconn.PgConn) error {
+				return conn.Exec(ctx, "ROLLBACK PREPARED '"+p.name+"'").Close()
+			})
+			switch err = classifyFinish(err); {
+			case err == nil:
+				rolledBack++
+				rolled = true
+			case !errors.Is(err, errNotPrepared):
+				return committed, rolledBack, err
+			}
+		}
+		parts = rest
+		if !rolled {
+			if ownRules && !reachable(g.coordinator) {
+				return committed, rolledBack, fmt.Errorf("its coordinator data source %s is out of reach: the decision is unknown", s.c.name(g.coordinator))
+			}
+			if decided, err = s.decisionFor(ctx, g, reachable, ownRules); err != nil {
+				return committed, rolledBack, err
+			}
+			if !decided && !ownRules {
+				if g.legacy {
+					return committed, rolledBack, fmt.Errorf("%w (a legacy GID: its coordinator may be alive and about to commit)", errUndecidable)
+				}
+				return committed, rolledBack, fmt.Errorf("%w (another coordinator's: its coordinator data source may be one this settler does not know)", errUndecidable)
+			}
+		}
+	}
+	verb := "COMMIT PREPARED"
+	if !decided {
+		verb = "ROLLBACK PREPARED"
+	}
+	var errs []error
+	for _, p := range parts {
 		err := s.step(ctx, p.on, func(ctx context.Context, conn *pgconn.PgConn) error {
 			return conn.Exec(ctx, verb+" '"+p.name+"'").Close()
 		})
-		err = classifyFinish(err)
-		switch {
-		case err == nil && verb == "COMMIT PREPARED":
+		switch err = classifyFinish(err); {
+		case err == nil && decided:
 			committed++
 		case err == nil:
 			rolledBack++
 		case errors.Is(err, errNotPrepared):
-			return nil // finished by someone else since the listing
-		}
-		return err
-	}
-	if !decided {
-		if !g.legacy && !reachable(g.coordinator) {
-			return 0, 0, fmt.Errorf("its coordinator data source %s is out of reach: the decision is unknown", s.c.name(g.coordinator))
-		}
-		rest := parts[:0:0]
-		rolled := false
-		for _, p := range parts {
-			if !g.legacy && p.gidInf.ds == g.coordinator {
-				err := s.step(ctx, p.on, func(ctx context.Context, conn *pgconn.PgConn) error {
-					return conn.Exec(ctx, "ROLLBACK PREPARED '"+p.name+"'").Close()
-				})
-				switch err = classifyFinish(err); {
-				case err == nil:
-					rolledBack++
-					rolled = true
-				case !errors.Is(err, errNotPrepared):
-					return committed, rolledBack, err
-				}
-				continue
-			}
-			rest = append(rest, p)
-		}
-		parts = rest
-		if !rolled {
-			if decided, err = s.decisionFor(ctx, g, reachable); err != nil {
-				return committed, rolledBack, err
-			}
-		}
-	}
-	verb := "ROLLBACK PREPARED"
-	if decided {
-		verb = "COMMIT PREPARED"
-	}
-	var errs []error
-	for _, p := range parts {
-		if err := finish(p, verb); err != nil {
+			// finished by someone else since the listing
+		default:
 			errs = append(errs, err)
 		}
 	}
 	return committed, rolledBack, errors.Join(errs...)
 }
 
-// decisionFor reads whether g's decision row exists now: on its coordinator data
-// source, or for a legacy GID on every data source in reach.
-func (s *Settler) decisionFor(ctx context.Context, g gidInfo, reachable func(int) bool) (bool, error) {
+// decisionFor reads whether g's decision row exists now: with ownRules on its
+// coordinator data source, otherwise on every data source in reach.
+func (s *Settler) decisionFor(ctx context.Context, g gidInfo, reachable func(int) bool, ownRules bool) (bool, error) {
 	where := []int{g.coordinator}
-	if g.legacy {
+	if !ownRules {
 		where = nil
 		for ds := range s.conns {
 			if reachable(ds) {
@@ -660,7 +731,7 @@ func (s *Settler) step(ctx context.Context, ds int, fn func(ctx context.Context,
 	err := fn(ctx, conn)
 	if err != nil && (!answered(err) || conn.IsClosed()) {
 		closeConn(conn)
-		s.conns[ds], s.locked[ds] = nil, false
+		s.drop(ds)
 	}
 	return err
 }
@@ -669,7 +740,7 @@ func (s *Settler) step(ctx context.Context, ds int, fn func(ctx context.Context,
 // lock, and the decision table exists there.
 func (s *Settler) connect(ctx context.Context, ds int) error {
 	if conn := s.conns[ds]; conn != nil && conn.IsClosed() {
-		s.conns[ds], s.locked[ds] = nil, false
+		s.drop(ds)
 	}
 	if s.conns[ds] == nil {
 		conn, err := s.c.dial(ctx, ds)
@@ -691,30 +762,76 @@ func (s *Settler) connect(ctx context.Context, ds int) error {
 			return err
 		}
 	}
-	if !s.locked[ds] {
-		inst := int32(s.c.instance.Load())
-		err := s.step(ctx, ds, func(ctx context.Context, conn *pgconn.PgConn) error {
-			r, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_try_advisory_lock(%d, %d)", InstanceLockClass, inst)).ReadAll()
-			if err == nil {
-				s.locked[ds] = len(r) == 1 && len(r[0].Rows) == 1 && string(r[0].Rows[0][0]) == "t"
-			}
-			return err
-		})
+	if s.locked[ds] && !s.shared[ds] {
+		return nil
+	}
+	// A lock held by another of the settler's connections is checked every pass: that
+	// connection may have been dropped since, and this one must then take the lock.
+	inst := int32(s.c.instance.Load())
+	var locked bool
+	var holders []lockHolder
+	// Claimed before trying: a connection to the same database that fails to take
+	// the lock because this one got it then finds this one among the holders.
+	s.holders.Lock()
+	s.holders.of[ds] = holderOf(s.conns[ds])
+	s.holders.Unlock()
+	err := s.step(ctx, ds, func(ctx context.Context, conn *pgconn.PgConn) error {
+		r, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_try_advisory_lock(%d, %d)", InstanceLockClass, inst)).ReadAll()
 		if err != nil {
 			return err
 		}
-		if !s.locked[ds] {
-			// Our own earlier connection may still hold it on the server (a step that
-			// timed out); try again next pass.
-			s.log.Warn("two-phase settler: the instance lock is held by another session", "data_source", s.c.name(ds))
+		if locked = len(r) == 1 && len(r[0].Rows) == 1 && string(r[0].Rows[0][0]) == "t"; locked {
+			return nil
+		}
+		r, err = conn.Exec(ctx, fmt.Sprintf("SELECT l.pid, coalesce(a.client_port, -1) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "+
+			"WHERE l.locktype = 'advisory' AND l.classid = %d AND l.objid = %d AND l.objsubid = 2 AND l.granted "+
+			"AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())", InstanceLockClass, uint32(inst))).ReadAll()
+		if err != nil {
+			return err
+		}
+		for _, row := range r[0].Rows {
+			pid, _ := strconv.Atoi(string(row[0]))
+			port, _ := strconv.Atoi(string(row[1]))
+			holders = append(holders, lockHolder{pid, port})
+		}
+		return nil
+	})
+	s.holders.Lock()
+	defer s.holders.Unlock()
+	if err != nil {
+		s.holders.of[ds] = lockHolder{}
+		return err
+	}
+	if locked {
+		s.locked[ds], s.shared[ds] = true, false
+		return nil
+	}
+	s.holders.of[ds] = lockHolder{}
+	for _, h := range holders {
+		if h.pid != 0 && slices.Contains(s.holders.of, h) {
+			s.locked[ds], s.shared[ds] = true, true
+			return nil
 		}
 	}
+	s.locked[ds], s.shared[ds] = false, false
+	// Our own earlier connection may still hold it on the server (a step that timed
+	// out); try again next pass.
+	s.log.Warn("two-phase settler: the instance lock is held by another session", "data_source", s.c.name(ds))
 	return nil
 }
 
-// validGID reports whether gid (without the data source suffix) is one shardlab made,
-// and so safe to put in a statement.
-func validGID(gid string) bool {
-	_, ok := parseGID(gid + "_0")
-	return ok
+// holderOf is the backend of conn, as pg_locks and pg_stat_activity show it.
+func holderOf(conn *pgconn.PgConn) lockHolder {
+	h := lockHolder{pid: int(conn.PID()), port: -1}
+	if a, ok := conn.Conn().LocalAddr().(*net.TCPAddr); ok {
+		h.port = a.Port
+	}
+	return h
+}
+
+// ownGID reports whether gid (without the data source suffix) is one this settler's
+// committer made, which also makes it safe to put in a statement.
+func (s *Settler) ownGID(gid string) bool {
+	g, ok := parseGID(gid + "_0")
+	return ok && !g.legacy && g.instance == s.c.instance.Load()
 }
