@@ -33,6 +33,20 @@ type conn struct {
 	// as they arrive, instead of gathering them.
 	streaming bool
 	streamed  *sqlexec.Rows
+	// open is the last answer handed out as a stream; it may still hold connections
+	// (see finishOpen).
+	open *sqlexec.Rows
+}
+
+// finishOpen reads the rest of an answer still streaming into memory and frees the
+// connections it holds, before another statement, a commit or a rollback on this
+// connection: database/sql allows them while rows are open (tx.Exec inside a
+// rows.Next loop), and they need those connections.
+func (cn *conn) finishOpen() {
+	if cn.open != nil {
+		cn.open.Buffer() // an error stays with the rows, for their reader
+		cn.open = nil
+	}
 }
 
 var (
@@ -55,6 +69,7 @@ func (cn *conn) Prepare(query string) (driver.Stmt, error) {
 // PrepareContext plans the statement once; every execution binds that plan, and each
 // shard prepares the statement it runs once per connection.
 func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	cn.finishOpen()
 	stmts := sqlplan.SplitStatements(query)
 	if len(stmts) > 1 {
 		return &stmt{cn: cn, query: query, multi: true}, nil
@@ -71,6 +86,10 @@ func (cn *conn) Close() error {
 		return nil
 	}
 	cn.closed = true
+	if cn.open != nil {
+		cn.open.Abort()
+		cn.open = nil
+	}
 	if cn.sq != nil {
 		return cn.sq.end(false)
 	}
@@ -94,6 +113,7 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 	if opts.ReadOnly {
 		begin += " READ ONLY"
 	}
+	cn.finishOpen()
 	if cn.sq != nil {
 		return tx{cn}, cn.sq.begin()
 	}
@@ -122,6 +142,7 @@ func sqlIsolation(level driver.IsolationLevel) string {
 type tx struct{ cn *conn }
 
 func (t tx) Commit() error {
+	t.cn.finishOpen()
 	if t.cn.sq != nil {
 		return t.cn.sq.end(true)
 	}
@@ -130,6 +151,7 @@ func (t tx) Commit() error {
 }
 
 func (t tx) Rollback() error {
+	t.cn.finishOpen()
 	if t.cn.sq != nil {
 		return t.cn.sq.end(false)
 	}
@@ -161,6 +183,7 @@ func (cn *conn) endTx() {
 
 // ResetSession rolls back what a previous user left open.
 func (cn *conn) ResetSession(ctx context.Context) error {
+	cn.finishOpen()
 	if cn.sq != nil {
 		return cn.sq.end(false)
 	}
@@ -179,6 +202,7 @@ func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.Na
 // query runs a statement (run) whose rows the caller reads: those of a SELECT on
 // PostgreSQL shards as they arrive (sqlexec.Engine.Query), any other's as gathered.
 func (cn *conn) query(run func() (*sqlexec.Result, error)) (driver.Rows, error) {
+	cn.finishOpen()
 	cn.streaming = true
 	res, err := run()
 	cn.streaming = false
@@ -192,11 +216,14 @@ func (cn *conn) query(run func() (*sqlexec.Result, error)) (driver.Rows, error) 
 	}
 	if streamed == nil {
 		streamed = sqlexec.RowsOf(res)
+	} else {
+		cn.open = streamed
 	}
 	return newRows(streamed, cn.sq != nil)
 }
 
 func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	cn.finishOpen()
 	res, err := cn.run(ctx, query, args)
 	if err != nil {
 		return nil, err
@@ -542,6 +569,7 @@ func (s *stmt) exec(ctx context.Context, args []driver.NamedValue) (*sqlexec.Res
 }
 
 func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	s.cn.finishOpen()
 	res, err := s.exec(ctx, args)
 	if err != nil {
 		return nil, err

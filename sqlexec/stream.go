@@ -80,22 +80,62 @@ func (r *Rows) Next() bool {
 // Values returns the current row's values, valid until the next call of Next.
 func (r *Rows) Values() [][]byte { return r.row }
 
-// Close ends the answer: a data source still sending rows is stopped (its connection
-// breaks, and is not reused), and the connections are released. It returns the
-// command tag, or the error that ended the answer. It may be called more than once.
-func (r *Rows) Close() (pgconn.CommandTag, error) {
+// Close ends the answer and releases its connections. Rows not read yet are read and
+// dropped, so that the connections stay usable (a caller's transaction on them goes
+// on); the time that takes is the time the rest of the answer would have taken, its
+// memory one batch per data source. It returns the command tag, or the error that
+// ended the answer. It may be called more than once.
+func (r *Rows) Close() (pgconn.CommandTag, error) { return r.end(false) }
+
+// Abort ends the answer at once: a data source still sending rows is cancelled, and
+// its connection is not reused. For a caller that will use none of them again (its
+// client is gone).
+func (r *Rows) Abort() { r.end(true) }
+
+func (r *Rows) end(abort bool) (pgconn.CommandTag, error) {
 	if r.closed {
 		return r.tag, r.err
 	}
 	r.closed = true
 	r.row, r.buf = nil, nil
 	if r.st != nil {
-		if err := r.st.close(); err != nil && r.err == nil {
+		if err := r.st.close(abort || r.err != nil); err != nil && r.err == nil {
 			r.err = err
 		}
+		r.st = nil
 		r.tag = CommandTag(sqlplan.KindSelect, r.n, pgconn.CommandTag{})
 	}
 	return r.tag, r.err
+}
+
+// Buffer reads the rest of a streamed answer into memory and releases its
+// connections, for a caller that must run another statement on them before it reads
+// on (database/sql allows one while rows are open). Next then hands out what it read.
+func (r *Rows) Buffer() error {
+	if r.st == nil || r.closed {
+		return nil
+	}
+	var rest [][][]byte
+	for {
+		row, ok, err := r.st.next()
+		if err != nil {
+			r.err = err
+			break
+		}
+		if !ok {
+			break
+		}
+		rest = append(rest, row)
+	}
+	st := r.st
+	r.st = nil
+	if err := st.close(r.err != nil); err != nil && r.err == nil {
+		r.err = err
+	}
+	// The tag counts what the caller read before and what it will read now.
+	r.tag = CommandTag(sqlplan.KindSelect, r.n+int64(len(rest)), pgconn.CommandTag{})
+	r.buf = rest
+	return r.err
 }
 
 // Query runs a bound statement as Execute does, and returns its answer to be read row
@@ -114,18 +154,31 @@ func (e *Engine) Query(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args,
 	} else {
 		shardFormats = resultFormats
 	}
+	// The collation text is compared under, asked before the stream holds a connection
+	// of every data source (the catalog may draw on the same pools); it matters only
+	// if the columns turn out to include text.
+	var coll string
+	var collErr error
+	if b.Merge != nil && len(b.Merge.OrderBy) > 0 {
+		coll, collErr = e.textCollation(ctx, b)
+	}
 	st := e.startStream(ctx, b, args, shardFormats, conns)
-	whole, err := st.prime(ctx)
+	whole, err := st.prime(coll, collErr)
 	if err != nil {
-		st.close()
+		st.close(true)
 		return nil, err
 	}
 	if whole {
-		// Text ranked under a collation: the ranks need every value first.
-		res, err := st.readWhole(ctx, resultFormats)
-		if cerr := st.close(); err == nil {
+		// Text ranked under a collation: the ranks need every value first. The
+		// connections go back before the ranks are asked for.
+		results, err := st.readAll()
+		if cerr := st.close(err != nil); err == nil {
 			err = cerr
 		}
+		if err != nil {
+			return nil, err
+		}
+		res, err := e.merge(ctx, b, results, resultFormats, CombineOptions{})
 		if err != nil {
 			return nil, err
 		}
@@ -300,7 +353,9 @@ func sendResult(ctx context.Context, rr *pgconn.ResultReader, out chan<- batch) 
 		}
 		b.rows = append(b.rows, row)
 		size += need
-		if len(b.rows) >= batchRows || size >= batchBytes {
+		// The first row goes at once: the time to an answer's first row does not wait
+		// for a batch to fill.
+		if len(b.rows) >= batchRows || size >= batchBytes || !sent {
 			if err := send(); err != nil {
 				rr.Close()
 				return sent, err
@@ -357,8 +412,9 @@ func (st *stream) pull(c *cursor) ([][]byte, bool, error) {
 
 // prime waits for the first rows: those of the first target for a concatenation, of
 // every target for a sort merge. It settles the columns, and reports whether the
-// answer must be read whole (text ranked under a collation).
-func (st *stream) prime(ctx context.Context) (whole bool, err error) {
+// answer must be read whole (text compared under coll, a collation that does not
+// compare bytes; collErr refuses comparing text at all).
+func (st *stream) prime(coll string, collErr error) (whole bool, err error) {
 	m := st.b.Merge
 	st.sorted = m != nil && len(m.OrderBy) > 0
 	primed := st.curs[:1]
@@ -383,9 +439,8 @@ func (st *stream) prime(ctx context.Context) (whole bool, err error) {
 		st.cols = append(st.cols, colType{oid: f.DataTypeOID, format: f.Format})
 	}
 	if len(textColumns(m, st.first)) > 0 {
-		coll, err := st.e.textCollation(ctx, st.b)
-		if err != nil {
-			return false, err
+		if collErr != nil {
+			return false, collErr
 		}
 		if coll != "" {
 			return true, nil
@@ -472,8 +527,8 @@ func (st *stream) next() ([][]byte, bool, error) {
 	return nil, false, nil
 }
 
-// readWhole reads the rest of every target and merges it as Execute does.
-func (st *stream) readWhole(ctx context.Context, resultFormats []int16) (*Result, error) {
+// readAll reads the rest of every target, for a merge of the whole answers.
+func (st *stream) readAll() ([]targetResult, error) {
 	results := make([]targetResult, len(st.curs))
 	for i, c := range st.curs {
 		for {
@@ -488,16 +543,15 @@ func (st *stream) readWhole(ctx context.Context, resultFormats []int16) (*Result
 		}
 		results[i].fields, results[i].tag = c.fields, c.tag
 	}
-	return st.e.merge(ctx, st.b, results, resultFormats, CombineOptions{})
+	return results, nil
 }
 
-// close ends the stream. When every row the client gets has been handed out, the
-// targets' remaining rows (at most offset+limit per target, which the targets were
-// sent) are read and dropped, so that the connections stay usable; otherwise the
-// targets are cancelled. It waits for the readers and releases the connections.
-func (st *stream) close() error {
+// close ends the stream. Unless abort, the targets' remaining rows are read and
+// dropped, so that the connections stay usable; with abort (or when a target failed)
+// the targets are cancelled. It waits for the readers and releases the connections.
+func (st *stream) close(abort bool) error {
 	var err error
-	if st.done {
+	if !abort {
 		for _, c := range st.curs {
 			for !c.ended {
 				c.pos = len(c.rows)
@@ -510,7 +564,7 @@ func (st *stream) close() error {
 			}
 		}
 	}
-	if !st.done || err != nil {
+	if abort || err != nil {
 		st.cancel()
 		for _, c := range st.curs {
 			for range c.ch {

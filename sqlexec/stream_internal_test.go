@@ -104,7 +104,7 @@ func (c streamCase) run(t *testing.T) [][][]byte {
 		}()
 	}
 	defer cancel()
-	if _, err := st.prime(ctx); err != nil {
+	if _, err := st.prime("", nil); err != nil {
 		t.Fatal(err)
 	}
 	var out [][][]byte

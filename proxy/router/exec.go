@@ -122,7 +122,8 @@ func (s *Session) relayRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.
 	for n := 1; rows.Next(); n++ {
 		s.client.Send(&pgproto3.DataRow{Values: rows.Values()})
 		if n%relayCheck == 0 && s.client.Flush() != nil {
-			break // the client is gone: Close stops the shards
+			rows.Abort() // the client is gone: stop the shards
+			return nil
 		}
 	}
 	tag, err := rows.Close()
