@@ -1132,6 +1132,35 @@ func TestOneShardPassesThrough(t *testing.T) {
 	if err != nil || strings.Join(strings.Fields(out), ",") != "1,2,3" {
 		t.Errorf("psql with FETCH_COUNT: %v\n%s", err, out)
 	}
+	// A statement the proxy's parser refuses gets the server's own error, every field.
+	var pe *pgconn.PgError
+	if err := simple(`SELECT U&'\wxyz'`); !errors.As(err, &pe) || pe.Hint == "" {
+		t.Errorf("syntax error: %v, want the server's error with its HINT", err)
+	}
+	// A cursor's text is the client's alone (pg_cursors shows it), not joined to the
+	// transaction's BEGIN.
+	for _, q := range []string{"BEGIN", "DECLARE cur CURSOR FOR SELECT id FROM acct"} {
+		if err := simple(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var text string
+	if err := c.QueryRow(ctx, "SELECT statement FROM pg_cursors WHERE name = 'cur'", pgx.QueryExecModeSimpleProtocol).Scan(&text); err != nil || text != "DECLARE cur CURSOR FOR SELECT id FROM acct" {
+		t.Errorf("pg_cursors: %q, %v", text, err)
+	}
+	// PREPARE TRANSACTION ends the transaction on the server, whether it succeeds or
+	// fails (here: prepared transactions are off, or the test server lacks them).
+	if err := simple("PREPARE TRANSACTION 'shardlab_test_px'"); err == nil {
+		if err := simple("ROLLBACK PREPARED 'shardlab_test_px'"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := simple("SELECT 1"); err != nil {
+		t.Errorf("after PREPARE TRANSACTION: %v, want no transaction open", err)
+	}
+	if err := simple("ROLLBACK TO SAVEPOINT s"); err == nil || !strings.Contains(err.Error(), "ROLLBACK TO SAVEPOINT can only be used in transaction blocks") {
+		t.Errorf("ROLLBACK TO SAVEPOINT outside a transaction: %v", err)
+	}
 	// A setting a DO block changes stays off the next client's statements on the
 	// connection: one connection, two clients.
 	one := startProxy(t, 1, nil, nil, withPool(1, 10*time.Second))

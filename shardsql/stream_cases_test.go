@@ -40,9 +40,9 @@ func TestStreamTxQueryRowAbortsTx(t *testing.T) {
 	db := streamKV(t, "st_qr", 3000, 0)
 	ctx := context.Background()
 	for _, q := range []string{
-		"SELECT k FROM kv",                      // concatenation
-		"SELECT k FROM kv ORDER BY k",           // sort merge
-		"SELECT k FROM kv ORDER BY k LIMIT 1",   // LIMIT satisfied by the one row read
+		"SELECT k FROM kv",                    // concatenation
+		"SELECT k FROM kv ORDER BY k",         // sort merge
+		"SELECT k FROM kv ORDER BY k LIMIT 1", // LIMIT satisfied by the one row read
 	} {
 		t.Run(q, func(t *testing.T) {
 			tx, err := db.BeginTx(ctx, nil)
@@ -253,7 +253,6 @@ func TestStreamQueryRowChurnsConnections(t *testing.T) {
 		t.Errorf("%d new sessions on ds_0 for 20 QueryRow calls", d)
 	}
 }
-
 
 // Every row of a LIMIT read (exactly LIMIT Next calls), then Close: the transaction
 // goes on.

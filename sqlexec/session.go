@@ -266,6 +266,15 @@ func (s *Session) Rollback(ctx context.Context) error {
 	return s.committer.Rollback(ctx, s, s.touched)
 }
 
+// Ended leaves the transaction that a statement of the caller's ended on the server
+// (PREPARE TRANSACTION, which ends it whether it succeeds or fails), returning every
+// connection without a COMMIT or ROLLBACK.
+func (s *Session) Ended() {
+	if s.inTx {
+		s.end()
+	}
+}
+
 // end leaves the transaction and returns every connection.
 func (s *Session) end() {
 	if s.detector != nil {

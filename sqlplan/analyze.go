@@ -146,6 +146,12 @@ func (a *analyzer) analyzeTransaction(t *pg.TransactionStmt) error {
 		a.plan.Tx = TxRelease
 	case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
 		a.plan.Tx = TxRollbackTo
+	case pg.TransactionStmtKind_TRANS_STMT_PREPARE:
+		if !a.p.rules.OneShard() {
+			return unsupported("PREPARE TRANSACTION over several shards: the sharding layer runs its own two-phase commit (--two-phase)")
+		}
+		// One shard: the client's own two-phase commit, on that server.
+		a.plan.Tx = TxPrepare
 	default:
 		return unsupported("PREPARE TRANSACTION, COMMIT PREPARED and ROLLBACK PREPARED: the sharding layer runs its own two-phase commit")
 	}

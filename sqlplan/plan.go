@@ -71,7 +71,7 @@ const (
 	TxSavepoint
 	TxRelease
 	TxRollbackTo
-	TxPrepare         // PREPARE TRANSACTION: refused, the sharding layer runs its own 2PC
+	TxPrepare         // PREPARE TRANSACTION: with rules of one shard, run there and ending the transaction; refused over several (the sharding layer runs its own 2PC)
 	TxCommitPrepared  // COMMIT PREPARED: likewise
 	TxRollbackPrepare // ROLLBACK PREPARED: likewise
 )
@@ -103,6 +103,10 @@ type Plan struct {
 	// NoTransaction is set for statements PostgreSQL refuses inside a transaction block
 	// (VACUUM, CREATE INDEX CONCURRENTLY): they are never wrapped in one.
 	NoTransaction bool
+	// OwnText is set for statements whose text the server keeps and shows (a cursor's
+	// DECLARE in pg_cursors, an SQL-level PREPARE in pg_prepared_statements): they
+	// travel alone, never in one query string with statements the proxy adds.
+	OwnText bool
 	// Tx is set for KindTransaction.
 	Tx TxKind
 	// Savepoint is the savepoint a SAVEPOINT, RELEASE or ROLLBACK TO statement names,

@@ -167,6 +167,11 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 		return p.plan(ctx, sql, sql, false, nil)
 	}
 	if err != nil {
+		if p.rules.OneShard() {
+			// One shard: the server says what is wrong, in its own words and with
+			// every field (a HINT, a DETAIL), or runs what its grammar takes.
+			return &Plan{Kind: KindPassthrough, SQL: sql, rules: p.rules, Write: true, Session: EffectBinds | EffectUnbinds}, nil
+		}
 		return nil, syntaxError(err)
 	}
 	if normalized && len(tree.Stmts) == 1 && isDDLNode(tree.Stmts[0].Stmt) {
@@ -233,6 +238,10 @@ func (p *Planner) passthrough(sql, text string, normalized bool, tree *pg.ParseR
 	}
 	pl := &Plan{Kind: KindPassthrough, SQL: sql, rules: p.rules, Session: effects, NumParams: a.maxParam,
 		NoTransaction: noTransaction(tree.Stmts[0].Stmt)}
+	switch tree.Stmts[0].Stmt.Node.(type) {
+	case *pg.Node_DeclareCursorStmt, *pg.Node_PrepareStmt:
+		pl.OwnText = true
+	}
 	_, isSelect := tree.Stmts[0].Stmt.Node.(*pg.Node_SelectStmt)
 	pl.Write = !isSelect
 	return pl, nil

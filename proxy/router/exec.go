@@ -189,6 +189,14 @@ func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
 	if err := s.noteEffects(plan, b, true); err != nil {
 		return err
 	}
+	if single(b) && plan.OwnText {
+		// Alone on the wire: what the transaction owes the data source goes first.
+		t := b.Targets[0]
+		return s.onDataSource(ctx, t.DataSource, func(c *backend.Conn) error {
+			_, err := c.QueryAfter(ctx, nil, t.SQL, s.client)
+			return err
+		})
+	}
 	if single(b) {
 		t := b.Targets[0]
 		calls, err := setConfigCallsOf(plan, t.SQL, nil, nil, nil)

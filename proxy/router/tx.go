@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/shardlab/shardlab/proxy/backend"
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
@@ -103,9 +104,11 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 		if err != nil {
 			return err
 		}
+	case sqlplan.TxPrepare:
+		return s.prepareTransaction(ctx, plan)
 	case sqlplan.TxSavepoint, sqlplan.TxRelease, sqlplan.TxRollbackTo:
 		if !s.explicit {
-			return pgError("25P01", "%s can only be used in transaction blocks", strings.ToUpper(firstWord(plan.SQL)))
+			return pgError("25P01", "%s can only be used in transaction blocks", savepointStatement[plan.Tx])
 		}
 		name := plan.Savepoint
 		var err error
@@ -134,6 +137,40 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 	}
 	s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(tag)})
 	return nil
+}
+
+// savepointStatement names the savepoint statements as PostgreSQL's messages do.
+var savepointStatement = map[sqlplan.TxKind]string{
+	sqlplan.TxSavepoint: "SAVEPOINT", sqlplan.TxRelease: "RELEASE SAVEPOINT", sqlplan.TxRollbackTo: "ROLLBACK TO SAVEPOINT",
+}
+
+// prepareTransaction runs the client's PREPARE TRANSACTION (rules of one shard) on
+// the one data source, in the client's transaction, which it ends there whether it
+// succeeds or not: the session then holds no transaction. Outside a transaction block
+// the server answers as it does (a warning; nothing is prepared).
+func (s *Session) prepareTransaction(ctx context.Context, plan *sqlplan.Plan) error {
+	ds := s.r.rules.DefaultDataSource()
+	if !s.explicit && !s.implicit {
+		return s.onDataSource(ctx, ds, func(c *backend.Conn) error { return c.Query(ctx, plan.SQL, s.client) })
+	}
+	if s.isFailed() {
+		// As PostgreSQL: PREPARE TRANSACTION of a failed transaction rolls it back.
+		err := s.tx.Rollback(ctx)
+		s.explicit, s.implicit = false, false
+		s.endTx(false)
+		if err != nil {
+			return err
+		}
+		s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte("ROLLBACK")})
+		return nil
+	}
+	err := s.onDataSourceJoining(ctx, ds, func(c *backend.Conn, join []string) (bool, error) {
+		return c.QueryAfter(ctx, join, plan.SQL, s.client)
+	})
+	s.tx.Ended()
+	s.explicit, s.implicit = false, false
+	s.endTx(err == nil)
+	return err
 }
 
 // notice sends a WARNING, as PostgreSQL does for harmless transaction mistakes.
