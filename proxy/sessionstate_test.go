@@ -1137,6 +1137,11 @@ func TestOneShardPassesThrough(t *testing.T) {
 	if err := simple(`SELECT U&'\wxyz'`); !errors.As(err, &pe) || pe.Hint == "" {
 		t.Errorf("syntax error: %v, want the server's error with its HINT", err)
 	}
+	// In the extended protocol too, and at Parse, where psql's \gdesc expects it (it
+	// then shows the statement's line).
+	if out, _ := runStdin(t, time.Minute, "SELECT 1 + \\gdesc\n", "psql", "-X", e.url(""), "-f", "-"); !strings.Contains(out, "LINE 1: SELECT 1 +") {
+		t.Errorf("psql \\gdesc of a syntax error:\n%s", out)
+	}
 	// A cursor's text is the client's alone (pg_cursors shows it), not joined to the
 	// transaction's BEGIN.
 	for _, q := range []string{"BEGIN", "DECLARE cur CURSOR FOR SELECT id FROM acct"} {

@@ -107,6 +107,9 @@ type Plan struct {
 	// DECLARE in pg_cursors, an SQL-level PREPARE in pg_prepared_statements): they
 	// travel alone, never in one query string with statements the proxy adds.
 	OwnText bool
+	// Unparsed is set for a passthrough plan of a statement the planner's grammar
+	// refused (rules of one shard): the server's own parse says what is wrong.
+	Unparsed bool
 	// Tx is set for KindTransaction.
 	Tx TxKind
 	// Savepoint is the savepoint a SAVEPOINT, RELEASE or ROLLBACK TO statement names,

@@ -170,7 +170,7 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 		if p.rules.OneShard() {
 			// One shard: the server says what is wrong, in its own words and with
 			// every field (a HINT, a DETAIL), or runs what its grammar takes.
-			return &Plan{Kind: KindPassthrough, SQL: sql, rules: p.rules, Write: true, Session: EffectBinds | EffectUnbinds}, nil
+			return &Plan{Kind: KindPassthrough, SQL: sql, rules: p.rules, Write: true, Session: EffectBinds | EffectUnbinds, Unparsed: true}, nil
 		}
 		return nil, syntaxError(err)
 	}

@@ -44,9 +44,9 @@ func failedTx() error {
 }
 
 // exitStatement reports whether a plan may run in a failed transaction: COMMIT,
-// ROLLBACK and ROLLBACK TO SAVEPOINT.
+// ROLLBACK, ROLLBACK TO SAVEPOINT and PREPARE TRANSACTION (which rolls it back).
 func exitStatement(p *sqlplan.Plan) bool {
-	return p.Kind == sqlplan.KindTransaction && (p.Tx == sqlplan.TxCommit || p.Tx == sqlplan.TxRollback || p.Tx == sqlplan.TxRollbackTo)
+	return p.Kind == sqlplan.KindTransaction && (p.Tx == sqlplan.TxCommit || p.Tx == sqlplan.TxRollback || p.Tx == sqlplan.TxRollbackTo || p.Tx == sqlplan.TxPrepare)
 }
 
 // fail records an error of the current batch (and of the explicit transaction), and
@@ -77,6 +77,17 @@ func (s *Session) Parse(ctx context.Context, name, sql string, oids []uint32) er
 	}
 	if s.isFailed() && !exitStatement(plan) {
 		return s.fail(failedTx())
+	}
+	if plan.Unparsed {
+		// The server parses it now, as it would at this Parse: its error, or its
+		// grammar's yes.
+		err := s.onDataSource(ctx, s.r.rules.DefaultDataSource(), func(c *backend.Conn) error {
+			_, err := c.PgConn().Prepare(ctx, "", sql, oids)
+			return err
+		})
+		if err != nil {
+			return s.fail(err)
+		}
 	}
 	if plan.Kind == sqlplan.KindCopy {
 		return s.fail(sqlplan.Unsupported("COPY through the extended protocol; send it as a simple query"))
