@@ -1142,6 +1142,11 @@ func TestOneShardPassesThrough(t *testing.T) {
 	if out, _ := runStdin(t, time.Minute, "SELECT 1 + \\gdesc\n", "psql", "-X", e.url(""), "-f", "-"); !strings.Contains(out, "LINE 1: SELECT 1 +") {
 		t.Errorf("psql \\gdesc of a syntax error:\n%s", out)
 	}
+	// An empty statement is answered in a failed transaction, as by PostgreSQL
+	// (psql's \gdesc of it describes it in the extended protocol).
+	if out, _ := runStdin(t, time.Minute, "BEGIN;\nbogus;\n;\n\\gdesc\nROLLBACK;\n", "psql", "-X", e.url(""), "-f", "-"); !strings.Contains(out, "The command has no result") {
+		t.Errorf("psql \\gdesc of an empty statement in a failed transaction:\n%s", out)
+	}
 	// A cursor's text is the client's alone (pg_cursors shows it), not joined to the
 	// transaction's BEGIN.
 	for _, q := range []string{"BEGIN", "DECLARE cur CURSOR FOR SELECT id FROM acct"} {

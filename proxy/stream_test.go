@@ -2,8 +2,11 @@ package proxy_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -105,5 +108,54 @@ func TestCrossShardRowsStream(t *testing.T) {
 				t.Errorf("%d rows, want 2000", n)
 			}
 		})
+	}
+}
+
+// TestNoticesReachTheClient: a notice reaches the client once, whichever path read
+// it: a relayed one-shard statement's, a streamed read over two shards', and one a
+// deferred constraint trigger raises at COMMIT, which the core runs.
+func TestNoticesReachTheClient(t *testing.T) {
+	e := startProxy(t, 2, []string{"items=id"}, nil)
+	ctx := context.Background()
+	setup := e.connect(t)
+	for _, q := range []string{
+		"CREATE TABLE items (id int PRIMARY KEY)",
+		"INSERT INTO items VALUES (1), (2), (3)",
+		`CREATE FUNCTION shout(n int) RETURNS int LANGUAGE plpgsql AS $$ BEGIN RAISE NOTICE 'row %', n; RETURN n; END $$`,
+		`CREATE FUNCTION late() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE NOTICE 'late %', NEW.id; RETURN NULL; END $$`,
+		"CREATE CONSTRAINT TRIGGER items_late AFTER INSERT ON items DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION late()",
+	} {
+		if _, err := setup.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	cfg, err := pgconn.ParseConfig(e.url(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var notices []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
+	c, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	for _, tc := range []struct {
+		sql  string
+		want []string
+	}{
+		{"SELECT shout(id) FROM items WHERE id = 2", []string{"row 2"}},
+		{"SELECT shout(id) FROM items ORDER BY id", []string{"row 1", "row 2", "row 3"}},
+		{"BEGIN; INSERT INTO items VALUES (10); COMMIT", []string{"late 10"}},
+	} {
+		notices = nil
+		if _, err := c.Exec(ctx, tc.sql).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", tc.sql, err)
+		}
+		got := slices.Clone(notices)
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: notices %q, want %q", tc.sql, got, tc.want)
+		}
 	}
 }

@@ -52,6 +52,14 @@ type Conn struct {
 		q []*pgproto3.NotificationResponse
 	}
 
+	// noticeTo receives the notices that pgconn reads off the connection (those of
+	// statements run through pgconn, such as the core's COMMIT; the relay passes its
+	// own on in order) while a session holds the connection (SetNoticeSink).
+	noticeTo atomic.Pointer[func(*pgconn.Notice)]
+	// relaying is set while a relay reads a message: a notice among them goes to the
+	// relay's sink, in order, not to noticeTo.
+	relaying bool
+
 	stmts   map[stmtKey]string // prepared statement text and types -> server name
 	stmtSeq int
 	evict   []string // names to close with the next round trip
@@ -262,6 +270,32 @@ func (c *Conn) noteNotification(n *pgconn.Notification) {
 	c.notes.q = append(c.notes.q, &pgproto3.NotificationResponse{PID: n.PID, Channel: n.Channel, Payload: n.Payload})
 }
 
+// SetNoticeSink makes fn receive the notices pgconn reads off the connection from now
+// on (nil: drop them). fn runs on the goroutine that reads the connection.
+func (c *Conn) SetNoticeSink(fn func(*pgconn.Notice)) {
+	if fn == nil {
+		c.noticeTo.Store(nil)
+		return
+	}
+	c.noticeTo.Store(&fn)
+}
+
+// receive reads the next message for a relay.
+func (c *Conn) receive(ctx context.Context) (pgproto3.BackendMessage, error) {
+	c.relaying = true
+	defer func() { c.relaying = false }()
+	return c.pg.ReceiveMessage(ctx)
+}
+
+func (c *Conn) noteNotice(n *pgconn.Notice) {
+	if c.relaying {
+		return // the relay passes it on
+	}
+	if fn := c.noticeTo.Load(); fn != nil {
+		(*fn)(n)
+	}
+}
+
 // maxQueuedNotifications bounds the notifications queued on one connection; PostgreSQL
 // itself queues up to 8 GB for a listener that does not read, which a proxy serving
 // many clients cannot afford.
@@ -283,7 +317,7 @@ func (c *Conn) TakeNotifications() []*pgproto3.NotificationResponse {
 // step with the proxy, and broken.
 func (c *Conn) WaitNotification(ctx context.Context) (*pgproto3.NoticeResponse, error) {
 	for {
-		msg, err := c.pg.ReceiveMessage(ctx)
+		msg, err := c.receive(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err() // the wait was ended: the connection is fine
@@ -499,7 +533,7 @@ func (c *Conn) execOnce(ctx context.Context, prefix []string, st *Statement, sin
 	// parses counts ParseComplete messages: the prefix's come first, then st's own.
 	parses := 0
 	for {
-		msg, err := c.pg.ReceiveMessage(context.Background())
+		msg, err := c.receive(context.Background())
 		if err != nil {
 			return sent, pending == 0, c.brokenErr(err)
 		}
@@ -607,7 +641,7 @@ func (c *Conn) QueryAfter(ctx context.Context, prefix []string, sql string, sink
 	var serverErr error
 	pending := len(prefix) // the prefix's command tags still to come
 	for {
-		msg, err := c.pg.ReceiveMessage(context.Background())
+		msg, err := c.receive(context.Background())
 		if err != nil {
 			return pending == 0, c.brokenErr(err)
 		}
@@ -660,7 +694,7 @@ func (c *Conn) FunctionCall(ctx context.Context, call *pgproto3.FunctionCall, si
 	}
 	var serverErr error
 	for {
-		msg, err := c.pg.ReceiveMessage(context.Background())
+		msg, err := c.receive(context.Background())
 		if err != nil {
 			return c.brokenErr(err)
 		}
@@ -694,7 +728,7 @@ func (c *Conn) Describe(ctx context.Context, sql string, oids []uint32) (params 
 	}
 	var serverErr error
 	for {
-		msg, err := c.pg.ReceiveMessage(context.Background())
+		msg, err := c.receive(context.Background())
 		if err != nil {
 			return nil, nil, c.brokenErr(err)
 		}
@@ -736,7 +770,7 @@ func (c *Conn) StartCopy(ctx context.Context, sql string, notices Sink) (*Copy, 
 	}
 	var serverErr error
 	for {
-		msg, err := c.pg.ReceiveMessage(ctx)
+		msg, err := c.receive(ctx)
 		if err != nil {
 			return nil, nil, c.brokenErr(err)
 		}
@@ -798,7 +832,7 @@ func (cp *Copy) Finish(ctx context.Context, failure string) (pgconn.CommandTag, 
 	var tag pgconn.CommandTag
 	var serverErr error
 	for {
-		msg, err := cp.c.pg.ReceiveMessage(ctx)
+		msg, err := cp.c.receive(ctx)
 		if err != nil {
 			return tag, cp.c.brokenErr(err)
 		}

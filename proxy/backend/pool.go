@@ -134,6 +134,11 @@ func NewPool(name, dsn string, o Options) (*Pool, error) {
 			c.(*Conn).noteNotification(n)
 		}
 	}
+	cfg.OnNotice = func(pg *pgconn.PgConn, n *pgconn.Notice) {
+		if c, ok := p.byServer.Load(pg); ok {
+			c.(*Conn).noteNotice(n)
+		}
+	}
 	return p, nil
 }
 

@@ -44,9 +44,10 @@ func failedTx() error {
 }
 
 // exitStatement reports whether a plan may run in a failed transaction: COMMIT,
-// ROLLBACK, ROLLBACK TO SAVEPOINT and PREPARE TRANSACTION (which rolls it back).
+// ROLLBACK, ROLLBACK TO SAVEPOINT, PREPARE TRANSACTION (which rolls it back), and an
+// empty statement, which PostgreSQL answers there too.
 func exitStatement(p *sqlplan.Plan) bool {
-	return p.Kind == sqlplan.KindTransaction && (p.Tx == sqlplan.TxCommit || p.Tx == sqlplan.TxRollback || p.Tx == sqlplan.TxRollbackTo || p.Tx == sqlplan.TxPrepare)
+	return p.Kind == sqlplan.KindEmpty || p.Kind == sqlplan.KindTransaction && (p.Tx == sqlplan.TxCommit || p.Tx == sqlplan.TxRollback || p.Tx == sqlplan.TxRollbackTo || p.Tx == sqlplan.TxPrepare)
 }
 
 // fail records an error of the current batch (and of the explicit transaction), and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/shardlab/shardlab/proxy/backend"
@@ -21,6 +22,7 @@ import (
 // PendingNotifications sends the client the notifications queued on the connections
 // it keeps; the frontend calls it before each ReadyForQuery.
 func (s *Session) PendingNotifications() {
+	s.sendNotices()
 	if len(s.leases.listens) == 0 {
 		return // never listened (the map changes on the client's goroutine only)
 	}
@@ -121,4 +123,38 @@ func (l *leases) listen(ds int) {
 	l.mu.Lock()
 	l.listens[ds] = true
 	l.mu.Unlock()
+}
+
+// Notices that statements run through pgconn raise (the core's COMMIT, which fires
+// deferred triggers; the reads and writes of several shards) are queued as they are
+// read, on whichever goroutine reads them, and sent before the client's next
+// ReadyForQuery, in the order they came. A relayed answer's notices go in its stream.
+
+// maxQueuedNotices bounds the notices queued for one statement.
+const maxQueuedNotices = 10000
+
+// queueNotice queues a notice for the client (see SetNoticeSink).
+func (s *Session) queueNotice(n *pgconn.Notice) {
+	s.notices.Lock()
+	defer s.notices.Unlock()
+	if len(s.notices.q) < maxQueuedNotices {
+		s.notices.q = append(s.notices.q, &pgproto3.NoticeResponse{
+			Severity: n.Severity, SeverityUnlocalized: n.SeverityUnlocalized, Code: n.Code, Message: n.Message,
+			Detail: n.Detail, Hint: n.Hint, Position: n.Position, InternalPosition: n.InternalPosition,
+			InternalQuery: n.InternalQuery, Where: n.Where, SchemaName: n.SchemaName, TableName: n.TableName,
+			ColumnName: n.ColumnName, DataTypeName: n.DataTypeName, ConstraintName: n.ConstraintName,
+			File: n.File, Line: n.Line, Routine: n.Routine,
+		})
+	}
+}
+
+// sendNotices sends the queued notices.
+func (s *Session) sendNotices() {
+	s.notices.Lock()
+	q := s.notices.q
+	s.notices.q = nil
+	s.notices.Unlock()
+	for _, n := range q {
+		s.client.Send(n)
+	}
 }

@@ -62,6 +62,11 @@ type Session struct {
 	// txLocal are SET LOCAL and SET TRANSACTION statements of the open transaction,
 	// run on each data source when it joins the transaction.
 	txLocal []string
+	// notices are the notices queued for the client (queueNotice).
+	notices struct {
+		sync.Mutex
+		q []*pgproto3.NoticeResponse
+	}
 	// dirty: a SET ran inside the open transaction; the connections it used carry
 	// settings a rollback may undo, so they are marked unknown when released.
 	dirty bool
@@ -392,6 +397,7 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	}
 	x := &lease{l: l, ds: ds, c: c}
 	c.Lend(l.s.id)
+	c.SetNoticeSink(l.s.queueNotice)
 	l.mu.Lock()
 	cancelled := interrupted(intr)
 	if !cancelled {
@@ -497,6 +503,7 @@ func (x *lease) Run(_ context.Context, fn func(*pgconn.PgConn) error) error {
 // Release implements sqlexec.Lease.
 func (x *lease) Release(reuse bool) {
 	l := x.l
+	x.c.SetNoticeSink(nil)
 	pool := l.s.pools[x.ds]
 	l.mu.Lock()
 	delete(l.held, x.ds)
