@@ -32,8 +32,8 @@ Usage: scripts/pg_regress_diff.sh [options]
   -h, --help         this help (writes nothing)
 
 Needs root (the clusters run as the postgres OS user), PostgreSQL 15's server binaries
-(SHARDLAB_PG_BINDIR, default /usr/lib/postgresql/15/bin), psql and go. Takes about
-5 to 10 minutes per mode on a 2-CPU machine.
+(SHARDLAB_PG_BINDIR, default /usr/lib/postgresql/15/bin), psql and go. Both modes take
+about 3 minutes on a 2-CPU machine.
 USAGE
 }
 
