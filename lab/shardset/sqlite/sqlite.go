@@ -175,6 +175,11 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, shardset.ErrNotFound
 	}
+	if err != nil && s.closed.Load() {
+		// Close ran between the check above and the lookup: the statement or the
+		// pool is closed under it.
+		return nil, ErrClosed
+	}
 	if err != nil {
 		return nil, err
 	}
