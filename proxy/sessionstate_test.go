@@ -1171,6 +1171,37 @@ func TestOneShardPassesThrough(t *testing.T) {
 	if err := simple("ROLLBACK TO SAVEPOINT s"); err == nil || !strings.Contains(err.Error(), "ROLLBACK TO SAVEPOINT can only be used in transaction blocks") {
 		t.Errorf("ROLLBACK TO SAVEPOINT outside a transaction: %v", err)
 	}
+	// SETs of DateStyle compose: replayed on a connection another client used, and
+	// restored at a savepoint, they keep the style and the order each one named.
+	shared := startProxy(t, 1, nil, nil, withPool(1, 10*time.Second))
+	sa, sb := shared.connect(t), shared.connect(t)
+	show := func(c *pgx.Conn) string {
+		var v string
+		if err := c.QueryRow(ctx, "SHOW datestyle", pgx.QueryExecModeSimpleProtocol).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, q := range []string{"SET datestyle = 'German, YMD'", "SET datestyle = 'DMY'"} {
+		if _, err := sa.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
+	}
+	show(sb) // the connection is reset for the other client
+	if v := show(sa); v != "German, DMY" {
+		t.Errorf("DateStyle replayed: %q, want German, DMY", v)
+	}
+	for _, q := range []string{"BEGIN", "SET datestyle = 'YMD'", "SAVEPOINT a", "SET datestyle = 'SQL, DMY'", "ROLLBACK TO a"} {
+		if _, err := sa.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := show(sa); v != "German, YMD" {
+		t.Errorf("DateStyle after ROLLBACK TO: %q, want German, YMD", v)
+	}
+	if _, err := sa.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
 	// A setting a DO block changes stays off the next client's statements on the
 	// connection: one connection, two clients.
 	one := startProxy(t, 1, nil, nil, withPool(1, 10*time.Second))

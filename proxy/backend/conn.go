@@ -270,15 +270,10 @@ func (c *Conn) noteNotification(n *pgconn.Notification) {
 	c.notes.q = append(c.notes.q, &pgproto3.NotificationResponse{PID: n.PID, Channel: n.Channel, Payload: n.Payload})
 }
 
-// SetNoticeSink makes fn receive the notices pgconn reads off the connection from now
-// on (nil: drop them). fn runs on the goroutine that reads the connection.
-func (c *Conn) SetNoticeSink(fn func(*pgconn.Notice)) {
-	if fn == nil {
-		c.noticeTo.Store(nil)
-		return
-	}
-	c.noticeTo.Store(&fn)
-}
+// SetNoticeSink makes *fn receive the notices pgconn reads off the connection from
+// now on (nil: drop them). It runs on the goroutine that reads the connection. A
+// pointer, so that lending a connection allocates nothing.
+func (c *Conn) SetNoticeSink(fn *func(*pgconn.Notice)) { c.noticeTo.Store(fn) }
 
 // receive reads the next message for a relay.
 func (c *Conn) receive(ctx context.Context) (pgproto3.BackendMessage, error) {

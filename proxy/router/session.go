@@ -62,6 +62,8 @@ type Session struct {
 	// txLocal are SET LOCAL and SET TRANSACTION statements of the open transaction,
 	// run on each data source when it joins the transaction.
 	txLocal []string
+	// noticeSink is queueNotice, made once: connections lent to the session point at it.
+	noticeSink func(*pgconn.Notice)
 	// notices are the notices queued for the client (queueNotice).
 	notices struct {
 		sync.Mutex
@@ -113,6 +115,7 @@ func (r *Router) NewSession(client Client, user string, login Identity, startup 
 	}
 	s := &Session{r: r, id: r.sessions.Add(1), client: client, user: user, login: login, pools: pools, stmts: map[string]*statement{}, portals: map[string]*portal{}}
 	s.leases = &leases{s: s, held: map[int]*lease{}, pinned: map[int]*backend.Conn{}, check: map[int]bool{}, forget: map[int]bool{}, listens: map[int]bool{}}
+	s.noticeSink = s.queueNotice
 	s.tx = sqlexec.NewSession(s.leases, r.committer)
 	if r.detector != nil {
 		s.tx.SetDeadlockDetector(r.detector)
@@ -397,7 +400,7 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	}
 	x := &lease{l: l, ds: ds, c: c}
 	c.Lend(l.s.id)
-	c.SetNoticeSink(l.s.queueNotice)
+	c.SetNoticeSink(&l.s.noticeSink)
 	l.mu.Lock()
 	cancelled := interrupted(intr)
 	if !cancelled {

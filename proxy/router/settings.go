@@ -69,6 +69,20 @@ func classifySet(sql string) (setKind, string, error) {
 	return setValue, name, nil
 }
 
+// effectiveSet returns the statement that replays a SET of parameter name that ran on
+// c. A SET of DateStyle composes with the value before it (SET datestyle = 'MDY' keeps
+// the output style), so it is replayed as the value the server reported after it;
+// every other SET is replayed as written.
+func effectiveSet(c *backend.Conn, name, sql string) string {
+	if name != "datestyle" {
+		return sql
+	}
+	if v := c.PgConn().ParameterStatus("DateStyle"); v != "" {
+		return "SET datestyle = " + quoteLiteral(v)
+	}
+	return sql
+}
+
 // applySet returns a settings list after a statement of kind changed parameter name
 // (sql is the statement, kept for replay). The list given is not modified.
 func applySet(list []setting, kind setKind, name, sql string) []setting {
@@ -173,7 +187,13 @@ func (s *Session) set(ctx context.Context, sql string) error {
 		return err
 	}
 	if s.explicit || s.implicit {
-		if err := s.inTransaction(ctx, -1, func(c *backend.Conn, sink backend.Sink) error { return c.Query(ctx, sql, sink) }); err != nil {
+		if err := s.inTransaction(ctx, -1, func(c *backend.Conn, sink backend.Sink) error {
+			err := c.Query(ctx, sql, sink)
+			if err == nil && kind == setValue {
+				sql = effectiveSet(c, name, sql)
+			}
+			return err
+		}); err != nil {
 			return err
 		}
 		if kind == setLocal {
@@ -199,6 +219,9 @@ func (s *Session) set(ctx context.Context, sql string) error {
 		}
 		switch kind {
 		case setValue:
+			if e := effectiveSet(c, name, sql); e != sql {
+				s.settings = applySet(old, kind, name, e)
+			}
 			// The connection carried the old list (the key is computed after the
 			// statement ran); with this SET it carries the new one, and the client got
 			// the ParameterStatus a reported setting brings.
