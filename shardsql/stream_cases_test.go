@@ -103,50 +103,30 @@ func TestStreamTxExecWhileRowsOpen(t *testing.T) {
 	}
 }
 
-// A pool of one connection per data source: a cross-shard ORDER BY on text asks the
-// catalog for the text's collation before the stream takes the data source's only
-// connection.
+// TestStreamTextOrderPoolOfOne: with a pool of one connection per data source, a
+// cross-shard ORDER BY on text asks the catalog for the text's collation before the
+// stream takes the data source's only connection, and under a collation that does not
+// compare bytes, gives its connections back before the ranks are asked for.
 func TestStreamTextOrderPoolOfOne(t *testing.T) {
 	db := streamKV(t, "st_p1", 10, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	rows, err := db.QueryContext(ctx, "SELECT k, v FROM kv ORDER BY v, k")
-	if err != nil {
-		t.Fatalf("query: %v", err)
-	}
-	n := 0
-	for rows.Next() {
-		n++
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	rows.Close()
-	if n != 10 {
-		t.Fatalf("%d rows", n)
-	}
-}
-
-// Same, under a non-byte collation: the stream gives its connections back before the
-// ranks are asked for.
-func TestStreamCollatedPoolOfOne(t *testing.T) {
-	db := streamKV(t, "st_p2", 10, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	rows, err := db.QueryContext(ctx, `SELECT k, v FROM kv ORDER BY v COLLATE "en-US-x-icu", k`)
-	if err != nil {
-		t.Fatalf("query: %v", err)
-	}
-	n := 0
-	for rows.Next() {
-		n++
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	rows.Close()
-	if n != 10 {
-		t.Fatalf("%d rows", n)
+	for _, q := range []string{
+		"SELECT k, v FROM kv ORDER BY v, k",
+		`SELECT k, v FROM kv ORDER BY v COLLATE "en-US-x-icu", k`,
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		rows, err := db.QueryContext(ctx, q)
+		if err != nil {
+			cancel()
+			t.Fatalf("%s: %v", q, err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		if err := rows.Close(); err != nil || rows.Err() != nil || n != 10 {
+			t.Errorf("%s: %d rows, %v %v", q, n, err, rows.Err())
+		}
+		cancel()
 	}
 }
 
