@@ -440,6 +440,9 @@ func (cn *conn) transaction(ctx context.Context, pl *sqlplan.Plan) (*sqlexec.Res
 	tag := ""
 	var err error
 	if cn.sq != nil {
+		if pl.Chain {
+			return nil, sqlplan.Unsupported("COMMIT AND CHAIN and ROLLBACK AND CHAIN on SQLite shards")
+		}
 		switch pl.Tx {
 		case sqlplan.TxBegin:
 			tag, err = "BEGIN", cn.sq.begin()
@@ -457,13 +460,11 @@ func (cn *conn) transaction(ctx context.Context, pl *sqlplan.Plan) (*sqlexec.Res
 	}
 	switch pl.Tx {
 	case sqlplan.TxBegin:
-		tag, err = "BEGIN", cn.s.Begin("BEGIN")
-	case sqlplan.TxCommit:
-		tag, err = "COMMIT", cn.s.Commit(ctx)
-		cn.endTx()
-	case sqlplan.TxRollback:
-		tag, err = "ROLLBACK", cn.s.Rollback(ctx)
-		cn.endTx()
+		// The statement as written: its options (ISOLATION LEVEL, READ ONLY) hold on
+		// every data source the transaction joins.
+		tag, err = "BEGIN", cn.s.Begin(pl.SQL)
+	case sqlplan.TxCommit, sqlplan.TxRollback:
+		return cn.endTransaction(ctx, pl)
 	default:
 		name := pl.Savepoint
 		switch pl.Tx {
@@ -473,6 +474,46 @@ func (cn *conn) transaction(ctx context.Context, pl *sqlplan.Plan) (*sqlexec.Res
 			tag, err = "RELEASE", cn.s.ReleaseSavepoint(ctx, name)
 		case sqlplan.TxRollbackTo:
 			tag, err = "ROLLBACK", cn.s.RollbackTo(ctx, name)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &sqlexec.Result{Tag: pgconn.NewCommandTag(tag)}, nil
+}
+
+// endTransaction carries out COMMIT and ROLLBACK sent as statements, AND CHAIN
+// included, answering with PostgreSQL's command tags.
+func (cn *conn) endTransaction(ctx context.Context, pl *sqlplan.Plan) (*sqlexec.Result, error) {
+	if pl.Chain && !cn.s.InTransaction() {
+		name := "COMMIT AND CHAIN"
+		if pl.Tx == sqlplan.TxRollback {
+			name = "ROLLBACK AND CHAIN"
+		}
+		return nil, &pgconn.PgError{Severity: "ERROR", Code: "25P01", Message: name + " can only be used in transaction blocks"}
+	}
+	var begin string
+	if pl.Chain {
+		var err error
+		if begin, _, err = cn.s.ChainBegin(ctx, cn.s, -1, cn.s.Failed()); err != nil {
+			return nil, err
+		}
+	}
+	// COMMIT of a failed transaction rolls it back and says so with an error (40000):
+	// a database/sql caller sees no command tag. The chained transaction starts all
+	// the same, as on PostgreSQL; after a commit that failed, it does not.
+	failed := cn.s.Failed()
+	tag := "COMMIT"
+	var err error
+	if pl.Tx == sqlplan.TxRollback {
+		tag, err = "ROLLBACK", cn.s.Rollback(ctx)
+	} else {
+		err = cn.s.Commit(ctx)
+	}
+	cn.endTx()
+	if pl.Chain && (err == nil || failed) {
+		if berr := cn.s.BeginChained(begin); berr != nil {
+			return nil, berr
 		}
 	}
 	if err != nil {

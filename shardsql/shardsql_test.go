@@ -458,3 +458,65 @@ func TestMigrationInOneString(t *testing.T) {
 		t.Errorf("rex: %d, %v", n, err)
 	}
 }
+
+// TestTransactionStatementsKeepTheirOptions: BEGIN sent as a statement keeps its
+// options on every shard the transaction joins, and COMMIT AND CHAIN and ROLLBACK AND
+// CHAIN start a transaction with the same characteristics after committing (or rolling
+// back) on every shard, as on PostgreSQL.
+func TestTransactionStatementsKeepTheirOptions(t *testing.T) {
+	ctx := context.Background()
+	dsns := []string{pgtest.NewDatabase(t, "chain0"), pgtest.NewDatabase(t, "chain1")}
+	db := openDriver(t, kv(t, dsns), false)
+	if _, err := db.Exec("CREATE TABLE kv (k int PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	exec := func(q string) {
+		t.Helper()
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	// The characteristics of the open transaction on shard k mod 2.
+	characteristics := func(k int) string {
+		t.Helper()
+		var s string
+		q := "SELECT current_setting('transaction_isolation') || ' ' || current_setting('transaction_read_only') FROM kv WHERE k = $1"
+		if err := conn.QueryRowContext(ctx, q, k).Scan(&s); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return s
+	}
+	exec("BEGIN ISOLATION LEVEL SERIALIZABLE")
+	exec("INSERT INTO kv VALUES (0, 'a'), (1, 'b')")
+	if got := characteristics(1); got != "serializable off" {
+		t.Errorf("after BEGIN ISOLATION LEVEL SERIALIZABLE, shard 1 runs %q", got)
+	}
+	exec("COMMIT AND CHAIN")
+	if got := countRows(t, dsns); fmt.Sprint(got) != "[1 1]" {
+		t.Errorf("rows per shard after COMMIT AND CHAIN: %v, want [1 1]", got)
+	}
+	exec("INSERT INTO kv VALUES (2, 'c'), (3, 'd')")
+	for k := range 2 {
+		if got := characteristics(k + 2); got != "serializable off" {
+			t.Errorf("the chained transaction runs %q on shard %d", got, k)
+		}
+	}
+	exec("ROLLBACK AND CHAIN")
+	if got := countRows(t, dsns); fmt.Sprint(got) != "[1 1]" {
+		t.Errorf("rows per shard after ROLLBACK AND CHAIN: %v, want [1 1]", got)
+	}
+	if got := characteristics(0); got != "serializable off" {
+		t.Errorf("the transaction chained by ROLLBACK AND CHAIN runs %q", got)
+	}
+	exec("COMMIT")
+	for _, q := range []string{"COMMIT AND CHAIN", "ROLLBACK AND CHAIN"} {
+		if _, err := conn.ExecContext(ctx, q); sqlplan.Code(err) != "25P01" {
+			t.Errorf("%s outside a transaction: %v, want SQLSTATE 25P01", q, err)
+		}
+	}
+}

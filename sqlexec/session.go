@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,7 @@ type Session struct {
 	inTx    bool
 	failed  bool
 	begin   string   // the BEGIN statement, with the transaction's options
+	chained bool     // the transaction was started by COMMIT AND CHAIN or ROLLBACK AND CHAIN
 	saves   []string // open savepoints, oldest first
 	touched []int    // data sources in the transaction, in the order they joined
 	pids    map[int]uint32
@@ -221,7 +223,7 @@ func (s *Session) Begin(beginSQL string) error {
 	if beginSQL == "" {
 		beginSQL = "BEGIN"
 	}
-	s.inTx, s.failed, s.begin, s.saves, s.touched = true, false, beginSQL, nil, nil
+	s.inTx, s.failed, s.chained, s.begin, s.saves, s.touched = true, false, false, beginSQL, nil, nil
 	s.mu.Lock()
 	s.pids, s.begunAt = nil, time.Now()
 	s.txn++
@@ -363,4 +365,103 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	s.end()
 	return err
+}
+
+// BeginStatement returns the BEGIN statement of the open transaction, as data sources
+// run it when they join ("" outside a transaction).
+func (s *Session) BeginStatement() string {
+	if !s.inTx {
+		return ""
+	}
+	return s.begin
+}
+
+// chainProbe reads the characteristics of a data source's open transaction.
+const chainProbe = "SELECT current_setting('transaction_isolation'), current_setting('transaction_read_only'), current_setting('transaction_deferrable')"
+
+// ChainBegin returns the BEGIN statement of a transaction with the open one's
+// characteristics (isolation level, read only, deferrable), which COMMIT AND CHAIN and
+// ROLLBACK AND CHAIN start, as PostgreSQL has them:
+//   - The server knows them as they are now, with SET TRANSACTION and the defaults at
+//     the transaction's start, so ChainBegin asks, through conns (the caller's view of
+//     this session), a data source the transaction has touched; when it has touched
+//     none, it asks data source idle, which then joins, or with idle < 0 returns the
+//     transaction's own BEGIN statement.
+//   - A failed transaction (failed: the caller's view) cannot answer a query. When it
+//     failed inside a savepoint, its characteristics are as it set them: its BEGIN
+//     statement, and keepLocal says that the caller's SET TRANSACTION statements still
+//     hold. When it failed at its top level, the server has undone what the
+//     transaction set itself (its BEGIN options, SET TRANSACTION) back to what it
+//     started with: the defaults, or for a chained transaction, what it was chained
+//     with.
+func (s *Session) ChainBegin(ctx context.Context, conns Conns, idle int, failed bool) (begin string, keepLocal bool, err error) {
+	if !s.inTx {
+		return "", false, errors.New("sqlexec: no transaction to chain")
+	}
+	switch {
+	case failed && len(s.saves) > 0:
+		return s.begin, true, nil
+	case failed && s.chained:
+		return s.begin, false, nil
+	case failed:
+		return "BEGIN", false, nil
+	}
+	ds := idle
+	if t := s.Touched(); len(t) > 0 {
+		ds = t[0]
+	}
+	if ds < 0 {
+		return s.begin, true, nil
+	}
+	var row [][]byte
+	err = conns.Run(ctx, ds, func(c *pgconn.PgConn) error {
+		res, err := c.Exec(ctx, chainProbe).ReadAll()
+		if err == nil && len(res) == 1 && len(res[0].Rows) == 1 && len(res[0].Rows[0]) == 3 {
+			row = res[0].Rows[0]
+		}
+		return err
+	})
+	conns.Release(ds, err)
+	if err != nil {
+		return "", false, err
+	}
+	if row == nil {
+		return "", false, fmt.Errorf("sqlexec: data source %s did not say its transaction's characteristics", s.committer.name(ds))
+	}
+	begin, err = chainBeginOf(string(row[0]), string(row[1]), string(row[2]))
+	return begin, false, err
+}
+
+// BeginChained opens the transaction that COMMIT AND CHAIN or ROLLBACK AND CHAIN
+// starts, with the BEGIN statement ChainBegin returned.
+func (s *Session) BeginChained(begin string) error {
+	if err := s.Begin(begin); err != nil {
+		return err
+	}
+	s.chained = true
+	return nil
+}
+
+// chainBeginOf writes the BEGIN statement of a transaction with the characteristics
+// PostgreSQL reports as transaction_isolation, transaction_read_only and
+// transaction_deferrable.
+func chainBeginOf(isolation, readOnly, deferrable string) (string, error) {
+	switch isolation {
+	case "read uncommitted", "read committed", "repeatable read", "serializable":
+	default:
+		return "", fmt.Errorf("sqlexec: unknown transaction isolation level %q", isolation)
+	}
+	if (readOnly != "on" && readOnly != "off") || (deferrable != "on" && deferrable != "off") {
+		return "", fmt.Errorf("sqlexec: unknown transaction_read_only %q or transaction_deferrable %q", readOnly, deferrable)
+	}
+	begin := "BEGIN ISOLATION LEVEL " + strings.ToUpper(isolation)
+	if readOnly == "on" {
+		begin += " READ ONLY"
+	} else {
+		begin += " READ WRITE"
+	}
+	if deferrable == "off" {
+		begin += " NOT"
+	}
+	return begin + " DEFERRABLE", nil
 }

@@ -158,9 +158,7 @@ func (a *analyzer) analyzeTransaction(t *pg.TransactionStmt) error {
 	if a.plan.Tx == TxSavepoint || a.plan.Tx == TxRelease || a.plan.Tx == TxRollbackTo {
 		a.plan.Savepoint = QuoteIdent(t.SavepointName)
 	}
-	if t.Chain {
-		return unsupported("COMMIT AND CHAIN and ROLLBACK AND CHAIN")
-	}
+	a.plan.Chain = t.Chain
 	return nil
 }
 

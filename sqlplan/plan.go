@@ -112,6 +112,9 @@ type Plan struct {
 	Unparsed bool
 	// Tx is set for KindTransaction.
 	Tx TxKind
+	// Chain is set for COMMIT AND CHAIN and ROLLBACK AND CHAIN: a new transaction with
+	// the same characteristics (isolation level, read only, deferrable) starts at once.
+	Chain bool
 	// Savepoint is the savepoint a SAVEPOINT, RELEASE or ROLLBACK TO statement names,
 	// as PostgreSQL's grammar reads it, quoted as an identifier ("a b"), so that every
 	// data source reads it alike.

@@ -82,9 +82,24 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 			s.explicit = true
 		}
 	case sqlplan.TxCommit, sqlplan.TxRollback:
-		if !s.explicit && !s.implicit {
+		if plan.Chain && !s.explicit {
+			// An implicit transaction is no transaction block either.
+			return pgError("25P01", "%s can only be used in transaction blocks", chainStatement[plan.Tx])
+		}
+		if !s.explicit {
+			// In the implicit transaction of statements sent together, PostgreSQL
+			// warns too, and ends it.
 			s.notice("25P01", "there is no transaction in progress")
-			break
+			if !s.implicit {
+				break
+			}
+		}
+		var chain *chained
+		if plan.Chain {
+			var err error
+			if chain, err = s.chain(ctx); err != nil {
+				return err
+			}
 		}
 		s.explicit, s.implicit = false, false
 		if plan.Tx == sqlplan.TxRollback || s.isFailed() {
@@ -97,12 +112,20 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 			if err != nil {
 				return err
 			}
-			break
+		} else {
+			err := s.tx.Commit(ctx)
+			s.endTx(err == nil)
+			if err != nil {
+				// As PostgreSQL: a failed commit starts no chained transaction.
+				return err
+			}
 		}
-		err := s.tx.Commit(ctx)
-		s.endTx(err == nil)
-		if err != nil {
-			return err
+		if chain != nil {
+			s.tx.BeginChained(chain.begin)
+			s.explicit = true
+			for _, q := range chain.local {
+				s.addLocal(q)
+			}
 		}
 	case sqlplan.TxPrepare:
 		return s.prepareTransaction(ctx, plan)
@@ -137,6 +160,54 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 	}
 	s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(tag)})
 	return nil
+}
+
+// chainStatement names COMMIT AND CHAIN and ROLLBACK AND CHAIN as PostgreSQL's
+// messages do.
+var chainStatement = map[sqlplan.TxKind]string{sqlplan.TxCommit: "COMMIT AND CHAIN", sqlplan.TxRollback: "ROLLBACK AND CHAIN"}
+
+// chained is how the transaction that COMMIT AND CHAIN or ROLLBACK AND CHAIN starts
+// begins: its BEGIN statement, and the statements that set its characteristics after
+// it (for a failed transaction, whose server cannot be asked).
+type chained struct {
+	begin string
+	local []string
+}
+
+// chain reads the open transaction's characteristics (isolation level, read only,
+// deferrable) for the transaction chained to it (see sqlexec.Session.ChainBegin). When
+// the transaction has touched no data source but set something, the default data
+// source joins to answer. When it failed inside a savepoint, the SET TRANSACTION
+// statements made before that savepoint still hold, and carry over.
+func (s *Session) chain(ctx context.Context) (*chained, error) {
+	idle := -1
+	if len(s.txLocal) > 0 || s.txChanged {
+		idle = s.r.rules.DefaultDataSource()
+	}
+	begin, keepLocal, err := s.tx.ChainBegin(ctx, &s.conns, idle, s.isFailed())
+	if err != nil {
+		return nil, err
+	}
+	c := &chained{begin: begin}
+	if keepLocal {
+		// The failed savepoint's own statements were undone with it.
+		local := s.txLocal
+		if n := len(s.saved); n > 0 && s.isFailed() {
+			local = local[:s.saved[n-1].local]
+		}
+		for _, q := range local {
+			if _, name, err := classifySet(q); err == nil && transactionCharacteristic[name] {
+				c.local = append(c.local, q)
+			}
+		}
+	}
+	return c, nil
+}
+
+// transactionCharacteristic names the parameters SET TRANSACTION and SET LOCAL change
+// that make a transaction's characteristics.
+var transactionCharacteristic = map[string]bool{
+	"transaction": true, "transaction_isolation": true, "transaction_read_only": true, "transaction_deferrable": true,
 }
 
 // savepointStatement names the savepoint statements as PostgreSQL's messages do.
