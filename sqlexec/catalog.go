@@ -169,9 +169,23 @@ func (c *Catalog) KeyType(ctx context.Context, t *rules.TableRule, column string
 
 // Columns implements sqlplan.Catalog.
 func (c *Catalog) Columns(ctx context.Context, t *rules.TableRule) ([]string, error) {
+	return c.columns(ctx, t, false)
+}
+
+// CopyColumns returns the columns COPY without a column list takes: every column but
+// the generated ones, in order.
+func (c *Catalog) CopyColumns(ctx context.Context, t *rules.TableRule) ([]string, error) {
+	return c.columns(ctx, t, true)
+}
+
+func (c *Catalog) columns(ctx context.Context, t *rules.TableRule, forCopy bool) ([]string, error) {
 	_, private := c.source(ctx)
+	key := t.Name
+	if forCopy {
+		key = "copy " + key // not a table name: it has a blank
+	}
 	c.mu.Lock()
-	cols, ok := c.mu.columns[t.Name]
+	cols, ok := c.mu.columns[key]
 	c.mu.Unlock()
 	if ok && !private {
 		return cols, nil
@@ -179,8 +193,9 @@ func (c *Catalog) Columns(ctx context.Context, t *rules.TableRule) ([]string, er
 	node := t.Nodes[0]
 	rows, err := c.query(ctx, node.DataSource,
 		`SELECT a.attname FROM pg_catalog.pg_attribute a
-		  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
-		nodeName(node))
+		  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped AND ($2 = false OR a.attgenerated = '')
+		  ORDER BY a.attnum`,
+		nodeName(node), strconv.FormatBool(forCopy))
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +207,7 @@ func (c *Catalog) Columns(ctx context.Context, t *rules.TableRule) ([]string, er
 	}
 	if !private {
 		c.mu.Lock()
-		c.mu.columns[t.Name] = cols
+		c.mu.columns[key] = cols
 		c.mu.Unlock()
 	}
 	return cols, nil

@@ -496,9 +496,6 @@ func (a *analyzer) analyzeExplain(e *pg.ExplainStmt) error {
 // analyzeCopy describes COPY ... FROM STDIN and COPY ... TO STDOUT.
 func (a *analyzer) analyzeCopy(c *pg.CopyStmt) error {
 	a.plan.Kind = KindCopy
-	if c.IsProgram || c.Filename != "" {
-		return unsupported("COPY to or from a server file or program; use STDIN and STDOUT")
-	}
 	spec := &CopySpec{From: c.IsFrom}
 	a.plan.Copy = spec
 	a.plan.Write = c.IsFrom
@@ -506,6 +503,17 @@ func (a *analyzer) analyzeCopy(c *pg.CopyStmt) error {
 		return unsupported("COPY (query) TO STDOUT")
 	}
 	spec.Table = a.p.rules.Lookup(c.Relation.Relname)
+	if c.IsProgram || c.Filename != "" {
+		switch {
+		case len(spec.Table.Nodes) == 1 || !c.IsFrom && spec.Table.Kind == rules.KindBroadcast:
+			// One copy of the rows: the server holding it reads or writes the file.
+			spec.Server = true
+		case !c.IsFrom:
+			return unsupported("COPY of sharded table %s TO a server file or program (its rows are on several shards); use COPY ... TO STDOUT, as psql's \\copy does", spec.Table.Name)
+		default:
+			return a.stageCopy(c, spec)
+		}
+	}
 	a.plan.Tables = appendUnique(a.plan.Tables, c.Relation.Relname)
 	for _, col := range c.Attlist {
 		spec.Columns = append(spec.Columns, col.GetString_().Sval)
@@ -527,6 +535,53 @@ func (a *analyzer) analyzeCopy(c *pg.CopyStmt) error {
 				return err
 			}
 			sql = s
+		}
+		spec.SQL = append(spec.SQL, sql)
+	}
+	return nil
+}
+
+// CopyStageTable is the temporary table a COPY FROM a server file or program into a
+// table over several data sources reads the file into (see CopySpec.Stage).
+const CopyStageTable = "shardlab_copy_source"
+
+// stageCopy plans COPY FROM a server file or program into a table whose rows live on
+// several data sources: the server of the table's first shard reads the file into a
+// temporary table of the copied columns (Stage, with the client's options and WHERE
+// clause), and its rows then go to their shards as COPY FROM STDIN sends them (SQL).
+func (a *analyzer) stageCopy(c *pg.CopyStmt, spec *CopySpec) error {
+	for _, col := range c.Attlist {
+		spec.Columns = append(spec.Columns, col.GetString_().Sval)
+	}
+	for _, o := range c.Options {
+		de := o.GetDefElem()
+		spec.Options = append(spec.Options, CopyOption{Name: de.Defname, Value: defElemValue(de)})
+	}
+	stage := &pg.CopyStmt{
+		Relation:    &pg.RangeVar{Schemaname: "pg_temp", Relname: CopyStageTable, Inh: true, Relpersistence: "p"},
+		IsFrom:      true,
+		IsProgram:   c.IsProgram,
+		Filename:    c.Filename,
+		Options:     c.Options,
+		WhereClause: c.WhereClause,
+	}
+	var err error
+	if spec.Stage, err = a.deparse(&pg.Node{Node: &pg.Node_CopyStmt{CopyStmt: stage}}); err != nil {
+		return err
+	}
+	// The shards get the rows in COPY's text format; FREEZE still applies to them.
+	var opts []*pg.Node
+	for _, o := range c.Options {
+		if strings.EqualFold(o.GetDefElem().Defname, "freeze") {
+			opts = append(opts, o)
+		}
+	}
+	for _, n := range spec.Table.Nodes {
+		rv := &pg.RangeVar{Relname: n.Table, Schemaname: n.Schema, Inh: true, Relpersistence: "p"}
+		load := &pg.CopyStmt{Relation: rv, Attlist: c.Attlist, IsFrom: true, Options: opts}
+		sql, err := a.deparse(&pg.Node{Node: &pg.Node_CopyStmt{CopyStmt: load}})
+		if err != nil {
+			return err
 		}
 		spec.SQL = append(spec.SQL, sql)
 	}

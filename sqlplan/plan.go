@@ -163,6 +163,15 @@ type CopySpec struct {
 	Options []CopyOption
 	// SQL is the statement for each of Table's nodes (physical tables), in node order.
 	SQL []string
+	// Server is set for COPY to or from a server file or program that the data source
+	// of Table's first node runs as written (SQL[0]): the table has one copy of its rows.
+	Server bool
+	// Stage is set for COPY FROM a server file or program into a table over several
+	// data sources: the statement that reads the file, with the client's options, into
+	// the temporary table pg_temp.CopyStageTable of the copied columns, on the data
+	// source of Table's first node. Its rows then load through SQL, which reads COPY's
+	// text format from STDIN.
+	Stage string
 }
 
 // tableRef is one reference to a logical table in a statement.

@@ -174,8 +174,9 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 		}
 		return nil, syntaxError(err)
 	}
-	if normalized && len(tree.Stmts) == 1 && isDDLNode(tree.Stmts[0].Stmt) {
-		// DDL is planned each time, from its own text.
+	if normalized && len(tree.Stmts) == 1 && (isDDLNode(tree.Stmts[0].Stmt) || tree.Stmts[0].Stmt.GetCopyStmt() != nil) {
+		// DDL and COPY are planned each time, from their own text: the statements
+		// they send are never bound (a COPY's WHERE clause keeps its literals).
 		return p.plan(ctx, sql, sql, false, nil)
 	}
 	switch len(tree.Stmts) {

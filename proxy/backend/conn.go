@@ -247,6 +247,13 @@ func (c *Conn) QueryRow(ctx context.Context, sql string, n int) ([][]byte, error
 	return out, nil
 }
 
+// Results runs statements of the proxy's own with the simple protocol and returns
+// their results, whole: for answers of bounded size. Notices go to the connection's
+// notice sink.
+func (c *Conn) Results(ctx context.Context, sql string) ([]*pgconn.Result, error) {
+	return c.readAll(ctx, sql)
+}
+
 // readAll runs statements of the proxy's own with the simple protocol and returns
 // their results.
 func (c *Conn) readAll(ctx context.Context, sql string) ([]*pgconn.Result, error) {

@@ -21,6 +21,16 @@ import (
 func (s *Session) copy(ctx context.Context, plan *sqlplan.Plan) error {
 	s.running = true // a serial column's default may call nextval
 	defer func() { s.running = false }()
+	switch {
+	case plan.Copy.Stage != "":
+		return s.copyFromServerFile(ctx, plan.Copy)
+	case plan.Copy.Server:
+		// The table has one copy of its rows: its server reads or writes the file.
+		ds := plan.Copy.Table.Nodes[0].DataSource
+		return s.onDataSourceJoining(ctx, ds, func(c *backend.Conn, join []string) (bool, error) {
+			return c.QueryAfter(ctx, join, plan.Copy.SQL[0], s.client)
+		})
+	}
 	if plan.Copy.From {
 		return s.copyFrom(ctx, plan.Copy)
 	}
@@ -66,7 +76,7 @@ func (s *Session) copyFrom(ctx context.Context, spec *sqlplan.CopySpec) error {
 		}
 		cols := spec.Columns
 		if cols == nil {
-			if cols, err = s.r.catalog.Columns(ctx, rule); err != nil {
+			if cols, err = s.r.catalog.CopyColumns(ctx, rule); err != nil {
 				return err
 			}
 		}
@@ -384,4 +394,205 @@ func (k *copyOutSink) Send(msg pgproto3.BackendMessage) {
 	default:
 		k.client.Send(msg)
 	}
+}
+
+// copyFetchRows is how many rows of a staged server file travel to the shards at a
+// time: the proxy holds at most this many.
+const copyFetchRows = 10000
+
+// copyFromServerFile runs COPY FROM a server file or program into a table whose rows
+// live on several data sources (sqlplan.CopySpec.Stage). In one transaction (the
+// client's, or one of its own), on the client's own connection to the data source of
+// the table's first shard, so with the client's rights on the server's files:
+//   - that server reads the file into a temporary table of the copied columns, with
+//     the client's options (format, header, WHERE ...), so its own COPY parser reads it;
+//   - a cursor hands the rows out copyFetchRows at a time; each row goes, in COPY's
+//     text format, to the physical table its sharding key names (a broadcast table's
+//     to every data source), by one COPY FROM STDIN per table and batch;
+//   - the temporary table is dropped.
+//
+// The answer is COPY with the number of rows loaded, as PostgreSQL's.
+func (s *Session) copyFromServerFile(ctx context.Context, spec *sqlplan.CopySpec) error {
+	rule := spec.Table
+	cols := spec.Columns
+	if cols == nil {
+		var err error
+		if cols, err = s.r.catalog.CopyColumns(ctx, rule); err != nil {
+			return err
+		}
+	}
+	var keyIdx []int
+	keyTypes := map[string]rules.KeyType{}
+	keyCols := rule.KeyColumns()
+	if rule.Kind == rules.KindSharded {
+		for _, k := range keyCols {
+			i := slices.Index(cols, k)
+			if i < 0 {
+				return sqlplan.Unsupported("COPY into sharded table %s without its sharding column %s: every row needs it to find its shard", rule.Name, k)
+			}
+			keyIdx = append(keyIdx, i)
+			t := rule.KeyType(k)
+			if t == rules.TypeUnknown {
+				var err error
+				if t, err = s.r.catalog.KeyType(ctx, rule, k); err != nil {
+					return err
+				}
+			}
+			keyTypes[k] = t
+		}
+	}
+	seen := map[int]bool{}
+	var dss []int
+	for _, n := range rule.Nodes {
+		if !seen[n.DataSource] {
+			seen[n.DataSource] = true
+			dss = append(dss, n.DataSource)
+		}
+	}
+	slices.Sort(dss)
+	own := false
+	if !s.explicit && !s.implicit {
+		s.beginImplicit()
+		own = true
+	}
+	var total int64
+	err := s.onDataSources(ctx, dss, func(conns map[int]*backend.Conn) error {
+		var err error
+		total, err = s.loadStaged(ctx, spec, cols, keyIdx, keyTypes, conns)
+		return err
+	})
+	if own {
+		if cerr := s.endImplicit(ctx, err == nil); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte("COPY " + strconv.FormatInt(total, 10))})
+	return nil
+}
+
+// loadStaged stages the server file and moves its rows (see copyFromServerFile).
+func (s *Session) loadStaged(ctx context.Context, spec *sqlplan.CopySpec, cols []string, keyIdx []int,
+	keyTypes map[string]rules.KeyType, conns map[int]*backend.Conn) (int64, error) {
+	rule := spec.Table
+	first := rule.Nodes[0]
+	src := conns[first.DataSource]
+	quoted := make([]string, len(cols))
+	for i, c := range cols {
+		quoted[i] = sqlplan.QuoteIdent(c)
+	}
+	table := sqlplan.QuoteIdent(first.Table)
+	if first.Schema != "" {
+		table = sqlplan.QuoteIdent(first.Schema) + "." + table
+	}
+	stage := "pg_temp." + sqlplan.QuoteIdent(sqlplan.CopyStageTable)
+	const cursor = "shardlab_copy_rows"
+	setup := []string{
+		"CREATE TEMPORARY TABLE " + stage + " AS SELECT " + strings.Join(quoted, ", ") + " FROM " + table + " WITH NO DATA",
+		spec.Stage,
+		"DECLARE " + cursor + " NO SCROLL CURSOR FOR SELECT * FROM " + stage,
+	}
+	for _, q := range setup {
+		if _, err := src.Results(ctx, q); err != nil {
+			return 0, s.shardErr(first.DataSource, err)
+		}
+	}
+	batches := make([][]byte, len(rule.Nodes))
+	var total int64
+	for {
+		res, err := src.Results(ctx, "FETCH FORWARD "+strconv.Itoa(copyFetchRows)+" FROM "+cursor)
+		if err != nil {
+			return 0, s.shardErr(first.DataSource, err)
+		}
+		rows := res[0].Rows
+		if len(rows) == 0 {
+			break
+		}
+		for i := range batches {
+			batches[i] = batches[i][:0]
+		}
+		for _, row := range rows {
+			if rule.Kind != rules.KindSharded {
+				batches[0] = appendCopyText(batches[0], row)
+				continue
+			}
+			keys := make(map[string]rules.Key, len(keyIdx))
+			for j, k := range rule.KeyColumns() {
+				if v := row[keyIdx[j]]; v == nil {
+					keys[k] = rules.NullKey()
+				} else {
+					keys[k] = rules.TextKey(string(v))
+				}
+			}
+			shards, err := rule.ShardsFor(keys, keyTypes)
+			if err != nil || len(shards) != 1 {
+				if err == nil {
+					err = errors.New("the key does not name one shard")
+				}
+				return 0, pgError("22P02", "COPY %s: cannot route a row by its sharding key: %v", rule.Name, err)
+			}
+			batches[shards[0]] = appendCopyText(batches[shards[0]], row)
+		}
+		if rule.Kind != rules.KindSharded {
+			for i := 1; i < len(batches); i++ {
+				batches[i] = append(batches[i], batches[0]...) // every copy gets every row
+			}
+		}
+		for i, batch := range batches {
+			if len(batch) == 0 {
+				continue
+			}
+			ds := rule.Nodes[i].DataSource
+			cp, _, err := conns[ds].StartCopy(ctx, spec.SQL[i], s.client)
+			if err != nil {
+				return 0, s.shardErr(ds, err)
+			}
+			if err := cp.Write(batch); err != nil {
+				cp.Finish(ctx, "the copy failed")
+				return 0, s.shardErr(ds, err)
+			}
+			tag, err := cp.Finish(ctx, "")
+			if err != nil {
+				return 0, s.shardErr(ds, err)
+			}
+			if rule.Kind != rules.KindBroadcast || i == 0 {
+				total += tag.RowsAffected()
+			}
+		}
+	}
+	if _, err := src.Results(ctx, "CLOSE "+cursor+"; DROP TABLE "+stage); err != nil {
+		return 0, s.shardErr(first.DataSource, err)
+	}
+	return total, nil
+}
+
+// appendCopyText appends one row in COPY's text format: fields separated by tabs, NULL
+// as \N, and backslash, tab, newline and carriage return escaped.
+func appendCopyText(buf []byte, row [][]byte) []byte {
+	for i, v := range row {
+		if i > 0 {
+			buf = append(buf, '\t')
+		}
+		if v == nil {
+			buf = append(buf, '\\', 'N')
+			continue
+		}
+		for _, c := range v {
+			switch c {
+			case '\\':
+				buf = append(buf, '\\', '\\')
+			case '\t':
+				buf = append(buf, '\\', 't')
+			case '\n':
+				buf = append(buf, '\\', 'n')
+			case '\r':
+				buf = append(buf, '\\', 'r')
+			default:
+				buf = append(buf, c)
+			}
+		}
+	}
+	return append(buf, '\n')
 }
