@@ -35,7 +35,9 @@ func isDDLNode(n *pg.Node) bool {
 }
 
 // allDataSources lists statement types that go to every data source as they are:
-// objects that are not tables (schemas, functions, types, extensions, sequences).
+// objects that are not tables (schemas, functions, types, extensions, sequences,
+// operators, languages, foreign servers, event triggers), roles and their rights, and
+// CHECKPOINT.
 func allDataSources(n *pg.Node) bool {
 	switch n.Node.(type) {
 	case *pg.Node_CreateSchemaStmt, *pg.Node_CreateFunctionStmt, *pg.Node_CreateExtensionStmt,
@@ -43,7 +45,15 @@ func allDataSources(n *pg.Node) bool {
 		*pg.Node_CreateEnumStmt, *pg.Node_AlterEnumStmt, *pg.Node_CreateDomainStmt, *pg.Node_AlterFunctionStmt,
 		*pg.Node_AlterExtensionStmt, *pg.Node_CreateRangeStmt, *pg.Node_AlterDefaultPrivilegesStmt,
 		*pg.Node_CreateCastStmt, *pg.Node_CreateOpClassStmt, *pg.Node_CreateOpFamilyStmt,
-		*pg.Node_CreateConversionStmt, *pg.Node_CreateTransformStmt:
+		*pg.Node_CreateConversionStmt, *pg.Node_CreateTransformStmt,
+		*pg.Node_AlterDomainStmt, *pg.Node_AlterTypeStmt, *pg.Node_AlterCollationStmt, *pg.Node_AlterOperatorStmt,
+		*pg.Node_AlterOpFamilyStmt, *pg.Node_AlterTsdictionaryStmt, *pg.Node_AlterTsconfigurationStmt,
+		*pg.Node_CreatePlangStmt, *pg.Node_CreateAmStmt, *pg.Node_CreateEventTrigStmt, *pg.Node_AlterEventTrigStmt,
+		*pg.Node_AlterExtensionContentsStmt, *pg.Node_AlterObjectDependsStmt, *pg.Node_CheckPointStmt,
+		*pg.Node_CreateFdwStmt, *pg.Node_AlterFdwStmt, *pg.Node_CreateForeignServerStmt, *pg.Node_AlterForeignServerStmt,
+		*pg.Node_CreateUserMappingStmt, *pg.Node_AlterUserMappingStmt, *pg.Node_DropUserMappingStmt,
+		*pg.Node_AlterRoleSetStmt, *pg.Node_DropOwnedStmt, *pg.Node_ReassignOwnedStmt, *pg.Node_SecLabelStmt,
+		*pg.Node_AlterPolicyStmt, *pg.Node_AlterStatsStmt:
 		return true
 	}
 	return false
@@ -92,13 +102,10 @@ func (a *analyzer) analyzeDDL(stmt *pg.Node) error {
 		a.everyDataSource(a.sql)
 		return nil
 	}
-	return unsupported("the statement %s", statementName(stmt))
-}
-
-func statementName(n *pg.Node) string {
-	name := fmt.Sprintf("%T", n.Node)
-	name = strings.TrimPrefix(name, "*pg_query.Node_")
-	return name
+	if why, ok := refusedOverShards[strings.TrimSuffix(nodeType(stmt), "Stmt")]; ok {
+		return unsupported("%s", why)
+	}
+	return unsupported("%s over several shards", statementName(stmt))
 }
 
 // everyDataSource sends sql as it is to every data source, in order.
