@@ -63,6 +63,16 @@ func TestChainAsOnOneServer(t *testing.T) {
 			"ROLLBACK AND CHAIN",
 			"COMMIT",
 		},
+		"a chained transaction inherits set transaction, then fails": {
+			"BEGIN",
+			"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+			"SAVEPOINT x",
+			"SELECT 1/0",
+			"COMMIT AND CHAIN",
+			"SELECT 1/0",
+			"COMMIT AND CHAIN",
+			"COMMIT",
+		},
 		"set transaction": {
 			"BEGIN",
 			"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE, READ ONLY",
@@ -100,6 +110,14 @@ func TestChainAsOnOneServer(t *testing.T) {
 			"SELECT 1; COMMIT AND CHAIN",
 			"INSERT INTO chain_t VALUES (16); COMMIT; INSERT INTO chain_t VALUES (17), (18); COMMIT AND CHAIN",
 			"INSERT INTO chain_t VALUES (19), (20); ROLLBACK AND CHAIN; INSERT INTO chain_t VALUES (21)",
+		},
+		"begin with options after a set in one query string": {
+			"SET application_name = 'chain'; BEGIN ISOLATION LEVEL SERIALIZABLE; INSERT INTO chain_t VALUES (26)",
+			"COMMIT AND CHAIN",
+			"COMMIT",
+			"RESET application_name",
+			"SELECT 1; BEGIN ISOLATION LEVEL SERIALIZABLE; INSERT INTO chain_t VALUES (27)",
+			"ROLLBACK",
 		},
 		"in one query string": {
 			"START TRANSACTION ISOLATION LEVEL REPEATABLE READ; INSERT INTO chain_t VALUES (22), (23); COMMIT AND CHAIN",

@@ -1218,3 +1218,52 @@ func TestOneShardPassesThrough(t *testing.T) {
 		t.Errorf("DO over two shards: %v, want 0A000", err)
 	}
 }
+
+// TestResetsReportParameters: after RESET, RESET ALL and DISCARD ALL the client hears,
+// in ParameterStatus messages, of every reported parameter they changed, as from
+// PostgreSQL; values its startup packet gave come back. A client that went on
+// believing client_encoding was still SJIS would misread every string.
+func TestResetsReportParameters(t *testing.T) {
+	steps := []string{
+		"SET client_encoding = 'SJIS'", "RESET ALL",
+		"SET application_name = 'changed'", "RESET application_name",
+		"SET DateStyle = 'German'", "SET client_encoding = 'LATIN1'", "DISCARD ALL",
+		"SET IntervalStyle = 'iso_8601'", "SET IntervalStyle TO DEFAULT",
+	}
+	const watched = "client_encoding application_name DateStyle IntervalStyle"
+	run := func(t *testing.T, dsn string) []string {
+		ctx := context.Background()
+		cfg, err := pgconn.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.RuntimeParams["application_name"] = "from_startup"
+		c, err := pgconn.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		var out []string
+		for _, q := range steps {
+			_, err := c.Exec(ctx, q).ReadAll()
+			line := q + " ->"
+			for _, name := range strings.Fields(watched) {
+				line += " " + name + "=" + c.ParameterStatus(name)
+			}
+			out = append(out, fmt.Sprintf("%s (%v)", line, err))
+		}
+		return out
+	}
+	for _, mode := range poolModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := startProxy(t, 2, []string{"t=id"}, nil, withPool(1, 10*time.Second), withPoolMode(mode))
+			want := run(t, e.dsns[0])
+			got := run(t, e.url(""))
+			for i := range want {
+				if got[i] != want[i] {
+					t.Errorf("step %d:\n proxy  %s\n direct %s", i+1, got[i], want[i])
+				}
+			}
+		})
+	}
+}

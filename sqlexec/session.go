@@ -367,6 +367,19 @@ func (s *Session) Close(ctx context.Context) error {
 	return err
 }
 
+// Rebegin replaces the open transaction's BEGIN statement, for a BEGIN with options
+// that turns an implicit transaction into the client's own; it reports false, and
+// changes nothing, when a data source has joined the transaction already.
+func (s *Session) Rebegin(beginSQL string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.inTx || len(s.begun) > 0 {
+		return false
+	}
+	s.begin = beginSQL
+	return true
+}
+
 // BeginStatement returns the BEGIN statement of the open transaction, as data sources
 // run it when they join ("" outside a transaction).
 func (s *Session) BeginStatement() string {

@@ -29,7 +29,7 @@ func TestCopyServerFile(t *testing.T) {
 			t.Errorf("%s: server %v, stage %q, SQL %q: want it run as written", sql, c.Server, c.Stage, c.SQL)
 		}
 	}
-	c := plan("COPY t_order (order_id, note) FROM '/tmp/o.csv' WITH (FORMAT csv, HEADER, FREEZE) WHERE order_id > 5").Copy
+	c := plan("COPY t_order (order_id, note) FROM '/tmp/o.csv' WITH (FORMAT csv, HEADER) WHERE order_id > 5").Copy
 	if c.Server || !c.From {
 		t.Fatalf("staged copy: server %v, from %v", c.Server, c.From)
 	}
@@ -43,15 +43,25 @@ func TestCopyServerFile(t *testing.T) {
 	}
 	for _, sql := range c.SQL {
 		l := strings.ToLower(sql)
-		if !strings.Contains(l, "from stdin") || strings.Contains(l, "csv") || !strings.Contains(l, "freeze") || !strings.Contains(l, "(order_id, note)") {
-			t.Errorf("load statement %q: want the columns, FROM STDIN, text format, FREEZE kept", sql)
+		if !strings.Contains(l, "from stdin") || strings.Contains(l, "csv") || !strings.Contains(l, "binary") || !strings.Contains(l, "(order_id, note)") {
+			t.Errorf("load statement %q: want the columns, FROM STDIN, binary format", sql)
 		}
 	}
 	c = plan("COPY t_config FROM PROGRAM 'cat /tmp/c'").Copy
 	if c.Stage == "" || !strings.Contains(c.Stage, "PROGRAM") || len(c.SQL) != 2 {
 		t.Errorf("broadcast table from a program: stage %q, %d loads", c.Stage, len(c.SQL))
 	}
-	if _, err := p.Prepare(ctx, "COPY t_order TO '/tmp/o'"); sqlplan.Code(err) != "0A000" || !strings.Contains(err.Error(), "TO STDOUT") {
-		t.Errorf("sharded table to a server file: %v, want 0A000 pointing to TO STDOUT", err)
+	for sql, want := range map[string]string{
+		"COPY t_order TO '/tmp/o'":                                       "TO STDOUT",
+		"COPY t_order FROM '/tmp/o' WITH (FREEZE)":                       "FREEZE",
+		"COPY t_order (order_id) FROM '/tmp/o' WHERE note <> ''":         "note",
+		"COPY t_order (order_id) FROM '/tmp/o' WHERE t_order.note <> ''": "note",
+	} {
+		if _, err := p.Prepare(ctx, sql); sqlplan.Code(err) != "0A000" || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want 0A000 naming %s", sql, err, want)
+		}
+	}
+	if _, err := p.Prepare(ctx, "COPY t_order (order_id) FROM '/tmp/o' WHERE order_id > 1"); err != nil {
+		t.Errorf("WHERE on a listed column: %v", err)
 	}
 }

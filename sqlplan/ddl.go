@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shardlab/shardlab/routing"
 	"github.com/shardlab/shardlab/rules"
@@ -555,14 +556,36 @@ const CopyStageTable = "shardlab_copy_source"
 // stageCopy plans COPY FROM a server file or program into a table whose rows live on
 // several data sources: the server of the table's first shard reads the file into a
 // temporary table of the copied columns (Stage, with the client's options and WHERE
-// clause), and its rows then go to their shards as COPY FROM STDIN sends them (SQL).
+// clause), and its rows then go to their shards by COPY FROM STDIN in binary format
+// (SQL).
 func (a *analyzer) stageCopy(c *pg.CopyStmt, spec *CopySpec) error {
 	for _, col := range c.Attlist {
 		spec.Columns = append(spec.Columns, col.GetString_().Sval)
 	}
 	for _, o := range c.Options {
 		de := o.GetDefElem()
+		if strings.EqualFold(de.Defname, "freeze") && defElemValue(de) != "false" {
+			// The rows travel through a cursor, whose snapshot COPY FREEZE refuses.
+			return unsupported("COPY ... FREEZE from a server file or program into %s table %s (over several shards); load without FREEZE, or FROM STDIN (psql's \\copy)", spec.Table.Kind, spec.Table.Name)
+		}
 		spec.Options = append(spec.Options, CopyOption{Name: de.Defname, Value: defElemValue(de)})
+	}
+	if c.WhereClause != nil && c.Attlist != nil {
+		// The staging table has the listed columns only; PostgreSQL would read the
+		// others' defaults.
+		var missing string
+		walk(c.WhereClause, func(m proto.Message) bool {
+			if cr, ok := m.(*pg.ColumnRef); ok && missing == "" {
+				name := cr.Fields[len(cr.Fields)-1].GetString_().GetSval()
+				if !slices.Contains(spec.Columns, name) {
+					missing = name
+				}
+			}
+			return true
+		})
+		if missing != "" {
+			return unsupported("COPY ... WHERE on column %s, which the column list leaves out (over several shards); list it, or filter after loading", missing)
+		}
 	}
 	stage := &pg.CopyStmt{
 		Relation:    &pg.RangeVar{Schemaname: "pg_temp", Relname: CopyStageTable, Inh: true, Relpersistence: "p"},
@@ -576,16 +599,13 @@ func (a *analyzer) stageCopy(c *pg.CopyStmt, spec *CopySpec) error {
 	if spec.Stage, err = a.deparse(&pg.Node{Node: &pg.Node_CopyStmt{CopyStmt: stage}}); err != nil {
 		return err
 	}
-	// The shards get the rows in COPY's text format; FREEZE still applies to them.
-	var opts []*pg.Node
-	for _, o := range c.Options {
-		if strings.EqualFold(o.GetDefElem().Defname, "freeze") {
-			opts = append(opts, o)
-		}
-	}
+	// The shards get the rows in COPY's binary format: every type's own send and
+	// receive functions, exact whatever the session's encoding or float settings.
+	binary := []*pg.Node{{Node: &pg.Node_DefElem{DefElem: &pg.DefElem{Defname: "format",
+		Arg: &pg.Node{Node: &pg.Node_String_{String_: &pg.String{Sval: "binary"}}}}}}}
 	for _, n := range spec.Table.Nodes {
 		rv := &pg.RangeVar{Relname: n.Table, Schemaname: n.Schema, Inh: true, Relpersistence: "p"}
-		load := &pg.CopyStmt{Relation: rv, Attlist: c.Attlist, IsFrom: true, Options: opts}
+		load := &pg.CopyStmt{Relation: rv, Attlist: c.Attlist, IsFrom: true, Options: binary}
 		sql, err := a.deparse(&pg.Node{Node: &pg.Node_CopyStmt{CopyStmt: load}})
 		if err != nil {
 			return err

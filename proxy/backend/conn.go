@@ -254,6 +254,26 @@ func (c *Conn) Results(ctx context.Context, sql string) ([]*pgconn.Result, error
 	return c.readAll(ctx, sql)
 }
 
+// EachRow runs a query of the proxy's own with the extended protocol, its results in
+// formats (per column, as the protocol's Bind takes them), and calls fn with each row;
+// the values are valid only during the call. An error from fn stops the rows and is
+// returned.
+func (c *Conn) EachRow(ctx context.Context, sql string, formats []int16, fn func(values [][]byte) error) error {
+	rr := c.pg.ExecParams(ctx, sql, nil, nil, nil, formats)
+	var fnErr error
+	for fnErr == nil && rr.NextRow() {
+		fnErr = fn(rr.Values())
+	}
+	_, err := rr.Close()
+	if err != nil {
+		if c.pg.IsClosed() || !isServerError(err) {
+			return c.brokenErr(err)
+		}
+		return err
+	}
+	return fnErr
+}
+
 // readAll runs statements of the proxy's own with the simple protocol and returns
 // their results.
 func (c *Conn) readAll(ctx context.Context, sql string) ([]*pgconn.Result, error) {

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -397,8 +398,8 @@ func (k *copyOutSink) Send(msg pgproto3.BackendMessage) {
 }
 
 // copyFetchRows is how many rows of a staged server file travel to the shards at a
-// time: the proxy holds at most this many.
-const copyFetchRows = 10000
+// time: the proxy holds at most this many, once.
+const copyFetchRows = 1000
 
 // copyFromServerFile runs COPY FROM a server file or program into a table whose rows
 // live on several data sources (sqlplan.CopySpec.Stage). In one transaction (the
@@ -406,14 +407,20 @@ const copyFetchRows = 10000
 // the table's first shard, so with the client's rights on the server's files:
 //   - that server reads the file into a temporary table of the copied columns, with
 //     the client's options (format, header, WHERE ...), so its own COPY parser reads it;
-//   - a cursor hands the rows out copyFetchRows at a time; each row goes, in COPY's
-//     text format, to the physical table its sharding key names (a broadcast table's
-//     to every data source), by one COPY FROM STDIN per table and batch;
+//   - a cursor hands the rows out copyFetchRows at a time, in binary; each row goes to
+//     the physical table its sharding key names (a broadcast table's to every data
+//     source), by one binary COPY FROM STDIN per table and batch, so that every value
+//     travels through its type's own send and receive functions, exact whatever the
+//     session's encoding or float settings;
 //   - the temporary table is dropped.
 //
-// The answer is COPY with the number of rows loaded, as PostgreSQL's.
+// The answer is COPY with the number of rows loaded, as PostgreSQL's. Under two-phase
+// commit it is refused: PREPARE TRANSACTION cannot follow a temporary table.
 func (s *Session) copyFromServerFile(ctx context.Context, spec *sqlplan.CopySpec) error {
 	rule := spec.Table
+	if s.r.committer.TwoPhase() {
+		return sqlplan.Unsupported("COPY FROM a server file or program into %s table %s with two-phase commit (the file is staged in a temporary table, which PREPARE TRANSACTION refuses); use COPY FROM STDIN (psql's \\copy)", rule.Kind, rule.Name)
+	}
 	cols := spec.Columns
 	if cols == nil {
 		var err error
@@ -423,9 +430,8 @@ func (s *Session) copyFromServerFile(ctx context.Context, spec *sqlplan.CopySpec
 	}
 	var keyIdx []int
 	keyTypes := map[string]rules.KeyType{}
-	keyCols := rule.KeyColumns()
 	if rule.Kind == rules.KindSharded {
-		for _, k := range keyCols {
+		for _, k := range rule.KeyColumns() {
 			i := slices.Index(cols, k)
 			if i < 0 {
 				return sqlplan.Unsupported("COPY into sharded table %s without its sharding column %s: every row needs it to find its shard", rule.Name, k)
@@ -489,75 +495,93 @@ func (s *Session) loadStaged(ctx context.Context, spec *sqlplan.CopySpec, cols [
 	}
 	stage := "pg_temp." + sqlplan.QuoteIdent(sqlplan.CopyStageTable)
 	const cursor = "shardlab_copy_rows"
+	// The copied columns in binary, then the sharding key's columns as text, which is
+	// what the rules hash.
+	selected := slices.Clone(quoted)
+	formats := make([]int16, len(cols), len(cols)+len(keyIdx))
+	for i := range formats {
+		formats[i] = 1
+	}
+	for _, i := range keyIdx {
+		selected = append(selected, quoted[i]+"::text")
+		formats = append(formats, 0)
+	}
 	setup := []string{
 		"CREATE TEMPORARY TABLE " + stage + " AS SELECT " + strings.Join(quoted, ", ") + " FROM " + table + " WITH NO DATA",
 		spec.Stage,
-		"DECLARE " + cursor + " NO SCROLL CURSOR FOR SELECT * FROM " + stage,
+		"DECLARE " + cursor + " NO SCROLL CURSOR FOR SELECT " + strings.Join(selected, ", ") + " FROM " + stage,
 	}
 	for _, q := range setup {
 		if _, err := src.Results(ctx, q); err != nil {
 			return 0, s.shardErr(first.DataSource, err)
 		}
 	}
+	sharded := rule.Kind == rules.KindSharded
 	batches := make([][]byte, len(rule.Nodes))
+	if !sharded {
+		batches = batches[:1] // one batch, for every physical table
+	}
+	keys := make(map[string]rules.Key, len(keyIdx))
 	var total int64
 	for {
-		res, err := src.Results(ctx, "FETCH FORWARD "+strconv.Itoa(copyFetchRows)+" FROM "+cursor)
-		if err != nil {
-			return 0, s.shardErr(first.DataSource, err)
-		}
-		rows := res[0].Rows
-		if len(rows) == 0 {
-			break
-		}
 		for i := range batches {
 			batches[i] = batches[i][:0]
 		}
-		for _, row := range rows {
-			if rule.Kind != rules.KindSharded {
-				batches[0] = appendCopyText(batches[0], row)
-				continue
-			}
-			keys := make(map[string]rules.Key, len(keyIdx))
-			for j, k := range rule.KeyColumns() {
-				if v := row[keyIdx[j]]; v == nil {
-					keys[k] = rules.NullKey()
-				} else {
-					keys[k] = rules.TextKey(string(v))
+		n := 0
+		err := src.EachRow(ctx, "FETCH FORWARD "+strconv.Itoa(copyFetchRows)+" FROM "+cursor, formats, func(values [][]byte) error {
+			n++
+			b := 0
+			if sharded {
+				for j, k := range rule.KeyColumns() {
+					if v := values[len(cols)+j]; v == nil {
+						keys[k] = rules.NullKey()
+					} else {
+						keys[k] = rules.TextKey(string(v))
+					}
 				}
-			}
-			shards, err := rule.ShardsFor(keys, keyTypes)
-			if err != nil || len(shards) != 1 {
-				if err == nil {
-					err = errors.New("the key does not name one shard")
+				shards, err := rule.ShardsFor(keys, keyTypes)
+				if err != nil || len(shards) != 1 {
+					if err == nil {
+						err = errors.New("the key does not name one shard")
+					}
+					return pgError("22P02", "COPY %s: cannot route a row by its sharding key: %v", rule.Name, err)
 				}
-				return 0, pgError("22P02", "COPY %s: cannot route a row by its sharding key: %v", rule.Name, err)
+				b = shards[0]
 			}
-			batches[shards[0]] = appendCopyText(batches[shards[0]], row)
+			batches[b] = appendCopyBinary(batches[b], values[:len(cols)])
+			return nil
+		})
+		if err != nil {
+			return 0, s.shardErr(first.DataSource, err)
 		}
-		if rule.Kind != rules.KindSharded {
-			for i := 1; i < len(batches); i++ {
-				batches[i] = append(batches[i], batches[0]...) // every copy gets every row
-			}
+		if n == 0 {
+			break
 		}
-		for i, batch := range batches {
+		for i, node := range rule.Nodes {
+			batch := batches[min(i, len(batches)-1)]
 			if len(batch) == 0 {
 				continue
 			}
-			ds := rule.Nodes[i].DataSource
-			cp, _, err := conns[ds].StartCopy(ctx, spec.SQL[i], s.client)
+			cp, _, err := conns[node.DataSource].StartCopy(ctx, spec.SQL[i], s.client)
 			if err != nil {
-				return 0, s.shardErr(ds, err)
+				return 0, s.shardErr(node.DataSource, err)
 			}
-			if err := cp.Write(batch); err != nil {
+			err = cp.Write(binaryCopyHeader)
+			if err == nil {
+				err = cp.Write(batch)
+			}
+			if err == nil {
+				err = cp.Write(binaryCopyTrailer)
+			}
+			if err != nil {
 				cp.Finish(ctx, "the copy failed")
-				return 0, s.shardErr(ds, err)
+				return 0, s.shardErr(node.DataSource, err)
 			}
 			tag, err := cp.Finish(ctx, "")
 			if err != nil {
-				return 0, s.shardErr(ds, err)
+				return 0, s.shardErr(node.DataSource, err)
 			}
-			if rule.Kind != rules.KindBroadcast || i == 0 {
+			if sharded || i == 0 {
 				total += tag.RowsAffected()
 			}
 		}
@@ -568,31 +592,23 @@ func (s *Session) loadStaged(ctx context.Context, spec *sqlplan.CopySpec, cols [
 	return total, nil
 }
 
-// appendCopyText appends one row in COPY's text format: fields separated by tabs, NULL
-// as \N, and backslash, tab, newline and carriage return escaped.
-func appendCopyText(buf []byte, row [][]byte) []byte {
-	for i, v := range row {
-		if i > 0 {
-			buf = append(buf, '\t')
-		}
+// COPY's binary format: the signature, no flags and no header extension; the trailer.
+var (
+	binaryCopyHeader  = []byte("PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+	binaryCopyTrailer = []byte{0xff, 0xff}
+)
+
+// appendCopyBinary appends one row in COPY's binary format: the number of fields, then
+// each field's length (-1 for NULL) and its value in binary.
+func appendCopyBinary(buf []byte, values [][]byte) []byte {
+	buf = binary.BigEndian.AppendUint16(buf, uint16(len(values)))
+	for _, v := range values {
 		if v == nil {
-			buf = append(buf, '\\', 'N')
+			buf = binary.BigEndian.AppendUint32(buf, 0xffffffff)
 			continue
 		}
-		for _, c := range v {
-			switch c {
-			case '\\':
-				buf = append(buf, '\\', '\\')
-			case '\t':
-				buf = append(buf, '\\', 't')
-			case '\n':
-				buf = append(buf, '\\', 'n')
-			case '\r':
-				buf = append(buf, '\\', 'r')
-			default:
-				buf = append(buf, c)
-			}
-		}
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(v)))
+		buf = append(buf, v...)
 	}
-	return append(buf, '\n')
+	return buf
 }

@@ -33,7 +33,8 @@ type Client interface {
 // any.
 type Session struct {
 	r      *Router
-	id     uint64 // unique among the router's sessions
+	told   *toldClient // client, with the parameter values it was told of
+	id     uint64      // unique among the router's sessions
 	client Client
 	user   string
 	// login is who the client runs as on the data sources, and pools are that login's
@@ -113,7 +114,8 @@ func (r *Router) NewSession(client Client, user string, login Identity, startup 
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{r: r, id: r.sessions.Add(1), client: client, user: user, login: login, pools: pools, stmts: map[string]*statement{}, portals: map[string]*portal{}}
+	told := &toldClient{Client: client, told: map[string]string{}}
+	s := &Session{r: r, id: r.sessions.Add(1), client: told, told: told, user: user, login: login, pools: pools, stmts: map[string]*statement{}, portals: map[string]*portal{}}
 	s.leases = &leases{s: s, held: map[int]*lease{}, pinned: map[int]*backend.Conn{}, check: map[int]bool{}, forget: map[int]bool{}, listens: map[int]bool{}}
 	s.noticeSink = s.queueNotice
 	s.tx = sqlexec.NewSession(s.leases, r.committer)
@@ -244,7 +246,35 @@ func (s *Session) Start(ctx context.Context) (map[string]string, error) {
 	}
 	// The client's own connection tells who it runs as (session_authorization).
 	maps.Copy(out, params)
+	maps.Copy(s.told.told, out)
 	return out, nil
+}
+
+// toldClient is the client, remembering the value of each parameter it was last told
+// of in a ParameterStatus message.
+type toldClient struct {
+	Client
+	told map[string]string
+}
+
+// Send implements backend.Sink.
+func (c *toldClient) Send(msg pgproto3.BackendMessage) {
+	if m, ok := msg.(*pgproto3.ParameterStatus); ok {
+		c.told[m.Name] = m.Value
+	}
+	c.Client.Send(msg)
+}
+
+// reportParameters tells the client of every reported parameter whose value on c
+// differs from what it was last told, as PostgreSQL reports a change. A reset (RESET,
+// RESET ALL, DISCARD ALL) needs it: the connection was reset to the client's new list
+// of settings before the statement ran, where the server's reports went to the proxy.
+func (s *Session) reportParameters(c *backend.Conn) {
+	for _, name := range slices.Sorted(maps.Keys(s.told.told)) {
+		if v := c.PgConn().ParameterStatus(name); v != "" && v != s.told.told[name] {
+			s.client.Send(&pgproto3.ParameterStatus{Name: name, Value: v})
+		}
+	}
 }
 
 // End ends the session when the client leaves: an open transaction rolls back, and

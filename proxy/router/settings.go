@@ -229,8 +229,13 @@ func (s *Session) set(ctx context.Context, sql string) error {
 			c.SetSettingsKey(s.key)
 		case setDefault, resetAll:
 			// The server went back to its own defaults, not to the client's startup
-			// values: the next use resets the connection and replays the list.
+			// values: the next use resets the connection and replays the list. A
+			// reset of a reported parameter replays it now, so that the client hears
+			// of what changed for it.
 			c.ForgetSettings()
+			if kind == resetAll || s.reported(name) {
+				s.reportAfterReset(ctx, c)
+			}
 		}
 		return nil
 	})
@@ -324,8 +329,35 @@ func (s *Session) discardStatement(ctx context.Context, sql string) error {
 	if all {
 		s.settings = nil
 		s.settingsChanged()
+		if err := s.onDataSource(ctx, dss[0], func(c *backend.Conn) error { s.reportAfterReset(ctx, c); return nil }); err != nil {
+			return err
+		}
 		clear(s.stmts)
 		clear(s.portals)
 	}
 	return nil
+}
+
+// reportAfterReset gives c the client's settings as they now stand and tells the
+// client of the reported parameters that changed (see Session.reportParameters). When
+// the settings do not replay (a role since dropped), it tells nothing: the
+// connection's settings stay unknown, and the client's next statement meets the error.
+func (s *Session) reportAfterReset(ctx context.Context, c *backend.Conn) {
+	c.ForgetSettings()
+	if err := c.ApplySettings(ctx, s.key, s.stmtsSQL); err != nil {
+		c.ForgetSettings()
+		return
+	}
+	s.reportParameters(c)
+}
+
+// reported reports whether the server reports parameter name to the client (in a
+// ParameterStatus message) when it changes.
+func (s *Session) reported(name string) bool {
+	for k := range s.told.told {
+		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
 }

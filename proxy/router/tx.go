@@ -2,9 +2,11 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	pg "github.com/pganalyze/pg_query_go/v6"
 
 	"github.com/shardlab/shardlab/proxy/backend"
 	"github.com/shardlab/shardlab/sqlplan"
@@ -75,7 +77,12 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 			s.notice("25001", "there is already a transaction in progress")
 		case s.implicit:
 			// BEGIN among statements sent together turns their implicit transaction
-			// into the client's own, as in PostgreSQL.
+			// into the client's own, as in PostgreSQL, with its options.
+			if hasOptions(plan.SQL) && !s.tx.Rebegin(plan.SQL) {
+				if err := s.setCharacteristics(ctx, plan.SQL); err != nil {
+					return err
+				}
+			}
 			s.implicit, s.explicit = false, true
 		default:
 			s.tx.Begin(plan.SQL)
@@ -123,9 +130,6 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 		if chain != nil {
 			s.tx.BeginChained(chain.begin)
 			s.explicit = true
-			for _, q := range chain.local {
-				s.addLocal(q)
-			}
 		}
 	case sqlplan.TxPrepare:
 		return s.prepareTransaction(ctx, plan)
@@ -162,16 +166,43 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 	return nil
 }
 
+// setCharacteristics gives the open transaction, which data sources have joined
+// already, the characteristics of a BEGIN statement's options, as SET TRANSACTION
+// does: on those data sources now (each answers as PostgreSQL would, refusing an
+// isolation level after a query), and on those that join later.
+func (s *Session) setCharacteristics(ctx context.Context, begin string) error {
+	opts, err := withCharacteristics(begin, nil)
+	if err != nil {
+		return err
+	}
+	sql := "SET TRANSACTION" + strings.TrimPrefix(opts, "BEGIN")
+	for _, ds := range s.tx.Touched() {
+		if err := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
+			_, err := c.Results(ctx, sql)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	s.addLocal(sql)
+	return nil
+}
+
+// hasOptions reports whether a BEGIN or START TRANSACTION statement sets transaction
+// characteristics.
+func hasOptions(begin string) bool {
+	tree, err := pg.Parse(begin)
+	return err != nil || len(tree.Stmts) != 1 || len(tree.Stmts[0].Stmt.GetTransactionStmt().GetOptions()) > 0
+}
+
 // chainStatement names COMMIT AND CHAIN and ROLLBACK AND CHAIN as PostgreSQL's
 // messages do.
 var chainStatement = map[sqlplan.TxKind]string{sqlplan.TxCommit: "COMMIT AND CHAIN", sqlplan.TxRollback: "ROLLBACK AND CHAIN"}
 
 // chained is how the transaction that COMMIT AND CHAIN or ROLLBACK AND CHAIN starts
-// begins: its BEGIN statement, and the statements that set its characteristics after
-// it (for a failed transaction, whose server cannot be asked).
+// begins: its BEGIN statement.
 type chained struct {
 	begin string
-	local []string
 }
 
 // chain reads the open transaction's characteristics (isolation level, read only,
@@ -188,20 +219,108 @@ func (s *Session) chain(ctx context.Context) (*chained, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &chained{begin: begin}
 	if keepLocal {
-		// The failed savepoint's own statements were undone with it.
+		// The failed savepoint's own statements were undone with it; the others
+		// still hold, and go into the chained BEGIN, which keeps them through a
+		// failure of the chained transaction as PostgreSQL keeps chained
+		// characteristics.
 		local := s.txLocal
 		if n := len(s.saved); n > 0 && s.isFailed() {
 			local = local[:s.saved[n-1].local]
 		}
-		for _, q := range local {
-			if _, name, err := classifySet(q); err == nil && transactionCharacteristic[name] {
-				c.local = append(c.local, q)
-			}
+		if begin, err = withCharacteristics(begin, local); err != nil {
+			return nil, err
 		}
 	}
-	return c, nil
+	return &chained{begin: begin}, nil
+}
+
+// withCharacteristics returns the BEGIN statement begin with the transaction
+// characteristics that the SET TRANSACTION and SET LOCAL transaction_* statements
+// among sets give, in order, in place of its own. Other statements are ignored.
+func withCharacteristics(begin string, sets []string) (string, error) {
+	var isolation, readOnly, deferrable string
+	set := func(name string, arg *pg.Node) error {
+		var v string
+		switch a := arg.GetAConst(); {
+		case a == nil:
+			return fmt.Errorf("router: cannot read the value of %s", name)
+		case a.GetSval() != nil:
+			v = strings.ToLower(a.GetSval().Sval)
+		case a.GetIval() != nil:
+			v = map[bool]string{true: "on", false: "off"}[a.GetIval().Ival != 0]
+		case a.GetBoolval() != nil:
+			v = map[bool]string{true: "on", false: "off"}[a.GetBoolval().Boolval]
+		default:
+			return fmt.Errorf("router: cannot read the value of %s", name)
+		}
+		switch v {
+		case "true", "yes", "1":
+			v = "on"
+		case "false", "no", "0":
+			v = "off"
+		}
+		switch name {
+		case "transaction_isolation":
+			isolation = v
+		case "transaction_read_only":
+			readOnly = v
+		case "transaction_deferrable":
+			deferrable = v
+		}
+		return nil
+	}
+	read := func(sql string) error {
+		tree, err := pg.Parse(sql)
+		if err != nil || len(tree.Stmts) != 1 {
+			return fmt.Errorf("router: cannot read %q", sql)
+		}
+		stmt := tree.Stmts[0].Stmt
+		var opts []*pg.Node
+		switch {
+		case stmt.GetTransactionStmt() != nil:
+			opts = stmt.GetTransactionStmt().Options
+		case stmt.GetVariableSetStmt() != nil:
+			v := stmt.GetVariableSetStmt()
+			if v.Name != "TRANSACTION" {
+				if transactionCharacteristic[strings.ToLower(v.Name)] && len(v.Args) == 1 {
+					return set(strings.ToLower(v.Name), v.Args[0])
+				}
+				return nil
+			}
+			opts = v.Args
+		}
+		for _, o := range opts {
+			if de := o.GetDefElem(); de != nil {
+				if err := set(de.Defname, de.Arg); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	for _, sql := range append([]string{begin}, sets...) {
+		if err := read(sql); err != nil {
+			return "", err
+		}
+	}
+	out := "BEGIN"
+	if isolation != "" {
+		out += " ISOLATION LEVEL " + strings.ToUpper(isolation)
+	}
+	switch readOnly {
+	case "on":
+		out += " READ ONLY"
+	case "off":
+		out += " READ WRITE"
+	}
+	switch deferrable {
+	case "on":
+		out += " DEFERRABLE"
+	case "off":
+		out += " NOT DEFERRABLE"
+	}
+	return out, nil
 }
 
 // transactionCharacteristic names the parameters SET TRANSACTION and SET LOCAL change
