@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -31,6 +32,9 @@ func prepareOnServer(p *sqlplan.Plan) bool {
 // and suspends the portal.
 func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error {
 	if p.started {
+		if p.rows != nil {
+			return s.sendRows(p, maxRows)
+		}
 		return s.sendRest(p, maxRows)
 	}
 	b := p.bound
@@ -70,6 +74,16 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 		// The whole answer at once: its rows go to the client as they arrive.
 		p.started, p.finished = true, true
 		return s.relayRows(ctx, b, p.args, p.resultFormats, false)
+	}
+	if plan.Kind == sqlplan.KindSelect {
+		// A row limit: the answer streams, maxRows rows per Execute, and waits for
+		// the next one meanwhile (the shards' servers held back by flow control).
+		rows, err := s.queryRows(ctx, b, p.args, p.resultFormats)
+		if err != nil {
+			return err
+		}
+		p.started, p.rows = true, rows
+		return s.sendRows(p, maxRows)
 	}
 	res, err := s.engineExecute(ctx, b, p.args, p.resultFormats)
 	if err != nil {
@@ -116,6 +130,54 @@ func (s *Session) relayRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.
 		return err
 	}
 	defer rows.Close()
+	return s.relay(rows, describe)
+}
+
+// queryRows starts a SELECT's streamed answer (sqlexec.Engine.Query).
+func (s *Session) queryRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16) (*sqlexec.Rows, error) {
+	if b.MultiTarget() {
+		s.conns.mu.Lock()
+		s.conns.multi = true
+		s.conns.mu.Unlock()
+		defer func() {
+			s.conns.mu.Lock()
+			s.conns.multi = false
+			s.conns.mu.Unlock()
+		}()
+	}
+	return s.r.engine.Query(ctx, b, args, formats, &s.conns)
+}
+
+// sendRows sends at most maxRows rows (0: all) of a portal's streamed answer, then
+// PortalSuspended when it sent maxRows (as PostgreSQL, which suspends even when no
+// row is left), or the command tag when the answer ended.
+func (s *Session) sendRows(p *portal, maxRows uint32) error {
+	for n := uint32(0); maxRows == 0 || n < maxRows; n++ {
+		if !p.rows.Next() {
+			_, err := p.rows.Close()
+			p.rows, p.finished = nil, true
+			if err != nil {
+				return err
+			}
+			// As PostgreSQL's, the tag counts the rows of this Execute.
+			p.tag = pgconn.NewCommandTag("SELECT " + strconv.FormatUint(uint64(n), 10))
+			s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(p.tag.String())})
+			return nil
+		}
+		s.client.Send(&pgproto3.DataRow{Values: p.rows.Values()})
+		if (n+1)%relayCheck == 0 && s.client.Flush() != nil {
+			p.rows.Abort() // the client is gone: stop the shards
+			p.rows = nil
+			return nil
+		}
+	}
+	s.client.Send(&pgproto3.PortalSuspended{})
+	return nil
+}
+
+// relay sends a streamed answer's rows to the client as they come, then its command
+// tag; describe sends the row description first.
+func (s *Session) relay(rows *sqlexec.Rows, describe bool) error {
 	if describe {
 		s.client.Send(&pgproto3.RowDescription{Fields: fieldsOf(rows.Fields())})
 	}

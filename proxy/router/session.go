@@ -280,6 +280,12 @@ func (s *Session) reportParameters(c *backend.Conn) {
 // End ends the session when the client leaves: an open transaction rolls back, and
 // every server connection goes back to its pool, reset. It is idempotent.
 func (s *Session) End(ctx context.Context) error {
+	for _, p := range s.portals {
+		if p.rows != nil {
+			p.rows.Abort() // no one reads on
+			p.rows = nil
+		}
+	}
 	err := s.tx.Close(ctx)
 	s.explicit, s.implicit = false, false
 	s.leases.closeAll(ctx)
