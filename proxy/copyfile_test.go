@@ -192,17 +192,19 @@ func TestCopyServerFileAsOnOneServer(t *testing.T) {
 		}
 	}
 	// Values arrive exact whatever the session's encoding and float settings: a
-	// Shift JIS character whose second byte is a backslash, a double with 17 digits.
-	exactFile := write("exact.txt", "1\t1.2345678901234567\t\x83\x5ct\n2\t0.1\t\x83\x5c\n")
+	// Shift JIS character whose second byte is a backslash, a double with 17 digits,
+	// a type's name.
+	// A regtype names a type of each shard's own (another OID on each).
+	exactFile := write("exact.txt", "1\t1.2345678901234567\t\x83\x5ct\tmood\n2\t0.1\t\x83\x5c\tmood\n")
 	exact := func(c *pgx.Conn) string {
 		t.Helper()
-		for _, q := range []string{"CREATE TABLE exact (id bigint PRIMARY KEY, x float8, s text)",
+		for _, q := range []string{"CREATE TYPE mood AS ENUM ('ok')", "CREATE TABLE exact (id bigint PRIMARY KEY, x float8, s text, rt regtype)",
 			"SET client_encoding = 'SJIS'", "SET extra_float_digits = 0", "COPY exact FROM '" + exactFile + "'", "RESET ALL"} {
 			if _, err := c.PgConn().Exec(ctx, q).ReadAll(); err != nil {
 				t.Fatalf("%s: %v", q, err)
 			}
 		}
-		rows, err := c.Query(ctx, "SELECT id, float8send(x), convert_to(s, 'UTF8') FROM exact ORDER BY id", pgx.QueryExecModeSimpleProtocol)
+		rows, err := c.Query(ctx, "SELECT id, float8send(x), convert_to(s, 'UTF8'), rt::text FROM exact ORDER BY id", pgx.QueryExecModeSimpleProtocol)
 		if err != nil {
 			t.Fatal(err)
 		}

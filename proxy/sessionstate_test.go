@@ -1229,8 +1229,13 @@ func TestResetsReportParameters(t *testing.T) {
 		"SET application_name = 'changed'", "RESET application_name",
 		"SET DateStyle = 'German'", "SET client_encoding = 'LATIN1'", "DISCARD ALL",
 		"SET IntervalStyle = 'iso_8601'", "SET IntervalStyle TO DEFAULT",
+		// Inside a transaction, a reset goes back to the startup packet's value too.
+		"BEGIN", "SET TimeZone = 'Asia/Tokyo'", "RESET TimeZone", "SELECT '2024-01-01 10:00'::timestamptz::text", "COMMIT",
+		"SET TimeZone = 'Asia/Tokyo'; RESET TimeZone; SELECT '2024-01-01 10:00'::timestamptz::text",
+		"BEGIN", "SET application_name = 'in_tx'", "RESET ALL", "SELECT current_setting('application_name')", "ROLLBACK",
+		"BEGIN", "SET client_encoding = 'LATIN1'", "ROLLBACK",
 	}
-	const watched = "client_encoding application_name DateStyle IntervalStyle"
+	const watched = "client_encoding application_name DateStyle IntervalStyle TimeZone"
 	run := func(t *testing.T, dsn string) []string {
 		ctx := context.Background()
 		cfg, err := pgconn.ParseConfig(dsn)
@@ -1238,6 +1243,7 @@ func TestResetsReportParameters(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg.RuntimeParams["application_name"] = "from_startup"
+		cfg.RuntimeParams["TimeZone"] = "Europe/Paris"
 		c, err := pgconn.ConnectConfig(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -1245,8 +1251,11 @@ func TestResetsReportParameters(t *testing.T) {
 		defer c.Close(ctx)
 		var out []string
 		for _, q := range steps {
-			_, err := c.Exec(ctx, q).ReadAll()
+			res, err := c.Exec(ctx, q).ReadAll()
 			line := q + " ->"
+			if n := len(res); n > 0 && len(res[n-1].Rows) > 0 {
+				line += fmt.Sprintf(" %q", res[n-1].Rows[0][0])
+			}
 			for _, name := range strings.Fields(watched) {
 				line += " " + name + "=" + c.ParameterStatus(name)
 			}

@@ -495,7 +495,7 @@ func (cn *conn) endTransaction(ctx context.Context, pl *sqlplan.Plan) (*sqlexec.
 	var begin string
 	if pl.Chain {
 		var err error
-		if begin, _, err = cn.s.ChainBegin(ctx, cn.s, -1, cn.s.Failed()); err != nil {
+		if begin, err = cn.s.ChainBegin(ctx, cn.s, -1, cn.s.Failed()); err != nil {
 			return nil, err
 		}
 	}

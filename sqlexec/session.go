@@ -400,34 +400,35 @@ const chainProbe = "SELECT current_setting('transaction_isolation'), current_set
 //     this session), a data source the transaction has touched; when it has touched
 //     none, it asks data source idle, which then joins, or with idle < 0 returns the
 //     transaction's own BEGIN statement.
-//   - A failed transaction (failed: the caller's view) cannot answer a query. When it
-//     failed inside a savepoint, its characteristics are as it set them: its BEGIN
-//     statement, and keepLocal says that the caller's SET TRANSACTION statements still
-//     hold. When it failed at its top level, the server has undone what the
-//     transaction set itself (its BEGIN options, SET TRANSACTION) back to what it
-//     started with: the defaults, or for a chained transaction, what it was chained
-//     with.
-func (s *Session) ChainBegin(ctx context.Context, conns Conns, idle int, failed bool) (begin string, keepLocal bool, err error) {
+//   - A transaction that failed (failed: the caller's view) inside a savepoint keeps
+//     what it set before that savepoint: ChainBegin rolls back to it, which the
+//     transaction's end would undo anyway, and asks then.
+//   - One that failed at its top level has had what it set itself (its BEGIN options,
+//     SET TRANSACTION) undone by the server, back to what it started with: the
+//     defaults, or for a chained transaction, what it was chained with.
+func (s *Session) ChainBegin(ctx context.Context, conns Conns, idle int, failed bool) (string, error) {
 	if !s.inTx {
-		return "", false, errors.New("sqlexec: no transaction to chain")
+		return "", errors.New("sqlexec: no transaction to chain")
 	}
 	switch {
 	case failed && len(s.saves) > 0:
-		return s.begin, true, nil
+		if err := s.RollbackTo(ctx, s.saves[len(s.saves)-1]); err != nil {
+			return "", err
+		}
 	case failed && s.chained:
-		return s.begin, false, nil
+		return s.begin, nil
 	case failed:
-		return "BEGIN", false, nil
+		return "BEGIN", nil
 	}
 	ds := idle
 	if t := s.Touched(); len(t) > 0 {
 		ds = t[0]
 	}
 	if ds < 0 {
-		return s.begin, true, nil
+		return s.begin, nil
 	}
 	var row [][]byte
-	err = conns.Run(ctx, ds, func(c *pgconn.PgConn) error {
+	err := conns.Run(ctx, ds, func(c *pgconn.PgConn) error {
 		res, err := c.Exec(ctx, chainProbe).ReadAll()
 		if err == nil && len(res) == 1 && len(res[0].Rows) == 1 && len(res[0].Rows[0]) == 3 {
 			row = res[0].Rows[0]
@@ -436,13 +437,12 @@ func (s *Session) ChainBegin(ctx context.Context, conns Conns, idle int, failed 
 	})
 	conns.Release(ds, err)
 	if err != nil {
-		return "", false, err
+		return "", err
 	}
 	if row == nil {
-		return "", false, fmt.Errorf("sqlexec: data source %s did not say its transaction's characteristics", s.committer.name(ds))
+		return "", fmt.Errorf("sqlexec: data source %s did not say its transaction's characteristics", s.committer.name(ds))
 	}
-	begin, err = chainBeginOf(string(row[0]), string(row[1]), string(row[2]))
-	return begin, false, err
+	return chainBeginOf(string(row[0]), string(row[1]), string(row[2]))
 }
 
 // BeginChained opens the transaction that COMMIT AND CHAIN or ROLLBACK AND CHAIN

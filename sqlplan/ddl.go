@@ -556,15 +556,14 @@ const CopyStageTable = "shardlab_copy_source"
 // stageCopy plans COPY FROM a server file or program into a table whose rows live on
 // several data sources: the server of the table's first shard reads the file into a
 // temporary table of the copied columns (Stage, with the client's options and WHERE
-// clause), and its rows then go to their shards by COPY FROM STDIN in binary format
-// (SQL).
+// clause), and its rows then go to their shards by COPY FROM STDIN (SQL).
 func (a *analyzer) stageCopy(c *pg.CopyStmt, spec *CopySpec) error {
 	for _, col := range c.Attlist {
 		spec.Columns = append(spec.Columns, col.GetString_().Sval)
 	}
 	for _, o := range c.Options {
 		de := o.GetDefElem()
-		if strings.EqualFold(de.Defname, "freeze") && defElemValue(de) != "false" {
+		if strings.EqualFold(de.Defname, "freeze") && !slices.Contains([]string{"false", "off", "0", "no"}, strings.ToLower(defElemValue(de))) {
 			// The rows travel through a cursor, whose snapshot COPY FREEZE refuses.
 			return unsupported("COPY ... FREEZE from a server file or program into %s table %s (over several shards); load without FREEZE, or FROM STDIN (psql's \\copy)", spec.Table.Kind, spec.Table.Name)
 		}
@@ -599,13 +598,12 @@ func (a *analyzer) stageCopy(c *pg.CopyStmt, spec *CopySpec) error {
 	if spec.Stage, err = a.deparse(&pg.Node{Node: &pg.Node_CopyStmt{CopyStmt: stage}}); err != nil {
 		return err
 	}
-	// The shards get the rows in COPY's binary format: every type's own send and
-	// receive functions, exact whatever the session's encoding or float settings.
-	binary := []*pg.Node{{Node: &pg.Node_DefElem{DefElem: &pg.DefElem{Defname: "format",
-		Arg: &pg.Node{Node: &pg.Node_String_{String_: &pg.String{Sval: "binary"}}}}}}}
+	// The shards get the rows in COPY's text format, which every type reads (names
+	// in reg* types resolved again on each shard); the proxy fixes the settings both
+	// sides read and write it under (see the proxy's loadStaged).
 	for _, n := range spec.Table.Nodes {
 		rv := &pg.RangeVar{Relname: n.Table, Schemaname: n.Schema, Inh: true, Relpersistence: "p"}
-		load := &pg.CopyStmt{Relation: rv, Attlist: c.Attlist, IsFrom: true, Options: binary}
+		load := &pg.CopyStmt{Relation: rv, Attlist: c.Attlist, IsFrom: true}
 		sql, err := a.deparse(&pg.Node{Node: &pg.Node_CopyStmt{CopyStmt: load}})
 		if err != nil {
 			return err

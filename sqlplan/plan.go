@@ -170,7 +170,7 @@ type CopySpec struct {
 	// data sources: the statement that reads the file, with the client's options, into
 	// the temporary table pg_temp.CopyStageTable of the copied columns, on the data
 	// source of Table's first node. Its rows then load through SQL, which reads COPY's
-	// binary format from STDIN.
+	// text format from STDIN.
 	Stage string
 }
 

@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -407,11 +406,10 @@ const copyFetchRows = 1000
 // the table's first shard, so with the client's rights on the server's files:
 //   - that server reads the file into a temporary table of the copied columns, with
 //     the client's options (format, header, WHERE ...), so its own COPY parser reads it;
-//   - a cursor hands the rows out copyFetchRows at a time, in binary; each row goes to
-//     the physical table its sharding key names (a broadcast table's to every data
-//     source), by one binary COPY FROM STDIN per table and batch, so that every value
-//     travels through its type's own send and receive functions, exact whatever the
-//     session's encoding or float settings;
+//   - a cursor hands the rows out copyFetchRows at a time, in COPY's text format under
+//     fixed settings (see loadStaged); each row goes to the physical table its sharding
+//     key names (a broadcast table's to every data source), by one COPY FROM STDIN per
+//     table and batch;
 //   - the temporary table is dropped.
 //
 // The answer is COPY with the number of rows loaded, as PostgreSQL's. Under two-phase
@@ -495,26 +493,35 @@ func (s *Session) loadStaged(ctx context.Context, spec *sqlplan.CopySpec, cols [
 	}
 	stage := "pg_temp." + sqlplan.QuoteIdent(sqlplan.CopyStageTable)
 	const cursor = "shardlab_copy_rows"
-	// The copied columns in binary, then the sharding key's columns as text, which is
-	// what the rules hash.
-	selected := slices.Clone(quoted)
-	formats := make([]int16, len(cols), len(cols)+len(keyIdx))
-	for i := range formats {
-		formats[i] = 1
-	}
-	for _, i := range keyIdx {
-		selected = append(selected, quoted[i]+"::text")
-		formats = append(formats, 0)
-	}
-	setup := []string{
+	// The file is read under the client's settings (its encoding, unless the COPY
+	// says ENCODING).
+	for _, q := range []string{
 		"CREATE TEMPORARY TABLE " + stage + " AS SELECT " + strings.Join(quoted, ", ") + " FROM " + table + " WITH NO DATA",
 		spec.Stage,
-		"DECLARE " + cursor + " NO SCROLL CURSOR FOR SELECT " + strings.Join(selected, ", ") + " FROM " + stage,
-	}
-	for _, q := range setup {
+	} {
 		if _, err := src.Results(ctx, q); err != nil {
 			return 0, s.shardErr(first.DataSource, err)
 		}
+	}
+	// The rows then travel in COPY's text format, as pg_dump moves them: written and
+	// read under fixed settings on both sides (the server's encoding, in which no
+	// backslash hides in a multibyte character; every digit of a float; ISO dates),
+	// and the client's settings are put back afterwards.
+	encoding := src.PgConn().ParameterStatus("server_encoding")
+	if encoding == "" {
+		encoding = "UTF8"
+	}
+	transfer := []string{"client_encoding", encoding, "extra_float_digits", "3", "DateStyle", "ISO", "IntervalStyle", "postgres", "bytea_output", "hex"}
+	restores := map[int]string{}
+	for ds, c := range conns {
+		restore, err := setLocally(ctx, c, transfer)
+		if err != nil {
+			return 0, s.shardErr(ds, err)
+		}
+		restores[ds] = restore
+	}
+	if _, err := src.Results(ctx, "DECLARE "+cursor+" NO SCROLL CURSOR FOR SELECT "+strings.Join(quoted, ", ")+" FROM "+stage); err != nil {
+		return 0, s.shardErr(first.DataSource, err)
 	}
 	sharded := rule.Kind == rules.KindSharded
 	batches := make([][]byte, len(rule.Nodes))
@@ -528,12 +535,12 @@ func (s *Session) loadStaged(ctx context.Context, spec *sqlplan.CopySpec, cols [
 			batches[i] = batches[i][:0]
 		}
 		n := 0
-		err := src.EachRow(ctx, "FETCH FORWARD "+strconv.Itoa(copyFetchRows)+" FROM "+cursor, formats, func(values [][]byte) error {
+		err := src.EachRow(ctx, "FETCH FORWARD "+strconv.Itoa(copyFetchRows)+" FROM "+cursor, nil, func(values [][]byte) error {
 			n++
 			b := 0
 			if sharded {
 				for j, k := range rule.KeyColumns() {
-					if v := values[len(cols)+j]; v == nil {
+					if v := values[keyIdx[j]]; v == nil {
 						keys[k] = rules.NullKey()
 					} else {
 						keys[k] = rules.TextKey(string(v))
@@ -548,7 +555,7 @@ func (s *Session) loadStaged(ctx context.Context, spec *sqlplan.CopySpec, cols [
 				}
 				b = shards[0]
 			}
-			batches[b] = appendCopyBinary(batches[b], values[:len(cols)])
+			batches[b] = appendCopyText(batches[b], values)
 			return nil
 		})
 		if err != nil {
@@ -566,14 +573,7 @@ func (s *Session) loadStaged(ctx context.Context, spec *sqlplan.CopySpec, cols [
 			if err != nil {
 				return 0, s.shardErr(node.DataSource, err)
 			}
-			err = cp.Write(binaryCopyHeader)
-			if err == nil {
-				err = cp.Write(batch)
-			}
-			if err == nil {
-				err = cp.Write(binaryCopyTrailer)
-			}
-			if err != nil {
+			if err := cp.Write(batch); err != nil {
 				cp.Finish(ctx, "the copy failed")
 				return 0, s.shardErr(node.DataSource, err)
 			}
@@ -589,26 +589,61 @@ func (s *Session) loadStaged(ctx context.Context, spec *sqlplan.CopySpec, cols [
 	if _, err := src.Results(ctx, "CLOSE "+cursor+"; DROP TABLE "+stage); err != nil {
 		return 0, s.shardErr(first.DataSource, err)
 	}
+	for ds, c := range conns {
+		if _, err := c.Results(ctx, restores[ds]); err != nil {
+			return 0, s.shardErr(ds, err)
+		}
+	}
 	return total, nil
 }
 
-// COPY's binary format: the signature, no flags and no header extension; the trailer.
-var (
-	binaryCopyHeader  = []byte("PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00")
-	binaryCopyTrailer = []byte{0xff, 0xff}
-)
+// setLocally sets parameters (name, value pairs) for the rest of c's transaction, and
+// returns the statement that sets them back to what they were.
+func setLocally(ctx context.Context, c *backend.Conn, pairs []string) (string, error) {
+	var read, set []string
+	for i := 0; i < len(pairs); i += 2 {
+		read = append(read, "current_setting("+quoteLiteral(pairs[i])+")")
+		set = append(set, "SET LOCAL "+pairs[i]+" = "+quoteLiteral(pairs[i+1]))
+	}
+	was, err := c.QueryRow(ctx, "SELECT "+strings.Join(read, ", "), len(read))
+	if err != nil {
+		return "", err
+	}
+	if _, err := c.Results(ctx, strings.Join(set, "; ")); err != nil {
+		return "", err
+	}
+	var restore []string
+	for i, v := range was {
+		restore = append(restore, "SET LOCAL "+pairs[2*i]+" = "+quoteLiteral(string(v)))
+	}
+	return strings.Join(restore, "; "), nil
+}
 
-// appendCopyBinary appends one row in COPY's binary format: the number of fields, then
-// each field's length (-1 for NULL) and its value in binary.
-func appendCopyBinary(buf []byte, values [][]byte) []byte {
-	buf = binary.BigEndian.AppendUint16(buf, uint16(len(values)))
-	for _, v := range values {
+// appendCopyText appends one row in COPY's text format: fields separated by tabs, NULL
+// as \N, and backslash, tab, newline and carriage return escaped.
+func appendCopyText(buf []byte, row [][]byte) []byte {
+	for i, v := range row {
+		if i > 0 {
+			buf = append(buf, '\t')
+		}
 		if v == nil {
-			buf = binary.BigEndian.AppendUint32(buf, 0xffffffff)
+			buf = append(buf, '\\', 'N')
 			continue
 		}
-		buf = binary.BigEndian.AppendUint32(buf, uint32(len(v)))
-		buf = append(buf, v...)
+		for _, c := range v {
+			switch c {
+			case '\\':
+				buf = append(buf, '\\', '\\')
+			case '\t':
+				buf = append(buf, '\\', 't')
+			case '\n':
+				buf = append(buf, '\\', 'n')
+			case '\r':
+				buf = append(buf, '\\', 'r')
+			default:
+				buf = append(buf, c)
+			}
+		}
 	}
-	return buf
+	return append(buf, '\n')
 }

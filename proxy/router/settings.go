@@ -188,11 +188,28 @@ func (s *Session) set(ctx context.Context, sql string) error {
 	}
 	if s.explicit || s.implicit {
 		if err := s.inTransaction(ctx, -1, func(c *backend.Conn, sink backend.Sink) error {
-			err := c.Query(ctx, sql, sink)
-			if err == nil && kind == setValue {
-				sql = effectiveSet(c, name, sql)
+			if kind != setDefault && kind != resetAll {
+				err := c.Query(ctx, sql, sink)
+				if err == nil && kind == setValue {
+					sql = effectiveSet(c, name, sql)
+				}
+				return err
 			}
-			return err
+			// A reset goes back to the server's defaults; the client's own are
+			// those its startup packet gave, which run again after it. The client
+			// hears of the values it ends with, not of those in between.
+			if err := c.Query(ctx, sql, noParameterStatus{sink}); err != nil {
+				return err
+			}
+			if again := s.startupStatements(name, kind == resetAll); again != "" {
+				if _, err := c.Results(ctx, again); err != nil {
+					return err
+				}
+			}
+			if sink == s.client {
+				s.reportParameters(c)
+			}
+			return nil
 		}); err != nil {
 			return err
 		}
@@ -214,7 +231,11 @@ func (s *Session) set(ctx context.Context, sql string) error {
 		s.settingsChanged()
 	}
 	err = s.onDataSource(ctx, ds, func(c *backend.Conn) error {
-		if err := c.Query(ctx, sql, s.client); err != nil {
+		var sink backend.Sink = s.client
+		if kind == setDefault || kind == resetAll {
+			sink = noParameterStatus{s.client} // reported once settled, below
+		}
+		if err := c.Query(ctx, sql, sink); err != nil {
 			return err
 		}
 		switch kind {
@@ -230,8 +251,8 @@ func (s *Session) set(ctx context.Context, sql string) error {
 		case setDefault, resetAll:
 			// The server went back to its own defaults, not to the client's startup
 			// values: the next use resets the connection and replays the list. A
-			// reset of a reported parameter replays it now, so that the client hears
-			// of what changed for it.
+			// reset that may change a reported parameter replays it now, so that the
+			// client hears of the values it ends with.
 			c.ForgetSettings()
 			if kind == resetAll || s.reported(name) {
 				s.reportAfterReset(ctx, c)
@@ -351,13 +372,38 @@ func (s *Session) reportAfterReset(ctx context.Context, c *backend.Conn) {
 	s.reportParameters(c)
 }
 
-// reported reports whether the server reports parameter name to the client (in a
-// ParameterStatus message) when it changes.
+// reported reports whether a reset of parameter name may change a parameter the
+// server reports to the client (in a ParameterStatus message): the parameter itself,
+// or is_superuser through the role.
 func (s *Session) reported(name string) bool {
+	if name == paramRole || name == paramSessionAuthorization {
+		return true
+	}
 	for k := range s.told.told {
 		if strings.EqualFold(k, name) {
 			return true
 		}
 	}
 	return false
+}
+
+// startupStatements returns the statements of the client's startup settings for
+// parameter name (all of them with all), as one query string; "" for none.
+func (s *Session) startupStatements(name string, all bool) string {
+	var out []string
+	for _, st := range s.startup {
+		if all || st.name == name {
+			out = append(out, st.sql)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// noParameterStatus is a sink that drops ParameterStatus messages.
+type noParameterStatus struct{ backend.Sink }
+
+func (n noParameterStatus) Send(msg pgproto3.BackendMessage) {
+	if _, ok := msg.(*pgproto3.ParameterStatus); !ok {
+		n.Sink.Send(msg)
+	}
 }

@@ -114,10 +114,19 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 			if plan.Tx == sqlplan.TxCommit {
 				tag = "ROLLBACK"
 			}
+			changed := s.txChanged
 			err := s.tx.Rollback(ctx)
 			s.endTx(false)
 			if err != nil {
 				return err
+			}
+			if changed {
+				// The settings went back, on the servers too: tell the client of
+				// the reported ones, as PostgreSQL does at ROLLBACK.
+				s.onDataSource(ctx, s.r.rules.DefaultDataSource(), func(c *backend.Conn) error {
+					s.reportAfterReset(ctx, c)
+					return nil
+				})
 			}
 		} else {
 			err := s.tx.Commit(ctx)
@@ -171,11 +180,10 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 // does: on those data sources now (each answers as PostgreSQL would, refusing an
 // isolation level after a query), and on those that join later.
 func (s *Session) setCharacteristics(ctx context.Context, begin string) error {
-	opts, err := withCharacteristics(begin, nil)
+	sql, err := setTransactionOf(begin)
 	if err != nil {
 		return err
 	}
-	sql := "SET TRANSACTION" + strings.TrimPrefix(opts, "BEGIN")
 	for _, ds := range s.tx.Touched() {
 		if err := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
 			_, err := c.Results(ctx, sql)
@@ -208,125 +216,47 @@ type chained struct {
 // chain reads the open transaction's characteristics (isolation level, read only,
 // deferrable) for the transaction chained to it (see sqlexec.Session.ChainBegin). When
 // the transaction has touched no data source but set something, the default data
-// source joins to answer. When it failed inside a savepoint, the SET TRANSACTION
-// statements made before that savepoint still hold, and carry over.
+// source joins to answer.
 func (s *Session) chain(ctx context.Context) (*chained, error) {
 	idle := -1
 	if len(s.txLocal) > 0 || s.txChanged {
 		idle = s.r.rules.DefaultDataSource()
 	}
-	begin, keepLocal, err := s.tx.ChainBegin(ctx, &s.conns, idle, s.isFailed())
+	begin, err := s.tx.ChainBegin(ctx, &s.conns, idle, s.isFailed())
 	if err != nil {
 		return nil, err
-	}
-	if keepLocal {
-		// The failed savepoint's own statements were undone with it; the others
-		// still hold, and go into the chained BEGIN, which keeps them through a
-		// failure of the chained transaction as PostgreSQL keeps chained
-		// characteristics.
-		local := s.txLocal
-		if n := len(s.saved); n > 0 && s.isFailed() {
-			local = local[:s.saved[n-1].local]
-		}
-		if begin, err = withCharacteristics(begin, local); err != nil {
-			return nil, err
-		}
 	}
 	return &chained{begin: begin}, nil
 }
 
-// withCharacteristics returns the BEGIN statement begin with the transaction
-// characteristics that the SET TRANSACTION and SET LOCAL transaction_* statements
-// among sets give, in order, in place of its own. Other statements are ignored.
-func withCharacteristics(begin string, sets []string) (string, error) {
-	var isolation, readOnly, deferrable string
-	set := func(name string, arg *pg.Node) error {
-		var v string
-		switch a := arg.GetAConst(); {
-		case a == nil:
-			return fmt.Errorf("router: cannot read the value of %s", name)
-		case a.GetSval() != nil:
-			v = strings.ToLower(a.GetSval().Sval)
-		case a.GetIval() != nil:
-			v = map[bool]string{true: "on", false: "off"}[a.GetIval().Ival != 0]
-		case a.GetBoolval() != nil:
-			v = map[bool]string{true: "on", false: "off"}[a.GetBoolval().Boolval]
-		default:
-			return fmt.Errorf("router: cannot read the value of %s", name)
+// setTransactionOf returns the SET TRANSACTION statement that sets the
+// characteristics a BEGIN or START TRANSACTION statement's options give.
+func setTransactionOf(begin string) (string, error) {
+	tree, err := pg.Parse(begin)
+	if err != nil || len(tree.Stmts) != 1 || tree.Stmts[0].Stmt.GetTransactionStmt() == nil {
+		return "", fmt.Errorf("router: cannot read %q", begin)
+	}
+	var modes []string
+	for _, o := range tree.Stmts[0].Stmt.GetTransactionStmt().Options {
+		de := o.GetDefElem()
+		a := de.GetArg().GetAConst()
+		if a == nil {
+			return "", fmt.Errorf("router: cannot read the options of %q", begin)
 		}
-		switch v {
-		case "true", "yes", "1":
-			v = "on"
-		case "false", "no", "0":
-			v = "off"
-		}
-		switch name {
+		on := a.GetIval() != nil && a.GetIval().Ival != 0 || a.GetBoolval() != nil && a.GetBoolval().Boolval
+		switch de.Defname {
 		case "transaction_isolation":
-			isolation = v
+			if a.GetSval() == nil {
+				return "", fmt.Errorf("router: cannot read the isolation level of %q", begin)
+			}
+			modes = append(modes, "ISOLATION LEVEL "+strings.ToUpper(a.GetSval().Sval))
 		case "transaction_read_only":
-			readOnly = v
+			modes = append(modes, map[bool]string{true: "READ ONLY", false: "READ WRITE"}[on])
 		case "transaction_deferrable":
-			deferrable = v
-		}
-		return nil
-	}
-	read := func(sql string) error {
-		tree, err := pg.Parse(sql)
-		if err != nil || len(tree.Stmts) != 1 {
-			return fmt.Errorf("router: cannot read %q", sql)
-		}
-		stmt := tree.Stmts[0].Stmt
-		var opts []*pg.Node
-		switch {
-		case stmt.GetTransactionStmt() != nil:
-			opts = stmt.GetTransactionStmt().Options
-		case stmt.GetVariableSetStmt() != nil:
-			v := stmt.GetVariableSetStmt()
-			if v.Name != "TRANSACTION" {
-				if transactionCharacteristic[strings.ToLower(v.Name)] && len(v.Args) == 1 {
-					return set(strings.ToLower(v.Name), v.Args[0])
-				}
-				return nil
-			}
-			opts = v.Args
-		}
-		for _, o := range opts {
-			if de := o.GetDefElem(); de != nil {
-				if err := set(de.Defname, de.Arg); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	for _, sql := range append([]string{begin}, sets...) {
-		if err := read(sql); err != nil {
-			return "", err
+			modes = append(modes, map[bool]string{true: "DEFERRABLE", false: "NOT DEFERRABLE"}[on])
 		}
 	}
-	out := "BEGIN"
-	if isolation != "" {
-		out += " ISOLATION LEVEL " + strings.ToUpper(isolation)
-	}
-	switch readOnly {
-	case "on":
-		out += " READ ONLY"
-	case "off":
-		out += " READ WRITE"
-	}
-	switch deferrable {
-	case "on":
-		out += " DEFERRABLE"
-	case "off":
-		out += " NOT DEFERRABLE"
-	}
-	return out, nil
-}
-
-// transactionCharacteristic names the parameters SET TRANSACTION and SET LOCAL change
-// that make a transaction's characteristics.
-var transactionCharacteristic = map[string]bool{
-	"transaction": true, "transaction_isolation": true, "transaction_read_only": true, "transaction_deferrable": true,
+	return "SET TRANSACTION " + strings.Join(modes, ", "), nil
 }
 
 // savepointStatement names the savepoint statements as PostgreSQL's messages do.
