@@ -16,6 +16,28 @@ type Args struct {
 	Values  [][]byte // one per parameter; nil is NULL
 	Formats []int16  // none: every value is text; one: for every value; else one each
 	OIDs    []uint32 // the parameters' types where known (declared or described), else 0
+	// ForeignText says that text (parameters and literals alike) arrives in a client
+	// encoding other than the server's. A text sharding key with a byte outside ASCII
+	// would then hash unlike the value the server stores, so it names no shard: a
+	// statement that reads or changes rows by it goes to every shard, and one that
+	// must place a row by it is refused (0A000).
+	ForeignText bool
+}
+
+// errForeignKey is the refusal of a sharding key that ForeignText hides.
+var errForeignKey = unsupported("a text sharding key with characters outside ASCII while client_encoding differs from the server's encoding (the key would be routed by the client's bytes, not the value the server stores); use client_encoding UTF8 for such keys")
+
+// foreignKey reports whether a text key must not be hashed as it is (Args.ForeignText).
+func (v *values) foreignKey(text string) bool {
+	if !v.args.ForeignText {
+		return false
+	}
+	for i := 0; i < len(text); i++ {
+		if text[i] >= 0x80 {
+			return true
+		}
+	}
+	return false
 }
 
 func (a Args) format(i int) int16 {
@@ -65,12 +87,19 @@ func (v *values) key(r valueRef) (rules.Key, error) {
 	case valueNull:
 		return rules.NullKey(), nil
 	case valueConst:
+		if v.foreignKey(r.text) {
+			return k, errForeignKey
+		}
 		k = rules.TextKey(r.text)
 	case valueLiteral:
 		if r.n < 1 || r.n > len(v.lits) {
 			return k, fmt.Errorf("literal %d missing", r.n)
 		}
-		k = rules.TextKey(literalText(v.sql, v.lits[r.n-1]))
+		text := literalText(v.sql, v.lits[r.n-1])
+		if v.foreignKey(text) {
+			return k, errForeignKey
+		}
+		k = rules.TextKey(text)
 	case valueParam:
 		i := r.n - 1
 		if i < 0 || i >= len(v.args.Values) {
@@ -79,6 +108,9 @@ func (v *values) key(r valueRef) (rules.Key, error) {
 		raw := v.args.Values[i]
 		if raw == nil {
 			return rules.NullKey(), nil
+		}
+		if v.foreignKey(string(raw)) && (v.args.format(i) == 0 || binaryText(v.args.oid(i))) {
+			return k, errForeignKey
 		}
 		if v.args.format(i) == 0 {
 			k = rules.TextKey(string(raw))
@@ -93,6 +125,12 @@ func (v *values) key(r valueRef) (rules.Key, error) {
 		k = k.Negate()
 	}
 	return k, nil
+}
+
+// binaryText reports whether a binary parameter of type oid is text, in the client's
+// encoding.
+func binaryText(oid uint32) bool {
+	return oid == oidText || oid == oidVarchar || oid == oidName || oid == oidUnknown || oid == oidBpchar
 }
 
 func binaryKey(raw []byte, oid uint32) (rules.Key, error) {
@@ -157,6 +195,12 @@ func (pl *Plan) Bind(args Args) (*Bound, error) { return pl.bind(pl.SQL, nil, ar
 // BindSimple binds a plan from PlanSimple to the literals of the statement sql.
 func (pl *Plan) BindSimple(sql string, lits []Literal) (*Bound, error) {
 	return pl.bind(sql, lits, Args{})
+}
+
+// BindSimpleForeign is BindSimple for a statement whose text is in a client encoding
+// other than the server's (see Args.ForeignText).
+func (pl *Plan) BindSimpleForeign(sql string, lits []Literal) (*Bound, error) {
+	return pl.bind(sql, lits, Args{ForeignText: true})
 }
 
 func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {

@@ -1,6 +1,7 @@
 package sqlplan
 
 import (
+	"errors"
 	"slices"
 	"strings"
 
@@ -359,6 +360,9 @@ func (pl *Plan) bindInsert(b *Bound, v *values) error {
 		m := make(map[string]rules.Key, len(cols))
 		for i, col := range cols {
 			k, err := v.key(keys[i])
+			if errors.Is(err, ErrUnsupported) {
+				return err
+			}
 			if err != nil {
 				return pgErr(CodeInvalidParameter, "shardlab: sharding key %s of row %d: %v", col, r+1, err)
 			}
@@ -426,6 +430,9 @@ func (pl *Plan) needsRenameAt(n int) bool {
 func (pl *Plan) checkKeyUpdates(b *Bound, v *values) error {
 	for _, ku := range pl.keyUpdates {
 		k, err := v.key(ku.value)
+		if errors.Is(err, ErrUnsupported) {
+			return err
+		}
 		if err != nil {
 			return pgErr(CodeInvalidParameter, "shardlab: new value of sharding key %s: %v", ku.col, err)
 		}

@@ -177,6 +177,7 @@ func (s *Session) copyStream(ctx context.Context, spec *sqlplan.CopySpec, target
 	// Route the client's data until CopyDone or CopyFail. After an error the rest of the
 	// data is read and dropped, since the client sends it all before it listens.
 	var copyErr error
+	foreign := s.foreignText()
 	route := func(r copyin.Row) error {
 		if r.Header {
 			for _, t := range targets {
@@ -190,9 +191,12 @@ func (s *Session) copyStream(ctx context.Context, spec *sqlplan.CopySpec, target
 		for i, k := range keyCols {
 			if r.Fields[i].Null {
 				keys[k] = rules.NullKey()
-			} else {
-				keys[k] = rules.TextKey(r.Fields[i].Value)
+				continue
 			}
+			if foreign && !isASCII(r.Fields[i].Value) {
+				return sqlplan.Unsupported("COPY %s, line %d: a text sharding key with characters outside ASCII while client_encoding differs from the server's encoding (the row would be routed by the client's bytes, not the value the server stores); use client_encoding UTF8", spec.Table.Name, r.Line)
+			}
+			keys[k] = rules.TextKey(r.Fields[i].Value)
 		}
 		shards, err := spec.Table.ShardsFor(keys, keyTypes)
 		if err != nil || len(shards) != 1 {
@@ -646,4 +650,14 @@ func appendCopyText(buf []byte, row [][]byte) []byte {
 		}
 	}
 	return append(buf, '\n')
+}
+
+// isASCII reports whether s has no byte outside ASCII.
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }

@@ -159,6 +159,7 @@ func (s *Session) Bind(ctx context.Context, m *pgproto3.Bind) error {
 	if len(m.ResultFormatCodes) > 0 {
 		p.resultFormats = append([]int16(nil), m.ResultFormatCodes...)
 	}
+	p.args.ForeignText = s.foreignText()
 	if routed(st.plan) {
 		oids, err := s.paramTypes(ctx, st, p.args)
 		if err != nil {

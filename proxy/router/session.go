@@ -265,6 +265,13 @@ func (c *toldClient) Send(msg pgproto3.BackendMessage) {
 	c.Client.Send(msg)
 }
 
+// foreignText reports whether the client's text arrives in an encoding other than
+// the server's (sqlplan.Args.ForeignText): the server converts it, the proxy does not.
+func (s *Session) foreignText() bool {
+	client, server := s.told.told["client_encoding"], s.told.told["server_encoding"]
+	return client != "" && server != "" && server != "SQL_ASCII" && !strings.EqualFold(client, server)
+}
+
 // reportParameters tells the client of every reported parameter whose value on c
 // differs from what it was last told, as PostgreSQL reports a change. A reset (RESET,
 // RESET ALL, DISCARD ALL) needs it: the connection was reset to the client's new list

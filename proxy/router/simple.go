@@ -72,7 +72,11 @@ func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) 
 	case sqlplan.KindCopy:
 		return s.copy(ctx, plan)
 	}
-	b, err := plan.BindSimple(stmt, lits)
+	bind := plan.BindSimple
+	if s.foreignText() {
+		bind = plan.BindSimpleForeign
+	}
+	b, err := bind(stmt, lits)
 	if err != nil {
 		return err
 	}

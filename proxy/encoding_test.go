@@ -1,0 +1,79 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestTextKeysUnderAnotherClientEncoding: a client whose client_encoding is not the
+// server's sends text keys in bytes the server converts and the proxy does not. A key
+// outside ASCII then never places a row (INSERT and COPY are refused with 0A000, where
+// they once put rows on the shard the client's bytes named, unreachable to everyone
+// else), and reads and changes by such a key go to every shard, so they find the row.
+// ASCII keys route as always.
+func TestTextKeysUnderAnotherClientEncoding(t *testing.T) {
+	e := startProxy(t, 2, []string{"city=name"}, nil)
+	ctx := context.Background()
+	utf8 := e.pgconnect(t)
+	names := []string{"日本橋", "東京", "大阪", "京都", "名古屋", "札幌", "仙台", "福岡"}
+	var values []string
+	for _, n := range names {
+		values = append(values, fmt.Sprintf("('%s', 0)", n))
+	}
+	for _, q := range []string{"CREATE TABLE city (name text PRIMARY KEY, visits int)", "INSERT INTO city VALUES " + strings.Join(values, ", ")} {
+		if _, err := utf8.Exec(ctx, q).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	// Shift JIS bytes of each name.
+	sjis := map[string]string{"日本橋": "\x93\xfa\x96{\x8b\xb4", "東京": "\x93\x8c\x8b\x9e", "大阪": "\x91\xe5\x8d\xe3",
+		"京都": "\x8b\x9e\x93s", "名古屋": "\x96\xbc\x8c\xc3\x89\xae", "札幌": "\x8eD\x96y", "仙台": "\x90\xe5\x91\xe4", "福岡": "\x95\x9f\x89\xaa"}
+	c := e.pgconnect(t)
+	if _, err := c.Exec(ctx, "SET client_encoding = 'SJIS'").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		// Simple protocol: read and change by the key, in Shift JIS.
+		res, err := c.Exec(ctx, "UPDATE city SET visits = visits + 1 WHERE name = '"+sjis[n]+"'").ReadAll()
+		if err != nil || res[0].CommandTag.RowsAffected() != 1 {
+			t.Errorf("UPDATE by %s in Shift JIS: %v %v, want 1 row", n, res, err)
+		}
+		// Extended protocol: the key as a text parameter.
+		rr := c.ExecParams(ctx, "SELECT visits FROM city WHERE name = $1", [][]byte{[]byte(sjis[n])}, nil, nil, nil).Read()
+		if rr.Err != nil || len(rr.Rows) != 1 || string(rr.Rows[0][0]) != "1" {
+			t.Errorf("SELECT by %s as a Shift JIS parameter: %v %v, want one row with 1 visit", n, rr.Rows, rr.Err)
+		}
+	}
+	// Placing a row by such a key is refused, in every form.
+	for _, q := range []string{"INSERT INTO city VALUES ('" + sjis["東京"] + "x', 0)"} {
+		if _, err := c.Exec(ctx, q).ReadAll(); sqlState(err) != "0A000" {
+			t.Errorf("INSERT with a Shift JIS key: %v, want 0A000", err)
+		}
+	}
+	rr := c.ExecParams(ctx, "INSERT INTO city VALUES ($1, 0)", [][]byte{[]byte(sjis["大阪"] + "x")}, nil, nil, nil).Read()
+	if sqlState(rr.Err) != "0A000" {
+		t.Errorf("INSERT with a Shift JIS key parameter: %v, want 0A000", rr.Err)
+	}
+	if _, err := c.CopyFrom(ctx, strings.NewReader(sjis["京都"]+"x\t0\n"), "COPY city FROM STDIN"); sqlState(err) != "0A000" {
+		t.Errorf("COPY with a Shift JIS key: %v, want 0A000", err)
+	}
+	// ASCII keys route as always, whatever the encoding.
+	if _, err := c.Exec(ctx, "INSERT INTO city VALUES ('Osaka', 5), ('Kyoto', 6)").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range append([]string{"Osaka", "Kyoto"}, names...) {
+		rr := utf8.ExecParams(ctx, "SELECT count(*) FROM city WHERE name = $1", [][]byte{[]byte(n)}, nil, nil, nil).Read()
+		if rr.Err != nil || string(rr.Rows[0][0]) != "1" {
+			t.Errorf("%s read in UTF8: %v %v, want it found where its key routes", n, rr.Rows, rr.Err)
+		}
+	}
+	var total int64
+	for i := range 2 {
+		total += queryInt(t, e.shard(t, i), "SELECT count(*) FROM city")
+	}
+	if total != int64(len(names)+2) {
+		t.Errorf("%d rows on the shards, want %d", total, len(names)+2)
+	}
+}
