@@ -33,14 +33,15 @@ COMMIT;
 SELECT id, name, score FROM users ORDER BY id;
 SELECT country, count(*), sum(score) FROM users GROUP BY country ORDER BY country;
 SELECT u.name, c.name FROM users u JOIN countries c ON c.code = u.country WHERE u.id = 6;
-\copy (SELECT 1) to stdout
+\copy (SELECT id, name FROM users WHERE id > 4 ORDER BY id) to stdout with (format csv)
+\copy (SELECT id FROM users ORDER BY id) to stdout with (format binary)
 `
 	out, err := run(t, time.Minute, "psql", "-X", "-q", "-A", "-t", "-h", e.host(), "-p", e.port(), "-U", "postgres", "-d", testDatabase, "-c", "SELECT 1")
 	if err != nil || strings.TrimSpace(out) != "1" {
 		t.Fatalf("psql -c: %v\n%s", err, out)
 	}
-	// The last line is a refusal (COPY of a query), which stops the script with an
-	// error after everything else ran.
+	// The last line is a refusal (binary COPY of a query merged across shards), which
+	// stops the script with an error after everything else ran.
 	out, err = runStdin(t, time.Minute, script, "psql", "-X", "-A", "-t", "-h", e.host(), "-p", e.port(), "-U", "postgres", "-d", testDatabase)
 	if err == nil {
 		t.Errorf("psql: the script's last statement should have been refused\n%s", out)
@@ -49,10 +50,11 @@ SELECT u.name, c.name FROM users u JOIN countries c ON c.code = u.country WHERE 
 		"1|ann|11", "2|bob|21", "6|fay, the second|60",
 		"fr|3|91", "jp|3|121",
 		"fay, the second|Japan",
+		"5,eve\n6,\"fay, the second\"", // COPY (query) merged across shards, in CSV
 		"0A000", // \set VERBOSITY is default: the refusal's message names the construct
 	} {
 		if want == "0A000" {
-			if !strings.Contains(out, "COPY (query) TO STDOUT") {
+			if !strings.Contains(out, "COPY (query) TO STDOUT in binary format") {
 				t.Errorf("psql output lacks the refusal of COPY (query):\n%s", out)
 			}
 			continue

@@ -64,4 +64,11 @@ func TestCopyServerFile(t *testing.T) {
 	if _, err := p.Prepare(ctx, "COPY t_order (order_id) FROM '/tmp/o' WHERE order_id > 1"); err != nil {
 		t.Errorf("WHERE on a listed column: %v", err)
 	}
+	cq := plan("COPY (SELECT order_id FROM t_order WHERE order_id > 5 ORDER BY 1) TO STDOUT WITH (FORMAT csv, HEADER)").Copy
+	if cq.Query == "" || !strings.Contains(cq.Query, "order_id > 5") || !strings.Contains(cq.Wrap, sqlplan.CopyQueryMarker) || !strings.Contains(strings.ToLower(cq.Wrap), "csv") {
+		t.Errorf("COPY (query): query %q, wrap %q", cq.Query, cq.Wrap)
+	}
+	if _, err := p.Prepare(ctx, "COPY (DELETE FROM t_order RETURNING *) TO STDOUT"); sqlplan.Code(err) != "0A000" {
+		t.Errorf("COPY (DELETE ... RETURNING): %v, want 0A000", err)
+	}
 }

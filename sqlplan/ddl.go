@@ -508,7 +508,7 @@ func (a *analyzer) analyzeCopy(c *pg.CopyStmt) error {
 	a.plan.Copy = spec
 	a.plan.Write = c.IsFrom
 	if c.Relation == nil {
-		return unsupported("COPY (query) TO STDOUT")
+		return a.copyQuery(c, spec)
 	}
 	spec.Table = a.p.rules.Lookup(c.Relation.Relname)
 	if c.IsProgram || c.Filename != "" {
@@ -545,6 +545,47 @@ func (a *analyzer) analyzeCopy(c *pg.CopyStmt) error {
 			sql = s
 		}
 		spec.SQL = append(spec.SQL, sql)
+	}
+	return nil
+}
+
+// CopyQueryMarker stands for the query in CopySpec.Wrap.
+const CopyQueryMarker = "SELECT " + markerPrefix + "copy_query"
+
+// copyQuery plans COPY (query) TO STDOUT: the query is planned as a statement of its
+// own (Query), and a target that answers it alone gets the COPY around its own
+// statement (Wrap, with the client's options).
+func (a *analyzer) copyQuery(c *pg.CopyStmt, spec *CopySpec) error {
+	if a.p.rules.OneShard() {
+		return unsupported("COPY (query)") // passed through as written
+	}
+	if c.IsFrom || c.IsProgram || c.Filename != "" {
+		return unsupported("COPY (query) TO a server file or program over several shards; use TO STDOUT, as psql's \\copy does")
+	}
+	if c.Query.GetSelectStmt() == nil {
+		return unsupported("COPY (INSERT, UPDATE or DELETE ... RETURNING) TO STDOUT over several shards; run the statement with RETURNING")
+	}
+	query, err := a.deparse(c.Query)
+	if err != nil {
+		return err
+	}
+	spec.Query = query
+	for _, o := range c.Options {
+		de := o.GetDefElem()
+		spec.Options = append(spec.Options, CopyOption{Name: de.Defname, Value: defElemValue(de)})
+	}
+	marker := &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: &pg.SelectStmt{
+		TargetList: []*pg.Node{{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: &pg.Node{Node: &pg.Node_ColumnRef{
+			ColumnRef: &pg.ColumnRef{Fields: []*pg.Node{{Node: &pg.Node_String_{String_: &pg.String{Sval: markerPrefix + "copy_query"}}}}}}}}}}},
+		LimitOption: pg.LimitOption_LIMIT_OPTION_DEFAULT, Op: pg.SetOperation_SETOP_NONE,
+	}}}
+	wrap := &pg.CopyStmt{Query: marker, Options: c.Options}
+	spec.Wrap, err = a.deparse(&pg.Node{Node: &pg.Node_CopyStmt{CopyStmt: wrap}})
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(spec.Wrap, CopyQueryMarker) {
+		return fmt.Errorf("sqlplan: COPY printed without its query marker: %s", spec.Wrap)
 	}
 	return nil
 }

@@ -163,6 +163,11 @@ type CopySpec struct {
 	Options []CopyOption
 	// SQL is the statement for each of Table's nodes (physical tables), in node order.
 	SQL []string
+	// Query is set for COPY (query) TO STDOUT: the query, to be planned and bound as a
+	// statement of its own; Table is nil. Wrap is the COPY statement around
+	// CopyQueryMarker, with the client's options, for a target that answers the query
+	// alone.
+	Query, Wrap string
 	// Server is set for COPY to or from a server file or program that the data source
 	// of Table's first node runs as written (SQL[0]): the table has one copy of its rows.
 	Server bool

@@ -22,6 +22,8 @@ func (s *Session) copy(ctx context.Context, plan *sqlplan.Plan) error {
 	s.running = true // a serial column's default may call nextval
 	defer func() { s.running = false }()
 	switch {
+	case plan.Copy.Query != "":
+		return s.copyQuery(ctx, plan.Copy)
 	case plan.Copy.Stage != "":
 		return s.copyFromServerFile(ctx, plan.Copy)
 	case plan.Copy.Server:
