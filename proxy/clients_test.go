@@ -51,7 +51,7 @@ SELECT u.name, c.name FROM users u JOIN countries c ON c.code = u.country WHERE 
 		"fr|3|91", "jp|3|121",
 		"fay, the second|Japan",
 		"5,eve\n6,\"fay, the second\"", // COPY (query) merged across shards, in CSV
-		"0A000", // \set VERBOSITY is default: the refusal's message names the construct
+		"0A000",                        // \set VERBOSITY is default: the refusal's message names the construct
 	} {
 		if want == "0A000" {
 			if !strings.Contains(out, "COPY (query) TO STDOUT in binary format") {

@@ -61,6 +61,9 @@ type Config struct {
 	SettleInterval time.Duration
 	// MaxMessage bounds one client message (frontend.DefaultMaxMessage when 0).
 	MaxMessage int
+	// MaxHeld bounds the bytes of rows one statement holds when its answer is read
+	// whole (sqlexec.DefaultMaxHeld when 0; see sqlexec.Engine.SetMaxHeld).
+	MaxHeld int64
 	// LockWaitTimeout bounds lock waits of transactions that span data sources, whose
 	// deadlocks no server can see (see router.Config); 0 leaves them unbounded. Callers
 	// usually want router.DefaultLockWaitTimeout.
@@ -164,7 +167,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	r, err := router.New(router.Config{Rules: cfg.Rules, Pools: s.pools, Mode: cfg.PoolMode, TwoPhase: cfg.TwoPhase, SettleInterval: cfg.SettleInterval,
 		LockWaitTimeout: cfg.LockWaitTimeout, DeadlockInterval: cfg.DeadlockInterval, CrossPoolWait: cfg.CrossPoolWait,
-		MaxTransactions: cfg.MaxTransactions, CheckoutTimeout: cfg.Pool.CheckoutTimeout, PoolFor: s.poolFor, Logger: log})
+		MaxTransactions: cfg.MaxTransactions, CheckoutTimeout: cfg.Pool.CheckoutTimeout, PoolFor: s.poolFor, Logger: log,
+		MaxHeld: cfg.MaxHeld})
 	if err != nil {
 		s.closePools()
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -55,6 +56,47 @@ type Engine struct {
 	committer *Committer
 	// Concurrency bounds how many data sources one statement talks to at once.
 	concurrency int
+	// maxHeld bounds the bytes of rows one statement holds when its answer is read
+	// whole (see SetMaxHeld).
+	maxHeld int64
+}
+
+// DefaultMaxHeld is the default bound on the bytes of rows one statement holds in
+// memory when its answer is read whole.
+const DefaultMaxHeld = 1 << 30
+
+// SetMaxHeld bounds the bytes of row values one statement holds in memory when its
+// answer is read whole before it is merged or sent (aggregation and DISTINCT across
+// shards, text ranked under a collation, RETURNING rows, an answer gathered for a
+// caller that asked for it whole): past it, the statement fails with SQLSTATE 54000
+// and the shards' rows are read and dropped, so that the connections stay usable.
+// Streamed answers hold a few batches per shard whatever their size. 0 restores
+// DefaultMaxHeld; a negative bound holds without limit.
+func (e *Engine) SetMaxHeld(n int64) {
+	if n == 0 {
+		n = DefaultMaxHeld
+	}
+	e.maxHeld = n
+}
+
+// heldBudget counts what one statement holds, against the engine's bound.
+type heldBudget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+func (e *Engine) budget() *heldBudget { return &heldBudget{limit: e.maxHeld} }
+
+// take counts n more bytes, and reports whether they fit.
+func (h *heldBudget) take(n int) bool {
+	return h == nil || h.limit < 0 || h.used.Add(int64(n)) <= h.limit
+}
+
+// heldError is the failure of a statement that would hold more than the bound.
+func heldError(limit int64) error {
+	return &pgconn.PgError{Severity: "ERROR", Code: "54000",
+		Message: fmt.Sprintf("shardlab: the answer needs more than %d MB of rows held in memory to be merged", limit>>20),
+		Hint:    "Aggregates, DISTINCT and sorts of text under a collation are merged from every shard's whole answer; narrow the statement, pin it to one shard, or raise the bound (shard-proxy --max-held-memory)."}
 }
 
 // NewEngine returns an engine for rules; cat answers collation questions (it may be
@@ -64,7 +106,7 @@ func NewEngine(r *rules.Compiled, cat *Catalog, committer *Committer) *Engine {
 	if committer == nil {
 		committer = NewCommitter(r, false)
 	}
-	return &Engine{rules: r, catalog: cat, committer: committer, concurrency: fanout.DefaultLimit}
+	return &Engine{rules: r, catalog: cat, committer: committer, concurrency: fanout.DefaultLimit, maxHeld: DefaultMaxHeld}
 }
 
 // targetResult is what one target answered.
@@ -145,13 +187,14 @@ func (e *Engine) combine(ctx context.Context, b *sqlplan.Bound, results []target
 // data sources concurrently. With wrap, each data source runs its part in a transaction
 // that commits only when every data source succeeded.
 func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16, conns Conns, wrap bool) ([]targetResult, error) {
+	held := e.budget()
 	if len(b.Targets) == 1 {
 		// The usual statement: one target, no fan-out to arrange.
 		t := b.Targets[0]
 		var r targetResult
 		err := conns.Run(ctx, t.DataSource, func(conn *pgconn.PgConn) error {
 			var err error
-			r, err = execTarget(ctx, conn, t, args, formats, b.Plan.Reusable())
+			r, err = execTarget(ctx, conn, t, args, formats, b.Plan.Reusable(), held)
 			return err
 		})
 		conns.Release(t.DataSource, err)
@@ -182,7 +225,7 @@ func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, f
 				}
 			}
 			for _, i := range byDS[ds] {
-				r, err := execTarget(gctx, conn, b.Targets[i], args, formats, reuse)
+				r, err := execTarget(gctx, conn, b.Targets[i], args, formats, reuse, held)
 				if err != nil {
 					return err
 				}
@@ -226,17 +269,17 @@ func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, f
 
 // execTarget runs one target's statement on conn.
 // With reuse, the statement is prepared once per connection and then executed by name.
-func execTarget(ctx context.Context, conn *pgconn.PgConn, t sqlplan.Target, args sqlplan.Args, formats []int16, reuse bool) (targetResult, error) {
+func execTarget(ctx context.Context, conn *pgconn.PgConn, t sqlplan.Target, args sqlplan.Args, formats []int16, reuse bool, held *heldBudget) (targetResult, error) {
 	values, oids, pformats := TargetParams(t, args)
 	if !reuse {
-		return readResult(conn.ExecParams(ctx, t.SQL, values, oids, pformats, formats))
+		return readResult(conn.ExecParams(ctx, t.SQL, values, oids, pformats, formats), held)
 	}
 	for attempt := 0; ; attempt++ {
 		desc, err := prepared(ctx, conn, t.SQL, oids)
 		if err != nil {
 			return targetResult{}, err
 		}
-		r, err := readResult(conn.ExecStatement(ctx, desc, values, pformats, formats))
+		r, err := readResult(conn.ExecStatement(ctx, desc, values, pformats, formats), held)
 		if err != nil && attempt == 0 && stale(err) && conn.TxStatus() == 'I' {
 			forget(conn, t.SQL)
 			continue
@@ -245,8 +288,9 @@ func execTarget(ctx context.Context, conn *pgconn.PgConn, t sqlplan.Target, args
 	}
 }
 
-// readResult reads a whole result, copying the rows out of the connection's buffer.
-func readResult(rr *pgconn.ResultReader) (targetResult, error) {
+// readResult reads a whole result, copying the rows out of the connection's buffer,
+// within the statement's budget of held bytes: past it, the rest is read and dropped.
+func readResult(rr *pgconn.ResultReader, held *heldBudget) (targetResult, error) {
 	var r targetResult
 	r.fields = slices.Clone(rr.FieldDescriptions())
 	for rr.NextRow() {
@@ -255,6 +299,13 @@ func readResult(rr *pgconn.ResultReader) (targetResult, error) {
 		size := 0
 		for _, v := range src {
 			size += len(v)
+		}
+		if !held.take(size + 24*len(src)) {
+			_, err := rr.Close() // drains the rest; the connection stays usable
+			if err != nil {
+				return targetResult{}, err
+			}
+			return targetResult{}, heldError(held.limit)
 		}
 		buf := make([]byte, 0, size)
 		for i, v := range src {

@@ -116,6 +116,7 @@ func (r *Rows) Buffer() error {
 		return nil
 	}
 	var rest [][][]byte
+	held, over := r.st.e.budget(), false
 	for {
 		row, ok, err := r.st.next()
 		if err != nil {
@@ -125,11 +126,16 @@ func (r *Rows) Buffer() error {
 		if !ok {
 			break
 		}
+		if !held.take(rowsSize([][][]byte{row})) {
+			r.err, rest, over = heldError(held.limit), nil, true
+			break
+		}
 		rest = append(rest, row)
 	}
 	st := r.st
 	r.st = nil
-	if err := st.close(r.err != nil); err != nil && r.err == nil {
+	// Past the bound the rest is read and dropped: the connections stay usable.
+	if err := st.close(r.err != nil && !over); err != nil && r.err == nil {
 		r.err = err
 	}
 	// The tag counts what the caller read before and what it will read now.
@@ -529,11 +535,15 @@ func (st *stream) next() ([][]byte, bool, error) {
 
 // readAll reads the rest of every target, for a merge of the whole answers.
 func (st *stream) readAll() ([]targetResult, error) {
+	held := st.e.budget()
 	results := make([]targetResult, len(st.curs))
 	for i, c := range st.curs {
 		for {
 			if err := st.fill(c); err != nil {
 				return nil, err
+			}
+			if !held.take(rowsSize(c.rows[c.pos:])) {
+				return nil, heldError(held.limit)
 			}
 			results[i].rows = append(results[i].rows, c.rows[c.pos:]...)
 			c.pos = len(c.rows)
@@ -577,4 +587,16 @@ func (st *stream) close(abort bool) error {
 		st.conns.Release(ds, st.errs[ds])
 	}
 	return err
+}
+
+// rowsSize is what rows hold, as heldBudget counts it.
+func rowsSize(rows [][][]byte) int {
+	n := 0
+	for _, row := range rows {
+		n += 24 * len(row)
+		for _, v := range row {
+			n += len(v)
+		}
+	}
+	return n
 }

@@ -72,6 +72,9 @@ func (s *Session) copyFrom(ctx context.Context, spec *sqlplan.CopySpec) error {
 	var keyCols []string
 	var keyTypes map[string]rules.KeyType
 	if sharded {
+		if s.embedsASCIIText() {
+			return sqlplan.Unsupported("COPY FROM STDIN into sharded table %s under a client_encoding whose characters may hold bytes that read as a backslash or a delimiter (SJIS, BIG5, GBK, UHC, GB18030, JOHAB); use UTF8", rule.Name)
+		}
 		format, err := copyin.ParseFormat(copyOptions(spec))
 		if err != nil {
 			return sqlplan.Unsupported("COPY into sharded table %s: %v", rule.Name, err)

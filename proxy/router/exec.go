@@ -76,13 +76,15 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 		return s.relayRows(ctx, b, p.args, p.resultFormats, false)
 	}
 	if plan.Kind == sqlplan.KindSelect {
-		// A row limit: the answer streams, maxRows rows per Execute, and waits for
-		// the next one meanwhile (the shards' servers held back by flow control).
-		rows, err := s.queryRows(ctx, b, p.args, p.resultFormats)
+		// A row limit: the answer is read whole now, within the engine's bound on
+		// held memory, and handed out maxRows rows per Execute. Streamed instead, the
+		// shards would have to read the rows the client never asks for when the
+		// portal closes, and one failing there would fail the transaction unseen.
+		res, err := s.engineExecute(ctx, b, p.args, p.resultFormats)
 		if err != nil {
 			return err
 		}
-		p.started, p.rows = true, rows
+		p.started, p.rows = true, sqlexec.RowsOf(res)
 		return s.sendRows(p, maxRows)
 	}
 	res, err := s.engineExecute(ctx, b, p.args, p.resultFormats)
@@ -133,7 +135,8 @@ func (s *Session) relayRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.
 	return s.relay(rows, describe)
 }
 
-// queryRows starts a SELECT's streamed answer (sqlexec.Engine.Query).
+// queryRows starts a SELECT's streamed answer (sqlexec.Engine.Query), for a caller
+// that reads it to its end before the client's next message.
 func (s *Session) queryRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16) (*sqlexec.Rows, error) {
 	if b.MultiTarget() {
 		s.conns.mu.Lock()
@@ -148,7 +151,7 @@ func (s *Session) queryRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.
 	return s.r.engine.Query(ctx, b, args, formats, &s.conns)
 }
 
-// sendRows sends at most maxRows rows (0: all) of a portal's streamed answer, then
+// sendRows sends at most maxRows rows (0: all) of a portal's answer, then
 // PortalSuspended when it sent maxRows (as PostgreSQL, which suspends even when no
 // row is left), or the command tag when the answer ended.
 func (s *Session) sendRows(p *portal, maxRows uint32) error {
@@ -165,11 +168,6 @@ func (s *Session) sendRows(p *portal, maxRows uint32) error {
 			return nil
 		}
 		s.client.Send(&pgproto3.DataRow{Values: p.rows.Values()})
-		if (n+1)%relayCheck == 0 && s.client.Flush() != nil {
-			p.rows.Abort() // the client is gone: stop the shards
-			p.rows = nil
-			return nil
-		}
 	}
 	s.client.Send(&pgproto3.PortalSuspended{})
 	return nil

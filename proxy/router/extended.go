@@ -28,8 +28,8 @@ type portal struct {
 	bound         *sqlplan.Bound // nil for statements the session handles itself
 	args          sqlplan.Args
 	resultFormats []int16
-	// rows not yet sent, after an Execute with a row limit suspended the portal: read
-	// as they come (rows), or whole (rest), for statements the engine answers whole.
+	// rows not yet sent, after an Execute with a row limit suspended the portal: a
+	// SELECT's (rows), or another statement's (rest).
 	rows     *sqlexec.Rows
 	rest     [][][]byte
 	tag      pgconn.CommandTag
@@ -69,7 +69,6 @@ func (s *Session) fail(err error) error {
 // Parse handles a Parse message: it plans the statement (cached by text) and keeps it
 // under its name.
 func (s *Session) Parse(ctx context.Context, name, sql string, oids []uint32) error {
-	s.bufferPortals(nil)
 	if name != "" {
 		if _, ok := s.stmts[name]; ok {
 			return s.fail(pgError("42P05", "prepared statement %q already exists", name))
@@ -128,10 +127,6 @@ func (s *Session) statementNamed(ctx context.Context, name string) (*statement, 
 // Bind handles a Bind message: it fixes the parameter values, which decide the data
 // sources the statement runs on.
 func (s *Session) Bind(ctx context.Context, m *pgproto3.Bind) error {
-	if old := s.portals[""]; m.DestinationPortal == "" && old != nil {
-		s.closePortal(old) // the unnamed portal is replaced
-	}
-	s.bufferPortals(nil)
 	st, err := s.statementNamed(ctx, m.PreparedStatement)
 	if err != nil {
 		return s.fail(err)
@@ -249,7 +244,6 @@ func format(formats []int16, i int) int16 {
 // is described on a data source before any value is known; any data source, having the
 // same schema, describes it alike.
 func (s *Session) Describe(ctx context.Context, kind byte, name string) error {
-	s.bufferPortals(nil)
 	switch kind {
 	case 'S':
 		st, err := s.statementNamed(ctx, name)
@@ -342,7 +336,6 @@ func (s *Session) Execute(ctx context.Context, name string, maxRows uint32, last
 	if !ok {
 		return s.fail(pgError("34000", "portal %q does not exist", name))
 	}
-	s.bufferPortals(p)
 	plan := p.stmt.plan
 	if s.isFailed() && !exitStatement(plan) {
 		return s.fail(failedTx())
@@ -386,9 +379,6 @@ func (s *Session) Close(kind byte, name string) error {
 	case 'S':
 		delete(s.stmts, name)
 	case 'P':
-		if p := s.portals[name]; p != nil {
-			s.closePortal(p)
-		}
 		delete(s.portals, name)
 	default:
 		return s.fail(pgError("08P01", "invalid CLOSE message subtype %d", kind))
@@ -402,45 +392,9 @@ func (s *Session) Close(kind byte, name string) error {
 func (s *Session) Sync(ctx context.Context) error {
 	failed := s.batchFailed
 	s.batchFailed = false
-	if !s.explicit {
-		// The portals end with the batch, before its implicit transaction does.
-		s.closePortals()
-	}
 	err := s.endImplicit(ctx, !failed)
 	if !s.explicit {
 		clear(s.portals)
 	}
 	return err
-}
-
-// bufferPortals reads the rest of every portal's streamed answer but except's into
-// memory, so that their connections serve the next statement (a client may run others
-// while a portal is suspended, as it may with database/sql's open rows).
-func (s *Session) bufferPortals(except *portal) {
-	for _, p := range s.portals {
-		if p != except && p.rows != nil {
-			p.rows.Buffer() // an error ends the answer; its next Execute returns it
-		}
-	}
-}
-
-// closePortal ends a portal's streamed answer, if any: rows not sent are read and
-// dropped, so that the transaction on its connections goes on.
-func (s *Session) closePortal(p *portal) {
-	if p.rows != nil {
-		p.rows.Close()
-		p.rows = nil
-	}
-}
-
-// closePortals ends every portal's streamed answer. Outside a transaction, where no
-// statement of the client's needs the connections, the shards' work is cancelled.
-func (s *Session) closePortals() {
-	for _, p := range s.portals {
-		if p.rows != nil && !s.implicit && !s.explicit {
-			p.rows.Abort()
-			p.rows = nil
-		}
-		s.closePortal(p)
-	}
 }

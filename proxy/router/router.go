@@ -57,6 +57,9 @@ func (m PoolMode) String() string {
 // Config is what a Router needs.
 type Config struct {
 	Rules *rules.Compiled
+	// MaxHeld bounds the bytes of rows one statement holds when its answer is read
+	// whole (sqlexec.Engine.SetMaxHeld; 0: its default).
+	MaxHeld int64
 	// Pools has one pool per data source of Rules, in order.
 	Pools []*backend.Pool
 	Mode  PoolMode
@@ -238,6 +241,7 @@ func New(cfg Config) (*Router, error) {
 	r.planner = sqlplan.New(cfg.Rules, r.catalog, sqlplan.Options{})
 	r.committer = sqlexec.NewCommitter(cfg.Rules, cfg.TwoPhase)
 	r.engine = sqlexec.NewEngine(cfg.Rules, r.catalog, r.committer)
+	r.engine.SetMaxHeld(cfg.MaxHeld)
 	if cfg.TwoPhase {
 		settler, err := sqlexec.NewSettler(r.committer, sqlexec.SettlerConfig{Interval: cfg.SettleInterval, Logger: log})
 		if err != nil {

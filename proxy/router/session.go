@@ -32,11 +32,13 @@ type Client interface {
 // Its methods are called from one goroutine, the client's; Cancel may be called from
 // any.
 type Session struct {
-	r      *Router
-	told   *toldClient // client, with the parameter values it was told of
-	id     uint64      // unique among the router's sessions
-	client Client
-	user   string
+	r    *Router
+	told *toldClient // client, with the parameter values it was told of
+	// encodings are the client encodings other than UTF-8 the client ever set.
+	encodings []string
+	id        uint64 // unique among the router's sessions
+	client    Client
+	user      string
 	// login is who the client runs as on the data sources, and pools are that login's
 	// pools, one per data source.
 	login Identity
@@ -124,6 +126,9 @@ func (r *Router) NewSession(client Client, user string, login Identity, startup 
 	}
 	s.conns = conns{s: s, state: map[int]joinState{}}
 	for _, name := range slices.Sorted(maps.Keys(startup)) {
+		if strings.EqualFold(name, "client_encoding") {
+			s.noteEncoding(startup[name])
+		}
 		stmts, err := startupSettings(name, startup[name])
 		if err != nil {
 			return nil, err
@@ -269,7 +274,24 @@ func (c *toldClient) Send(msg pgproto3.BackendMessage) {
 // the server's (sqlplan.Args.ForeignText): the server converts it, the proxy does not.
 func (s *Session) foreignText() bool {
 	client, server := s.told.told["client_encoding"], s.told.told["server_encoding"]
-	return client != "" && server != "" && server != "SQL_ASCII" && !strings.EqualFold(client, server)
+	if server == "SQL_ASCII" {
+		return false // the server converts nothing
+	}
+	// Unknown (the login did not reach a server), changed at some point, or not the
+	// server's: the client's bytes may not be the server's.
+	return client == "" || server == "" || len(s.encodings) > 0 || !strings.EqualFold(client, server)
+}
+
+// embedsASCIIText reports whether the client's text may be in an encoding whose
+// multibyte characters hold bytes that read as ASCII (a backslash, a delimiter), which
+// splitting COPY data by bytes would misread.
+func (s *Session) embedsASCIIText() bool {
+	for _, e := range append([]string{strings.ToUpper(s.told.told["client_encoding"])}, s.encodings...) {
+		if embedsASCII[strings.NewReplacer("-", "_").Replace(e)] || e == "?" {
+			return true
+		}
+	}
+	return false
 }
 
 // reportParameters tells the client of every reported parameter whose value on c
@@ -287,12 +309,6 @@ func (s *Session) reportParameters(c *backend.Conn) {
 // End ends the session when the client leaves: an open transaction rolls back, and
 // every server connection goes back to its pool, reset. It is idempotent.
 func (s *Session) End(ctx context.Context) error {
-	for _, p := range s.portals {
-		if p.rows != nil {
-			p.rows.Abort() // no one reads on
-			p.rows = nil
-		}
-	}
 	err := s.tx.Close(ctx)
 	s.explicit, s.implicit = false, false
 	s.leases.closeAll(ctx)

@@ -186,6 +186,9 @@ func (s *Session) set(ctx context.Context, sql string) error {
 	if err != nil {
 		return err
 	}
+	if name == "client_encoding" && (kind == setValue || kind == setLocal) {
+		s.noteEncoding(setValueOf(sql))
+	}
 	if s.explicit || s.implicit {
 		if err := s.inTransaction(ctx, -1, func(c *backend.Conn, sink backend.Sink) error {
 			if kind != setDefault && kind != resetAll {
@@ -406,4 +409,36 @@ func (n noParameterStatus) Send(msg pgproto3.BackendMessage) {
 	if _, ok := msg.(*pgproto3.ParameterStatus); !ok {
 		n.Sink.Send(msg)
 	}
+}
+
+// setValueOf returns the value a SET statement gives, as written ("" when it is not one
+// constant).
+func setValueOf(sql string) string {
+	tree, err := pg.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return ""
+	}
+	v := tree.Stmts[0].Stmt.GetVariableSetStmt()
+	if v == nil || len(v.Args) != 1 {
+		return ""
+	}
+	if c := v.Args[0].GetAConst(); c != nil && c.GetSval() != nil {
+		return c.GetSval().Sval
+	}
+	return ""
+}
+
+// noteEncoding records a client_encoding the client set (by SET, SET LOCAL or at
+// startup). The proxy cannot follow every way it comes and goes (a savepoint rolled
+// back to, SET LOCAL ending with its transaction), so a session that ever chose
+// another encoding than the server's is taken to use it from then on (foreignText).
+func (s *Session) noteEncoding(value string) {
+	v := strings.ToUpper(strings.NewReplacer("-", "", "_", "").Replace(value))
+	if v == "UTF8" || v == "UNICODE" {
+		return
+	}
+	if value == "" {
+		value = "?"
+	}
+	s.encodings = append(s.encodings, strings.ToUpper(value))
 }

@@ -14,7 +14,6 @@ import (
 // (the caller sends it, then ReadyForQuery). Statements sent together outside a
 // transaction block run in one implicit transaction, as in PostgreSQL.
 func (s *Session) Query(ctx context.Context, sql string) error {
-	s.bufferPortals(nil)
 	stmts := sqlplan.SplitStatements(sql)
 	if len(stmts) == 0 {
 		s.client.Send(&pgproto3.EmptyQueryResponse{})
@@ -89,7 +88,6 @@ func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) 
 // opened for a transaction). It returns the error for the client; the caller then
 // sends ReadyForQuery.
 func (s *Session) FunctionCall(ctx context.Context, call *pgproto3.FunctionCall) error {
-	s.bufferPortals(nil)
 	if s.isFailed() {
 		return s.fail(failedTx())
 	}

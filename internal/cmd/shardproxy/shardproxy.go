@@ -55,6 +55,7 @@ type options struct {
 	shards, sharded, broadcast         []string
 	poolMode                           string
 	poolSize, maxClients, maxMessage   int
+	maxHeld                            int64
 	procs, maxTransactions             int
 	checkoutTimeout, connectTimeout    time.Duration
 	shutdownTimeout, lockWaitTimeout   time.Duration
@@ -92,6 +93,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", backend.DefaultConnectTimeout, "bound on connecting to a shard")
 	fs.IntVar(&o.maxClients, "max-clients", proxy.DefaultMaxClients, "client connections at most; the next gets FATAL 53300")
 	fs.IntVar(&o.maxMessage, "max-message-size", 64<<20, "largest client message in bytes; a larger one ends the connection")
+	fs.Int64Var(&o.maxHeld, "max-held-memory", 1<<30, "bytes of rows one statement may hold when its answer is read whole before it is merged (aggregates and DISTINCT across shards, text sorted under a collation, RETURNING, portals executed with a row limit); past it the statement fails with 54000; streamed answers hold a few batches whatever their size")
 	fs.StringVar(&o.users, "users", "", `users file for SCRAM-SHA-256 authentication, lines of "user" "password or SCRAM secret" (pgbouncer's userlist.txt), optionally followed by "server user" ["server password"]: each client runs on the shards as that server login, or as itself (with its password when given in plain text); without a users file every client is trusted and runs as the --shard DSNs' user`)
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate (PEM) offered to clients that ask for SSL; needs --tls-key")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "TLS private key (PEM)")
@@ -145,6 +147,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("%w: --settle-interval must be positive, got %v", ErrUsage, o.settleInterval)
 	case o.checkoutTimeout <= 0 || o.connectTimeout <= 0 || o.shutdownTimeout < 0 || o.lockWaitTimeout < 0 || o.deadlockInterval < 0 || o.statsInterval < 0:
 		return nil, fmt.Errorf("%w: --checkout-timeout and --connect-timeout must be positive, --shutdown-timeout, --lock-wait-timeout, --deadlock-interval and --stats-interval not negative", ErrUsage)
+	case o.maxHeld < 1<<20:
+		return nil, fmt.Errorf("%w: --max-held-memory must be at least 1048576 bytes (1 MB), got %d", ErrUsage, o.maxHeld)
 	case o.maxMessage < 1024:
 		return nil, fmt.Errorf("%w: --max-message-size must be at least 1024 bytes, got %d", ErrUsage, o.maxMessage)
 	case o.adminDatabase == o.database:
@@ -207,7 +211,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg := proxy.Config{
-		Rules: rs, Database: o.database, MaxClients: o.maxClients, MaxMessage: o.maxMessage, TwoPhase: o.twoPhase, SettleInterval: o.settleInterval, Aggregate: o.aggregate,
+		Rules: rs, Database: o.database, MaxClients: o.maxClients, MaxMessage: o.maxMessage, MaxHeld: o.maxHeld, TwoPhase: o.twoPhase, SettleInterval: o.settleInterval, Aggregate: o.aggregate,
 		LockWaitTimeout: o.lockWaitTimeout, DeadlockInterval: deadlockInterval(o.deadlockInterval), CrossPoolWait: o.crossPoolWait, MaxTransactions: o.maxTransactions, StatsInterval: o.statsInterval, AdminDatabase: o.adminDatabase,
 		Pool:   backend.Options{Size: o.poolSize, CheckoutTimeout: o.checkoutTimeout, ConnectTimeout: o.connectTimeout},
 		Logger: log,

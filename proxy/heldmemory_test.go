@@ -1,0 +1,83 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/shardlab/shardlab/proxy"
+)
+
+// TestMaxHeldMemory: an answer read whole before its merge (DISTINCT across shards, a
+// portal with a row limit) that would hold more than the bound fails with 54000 and a
+// hint, and leaves the client's connection and its server connections usable; a
+// streamed answer of the same size passes, and so does a DISTINCT under the bound.
+func TestMaxHeldMemory(t *testing.T) {
+	e := startProxy(t, 2, []string{"held=id"}, nil, func(c *proxy.Config) { c.MaxHeld = 1 << 20 })
+	c := e.connect(t)
+	exec1(t, c, "CREATE TABLE held (id int PRIMARY KEY, v text)")
+	pad := strings.Repeat("x", 100)
+	for start := 0; start < 20000; start += 1000 {
+		var rows []string
+		for i := start; i < start+1000; i++ {
+			rows = append(rows, fmt.Sprintf("(%d, '%d%s')", i, i, pad))
+		}
+		exec1(t, c, "INSERT INTO held VALUES "+strings.Join(rows, ", "))
+	}
+	ctx := context.Background()
+	pc := e.pgconnect(t)
+	check := func(sql string, wantCode string) {
+		t.Helper()
+		_, err := pc.Exec(ctx, sql).ReadAll()
+		var pe *pgconn.PgError
+		switch {
+		case wantCode == "" && err != nil:
+			t.Errorf("%s: %v", sql, err)
+		case wantCode != "" && sqlState(err) != wantCode:
+			t.Errorf("%s: %v, want SQLSTATE %s", sql, err, wantCode)
+		case wantCode == "54000" && (!errors.As(err, &pe) || !strings.Contains(pe.Hint, "max-held-memory")):
+			t.Errorf("%s: %v, want a hint naming the bound", sql, err)
+		}
+	}
+	check("SELECT DISTINCT v FROM held", "54000")
+	check("BEGIN", "")
+	check("SELECT DISTINCT v FROM held", "54000")
+	check("SELECT 1", "25P02") // the transaction failed, as on PostgreSQL
+	check("ROLLBACK", "")
+	check("SELECT id, v FROM held", "")                     // streamed: about 2 MB through a 1 MB bound
+	check("SELECT DISTINCT v FROM held WHERE id < 100", "") // under the bound
+	if n := queryInt(t, c, "SELECT count(*) FROM held"); n != 20000 {
+		t.Errorf("count %d after the refusals, want 20000", n)
+	}
+	// A portal with a row limit reads its answer whole: bounded too.
+	fe := pc.Frontend()
+	fe.Send(&pgproto3.Parse{Query: "SELECT id, v FROM held ORDER BY id"})
+	fe.Send(&pgproto3.Bind{})
+	fe.Send(&pgproto3.Execute{MaxRows: 10})
+	fe.Send(&pgproto3.Sync{})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	code := ""
+	for {
+		msg, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, ok := msg.(*pgproto3.ErrorResponse); ok {
+			code = m.Code
+		}
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	if code != "54000" {
+		t.Errorf("a row-limited portal over the bound: error %q, want 54000", code)
+	}
+	check("SELECT count(*) FROM held", "")
+}
