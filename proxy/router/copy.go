@@ -86,21 +86,9 @@ func (s *Session) copyFrom(ctx context.Context, spec *sqlplan.CopySpec) error {
 			}
 		}
 		keyCols = rule.KeyColumns()
-		keyTypes = map[string]rules.KeyType{}
 		var idx []int
-		for _, k := range keyCols {
-			i := slices.Index(cols, k)
-			if i < 0 {
-				return sqlplan.Unsupported("COPY into sharded table %s without its sharding column %s: every row needs it to find its shard", rule.Name, k)
-			}
-			idx = append(idx, i)
-			t := rule.KeyType(k)
-			if t == rules.TypeUnknown {
-				if t, err = s.r.catalog.KeyType(ctx, rule, k); err != nil {
-					return err
-				}
-			}
-			keyTypes[k] = t
+		if idx, keyTypes, err = s.copyKeys(ctx, rule, cols); err != nil {
+			return err
 		}
 		split = copyin.NewSplitter(format, idx)
 	}
@@ -133,6 +121,29 @@ func (s *Session) copyFrom(ctx context.Context, spec *sqlplan.CopySpec) error {
 		}
 	}
 	return err
+}
+
+// copyKeys finds a sharded table's key columns among the copied columns cols: their
+// indexes, and their types (from the rules, or the catalog).
+func (s *Session) copyKeys(ctx context.Context, rule *rules.TableRule, cols []string) ([]int, map[string]rules.KeyType, error) {
+	var idx []int
+	types := map[string]rules.KeyType{}
+	for _, k := range rule.KeyColumns() {
+		i := slices.Index(cols, k)
+		if i < 0 {
+			return nil, nil, sqlplan.Unsupported("COPY into sharded table %s without its sharding column %s: every row needs it to find its shard", rule.Name, k)
+		}
+		idx = append(idx, i)
+		t := rule.KeyType(k)
+		if t == rules.TypeUnknown {
+			var err error
+			if t, err = s.r.catalog.KeyType(ctx, rule, k); err != nil {
+				return nil, nil, err
+			}
+		}
+		types[k] = t
+	}
+	return idx, types, nil
 }
 
 // onDataSources runs fn holding the client's connections to every data source in dss
@@ -436,22 +447,11 @@ func (s *Session) copyFromServerFile(ctx context.Context, spec *sqlplan.CopySpec
 		}
 	}
 	var keyIdx []int
-	keyTypes := map[string]rules.KeyType{}
+	var keyTypes map[string]rules.KeyType
 	if rule.Kind == rules.KindSharded {
-		for _, k := range rule.KeyColumns() {
-			i := slices.Index(cols, k)
-			if i < 0 {
-				return sqlplan.Unsupported("COPY into sharded table %s without its sharding column %s: every row needs it to find its shard", rule.Name, k)
-			}
-			keyIdx = append(keyIdx, i)
-			t := rule.KeyType(k)
-			if t == rules.TypeUnknown {
-				var err error
-				if t, err = s.r.catalog.KeyType(ctx, rule, k); err != nil {
-					return err
-				}
-			}
-			keyTypes[k] = t
+		var err error
+		if keyIdx, keyTypes, err = s.copyKeys(ctx, rule, cols); err != nil {
+			return err
 		}
 	}
 	seen := map[int]bool{}
@@ -564,7 +564,7 @@ func (s *Session) loadStaged(ctx context.Context, spec *sqlplan.CopySpec, cols [
 				}
 				b = shards[0]
 			}
-			batches[b] = appendCopyText(batches[b], values)
+			batches[b] = textCopy.appendRow(batches[b], values)
 			return nil
 		})
 		if err != nil {
@@ -628,34 +628,8 @@ func setLocally(ctx context.Context, c *backend.Conn, pairs []string) (string, e
 	return strings.Join(restore, "; "), nil
 }
 
-// appendCopyText appends one row in COPY's text format: fields separated by tabs, NULL
-// as \N, and backslash, tab, newline and carriage return escaped.
-func appendCopyText(buf []byte, row [][]byte) []byte {
-	for i, v := range row {
-		if i > 0 {
-			buf = append(buf, '\t')
-		}
-		if v == nil {
-			buf = append(buf, '\\', 'N')
-			continue
-		}
-		for _, c := range v {
-			switch c {
-			case '\\':
-				buf = append(buf, '\\', '\\')
-			case '\t':
-				buf = append(buf, '\\', 't')
-			case '\n':
-				buf = append(buf, '\\', 'n')
-			case '\r':
-				buf = append(buf, '\\', 'r')
-			default:
-				buf = append(buf, c)
-			}
-		}
-	}
-	return append(buf, '\n')
-}
+// textCopy writes rows in COPY's text format with its defaults.
+var textCopy = copyOut{delim: '\t', null: `\N`}
 
 // isASCII reports whether s has no byte outside ASCII.
 func isASCII(s string) bool {

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/shardlab/shardlab/proxy/backend"
+	"github.com/shardlab/shardlab/proxy/copyin"
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
@@ -47,7 +48,8 @@ func (s *Session) copyQuery(ctx context.Context, spec *sqlplan.CopySpec) error {
 	if err != nil {
 		return err
 	}
-	rows, err := s.queryRows(ctx, b, sqlplan.Args{}, nil)
+	defer s.multiTarget(b)()
+	rows, err := s.r.engine.Query(ctx, b, sqlplan.Args{}, nil, &s.conns)
 	if err != nil {
 		return err
 	}
@@ -91,75 +93,23 @@ type copyOut struct {
 	header     bool
 }
 
-// copyOutFormat reads COPY TO's options; those the proxy does not write (binary, a
-// conversion to another encoding, FORCE_QUOTE) are refused.
+// copyOutFormat reads COPY TO's options, as COPY FROM's are read (package copyin);
+// those the proxy does not write (binary, FORCE_QUOTE, ENCODING ...) are refused.
 func copyOutFormat(opts []sqlplan.CopyOption) (copyOut, error) {
-	f := copyOut{delim: '\t', null: `\N`}
-	var delim, null, quote, esc *string
+	var in []copyin.Option
 	for _, o := range opts {
-		v := o.Value
 		switch strings.ToLower(o.Name) {
-		case "format":
-			switch strings.ToLower(v) {
-			case "text":
-			case "csv":
-				f.csv = true
-			default:
-				return f, sqlplan.Unsupported("COPY (query) TO STDOUT in %s format over several shards; use text or csv", v)
-			}
-		case "delimiter":
-			delim = &v
-		case "null":
-			null = &v
-		case "quote":
-			quote = &v
-		case "escape":
-			esc = &v
-		case "header":
-			switch strings.ToLower(v) {
-			case "", "true", "on", "1", "yes":
-				f.header = true
-			case "false", "off", "0", "no":
-			default:
-				return f, pgError("22023", "header requires a Boolean value")
-			}
+		case "format", "delimiter", "null", "quote", "escape", "header":
+			in = append(in, copyin.Option{Name: o.Name, Value: o.Value})
 		default:
-			return f, sqlplan.Unsupported("COPY (query) TO STDOUT with option %s over several shards", o.Name)
+			return copyOut{}, sqlplan.Unsupported("COPY (query) TO STDOUT with option %s over several shards", o.Name)
 		}
 	}
-	if f.csv {
-		f.delim, f.null, f.quote = ',', "", '"'
+	f, err := copyin.ParseFormat(in)
+	if err != nil {
+		return copyOut{}, sqlplan.Unsupported("COPY (query) TO STDOUT over several shards: %v", err)
 	}
-	one := func(v *string, what string, to *byte) error {
-		if v == nil {
-			return nil
-		}
-		if len(*v) != 1 {
-			return pgError("22023", "COPY %s must be a single one-byte character", what)
-		}
-		*to = (*v)[0]
-		return nil
-	}
-	if err := one(delim, "delimiter", &f.delim); err != nil {
-		return f, err
-	}
-	if null != nil {
-		f.null = *null
-	}
-	if (quote != nil || esc != nil) && !f.csv {
-		return f, pgError("0A000", "COPY quote and escape available only in CSV mode")
-	}
-	if err := one(quote, "quote", &f.quote); err != nil {
-		return f, err
-	}
-	f.esc = f.quote
-	if err := one(esc, "escape", &f.esc); err != nil {
-		return f, err
-	}
-	if f.delim == '\n' || f.delim == '\r' || f.delim == '\\' && !f.csv || f.csv && f.delim == f.quote {
-		return f, sqlplan.Unsupported("COPY (query) TO STDOUT with delimiter %q over several shards", f.delim)
-	}
-	return f, nil
+	return copyOut{csv: f.CSV, delim: f.Delimiter, null: f.Null, quote: f.Quote, esc: f.Escape, header: f.Header}, nil
 }
 
 // appendRow appends one row (or the header's names) as PostgreSQL's COPY TO writes it.

@@ -99,16 +99,7 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 // engineExecute runs a statement through the SQL core's engine (merges, writes to
 // several data sources).
 func (s *Session) engineExecute(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16) (*sqlexec.Result, error) {
-	if b.MultiTarget() {
-		s.conns.mu.Lock()
-		s.conns.multi = true
-		s.conns.mu.Unlock()
-		defer func() {
-			s.conns.mu.Lock()
-			s.conns.multi = false
-			s.conns.mu.Unlock()
-		}()
-	}
+	defer s.multiTarget(b)()
 	return s.r.engine.Execute(ctx, b, args, formats, &s.conns)
 }
 
@@ -117,16 +108,7 @@ func (s *Session) engineExecute(ctx context.Context, b *sqlplan.Bound, args sqlp
 // the row description first (the simple protocol). A client that went away stops the
 // shards' work.
 func (s *Session) relayRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16, describe bool) error {
-	if b.MultiTarget() {
-		s.conns.mu.Lock()
-		s.conns.multi = true
-		s.conns.mu.Unlock()
-		defer func() {
-			s.conns.mu.Lock()
-			s.conns.multi = false
-			s.conns.mu.Unlock()
-		}()
-	}
+	defer s.multiTarget(b)()
 	rows, err := s.r.engine.Query(ctx, b, args, formats, &s.conns)
 	if err != nil {
 		return err
@@ -135,20 +117,21 @@ func (s *Session) relayRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.
 	return s.relay(rows, describe)
 }
 
-// queryRows starts a SELECT's streamed answer (sqlexec.Engine.Query), for a caller
-// that reads it to its end before the client's next message.
-func (s *Session) queryRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16) (*sqlexec.Rows, error) {
-	if b.MultiTarget() {
-		s.conns.mu.Lock()
-		s.conns.multi = true
-		s.conns.mu.Unlock()
-		defer func() {
-			s.conns.mu.Lock()
-			s.conns.multi = false
-			s.conns.mu.Unlock()
-		}()
+// multiTarget marks, while a statement with several targets runs, that its data
+// sources may join the transaction concurrently, so that each is bounded at once (see
+// conns); the returned function ends the mark.
+func (s *Session) multiTarget(b *sqlplan.Bound) func() {
+	if !b.MultiTarget() {
+		return func() {}
 	}
-	return s.r.engine.Query(ctx, b, args, formats, &s.conns)
+	s.conns.mu.Lock()
+	s.conns.multi = true
+	s.conns.mu.Unlock()
+	return func() {
+		s.conns.mu.Lock()
+		s.conns.multi = false
+		s.conns.mu.Unlock()
+	}
 }
 
 // sendRows sends at most maxRows rows (0: all) of a portal's answer, then
