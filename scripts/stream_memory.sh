@@ -19,6 +19,11 @@ Usage: scripts/stream_memory.sh [options]
   --server URL       PostgreSQL server, without a database (default
                      postgres://postgres@127.0.0.1:5432); three scratch databases are
                      made there and dropped at the end
+  --max-held-memory BYTES
+                     the proxy's bound on what one statement holds when its answer is read
+                     whole, for the third read, SELECT DISTINCT, which must merge every
+                     shard's whole answer (default 67108864: the read is refused with
+                     SQLSTATE 54000, and the proxy's peak growth shows the bound held)
   --runs-dir DIR     where the run directory goes (default results/runs)
   -h, --help         this help (writes nothing)
 
@@ -28,7 +33,7 @@ USAGE
 
 root=$(cd "$(dirname "$0")/.." && pwd -P)
 . "$root/scripts/lib.sh"
-rows=1000000 pad=1000 server=postgres://postgres@127.0.0.1:5432 runs="$root/results/runs"
+rows=1000000 pad=1000 server=postgres://postgres@127.0.0.1:5432 runs="$root/results/runs" held=67108864
 command_line="scripts/stream_memory.sh$(quote_args "$@")"
 while (($#)); do
 	case $1 in
@@ -36,12 +41,14 @@ while (($#)); do
 	--pad) pad=${2:?--pad needs a value}; shift 2 ;;
 	--server) server=${2:?--server needs a value}; shift 2 ;;
 	--runs-dir) runs=${2:?--runs-dir needs a value}; shift 2 ;;
+	--max-held-memory) held=${2:?--max-held-memory needs a value}; shift 2 ;;
 	-h | --help) usage; exit 0 ;;
 	*) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
 [[ $rows =~ ^[1-9][0-9]*$ ]] || { echo "--rows must be a positive integer, got $rows" >&2; exit 2; }
 [[ $pad =~ ^[0-9]+$ ]] || { echo "--pad must be a non-negative integer, got $pad" >&2; exit 2; }
+[[ $held =~ ^[0-9]+$ ]] && ((held >= 1048576)) || { echo "--max-held-memory must be at least 1048576 bytes, got $held" >&2; exit 2; }
 for tool in psql go; do
 	command -v "$tool" >/dev/null || { echo "$tool is not installed" >&2; exit 1; }
 done
@@ -79,7 +86,7 @@ start_proxy() {
 	rm -f "$run_dir/addr"
 	"$bin/shard-proxy" --database app --listen 127.0.0.1:0 --addr-file "$run_dir/addr" \
 		--shard "$server/$s0?sslmode=disable" --shard "$server/$s1?sslmode=disable" \
-		--sharded big=id --log-level warn 2>>"$run_dir/proxy.log" &
+		--sharded big=id --log-level warn --max-held-memory "$held" 2>>"$run_dir/proxy.log" &
 	proxy_pid=$!
 	for _ in $(seq 100); do [[ -s $run_dir/addr ]] && break; sleep 0.1; done
 	[[ -s $run_dir/addr ]] || { echo "shard-proxy did not start; see $(show_path "$run_dir/proxy.log")" >&2; exit 1; }
@@ -116,14 +123,35 @@ for read in concatenated ordered; do
 	echo "proxy,$read,$r_rows,$r_bytes,$r_first_row_ms,$r_total_ms,$before,$hwm,$((hwm - before))" >>"$run_dir/results.csv"
 done
 
+# The third read: a merge of every shard's whole answer, past the bound.
+query="SELECT DISTINCT id, pad FROM big"
+echo "reading: $query (--max-held-memory $held)"
+start_proxy
+"$bin/netprobe" sql --count 20 "$proxy_url" >/dev/null
+before=$(kib VmRSS)
+if out=$("$bin/netprobe" read --timeout 30m --query "$query" "$proxy_url" 2>&1); then
+	outcome=answered
+elif grep -q 54000 <<<"$out"; then
+	outcome=refused_54000
+else
+	outcome=failed
+fi
+hwm=$(kib VmHWM)
+stop_proxy
+echo "proxy,distinct_$outcome,,,,,$before,$hwm,$((hwm - before))" >>"$run_dir/results.csv"
+
 {
 	echo "command: $command_line"
 	echo "commit: $(git_commit "$root")"
 	echo "finished: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$run_dir/run.txt"
-awk -F, 'NR > 1 {
+awk -F, -v held="$held" 'NR > 1 {
 	if ($1 == "direct") { first[$2] = $5; total[$2] = $6; next }
+	if ($2 ~ /^distinct_/) {
+		printf "distinct (SELECT DISTINCT id, pad FROM big, --max-held-memory %.0f MB): %s; proxy peak growth %.1f MB\n", held / 1048576, substr($2, 10), $9 / 1024
+		next
+	}
 	printf "%s (SELECT id, pad FROM big%s): %d rows, %.0f MB; proxy peak growth %.1f MB; first row %.1f ms (direct %.1f ms); whole answer %.1f s (direct %.1f s)\n",
 		$2, ($2 == "ordered" ? " ORDER BY id" : ""), $3, $4 / 1e6, $9 / 1024, $5, first[$2], $6 / 1000, total[$2] / 1000
 }' "$run_dir/results.csv" | tee "$run_dir/summary.txt"
