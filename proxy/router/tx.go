@@ -74,7 +74,14 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 	case sqlplan.TxBegin:
 		switch {
 		case s.explicit:
+			// PostgreSQL warns, and still applies the statement's options.
 			s.notice("25001", "there is already a transaction in progress")
+			if hasOptions(plan.SQL) {
+				// On top of the first BEGIN's, as SET TRANSACTION would.
+				if err := s.setCharacteristics(ctx, plan.SQL); err != nil {
+					return err
+				}
+			}
 		case s.implicit:
 			// BEGIN among statements sent together turns their implicit transaction
 			// into the client's own, as in PostgreSQL, with its options.
