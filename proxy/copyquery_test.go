@@ -30,6 +30,12 @@ func TestCopyQueryAsOnOneServer(t *testing.T) {
 		"COPY (SELECT t FROM cq ORDER BY id) TO STDOUT WITH (DELIMITER '|', NULL 'NULL', HEADER)",
 		"COPY (SELECT count(*), sum(n) FROM cq) TO STDOUT WITH (FORMAT csv)",
 		"COPY (SELECT id, t FROM cq WHERE id = 8) TO STDOUT WITH (FORMAT csv, FORCE_QUOTE *)",
+		// Options PostgreSQL refuses, refused alike on the merged path.
+		"COPY (SELECT id FROM cq ORDER BY id) TO STDOUT WITH (DELIMITER 'n')",
+		"COPY (SELECT id FROM cq ORDER BY id) TO STDOUT WITH (QUOTE '\"')",
+		"COPY (SELECT id FROM cq ORDER BY id) TO STDOUT WITH (FORMAT csv, HEADER match)",
+		"COPY (SELECT id FROM cq ORDER BY id) TO STDOUT WITH (FORMAT csv, FORMAT text)",
+		"COPY (SELECT id FROM cq ORDER BY id) TO STDOUT WITH (FORMAT csv, DELIMITER '\"')",
 	}
 	run := func(t *testing.T, dsn string) []string {
 		ctx := context.Background()

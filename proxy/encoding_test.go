@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/shardlab/shardlab/internal/pgtest"
 )
 
 // TestTextKeysUnderAnotherClientEncoding: a client whose client_encoding is not the
@@ -89,5 +91,36 @@ func TestTextKeysUnderAnotherClientEncoding(t *testing.T) {
 	}
 	if total != int64(len(names)+2) {
 		t.Errorf("%d rows on the shards, want %d", total, len(names)+2)
+	}
+}
+
+// TestTextKeysOnLatin1Shards: on shards whose databases are LATIN1, a client whose
+// client_encoding is LATIN1 too sends the server's own bytes, and its non-ASCII text
+// keys route and place rows as any key does; a UTF-8 client's do not (the server
+// converts them), and are refused for INSERT.
+func TestTextKeysOnLatin1Shards(t *testing.T) {
+	const opts = "ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+	dsns := []string{pgtest.NewDatabaseWithOptions(t, "latin_s0", opts), pgtest.NewDatabaseWithOptions(t, "latin_s1", opts)}
+	e := startProxyOn(t, shardedRules(dsns, []string{"word=w"}, nil))
+	ctx := context.Background()
+	c := e.pgconnect(t)
+	for _, q := range []string{"SET client_encoding = 'LATIN1'", "CREATE TABLE word (w text PRIMARY KEY)",
+		"INSERT INTO word VALUES ('caf\xe9'), ('\xe9t\xe9'), ('na\xefve'), ('\xfcber'), ('gar\xe7on'), ('cr\xe8me')"} {
+		if _, err := c.Exec(ctx, q).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, w := range []string{"caf\xe9", "\xe9t\xe9", "na\xefve", "\xfcber", "gar\xe7on", "cr\xe8me"} {
+		rr := c.ExecParams(ctx, "SELECT count(*) FROM word WHERE w = $1", [][]byte{[]byte(w)}, nil, nil, nil).Read()
+		if rr.Err != nil || string(rr.Rows[0][0]) != "1" {
+			t.Errorf("%q: %v %v, want it found", w, rr.Rows, rr.Err)
+		}
+	}
+	u := e.pgconnect(t)
+	if _, err := u.Exec(ctx, "SET client_encoding = 'UTF8'").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.Exec(ctx, "INSERT INTO word VALUES ('déjà')").ReadAll(); sqlState(err) != "0A000" {
+		t.Errorf("a UTF-8 client's non-ASCII key on LATIN1 shards: %v, want 0A000", err)
 	}
 }

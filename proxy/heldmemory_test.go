@@ -80,4 +80,30 @@ func TestMaxHeldMemory(t *testing.T) {
 		t.Errorf("a row-limited portal over the bound: error %q, want 54000", code)
 	}
 	check("SELECT count(*) FROM held", "")
+	// A write's RETURNING rows are not bounded: the write ran (alone on one shard,
+	// it committed), and its answer says so.
+	// (Executed with a row limit, the answer goes through the engine, read whole.)
+	fe.Send(&pgproto3.Parse{Query: "UPDATE held SET v = 'changed' WHERE id = 5 RETURNING repeat('x', 2000000)"})
+	fe.Send(&pgproto3.Bind{})
+	fe.Send(&pgproto3.Execute{MaxRows: 1})
+	fe.Send(&pgproto3.Sync{})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		msg, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, ok := msg.(*pgproto3.ErrorResponse); ok {
+			t.Errorf("UPDATE ... RETURNING with a row limit: %s %s", m.Code, m.Message)
+		}
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	var v string
+	if err := c.QueryRow(ctx, "SELECT v FROM held WHERE id = 5").Scan(&v); err != nil || v != "changed" {
+		t.Errorf("after the UPDATE ... RETURNING: %q %v", v, err)
+	}
 }

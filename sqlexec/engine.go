@@ -67,8 +67,9 @@ const DefaultMaxHeld = 1 << 30
 
 // SetMaxHeld bounds the bytes of row values one statement holds in memory when its
 // answer is read whole before it is merged or sent (aggregation and DISTINCT across
-// shards, text ranked under a collation, RETURNING rows, an answer gathered for a
-// caller that asked for it whole): past it, the statement fails with SQLSTATE 54000
+// shards, text ranked under a collation, an answer gathered for a caller that asked
+// for it whole; not a write's RETURNING rows, which would answer as if the write had
+// not run): past it, the statement fails with SQLSTATE 54000
 // and the shards' rows are read and dropped, so that the connections stay usable.
 // Streamed answers hold a few batches per shard whatever their size. 0 restores
 // DefaultMaxHeld; a negative bound holds without limit.
@@ -96,7 +97,7 @@ func (h *heldBudget) take(n int) bool {
 func heldError(limit int64) error {
 	return &pgconn.PgError{Severity: "ERROR", Code: "54000",
 		Message: fmt.Sprintf("shardlab: the answer needs more than %d MB of rows held in memory to be merged", limit>>20),
-		Hint:    "Aggregates, DISTINCT and sorts of text under a collation are merged from every shard's whole answer; narrow the statement, pin it to one shard, or raise the bound (shard-proxy --max-held-memory)."}
+		Hint:    "Aggregates, DISTINCT and sorts of text under a collation are merged from every shard's whole answer; narrow the statement, pin it to one shard, or raise the bound (shard-proxy --max-held-memory, sqlexec.Engine.SetMaxHeld)."}
 }
 
 // NewEngine returns an engine for rules; cat answers collation questions (it may be
@@ -188,6 +189,11 @@ func (e *Engine) combine(ctx context.Context, b *sqlplan.Bound, results []target
 // that commits only when every data source succeeded.
 func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16, conns Conns, wrap bool) ([]targetResult, error) {
 	held := e.budget()
+	if b.Plan.Write {
+		// A write's RETURNING rows are not bounded: past a bound, a write that ran
+		// (and, alone on one data source, committed) would answer as if it had not.
+		held = nil
+	}
 	if len(b.Targets) == 1 {
 		// The usual statement: one target, no fan-out to arrange.
 		t := b.Targets[0]

@@ -40,9 +40,18 @@ func (s *Session) copyQuery(ctx context.Context, spec *sqlplan.CopySpec) error {
 			return c.QueryAfter(ctx, join, sql, s.client)
 		})
 	}
-	if embedsASCII[strings.ToUpper(s.told.told["client_encoding"])] {
+	if s.embedsASCIIText() {
 		// A byte that looks like a backslash or a delimiter may be half a character.
 		return sqlplan.Unsupported("COPY (query) TO STDOUT over several shards under client_encoding %s; use UTF8", s.told.told["client_encoding"])
+	}
+	// The server checks the options as PostgreSQL would (its errors, word for word),
+	// on a query with no rows; then the proxy refuses those it does not write.
+	probe := strings.Replace(spec.Wrap, sqlplan.CopyQueryMarker, "SELECT 1 WHERE false", 1)
+	ds := b.Targets[0].DataSource
+	if err := s.onDataSourceJoining(ctx, ds, func(c *backend.Conn, join []string) (bool, error) {
+		return c.QueryAfter(ctx, join, probe, discard{})
+	}); err != nil {
+		return err
 	}
 	f, err := copyOutFormat(spec.Options)
 	if err != nil {

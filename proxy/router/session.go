@@ -277,9 +277,24 @@ func (s *Session) foreignText() bool {
 	if server == "SQL_ASCII" {
 		return false // the server converts nothing
 	}
-	// Unknown (the login did not reach a server), changed at some point, or not the
-	// server's: the client's bytes may not be the server's.
-	return client == "" || server == "" || len(s.encodings) > 0 || !strings.EqualFold(client, server)
+	// Unknown (the login did not reach a server), set to another at some point, or
+	// not the server's: the client's bytes may not be the server's.
+	if client == "" || server == "" || !strings.EqualFold(client, server) {
+		return true
+	}
+	for _, e := range s.encodings {
+		if !sameEncoding(e, server) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameEncoding reports whether two encoding names name one encoding, as PostgreSQL
+// reads them (case, dashes and underscores aside).
+func sameEncoding(a, b string) bool {
+	norm := strings.NewReplacer("-", "", "_", "")
+	return strings.EqualFold(norm.Replace(a), norm.Replace(b))
 }
 
 // embedsASCIIText reports whether the client's text may be in an encoding whose
