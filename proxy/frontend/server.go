@@ -76,10 +76,12 @@ type Server struct {
 	wg     sync.WaitGroup
 
 	nextPID atomic.Uint32
-	mu      struct {
+	// shuttingDown is set once Shutdown begins. It is not under mu: a client reads it
+	// holding its own lock, and Shutdown takes the clients' locks holding mu.
+	shuttingDown atomic.Bool
+	mu           struct {
 		sync.Mutex
 		clients map[uint32]*client
-		closing bool
 	}
 	stats struct {
 		accepted, refused, authFailed, protocolErrors, cancels atomic.Int64
@@ -141,8 +143,8 @@ func (s *Server) Serve(nc net.Conn) {
 // connections are closed and their transactions rolled back. It returns when every
 // client is gone.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.shuttingDown.Store(true)
 	s.mu.Lock()
-	s.mu.closing = true
 	for _, c := range s.mu.clients {
 		c.interruptIfIdle()
 	}
@@ -166,11 +168,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // closing reports whether Shutdown has begun.
-func (s *Server) closing() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.mu.closing
-}
+func (s *Server) closing() bool { return s.shuttingDown.Load() }
 
 // cancel forwards a cancel request to the session it names.
 func (s *Server) cancelRequest(m *pgproto3.CancelRequest) {
