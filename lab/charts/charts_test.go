@@ -136,9 +136,19 @@ func TestTimelineChart(t *testing.T) {
 	renderBoth(t, c, "p99 (ms)", "sharded x3", "single", "(2 trials)")
 }
 
+func TestLinesChart(t *testing.T) {
+	c := charts.LinesChart{Title: "tail", XLabel: "shards", YLabel: "latency (ms)", IntegerX: true, Lines: []charts.Line{
+		{Label: "p99 measured", Points: []charts.Spread{{N: 1, Median: 2, Min: 1.8, Max: 2.3}, {N: 8, Median: 4, Min: 3.5, Max: 4.4}}},
+		{Label: "p99 model", Model: true, Color: 1, Points: []charts.Spread{{N: 1, Median: 2.1}, {N: 8, Median: 3.9}}},
+	}}
+	renderBoth(t, c, "p99 measured", "p99 model", "shards")
+}
+
 func TestNoData(t *testing.T) {
 	for _, c := range []charts.Chart{
 		charts.ScalingChart{},
+		charts.LinesChart{},
+		charts.LinesChart{Lines: []charts.Line{{Label: "empty"}}},
 		charts.LatencyChart{},
 		charts.LatencyChart{Groups: []charts.LatencyGroup{{Name: "empty"}}},
 		charts.TimelineChart{},

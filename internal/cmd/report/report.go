@@ -25,6 +25,11 @@ no verdict when the trials are too few or too short), computed conclusions, the 
 fit of shard sweeps, charts (PNG and SVG), the machine description and its load during
 the run (from run.txt).
 
+With --netlab, it writes the report of network lab runs instead (scripts/netlab.sh run
+tail and run pgbench, at one or more presets): their tables, the tail against shard
+count beside the slowest-of-N model, and latency and throughput against the round
+trip. --out is then required.
+
 Flags:
 `
 
@@ -42,6 +47,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.TimeseriesDir, "timeseries-dir", "", "directory of loadgen's per-second samples, one subdirectory per run (default: timeseries/ next to --csv)")
 	fs.StringVar(&cfg.RunInfoPath, "run-info", "", "the run's run.txt, for the machine's load (default: run.txt beside --csv)")
 	fs.BoolVar(&cfg.NoCharts, "no-charts", false, "write the markdown only")
+	var netlab []string
+	fs.Func("netlab", "a network lab run's results.csv (repeat for several runs)", func(v string) error {
+		netlab = append(netlab, v)
+		return nil
+	})
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
@@ -55,6 +65,17 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		fs.Usage()
 		return fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
+	}
+	if len(netlab) > 0 {
+		if cfg.OutPath == "" {
+			return fmt.Errorf("%w: --netlab needs --out", ErrUsage)
+		}
+		files, err := report.Netlab(report.NetlabConfig{CSVPaths: netlab, OutPath: cfg.OutPath, ChartsDir: cfg.ChartsDir})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s (%d runs, %d files)\n", cfg.OutPath, len(netlab), len(files))
+		return nil
 	}
 	res, err := report.Generate(ctx, cfg)
 	if err != nil {

@@ -56,6 +56,8 @@ func TestRunErrors(t *testing.T) {
 		{"positional", []string{"results.csv"}, reportcmd.ErrUsage, `unexpected argument "results.csv"`},
 		{"missing CSV", []string{"--csv", filepath.Join(dir, "none.csv"), "--out", filepath.Join(dir, "r.md")}, os.ErrNotExist, "none.csv"},
 		{"empty CSV", []string{"--csv", empty, "--out", filepath.Join(dir, "r.md")}, report.ErrNoRows, "no rows"},
+		{"netlab without --out", []string{"--netlab", empty}, reportcmd.ErrUsage, "--netlab needs --out"},
+		{"netlab of a scenario CSV", []string{"--netlab", empty, "--out", filepath.Join(dir, "r.md")}, report.ErrNotNetlab, "empty.csv"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
