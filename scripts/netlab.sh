@@ -41,6 +41,8 @@ Commands:
         results/runs/netlab-pgbench-<time>/.
         With the network down, run brings one up with up's options and tears it
         down when it ends, however it ends.
+        One up, down or run at a time on a network: a second one, or a down
+        during a run, is refused (fault, status and exec are not).
   fault partition HOST      drops every packet to and from HOST (no reset: peers
                             time out)
   fault oneway HOST [out|in]
@@ -79,9 +81,13 @@ Other options:
   --no-verify       measure and record the round trips, but do not fail when they
                     are off the preset's
   --lab NAME        the network's name, [a-z0-9]{1,12} (default netlab): several can
-                    exist at once; their namespaces are nl-NAME-HOST
+                    exist at once; their namespaces are nl-NAME-ID-HOST, ID eight hex
+                    digits of the state directory's path, so that labs of one name
+                    in two state directories are apart too
   --state-dir DIR   where the networks' state lives (default /run/shardlab-netlab,
-                    or $SHARDLAB_NETLAB_STATE); down finds everything there
+                    or $SHARDLAB_NETLAB_STATE): each lab in DIR/NAME, which up
+                    creates and down removes (only a directory up made: one whose
+                    lab.env names the lab); down finds everything there
   --bin-dir DIR     take netprobe, delayline and shard-proxy from DIR instead of
                     building them (go build) into the state directory
   --runs-dir DIR    where run directories go (default results/runs)
@@ -202,9 +208,17 @@ while [[ $# -gt 0 ]]; do
 done
 
 [[ $lab =~ ^[a-z0-9]{1,12}$ ]] || bad "--lab takes 1 to 12 characters of a-z and 0-9, got '$lab'"
-[[ $state_root == /* ]] || state_root="$(pwd)/$state_root"
+# One spelling of the state directory (absolute, no symlinks, no /./ or //), since its
+# path names the lab's processes and namespaces. pg_ctl puts it between double quotes
+# in a shell command, so those characters that a shell reads there are refused.
+state_root=$(realpath -m -- "$state_root")
+[[ $state_root != / ]] || bad "--state-dir / : give a directory for the labs' state, such as /run/shardlab-netlab"
+[[ ! $state_root =~ [\"\$\`\\] && $state_root != *$'\n'* ]] ||
+	bad "--state-dir cannot contain \", \$, \`, \\ or a newline (pg_ctl runs a shell command with it), got '$state_root'"
 state="$state_root/$lab"
-ns_prefix="nl-$lab-"
+# The namespaces are named after the lab and its state directory: two labs of one
+# name with their state in two directories neither see nor tear down each other's.
+ns_prefix="nl-$lab-$(printf '%s' "$state" | sha256sum | cut -c1-8)-"
 [[ -z $bin_dir || -d $bin_dir ]] || bad "--bin-dir $bin_dir is not a directory"
 [[ -z $bin_dir ]] || bin_dir=$(cd "$bin_dir" && pwd)
 
@@ -258,6 +272,9 @@ state_set() {
 	mv "$tmp" "$state/lab.env"
 }
 lab_is_up() { [[ $(state_get ready) == 1 ]] && [[ -n $(lab_namespaces) ]]; }
+# owns_state: the state directory is one up made for this lab (its lab.env names it,
+# written before anything else), not a directory that happens to be at that path.
+owns_state() { [[ -f $state/lab.env ]] && grep -qxF "lab=$lab" "$state/lab.env"; }
 host_addr() {
 	case $1 in
 	client) echo "$client_addr" ;;
@@ -293,81 +310,135 @@ need_root_and_tools() {
 pg_bin=${SHARDLAB_PG_BINDIR:-/usr/lib/postgresql/15/bin}
 pg_as() { local h=$1; shift; in_ns "$h" runuser -u postgres -- "$@"; }
 
-# pid_is_ours PID: the process is one this network started (its command line names the
-# state directory), so that a stale pid file never kills someone else's process.
-pid_is_ours() { [[ -r /proc/$1/cmdline ]] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -qF "$state/"; }
+# pid_is_ours PID: the process is one this network started (an argument on its command
+# line is a path in the state directory), so that a stale pid file never kills someone
+# else's process.
+pid_is_ours() {
+	[[ -r /proc/$1/cmdline ]] &&
+		tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | awk -v p="$state/" 'index($0, p) == 1 { f = 1 } END { exit !f }'
+}
+# pid_in_ns NS PID: the process runs in the lab's namespace NS.
+pid_in_ns() { [[ /proc/$2/ns/net -ef /run/netns/$1 ]]; }
 
 # alive PID: the process runs (a zombie, which only waits for its parent, does not).
 alive() { [[ -r /proc/$1/stat ]] && [[ $(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) != Z ]]; }
 
-# stop_pids PID...: SIGTERM, up to 5 s to exit, then SIGKILL.
+# stop_pids CHECK PID...: SIGTERM, up to 5 s to exit, then SIGKILL. CHECK (a command
+# to which a pid is appended: pid_is_ours, or pid_in_ns NS) is asked right before each
+# signal, so that a pid that ended and was given to another process is left alone.
 stop_pids() {
-	(($#)) || return 0
-	kill "$@" 2>/dev/null || true
-	local pid left
+	local check=$1 pid left
+	shift
+	# shellcheck disable=SC2086 # CHECK is a command and its arguments
+	for pid in "$@"; do alive "$pid" && $check "$pid" && kill "$pid" 2>/dev/null; done
 	for _ in $(seq 50); do
 		left=0
-		for pid in "$@"; do alive "$pid" && left=1; done
+		# shellcheck disable=SC2086
+		for pid in "$@"; do alive "$pid" && $check "$pid" && left=1; done
 		((left)) || return 0
 		sleep 0.1
 	done
-	kill -KILL "$@" 2>/dev/null || true
+	# shellcheck disable=SC2086
+	for pid in "$@"; do alive "$pid" && $check "$pid" && kill -KILL "$pid" 2>/dev/null; done
+	return 0
 }
 
 # teardown: removes everything of this network, from its namespaces and its state
 # directory alike, so that it works after a crash at any point. It never stops on an
-# error.
+# error, and a Ctrl-C (or SIGTERM, SIGHUP) while it runs is ignored, by it and by the
+# programs it runs, so that a second one cannot leave half of the lab behind; the
+# signals' traps are restored when it returns.
 teardown() {
+	local traps
+	traps=$(trap -p INT TERM HUP)
+	trap '' INT TERM HUP
 	set +e
-	local n h pids found=0
+	local n h pids found=0 ours_state=0
+	# Only a state directory up made is read or removed: a --state-dir and --lab that
+	# point at some other directory (--state-dir / --lab usr) must not have its
+	# programs' processes stopped nor its files removed.
+	owns_state && ours_state=1
 	for n in $(lab_namespaces); do
 		found=1
 		h=${n#"$ns_prefix"}
-		if [[ -f $state/$h/data/postmaster.pid ]]; then
+		if ((ours_state)) && [[ -f $state/$h/data/postmaster.pid ]]; then
 			pg_as "$h" "$pg_bin/pg_ctl" -D "$state/$h/data" -m fast -w -t 10 stop >/dev/null 2>&1
 		fi
 		# Whatever still runs inside the namespace: delay lines, proxies, clients.
 		pids=$(ip netns pids "$n" 2>/dev/null | tr '\n' ' ')
 		# shellcheck disable=SC2086
-		stop_pids $pids
+		stop_pids "pid_in_ns $n" $pids
 		ip netns delete "$n" 2>/dev/null || note "could not delete namespace $n"
 	done
-	# Processes outside the namespaces: initdb of an up that crashed, or anything whose
-	# namespace went away without it. They run the lab's programs or PostgreSQL's, with
-	# the state directory on their command line.
-	local f pid exe ours=() progs
-	progs=${bin_dir:-$state/bin}
-	for f in $(grep -laF "$state/" /proc/[0-9]*/cmdline 2>/dev/null); do
-		pid=${f#/proc/}
-		pid=${pid%/cmdline}
-		exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
-		[[ $exe == "$pg_bin"/* || $exe == "$progs"/* ]] && ours+=("$pid")
-	done
-	if ((${#ours[@]})); then
+	if ((ours_state)); then
+		# Processes outside the namespaces: initdb of an up that crashed, or anything
+		# whose namespace went away without it. They run the lab's programs or
+		# PostgreSQL's, with a path in the state directory on their command line.
+		local f pid exe ours=() progs
+		progs=${bin_dir:-$state/bin}
+		for f in $(grep -laF "$state/" /proc/[0-9]*/cmdline 2>/dev/null); do
+			pid=${f#/proc/}
+			pid=${pid%/cmdline}
+			exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
+			[[ $exe == "$pg_bin"/* || $exe == "$progs"/* ]] && pid_is_ours "$pid" && ours+=("$pid")
+		done
+		if ((${#ours[@]})); then
+			stop_pids pid_is_ours "${ours[@]}"
+		fi
 		found=1
-		stop_pids "${ours[@]}"
-	fi
-	if [[ -d $state ]]; then
-		found=1
-		rm -rf "$state"
+		rm -rf -- "$state"
+	elif [[ -e $state ]]; then
+		note "$state is not lab $lab's state directory (no lab.env naming the lab): left alone"
 	fi
 	((found)) && note "lab $lab is down" || note "lab $lab: nothing to tear down"
 	set -e
+	trap - INT TERM HUP
+	eval "$traps"
 	return 0
 }
 
 # down: teardown, and the lock file beside the state directory (held by this process).
 down() {
 	teardown
-	rm -f "$state_root/$lab.lock"
+	rm -f -- "$state_root/$lab.lock"
 }
 
-# lock: one up or down of a network at a time.
+# lock: one up, down or run of a network at a time; held until the script exits
+# (programs it leaves running are started with the lock's descriptor closed).
+locked=0
 lock() {
-	mkdir -p "$state_root"
-	chmod 755 "$state_root"
-	exec 9>"$state_root/$lab.lock"
-	flock -n 9 || die "another netlab.sh is bringing lab $lab up or down; wait for it"
+	((locked == 0)) || return 0
+	# A directory that exists keeps its mode: it may be /tmp or someone's home.
+	if [[ ! -d $state_root ]]; then
+		mkdir -p -- "$state_root"
+		chmod 755 -- "$state_root" # the clusters' postgres passes through it
+	fi
+	local f="$state_root/$lab.lock"
+	while :; do
+		exec 9>"$f"
+		flock -n 9 || die "another netlab.sh is bringing lab $lab up or down, or running on it; wait for it"
+		# A down that held it removed the file: lock the one that is there now.
+		[[ /dev/fd/9 -ef $f ]] && break
+	done
+	locked=1
+}
+
+# The EXIT trap of up and run: what they started that must not outlive them. A signal
+# exits through it (a Ctrl-C, SIGTERM, or SIGHUP when the terminal goes away).
+exit_down=0 exit_proxy_pid=""
+on_exit() {
+	trap '' INT TERM HUP
+	if [[ -n $exit_proxy_pid ]]; then
+		stop_pids pid_is_ours "$exit_proxy_pid"
+		rm -f -- "$state/mw/shard-proxy.pid"
+	fi
+	((exit_down == 0)) || down
+}
+trap_exits() {
+	trap on_exit EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	trap 'exit 129' HUP
 }
 
 # --- building the network ------------------------------------------------------------
@@ -415,11 +486,18 @@ set_rate() {
 	in_ns "$1" tc qdisc replace dev eth0 root tbf rate "$(state_get rate)" burst "$burst" latency 20ms
 }
 
+# disable_ipv6 HOST: no IPv6 in the host (its own /proc/sys, as sysctl would write it,
+# without needing procps). A kernel without IPv6 has nothing to turn off.
+disable_ipv6() {
+	# shellcheck disable=SC2016 # expanded by the shell inside the namespace
+	in_ns "$1" sh -c 'for c in all default; do f=/proc/sys/net/ipv6/conf/$c/disable_ipv6; [ ! -e "$f" ] || echo 1 >"$f"; done'
+}
+
 add_host() { # HOST ADDRESS
 	local h=$1 addr=$2 n
 	n=$(ns "$h")
 	ip netns add "$n"
-	in_ns "$h" sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+	disable_ipv6 "$h"
 	in_ns "$h" ip link set lo up
 	ip link add eth0 netns "$n" type veth peer name "$h" netns "$(ns sw)"
 	ip -n "$(ns sw)" link set dev "$h" master br0 up
@@ -485,10 +563,14 @@ start_delayline() {
 	echo $! >"$state/$h/delayline.pid"
 }
 
+# api_curl HOST CURL_ARG...: curl to the delay line's API inside HOST, never through a
+# proxy that http_proxy or ALL_PROXY may name (curl would send even 127.0.0.1 there).
+api_curl() { local h=$1; shift; in_ns "$h" curl --noproxy '*' -s "$@"; }
+
 wait_delayline() {
 	local h=$1
 	for _ in $(seq 100); do
-		in_ns "$h" curl -sf -o /dev/null "http://$api/version" && return 0
+		api_curl "$h" -f -o /dev/null "http://$api/version" && return 0
 		alive "$(cat "$state/$h/delayline.pid")" || break
 		sleep 0.05
 	done
@@ -505,9 +587,9 @@ toxic() {
 	url="http://$api/proxies/$(proxy_name "$h")/toxics"
 	body=$(printf '{"name":"%s","type":"delay","stream":"%s","attributes":{"delay_us":%d,"jitter_us":%d}}' "$name" "$stream" "$4" "$5")
 	remove_toxic "$h" "$name"
-	in_ns "$h" curl -sf -o /dev/null -X POST "$url" -d "$body" || die "could not set the delay toxic $name on $h"
+	api_curl "$h" -f -o /dev/null -X POST "$url" -d "$body" || die "could not set the delay toxic $name on $h"
 }
-remove_toxic() { in_ns "$1" curl -s -o /dev/null -X DELETE "http://$api/proxies/$(proxy_name "$1")/toxics/$2" || true; }
+remove_toxic() { api_curl "$1" -o /dev/null -X DELETE "http://$api/proxies/$(proxy_name "$1")/toxics/$2" || true; }
 
 # set_delay DELAY_US: every delay line holds each direction DELAY_US ± the jitter.
 set_delay() {
@@ -584,8 +666,7 @@ calibrate() {
 		note "the path's own round trip ($m ms, mostly the delay line) is at or above the target $(us_ms "$target") ms: no delay added"
 		return 0
 	fi
-	local step
-	for step in 1 2; do
+	for _ in 1 2; do
 		set_delay "$d"
 		measure_links "$tmp"
 		m=$(median_of_links "$tmp")
@@ -610,7 +691,8 @@ verify() {
 	state_set verified "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	sed 's/^/netlab: /' "$out" >&2
 	if [[ -n $off ]]; then
-		local msg="round trips off the target $(us_ms "$target") ms ($tolerance_text) in 3 measurements: ${off%; }"
+		local msg
+		msg="round trips off the target $(us_ms "$target") ms ($tolerance_text) in 3 measurements: ${off%; }"
 		if ((verify)); then
 			state_set rtt_check "failed: $msg"
 			echo "netlab.sh: $msg; the machine may be too busy to model this network (--no-verify records without failing)" >&2
@@ -641,16 +723,21 @@ do_up() {
 	if lab_is_up; then
 		die "lab $lab is already up ($(state_get shards) shards, $(state_get preset)); netlab.sh down first, or --lab OTHER"
 	fi
-	if [[ -d $state || -n $(lab_namespaces) ]]; then
+	if [[ -e $state ]] && ! owns_state; then
+		die "$state is in the way: not a state directory up made for lab $lab (no lab.env naming it); give another --state-dir or --lab"
+	fi
+	if [[ -e $state || -n $(lab_namespaces) ]]; then
 		note "lab $lab: cleaning up what an earlier run left behind"
 		teardown
 	fi
-	trap down EXIT
-	trap 'exit 130' INT
-	trap 'exit 143' TERM
-	mkdir -p "$state"
-	chmod 711 "$state"
-	cat >"$state/lab.env" <<EOF
+	exit_down=1
+	trap_exits
+	# The state directory appears with its lab.env, which marks it as the lab's (the
+	# only directory teardown removes): made aside, then renamed into place.
+	local tmp
+	tmp=$(mktemp -d "$state_root/.$lab.XXXXXX")
+	chmod 711 "$tmp"
+	cat >"$tmp/lab.env" <<EOF
 lab=$lab
 shards=$shards
 preset=$preset_name
@@ -664,10 +751,11 @@ rate_bps=$rate_bps
 bin_dir=$bin_dir
 created=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 EOF
+	mv -T -- "$tmp" "$state"
 	build_bins netprobe delayline
 	note "lab $lab: client, mw and $shards shard hosts on $subnet ($(shaping_summary))"
 	ip netns add "$(ns sw)"
-	in_ns sw sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+	disable_ipv6 sw
 	in_ns sw ip link set lo up
 	ip -n "$(ns sw)" link add br0 type bridge
 	ip -n "$(ns sw)" link set dev br0 up
@@ -687,7 +775,8 @@ EOF
 	if [[ -n $rtt_us ]]; then calibrate; else set_delay "$delay_us"; fi
 	verify "$state/verify.txt" || exit 1
 	state_set ready 1
-	trap - EXIT INT TERM
+	# A run that brought the network up takes it down when it ends; up leaves it.
+	[[ $command == run ]] || exit_down=0
 	note "lab $lab is up: $(shaping_summary); scripts/netlab.sh status shows it, scripts/netlab.sh down ends it"
 }
 
@@ -704,7 +793,7 @@ do_status() {
 	echo "lab $lab: $(shaping_summary)"
 	echo "state: $state"
 	local h pid services faults
-	printf '%-8s %-13s %-18s %s\n' host address namespace services
+	printf '%-8s %-13s %-30s %s\n' host address namespace services
 	for h in $(all_hosts); do
 		services=""
 		case $h in
@@ -721,7 +810,7 @@ do_status() {
 			;;
 		esac
 		faults=$(paste -sd, "$state/$h/faults" 2>/dev/null || true)
-		printf '%-8s %-13s %-18s %s%s\n' "$h" "$(host_addr "$h")" "$(ns "$h")" "$services" "${faults:+; FAULTS: $faults}"
+		printf '%-8s %-13s %-30s %s%s\n' "$h" "$(host_addr "$h")" "$(ns "$h")" "$services" "${faults:+; FAULTS: $faults}"
 	done
 	echo "round trips measured $(state_get verified) ($(state_get rtt_check)):"
 	sed 's/^/  /' "$state/rtt.txt"
@@ -871,10 +960,10 @@ run_pgbench() {
 		echo "workload: pgbench -S -M $mode, $clients clients, ${time_s} s, scale $scale, through shard-proxy on mw (pool size $pool_size${proxy_args[*]:+, ${proxy_args[*]}})"
 		echo "pgbench: $(pgbench --version)"
 	} >>"$run_dir/run.txt"
-	# A proxy left by a run that was killed holds the port: stop it.
+	# A proxy left by a run that was killed holds the port: stop it. (Not one of a run
+	# going on: run holds the lock.)
 	if [[ -f $state/mw/shard-proxy.pid ]]; then
-		proxy_pid=$(cat "$state/mw/shard-proxy.pid")
-		pid_is_ours "$proxy_pid" && stop_pids "$proxy_pid"
+		stop_pids pid_is_ours "$(cat "$state/mw/shard-proxy.pid")"
 	fi
 	rm -f "$state/mw/proxy.addr"
 	ip netns exec "$(ns mw)" setsid "$(bin shard-proxy)" --listen "$mw_addr:$mw_raw_port" --addr-file "$state/mw/proxy.addr" --database app "${args[@]}" \
@@ -882,9 +971,8 @@ run_pgbench() {
 		--pool-size "$pool_size" --log-level warn --stats-interval 0 "${proxy_args[@]}" \
 		>"$run_dir/logs/shard-proxy.log" 2>&1 </dev/null 3>&- 9>&- &
 	proxy_pid=$!
+	exit_proxy_pid=$proxy_pid
 	echo "$proxy_pid" >"$state/mw/shard-proxy.pid"
-	# shellcheck disable=SC2064
-	trap "stop_pids $proxy_pid; rm -f '$state/mw/shard-proxy.pid'; ${cleanup_on_exit:-:}" EXIT
 	for _ in $(seq 100); do
 		[[ -s $state/mw/proxy.addr ]] && break
 		alive "$proxy_pid" || { cat "$run_dir/logs/shard-proxy.log" >&2; die "shard-proxy did not start"; }
@@ -893,7 +981,7 @@ run_pgbench() {
 	[[ -s $state/mw/proxy.addr ]] || die "shard-proxy did not start within 10 s"
 	local pgb=(ip netns exec "$(ns client)" pgbench -h "$mw_addr" -p "$mw_port" -U postgres)
 	note "pgbench -i --scale $scale from client through mw"
-	"${pgb[@]}" -i -q --scale "$scale" app >"$run_dir/logs/pgbench-init.txt" 2>&1 || { cat "$run_dir/logs/pgbench-init.txt" >&2; die "pgbench -i failed"; }
+	"${pgb[@]}" -i -q --scale "$scale" app 9>&- >"$run_dir/logs/pgbench-init.txt" 2>&1 || { cat "$run_dir/logs/pgbench-init.txt" >&2; die "pgbench -i failed"; }
 
 	verify "$run_dir/rtt.txt" || die "not measured: the round trips are off the preset's (see $(show_path "$run_dir")/rtt.txt)"
 	local line
@@ -910,7 +998,7 @@ run_pgbench() {
 	hz=$(getconf CLK_TCK)
 	note "pgbench -S -M $mode -c $clients -T $time_s from client through the proxy"
 	c0=$(cpu_ticks "$proxy_pid") d0=$(delayline_ticks)
-	"${pgb[@]}" -S -M "$mode" -c "$clients" -j "$(((clients + 1) / 2))" -T "$time_s" -n app >"$out" 2>&1 || status=failed
+	"${pgb[@]}" -S -M "$mode" -c "$clients" -j "$(((clients + 1) / 2))" -T "$time_s" -n app 9>&- >"$out" 2>&1 || status=failed
 	c1=$(cpu_ticks "$proxy_pid") d1=$(delayline_ticks)
 	n=$(grep -oP 'number of transactions actually processed: \K[0-9]+' "$out" || echo 0)
 	local tps lat failed
@@ -923,7 +1011,8 @@ run_pgbench() {
 	run_info_finish "$run_dir/run.txt"
 	echo "preset,shards,rtt_target_ms,delay_us,jitter_us,loss_pct,rate,clients,mode,time_s,transactions,tps,latency_avg_ms,failed,proxy_cpu_us_per_tx,delayline_cpu_us_per_tx,status" >"$run_dir/results.csv"
 	echo "$(state_get preset),$shards_n,$([[ -n $(state_get rtt_us) ]] && us_ms "$(state_get rtt_us)"),$(state_get delay_us),$(state_get jitter_us),$(state_get loss),$(state_get rate),$clients,$mode,$time_s,$n,$tps,$lat,$failed,$proxy_cpu,$dl_cpu,$status" >>"$run_dir/results.csv"
-	local summary="pgbench -S -M $mode, $clients clients over $shards_n shards ($(state_get preset)): $tps tps, latency $lat ms, $failed failed; CPU per transaction: proxy $proxy_cpu µs, delay lines $dl_cpu µs ($status)"
+	local summary
+	summary="pgbench -S -M $mode, $clients clients over $shards_n shards ($(state_get preset)): $tps tps, latency $lat ms, $failed failed; CPU per transaction: proxy $proxy_cpu µs, delay lines $dl_cpu µs ($status)"
 	echo "result: $summary" >>"$run_dir/run.txt"
 	echo "$summary"
 	echo "results: $(show_path "$run_dir")" >&2
@@ -952,18 +1041,15 @@ do_run() {
 		command -v psql >/dev/null || bad "psql is not installed (postgresql-client)"
 	fi
 	need_root_and_tools ping
-	trap 'exit 130' INT
-	trap 'exit 143' TERM
-	cleanup_on_exit=""
+	# One run at a time on a network (two would share mw's proxy port and its pid
+	# file), and no up or down during one.
+	lock
+	trap_exits
 	if lab_is_up; then
 		((${#up_opts[@]} == 0)) || bad "lab $lab is up already ($(state_get shards) shards, $(state_get preset)); ${up_opts[0]} is for a network run brings up: netlab.sh down first"
 	else
 		note "lab $lab is down: bringing it up for this run, and down again at the end"
 		do_up
-		cleanup_on_exit=down
-		trap down EXIT
-		trap 'exit 130' INT
-		trap 'exit 143' TERM
 	fi
 	run_info_sample
 	case $experiment in

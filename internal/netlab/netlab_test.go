@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/csv"
 	"encoding/hex"
 	"fmt"
@@ -121,17 +122,29 @@ type lab struct {
 
 func newLab(t *testing.T) *lab {
 	t.Helper()
+	return newLabNamed(t, "t"+randomHex(4))
+}
+
+// newLabNamed is newLab with the lab's name given: two labs of one name have their state
+// in two directories.
+func newLabNamed(t *testing.T, name string) *lab {
+	t.Helper()
 	requireNetns(t)
 	// The clusters run as postgres, which must pass through the state directory's parent:
-	// not t.TempDir(), whose parent only the test's user may enter.
-	state, err := os.MkdirTemp("", "shardlab-netlab-state")
+	// not t.TempDir(), whose parent only the test's user may enter. A space and a quote
+	// in its name check that the script quotes the path wherever it uses it (traps
+	// included).
+	state, err := os.MkdirTemp("", "shardlab netlab's state")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chmod(state, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	l := &lab{t: t, name: "t" + randomHex(4), stateDir: state, runsDir: t.TempDir(), bin: binaries(t)}
+	if state, err = filepath.EvalSymlinks(state); err != nil {
+		t.Fatal(err)
+	}
+	l := &lab{t: t, name: name, stateDir: state, runsDir: t.TempDir(), bin: binaries(t)}
 	t.Cleanup(func() {
 		// Whatever the test did, nothing may be left: down, then check.
 		if code, out := l.script("down"); code != 0 {
@@ -153,7 +166,10 @@ func (l *lab) command(ctx context.Context, args ...string) *exec.Cmd {
 		args = append(args, opts...)
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join("..", "..", "scripts", "netlab.sh"), args...)
-	cmd.Env = append(os.Environ(), "TMPDIR="+l.t.TempDir())
+	// A proxy in the environment, which nothing of the lab may use: the delay lines' API
+	// is inside the hosts, where this address cannot be reached.
+	cmd.Env = append(os.Environ(), "TMPDIR="+l.t.TempDir(), "http_proxy="+deadProxy, "https_proxy="+deadProxy,
+		"ALL_PROXY="+deadProxy, "all_proxy="+deadProxy, "no_proxy=", "NO_PROXY=")
 	cmd.WaitDelay = 10 * time.Second
 	return cmd
 }
@@ -209,6 +225,18 @@ func shardDSN(i, port int) string {
 	return fmt.Sprintf("postgres://postgres@198.18.0.%d:%d/postgres?sslmode=disable&connect_timeout=5", 10+i, port)
 }
 
+// deadProxy is an HTTP proxy that is not there (TEST-NET-1, RFC 5737).
+const deadProxy = "http://192.0.2.1:9"
+
+// nsPrefix is how the lab's namespaces are named: nl-NAME-ID-, ID the first eight hex
+// digits of the SHA-256 of its state directory's path (docs/netlab.md).
+func (l *lab) nsPrefix() string {
+	sum := sha256.Sum256([]byte(l.stateDir + "/" + l.name))
+	return "nl-" + l.name + "-" + hex.EncodeToString(sum[:])[:8] + "-"
+}
+
+// namespaces lists the lab's namespaces; those of another lab of the same name (in
+// another state directory) are not among them.
 func (l *lab) namespaces() []string {
 	l.t.Helper()
 	out, err := exec.Command("ip", "netns", "list").Output()
@@ -217,7 +245,7 @@ func (l *lab) namespaces() []string {
 	}
 	var ours []string
 	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "nl-"+l.name+"-") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], l.nsPrefix()) {
 			ours = append(ours, f[0])
 		}
 	}
@@ -322,12 +350,7 @@ func TestNetlab(t *testing.T) {
 		t.Errorf("up did not say the lab is up:\n%s", out)
 	}
 	for _, host := range []string{"sw", "client", "mw", "shard0", "shard1"} {
-		want := "nl-" + l.name + "-" + host
-		found := false
-		for _, ns := range l.namespaces() {
-			found = found || ns == want
-		}
-		if !found {
+		if want := l.nsPrefix() + host; !slices.Contains(l.namespaces(), want) {
 			t.Errorf("no namespace %s after up (have %v)", want, l.namespaces())
 		}
 	}
@@ -373,8 +396,10 @@ func TestNetlab(t *testing.T) {
 	if got := l.probe("shard1", "dial", "--timeout", "1s", "198.18.0.3:6432"); got != "timeout" {
 		t.Errorf("shard1 dialing mw across a partition: %s, want timeout", got)
 	}
-	if line := l.probe("mw", "sql", "--count", "5", shardDSN(0, 5432)); medianMS(t, line) <= 0 {
-		t.Errorf("shard0 during shard1's partition: %s", line)
+	// shard0 still answers, through its shaped path: the preset's round trip, not a
+	// fraction of it (a path around the delay line) nor a wait for retransmissions.
+	if line := l.probe("mw", "sql", "--count", "20", shardDSN(0, 5432)); medianMS(t, line) < 1.5 || medianMS(t, line) > 5 {
+		t.Errorf("shard0 during shard1's partition: %s, want a median of about 2 ms", line)
 	}
 	if st := l.must("status"); !strings.Contains(st, "FAULTS: partition") {
 		t.Errorf("status does not show the partition:\n%s", st)
@@ -405,8 +430,41 @@ func TestNetlab(t *testing.T) {
 	}
 	checkRunTxt(t, dir, "command: scripts/netlab.sh run ping", "preset=cross-zone", "mw-shard0 sql-shaped: median")
 
-	// The pgbench experiment through shard-proxy on mw, with the CPU it costs.
-	out = l.must("run", "pgbench", "--clients", "2", "--time", "2")
+	// The pgbench experiment through shard-proxy on mw, with the CPU it costs. While it
+	// runs, a second run and a down are refused (they would take its proxy's port, or
+	// the network, from under it); when it ends, its proxy has ended too.
+	var runOut bytes.Buffer
+	run := l.command(context.Background(), "run", "pgbench", "--clients", "2", "--time", "3")
+	run.Stdout, run.Stderr = &runOut, &runOut
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	proxyPid := filepath.Join(l.stateDir, l.name, "mw", "shard-proxy.pid")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(proxyPid); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run pgbench never started its proxy:\n%s", runOut.String())
+		}
+	}
+	for _, args := range [][]string{{"run", "pgbench", "--clients", "1", "--time", "1"}, {"down"}} {
+		if code, out := l.script(args...); code != 1 || !strings.Contains(out, "wait for it") {
+			t.Errorf("netlab.sh %v during a run: exit %d, want 1 and a refusal\n%s", args, code, out)
+		}
+	}
+	if err := run.Wait(); err != nil {
+		t.Fatalf("run pgbench: %v\n%s", err, runOut.String())
+	}
+	out = runOut.String()
+	for _, p := range l.ourProcesses() {
+		if strings.Contains(p, "shard-proxy") {
+			t.Errorf("run pgbench ended and left its proxy running: %s", p)
+		}
+	}
+	if _, err := os.Stat(proxyPid); err == nil {
+		t.Errorf("run pgbench ended and left %s", proxyPid)
+	}
 	dir = l.onlyRunDir("netlab-pgbench-")
 	rows = readCSV(t, filepath.Join(dir, "results.csv"))
 	if len(rows) != 1 {
@@ -469,17 +527,36 @@ func (l *lab) startUp(cond func() bool, what string) *exec.Cmd {
 }
 
 // TestNetlabCleansUpAfterInterruptAndCrash: an up interrupted with Ctrl-C tears down
-// what it built before it exits; after an up killed outright, the next up cleans the
-// leftovers before it starts, and down leaves nothing.
+// what it built before it exits, even when Ctrl-C is pressed again and again while it
+// does; after an up killed outright, the next up cleans the leftovers before it starts,
+// and down leaves nothing.
 func TestNetlabCleansUpAfterInterruptAndCrash(t *testing.T) {
 	l := newLab(t)
 
-	cmd := l.startUp(func() bool { return len(l.namespaces()) >= 4 }, "its namespaces")
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
+	// Interrupted once the clusters run, so that the teardown has clusters to stop and
+	// takes a while: SIGINT every 20 ms until the script ends.
+	pgPid := filepath.Join(l.stateDir, l.name, "shard1", "data", "postmaster.pid")
+	cmd := l.startUp(func() bool { _, err := os.Stat(pgPid); return err == nil }, "its clusters")
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	interrupts := 0
+interrupting:
+	for {
+		if err := cmd.Process.Signal(syscall.SIGINT); err == nil {
+			interrupts++
+		}
+		select {
+		case err = <-done:
+			break interrupting
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	if err := cmd.Wait(); err == nil {
+	if err == nil {
 		t.Fatalf("up went on after SIGINT:\n%s", cmd.Stdout)
+	}
+	if interrupts < 3 {
+		t.Errorf("up ended after %d interrupts: the test did not interrupt its teardown", interrupts)
 	}
 	l.checkNothingLeft()
 
@@ -501,6 +578,71 @@ func TestNetlabCleansUpAfterInterruptAndCrash(t *testing.T) {
 	}
 	l.must("down")
 	l.checkNothingLeft()
+}
+
+// TestNetlabLabsAreApart: two labs of one name with their state in two directories
+// are two networks: each comes up beside the other, and down of one leaves the other
+// up.
+func TestNetlabLabsAreApart(t *testing.T) {
+	name := "t" + randomHex(4)
+	a, b := newLabNamed(t, name), newLabNamed(t, name)
+	a.must("up", "--shards", "1", "--preset", "rack", "--no-verify")
+	b.must("up", "--shards", "1", "--preset", "rack", "--no-verify")
+	if len(a.namespaces()) != 4 || len(b.namespaces()) != 4 {
+		t.Fatalf("namespaces: %v and %v, want four each", a.namespaces(), b.namespaces())
+	}
+	b.must("down")
+	b.checkNothingLeft()
+	if ns := a.namespaces(); len(ns) != 4 {
+		t.Errorf("the other lab's down took namespaces of this one: %v left", ns)
+	}
+	if st := a.must("status"); !strings.Contains(st, "postgres :5433 (running)") {
+		t.Errorf("status after the other lab's down:\n%s", st)
+	}
+	if got := a.probe("mw", "dial", "--timeout", "2s", "198.18.0.10:5432"); got != "answered" {
+		t.Errorf("mw dialing shard0 after the other lab's down: %s", got)
+	}
+}
+
+// TestNetlabLeavesOtherDirectoriesAlone: a --state-dir and --lab that name a directory
+// up did not make (--state-dir / --lab usr would name /usr) have it left as it is by
+// up and down alike, and the state directory's own mode is kept (it may be /tmp).
+func TestNetlabLeavesOtherDirectoriesAlone(t *testing.T) {
+	requireNetns(t)
+	root := t.TempDir()
+	if err := os.Chmod(root, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	keep := filepath.Join(root, "usr", "keep")
+	if err := os.MkdirAll(keep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join("..", "..", "scripts", "netlab.sh")
+	// Should up build a lab there after all, it must not outlive the test. (The
+	// directory stays: it is the test's own, the check above is what the test is about.)
+	t.Cleanup(func() {
+		if err := os.WriteFile(filepath.Join(root, "usr", "lab.env"), []byte("lab=usr\n"), 0o644); err == nil {
+			exec.Command(script, "down", "--lab", "usr", "--state-dir", root).Run()
+		}
+	})
+	for _, args := range [][]string{
+		{"down", "--lab", "usr", "--state-dir", root},
+		{"up", "--lab", "usr", "--state-dir", root, "--bin-dir", binaries(t), "--shards", "1", "--no-verify"},
+		{"down", "--lab", "usr", "--state-dir", root},
+	} {
+		out, _ := exec.Command(script, args...).CombinedOutput()
+		if _, err := os.Stat(keep); err != nil {
+			t.Fatalf("netlab.sh %v removed a directory it did not make: %v\n%s", args, err, out)
+		}
+	}
+	if fi, err := os.Stat(root); err != nil || fi.Mode()&(os.ModePerm|os.ModeSticky) != 0o777|os.ModeSticky {
+		t.Errorf("the state directory's mode after up and down: %v (%v), want drwxrwxrwt", fi.Mode(), err)
+	}
+	cmd := exec.Command(script, "down", "--state-dir", "/")
+	out, _ := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "--state-dir /") {
+		t.Errorf("down --state-dir /: exit %d, want 2 and a refusal\n%s", code, out)
+	}
 }
 
 // TestNetlabRefusesBadInput: mistakes get a clear message and exit status 2 before
