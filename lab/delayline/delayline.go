@@ -79,6 +79,13 @@ const coarseAbove = 20 * time.Millisecond
 // toxic is interrupted (updated or removed through the API) the chunk it holds is passed
 // on at once, so no byte is lost; an interrupt that comes during the last
 // coarseMargin of a wait waits for it.
+//
+// A connection whose writing side fails (its peer reset it) while chunks are in the
+// line leaves this goroutine, and its kernel timer, blocked on the stub's output for
+// good: Toxiproxy 2.5's link stops reading the output after a write error and tells
+// no toxic, so Toxiproxy's own toxics, its no-op stub and its reader stay blocked the
+// same way. A toxic cannot tell that apart from a slow reader (a bound on the wait
+// would drop bytes of a live connection); the fix belongs in Toxiproxy's link.
 func (d *Delay) Pipe(stub *toxics.ToxicStub) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
