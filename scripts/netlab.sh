@@ -39,6 +39,21 @@ Commands:
         (read from /proc/PID/stat). Verifies the round trips first. Defaults: 8
         clients, 10 s, prepared, scale 1, pool size 10. Writes
         results/runs/netlab-pgbench-<time>/.
+  run tail [--shard-counts LIST] [--trials N] [--count N] [--qps N] [--rows N]
+           [--jitter-host HOST] [--extra-jitter D]
+        the tail across hosts: for each shard count (default 1,2,4,8) a shard-proxy
+        on mw over that many shard hosts, and through it, from the client, a point
+        select and a cross-shard ORDER BY ... LIMIT 10, N of each (default 1000) at
+        --qps a second (default 100 / the round trip in ms, at most 200) on one
+        connection, timed from when each was due;
+        then the per-shard statement sent by mw straight to each of those hosts at
+        once, the samples of the "slowest of N" model. One host (default shard0)
+        gets extra jitter: its delay line holds each chunk the delay ± D (default
+        the delay itself). Trials (default 3) interleave the shard counts in random
+        order. Writes p50, p99 and p99.9 beside the model's, per shard count and
+        query, to results/runs/netlab-tail-<time>/results.csv, with every sample
+        (go run ./cmd/report --netlab CSV --out FILE draws them). Brought up by the
+        run, the network has as many shard hosts as the largest count (default 8).
         With the network down, run brings one up with up's options and tears it
         down when it ends, however it ends.
         One up, down or run at a time on a network: a second one, or a down
@@ -175,6 +190,7 @@ lab=netlab state_root=${SHARDLAB_NETLAB_STATE:-/run/shardlab-netlab} bin_dir="" 
 shards="" preset_name="" rtt_opt="" delay_opt="" jitter_opt="" loss_opt="" rate_opt=""
 count=200 probes="" verify=1
 clients=8 time_s=10 mode=prepared scale=1 pool_size=10 proxy_args=()
+qps=200 trials=3 shard_counts=1,2,4,8 jitter_host=shard0 extra_jitter="" extra_jitter_us="" tail_rows=100000
 up_opts=() run_opts=() positional=() exec_cmd=()
 need() { [[ $# -ge 2 && -n $2 && $2 != --* ]] || bad "$1 needs a value"; }
 while [[ $# -gt 0 ]]; do
@@ -190,6 +206,12 @@ while [[ $# -gt 0 ]]; do
 	--no-verify) verify=0; shift ;;
 	--count) need "$@"; count=$2; run_opts+=("$1"); shift 2 ;;
 	--clients) need "$@"; clients=$2; run_opts+=("$1"); shift 2 ;;
+	--qps) need "$@"; qps=$2; run_opts+=("$1"); shift 2 ;;
+	--trials) need "$@"; trials=$2; run_opts+=("$1"); shift 2 ;;
+	--shard-counts) need "$@"; shard_counts=$2; run_opts+=("$1"); shift 2 ;;
+	--jitter-host) need "$@"; jitter_host=$2; run_opts+=("$1"); shift 2 ;;
+	--extra-jitter) need "$@"; extra_jitter=$2; run_opts+=("$1"); shift 2 ;;
+	--rows) need "$@"; tail_rows=$2; run_opts+=("$1"); shift 2 ;;
 	--time) need "$@"; time_s=$2; run_opts+=("$1"); shift 2 ;;
 	--mode) need "$@"; mode=$2; run_opts+=("$1"); shift 2 ;;
 	--scale) need "$@"; scale=$2; run_opts+=("$1"); shift 2 ;;
@@ -428,6 +450,7 @@ lock() {
 exit_down=0 exit_proxy_pid=""
 on_exit() {
 	trap '' INT TERM HUP
+	tail_restore_jitter
 	if [[ -n $exit_proxy_pid ]]; then
 		stop_pids pid_is_ours "$exit_proxy_pid"
 		rm -f -- "$state/mw/shard-proxy.pid"
@@ -945,9 +968,41 @@ run_ping() {
 	echo "results: $(show_path "$run_dir")" >&2
 }
 
+# start_proxy LOG ARG...: shard-proxy on mw, behind mw's delay line, with ARGs; the one
+# before (of this run, or left by a run that was killed) is stopped first. on_exit stops
+# it however the run ends.
+start_proxy() {
+	local log=$1 proxy_pid
+	shift
+	stop_proxy
+	rm -f -- "$state/mw/proxy.addr"
+	ip netns exec "$(ns mw)" setsid "$(bin shard-proxy)" --listen "$mw_addr:$mw_raw_port" --addr-file "$state/mw/proxy.addr" \
+		--log-level warn --stats-interval 0 "$@" >"$log" 2>&1 </dev/null 3>&- 9>&- &
+	proxy_pid=$!
+	exit_proxy_pid=$proxy_pid
+	echo "$proxy_pid" >"$state/mw/shard-proxy.pid"
+	for _ in $(seq 100); do
+		[[ -s $state/mw/proxy.addr ]] && return 0
+		alive "$proxy_pid" || { cat "$log" >&2; die "shard-proxy did not start"; }
+		sleep 0.1
+	done
+	die "shard-proxy did not start within 10 s"
+}
+# stop_proxy: stops the proxy start_proxy started, or one a killed run left behind (not
+# one of a run going on: run holds the lock).
+stop_proxy() {
+	if [[ -n $exit_proxy_pid ]]; then
+		stop_pids pid_is_ours "$exit_proxy_pid"
+	elif [[ -f $state/mw/shard-proxy.pid ]]; then
+		stop_pids pid_is_ours "$(cat "$state/mw/shard-proxy.pid")"
+	fi
+	rm -f -- "$state/mw/shard-proxy.pid"
+	exit_proxy_pid=""
+}
+
 run_pgbench() {
 	build_bins shard-proxy netprobe delayline
-	local i n shards_n args=() proxy_pid
+	local i n shards_n args=()
 	shards_n=$(state_get shards)
 	for ((i = 0; i < shards_n; i++)); do
 		in_ns "shard$i" psql "$(shard_dsn "$i" $pg_raw_port)" -X -q -At -c "SELECT 1 FROM pg_database WHERE datname = 'app'" | grep -q 1 ||
@@ -960,25 +1015,9 @@ run_pgbench() {
 		echo "workload: pgbench -S -M $mode, $clients clients, ${time_s} s, scale $scale, through shard-proxy on mw (pool size $pool_size${proxy_args[*]:+, ${proxy_args[*]}})"
 		echo "pgbench: $(pgbench --version)"
 	} >>"$run_dir/run.txt"
-	# A proxy left by a run that was killed holds the port: stop it. (Not one of a run
-	# going on: run holds the lock.)
-	if [[ -f $state/mw/shard-proxy.pid ]]; then
-		stop_pids pid_is_ours "$(cat "$state/mw/shard-proxy.pid")"
-	fi
-	rm -f "$state/mw/proxy.addr"
-	ip netns exec "$(ns mw)" setsid "$(bin shard-proxy)" --listen "$mw_addr:$mw_raw_port" --addr-file "$state/mw/proxy.addr" --database app "${args[@]}" \
+	start_proxy "$run_dir/logs/shard-proxy.log" --database app "${args[@]}" \
 		--sharded pgbench_accounts=aid --sharded pgbench_history=aid --broadcast pgbench_branches --broadcast pgbench_tellers \
-		--pool-size "$pool_size" --log-level warn --stats-interval 0 "${proxy_args[@]}" \
-		>"$run_dir/logs/shard-proxy.log" 2>&1 </dev/null 3>&- 9>&- &
-	proxy_pid=$!
-	exit_proxy_pid=$proxy_pid
-	echo "$proxy_pid" >"$state/mw/shard-proxy.pid"
-	for _ in $(seq 100); do
-		[[ -s $state/mw/proxy.addr ]] && break
-		alive "$proxy_pid" || { cat "$run_dir/logs/shard-proxy.log" >&2; die "shard-proxy did not start"; }
-		sleep 0.1
-	done
-	[[ -s $state/mw/proxy.addr ]] || die "shard-proxy did not start within 10 s"
+		--pool-size "$pool_size" "${proxy_args[@]}"
 	local pgb=(ip netns exec "$(ns client)" pgbench -h "$mw_addr" -p "$mw_port" -U postgres)
 	note "pgbench -i --scale $scale from client through mw"
 	"${pgb[@]}" -i -q --scale "$scale" app 9>&- >"$run_dir/logs/pgbench-init.txt" 2>&1 || { cat "$run_dir/logs/pgbench-init.txt" >&2; die "pgbench -i failed"; }
@@ -997,9 +1036,9 @@ run_pgbench() {
 	local hz c0 d0 c1 d1 out="$run_dir/logs/pgbench-S.txt" status=ok
 	hz=$(getconf CLK_TCK)
 	note "pgbench -S -M $mode -c $clients -T $time_s from client through the proxy"
-	c0=$(cpu_ticks "$proxy_pid") d0=$(delayline_ticks)
+	c0=$(cpu_ticks "$exit_proxy_pid") d0=$(delayline_ticks)
 	"${pgb[@]}" -S -M "$mode" -c "$clients" -j "$(((clients + 1) / 2))" -T "$time_s" -n app 9>&- >"$out" 2>&1 || status=failed
-	c1=$(cpu_ticks "$proxy_pid") d1=$(delayline_ticks)
+	c1=$(cpu_ticks "$exit_proxy_pid") d1=$(delayline_ticks)
 	n=$(grep -oP 'number of transactions actually processed: \K[0-9]+' "$out" || echo 0)
 	local tps lat failed
 	tps=$(grep -oP 'tps = \K[0-9.]+' "$out" | tail -n 1 || echo 0)
@@ -1019,27 +1058,199 @@ run_pgbench() {
 	[[ $status == ok ]] || { cat "$out" >&2; exit 1; }
 }
 
+# --- the tail experiment ------------------------------------------------------------
+tail_query_point='SELECT v FROM tail_items WHERE id = $1'
+tail_query_cross='SELECT id, v FROM tail_items ORDER BY v LIMIT 10'
+
+# tail_load K: the database tailK on shard hosts 0..K-1, made anew, with tail_items
+# sharded over them by id through a proxy over those K (started and left running).
+tail_load() {
+	local k=$1 i
+	for ((i = 0; i < k; i++)); do
+		in_ns "shard$i" env PGOPTIONS="-c client_min_messages=warning" psql "$(shard_dsn "$i" $pg_raw_port)" -X -q -v ON_ERROR_STOP=1 \
+			-c "DROP DATABASE IF EXISTS tail$k WITH (FORCE)" -c "CREATE DATABASE tail$k" >/dev/null ||
+			die "could not create the database tail$k on shard$i"
+	done
+	tail_proxy "$k"
+	local dsn="postgres://postgres@$mw_addr:$mw_port/tail?sslmode=disable&connect_timeout=5"
+	in_ns client psql "$dsn" -X -q -v ON_ERROR_STOP=1 \
+		-c "CREATE TABLE tail_items (id bigint PRIMARY KEY, v bigint NOT NULL, pad text NOT NULL)" \
+		-c "CREATE INDEX tail_items_v ON tail_items (v)" >/dev/null || die "could not create tail_items through the proxy over $k shards"
+	# v is a permutation of the ids, so ORDER BY v LIMIT 10 draws its rows from every shard.
+	awk -v n="$tail_rows" 'BEGIN { for (i = 1; i <= n; i++) printf "%d,%d,row %d\n", i, (i * 7919) % 1000003, i }' |
+		in_ns client psql "$dsn" -X -q -v ON_ERROR_STOP=1 -c "\\copy tail_items FROM STDIN (FORMAT csv)" >/dev/null ||
+		die "could not load tail_items through the proxy over $k shards"
+	for ((i = 0; i < k; i++)); do
+		in_ns "shard$i" psql "postgres://postgres@$(shard_addr "$i"):$pg_raw_port/tail$k?sslmode=disable" -X -q -c "VACUUM ANALYZE tail_items" >/dev/null
+	done
+}
+
+# tail_proxy K: shard-proxy on mw over shard hosts 0..K-1 (database tailK), serving the
+# database tail; the one before is stopped.
+tail_proxy() {
+	local k=$1 i args=()
+	for ((i = 0; i < k; i++)); do
+		args+=(--shard "postgres://postgres@$(shard_addr "$i"):$pg_port/tail$k?sslmode=disable")
+	done
+	start_proxy "$run_dir/logs/shard-proxy-$k.log" --database tail "${args[@]}" --sharded tail_items=id --pool-size 4
+}
+
+# tail_latency FROM NAME DSN QUERY [KEY_MAX]: a paced latency run into samples/NAME.
+tail_latency() {
+	local from=$1 name=$2 dsn=$3 query=$4 key_max=${5:-0}
+	in_ns "$from" "$(bin netprobe)" latency --query "$query" --key-max "$key_max" --count "$count" \
+		--rate "$qps" --seed "$trial" --out "$run_dir/samples/$name" "$dsn" >/dev/null ||
+		die "the latency run $name failed"
+}
+
+run_tail() {
+	build_bins shard-proxy netprobe delayline
+	local lab_shards k i counts=() trial
+	lab_shards=$(state_get shards)
+	IFS=, read -ra counts <<<"$shard_counts"
+	for k in "${counts[@]}"; do
+		((k <= lab_shards)) || die "--shard-counts $shard_counts needs $k shard hosts, lab $lab has $lab_shards: netlab.sh down, then run tail (it brings up as many as it needs)"
+	done
+	local jh=${jitter_host#shard}
+	((jh < counts[0])) || note "$jitter_host is not among the first ${counts[0]} shards: the smallest shard counts run without it"
+	local extra_us=${extra_jitter_us:-$(state_get delay_us)}
+	if [[ " ${run_opts[*]} " != *" --qps "* ]]; then
+		# One statement in flight takes a few round trips (client to mw, mw to the
+		# shards): a pace of 100 / RTT(ms) a second keeps the connection busy about a
+		# quarter of the time, so answers rarely queue behind each other.
+		local rtt
+		rtt=$(state_get rtt_us)
+		[[ -n $rtt ]] || rtt=$((2 * $(state_get delay_us) + 100))
+		qps=$(awk -v r="$rtt" 'BEGIN { q = int(100000 / r); print (q > 200 ? 200 : (q < 1 ? 1 : q)) }')
+	fi
+	start_run netlab-tail-
+	mkdir -p "$run_dir/samples"
+	{
+		echo "workload: through shard-proxy on mw from the client, per shard count and trial: '$tail_query_point' (\$1 uniform over $tail_rows ids) and '$tail_query_cross', $count each at $qps a second on one connection (open loop, latency from when each was due); then the cross-shard query's per-shard statement sent by mw straight to each shard host, all at once"
+		echo "tail_items: $tail_rows rows sharded by id over each shard count's hosts; shard counts ${counts[*]}, $trials interleaved trials"
+		echo "extra jitter: $jitter_host's delay line holds each chunk $(us_ms "$(state_get delay_us)") ms ± $(us_ms "$extra_us") ms in each direction (the others ± $(us_ms "$(state_get jitter_us)") ms)"
+	} >>"$run_dir/run.txt"
+	for k in "${counts[@]}"; do
+		note "loading tail_items over $k shard hosts"
+		tail_load "$k"
+	done
+	stop_proxy
+	verify "$run_dir/rtt.txt" || die "not measured: the round trips are off the preset's (see $(show_path "$run_dir")/rtt.txt)"
+	{
+		echo "rtt_check: $(state_get rtt_check)"
+		echo "rtt (SQL SELECT 1 round trips through the shaped path, netprobe, before the extra jitter):"
+		sed 's/^/  /' "$run_dir/rtt.txt"
+	} >>"$run_dir/run.txt"
+	toxic "$jitter_host" delay_up upstream "$(state_get delay_us)" "$extra_us"
+	toxic "$jitter_host" delay_down downstream "$(state_get delay_us)" "$extra_us"
+	tail_jitter_set=1
+	local d0 d1 sends=0 proxy_dsn="postgres://postgres@$mw_addr:$mw_port/tail?sslmode=disable&connect_timeout=5"
+	d0=$(delayline_ticks)
+	for ((trial = 1; trial <= trials; trial++)); do
+		for k in $(printf '%s\n' "${counts[@]}" | shuf); do
+			note "trial $trial/$trials: $k shard hosts"
+			tail_proxy "$k"
+			tail_latency client "k$k-point-t$trial" "$proxy_dsn" "$tail_query_point" "$tail_rows"
+			tail_latency client "k$k-cross-t$trial" "$proxy_dsn" "$tail_query_cross"
+			stop_proxy
+			local pids=()
+			for ((i = 0; i < k; i++)); do
+				tail_latency mw "k$k-shard$i-t$trial" "postgres://postgres@$(shard_addr "$i"):$pg_port/tail$k?sslmode=disable&connect_timeout=5" "$tail_query_cross" &
+				pids+=($!)
+			done
+			for i in "${pids[@]}"; do wait "$i" || die "a direct latency run over $k shards failed"; done
+			sends=$((sends + (2 + k) * count))
+		done
+	done
+	d1=$(delayline_ticks)
+	tail_restore_jitter
+	run_info_finish "$run_dir/run.txt"
+
+	local csv="$run_dir/results.csv" q line model offset p99s
+	echo "preset,rtt_target_ms,delay_us,jitter_us,jitter_host,extra_jitter_us,shards,query,n,p50_ms,p99_ms,p999_ms,max_ms,p99_trial_min_ms,p99_trial_max_ms,model_p50_ms,model_p99_ms,model_p999_ms" >"$csv"
+	local s="$run_dir/samples" head
+	head="$(state_get preset),$([[ -n $(state_get rtt_us) ]] && us_ms "$(state_get rtt_us)"),$(state_get delay_us),$(state_get jitter_us),$jitter_host,$extra_us"
+	for k in "${counts[@]}"; do
+		# One file per shard host, its trials pooled: the model's servers.
+		for ((i = 0; i < k; i++)); do cat "$s"/k"$k"-shard"$i"-t*[0-9] >"$s/k$k-shard$i-all"; done
+		# The model's offset: what a point select through the proxy costs beyond one
+		# shard's own answer (the client's hop and the proxy), from the medians.
+		local point_p50 direct_p50
+		point_p50=$(field p50_ms "$(in_ns mw "$(bin netprobe)" quantiles "$s"/k"$k"-point-t*[0-9])")
+		direct_p50=$(field p50_ms "$(in_ns mw "$(bin netprobe)" quantiles "$s"/k"$k"-shard*-all)")
+		offset=$(awk -v a="$point_p50" -v b="$direct_p50" 'BEGIN { printf "%dus\n", (a - b) * 1000 }')
+		model=$("$(bin netprobe)" slowest --offset "$offset" "$s"/k"$k"-shard*-all)
+		for q in point cross; do
+			line=$("$(bin netprobe)" quantiles "$s"/k"$k"-"$q"-t*[0-9])
+			p99s=$(for ((trial = 1; trial <= trials; trial++)); do field p99_ms "$("$(bin netprobe)" quantiles "$s/k$k-$q-t$trial")"; done | sort -n)
+			local mp50="" mp99="" mp999=""
+			[[ $q == cross ]] && mp50=$(field p50_ms "$model") mp99=$(field p99_ms "$model") mp999=$(field p999_ms "$model")
+			echo "$head,$k,$q,$(field n "$line"),$(field p50_ms "$line"),$(field p99_ms "$line"),$(field p999_ms "$line"),$(field max_ms "$line"),$(head -n1 <<<"$p99s"),$(tail -n1 <<<"$p99s"),$mp50,$mp99,$mp999" >>"$csv"
+		done
+	done
+	local dl_cpu
+	dl_cpu=$(awk -v c="$((d1 - d0))" -v n="$sends" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", (n > 0 ? c * 1e6 / hz / n : 0) }')
+	{
+		echo "delay lines' CPU: $dl_cpu µs per statement sent ($sends statements)"
+		echo "result (ms; model: the slowest of the shards' own answers, plus the point select's cost beyond one shard):"
+		awk -F, 'NR > 1 { printf "  %d shards %-5s p50 %s p99 %s p99.9 %s (trials p99 %s-%s)%s\n", $7, $8, $10, $11, $12, $14, $15, ($16 == "" ? "" : sprintf("; model p50 %s p99 %s p99.9 %s", $16, $17, $18)) }' "$csv"
+	} | tee -a "$run_dir/run.txt"
+	echo "results: $(show_path "$run_dir")" >&2
+}
+
+tail_jitter_set=0
+tail_restore_jitter() {
+	((tail_jitter_set)) || return 0
+	tail_jitter_set=0
+	# In a subshell: toxic dies on failure, and this runs on the way out.
+	(toxic "$jitter_host" delay_up upstream "$(state_get delay_us)" "$(state_get jitter_us)" &&
+		toxic "$jitter_host" delay_down downstream "$(state_get delay_us)" "$(state_get jitter_us)") ||
+		note "could not take the extra jitter off $jitter_host's delay line: netlab.sh down clears it"
+}
+
 do_run() {
-	((${#positional[@]} == 1)) || bad "run takes one experiment: ping or pgbench"
+	((${#positional[@]} == 1)) || bad "run takes one experiment: ping, pgbench or tail"
 	local experiment=${positional[0]}
-	[[ $experiment == ping || $experiment == pgbench ]] || bad "unknown experiment '$experiment': ping or pgbench"
+	[[ $experiment =~ ^(ping|pgbench|tail)$ ]] || bad "unknown experiment '$experiment': ping, pgbench or tail"
 	local o want
 	for o in "${run_opts[@]}"; do
-		want=pgbench
-		[[ $o != --count ]] || want=ping
-		[[ $want == "$experiment" ]] || bad "$o is for run $want"
+		case $o in
+		--count) want="ping tail" ;;
+		--qps | --trials | --shard-counts | --jitter-host | --extra-jitter | --rows) want="tail" ;;
+		*) want=pgbench ;;
+		esac
+		[[ " $want " == *" $experiment "* ]] || bad "$o is for run ${want// / or run }"
 	done
-	if [[ $experiment == ping ]]; then
-		posint --count "$count"
-	else
+	case $experiment in
+	ping) posint --count "$count" ;;
+	pgbench)
 		posint --clients "$clients"
 		posint --time "$time_s"
 		posint --scale "$scale"
 		posint --pool-size "$pool_size"
 		[[ $mode =~ ^(simple|extended|prepared)$ ]] || bad "--mode takes simple, extended or prepared, got '$mode'"
 		command -v pgbench >/dev/null || bad "pgbench is not installed (postgresql-client / postgresql-15)"
-		command -v psql >/dev/null || bad "psql is not installed (postgresql-client)"
-	fi
+		;;
+	tail)
+		[[ " ${run_opts[*]} " == *" --count "* ]] || count=1000
+		posint --count "$count"
+		posint --trials "$trials"
+		posint --rows "$tail_rows"
+		[[ $qps =~ ^[1-9][0-9]*$ ]] || bad "--qps takes a positive whole number of statements a second, got '$qps'"
+		[[ $shard_counts =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || bad "--shard-counts takes shard counts separated by commas, such as 1,2,4,8, got '$shard_counts'"
+		local k most=0
+		for k in ${shard_counts//,/ }; do ((k <= max_shards)) || bad "--shard-counts: at most $max_shards shard hosts, got $k"; most=$((k > most ? k : most)); done
+		[[ $jitter_host =~ ^shard[0-9]+$ ]] || bad "--jitter-host takes a shard host (shard0, shard1 ...), got '$jitter_host'"
+		((${jitter_host#shard} < most)) || bad "--jitter-host $jitter_host is not among the $most shard hosts the run uses"
+		if [[ -n $extra_jitter ]]; then
+			extra_jitter_us=$(duration_us "$extra_jitter") || bad "--extra-jitter takes a duration such as 500us or 2ms, got '$extra_jitter'"
+		fi
+		# Brought up by this run: as many shard hosts as the largest count needs.
+		[[ -n $shards ]] || shards=$most
+		command -v shuf >/dev/null || bad "shuf is not installed (coreutils)"
+		;;
+	esac
+	command -v psql >/dev/null || bad "psql is not installed (postgresql-client)"
 	need_root_and_tools ping
 	# One run at a time on a network (two would share mw's proxy port and its pid
 	# file), and no up or down during one.
@@ -1055,6 +1266,7 @@ do_run() {
 	case $experiment in
 	ping) run_ping ;;
 	pgbench) run_pgbench ;;
+	tail) run_tail ;;
 	esac
 }
 

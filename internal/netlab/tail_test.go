@@ -1,0 +1,91 @@
+package netlab_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestNetlabTail runs the tail experiment small: two shard counts, two trials, and
+// checks what it wrote: a row per shard count and query, the model beside the
+// cross-shard rows only, every sample kept, and nothing left once it brought the
+// network down again.
+func TestNetlabTail(t *testing.T) {
+	l := newLab(t)
+	out := l.must("run", "tail", "--shard-counts", "2,1", "--trials", "2", "--count", "60", "--rows", "1000", "--preset", "cross-zone")
+	dir := l.onlyRunDir("netlab-tail-")
+	rows := readCSV(t, filepath.Join(dir, "results.csv"))
+	if len(rows) != 4 {
+		t.Fatalf("results.csv: %d rows, want 4 (2 shard counts x 2 queries):\n%s", len(rows), out)
+	}
+	num := func(r map[string]string, col string) float64 {
+		t.Helper()
+		v, err := strconv.ParseFloat(r[col], 64)
+		if err != nil || v <= 0 {
+			t.Errorf("%s shards %s: %s = %q, want a positive number", r["shards"], r["query"], col, r[col])
+		}
+		return v
+	}
+	for i, r := range rows {
+		wantShards, wantQuery := []string{"2", "2", "1", "1"}[i], []string{"point", "cross", "point", "cross"}[i]
+		if r["shards"] != wantShards || r["query"] != wantQuery || r["n"] != "120" || r["preset"] != "cross-zone" || r["jitter_host"] != "shard0" {
+			t.Errorf("row %d: %v, want %s shards, %s, n=120", i, r, wantShards, wantQuery)
+		}
+		p50, p99, p999 := num(r, "p50_ms"), num(r, "p99_ms"), num(r, "p999_ms")
+		if p50 > p99 || p99 > p999 {
+			t.Errorf("row %d: p50 %v, p99 %v, p99.9 %v out of order", i, p50, p99, p999)
+		}
+		if lo, hi := num(r, "p99_trial_min_ms"), num(r, "p99_trial_max_ms"); lo > hi || p99 < lo || p99 > hi {
+			t.Errorf("row %d: p99 %v outside its trials' range %v-%v", i, p99, lo, hi)
+		}
+		if r["query"] == "cross" {
+			m50, m99 := num(r, "model_p50_ms"), num(r, "model_p99_ms")
+			if m50 > m99 {
+				t.Errorf("row %d: model p50 %v above its p99 %v", i, m50, m99)
+			}
+		} else if r["model_p50_ms"] != "" {
+			t.Errorf("row %d: a point select has a model: %v", i, r)
+		}
+	}
+	// Every sample is kept: per trial, through the proxy and straight to each shard.
+	for _, name := range []string{"k2-point-t1", "k2-cross-t2", "k1-cross-t1", "k2-shard0-t1", "k2-shard1-t2", "k1-shard0-t2"} {
+		data, err := os.ReadFile(filepath.Join(dir, "samples", name))
+		if err != nil || len(strings.Fields(string(data))) != 60 {
+			t.Errorf("samples/%s: %v, %d samples, want 60", name, err, len(strings.Fields(string(data))))
+		}
+	}
+	checkRunTxt(t, dir, "command: scripts/netlab.sh run tail", "extra jitter: shard0", "delay lines' CPU:", "rtt_check: ok")
+	l.checkNothingLeft()
+}
+
+func TestNetlabTailRefusesBadInput(t *testing.T) {
+	state := t.TempDir()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--qps", "0"}, "--qps takes a positive whole number"},
+		{[]string{"--trials", "0"}, "--trials takes a positive integer"},
+		{[]string{"--rows", "many"}, "--rows takes a positive integer"},
+		{[]string{"--shard-counts", "1,,2"}, "--shard-counts takes shard counts separated by commas"},
+		{[]string{"--shard-counts", "1,17"}, "at most 16 shard hosts"},
+		{[]string{"--jitter-host", "mw"}, "--jitter-host takes a shard host"},
+		{[]string{"--shard-counts", "1,2", "--jitter-host", "shard2"}, "not among the 2 shard hosts"},
+		{[]string{"--extra-jitter", "soon"}, "--extra-jitter takes a duration"},
+		{[]string{"--clients", "2"}, "--clients is for run pgbench"},
+	} {
+		args := append([]string{"run", "tail"}, tt.args...)
+		cmd := exec.Command(filepath.Join("..", "..", "scripts", "netlab.sh"), append(args, "--state-dir", state)...)
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), tt.want) {
+			t.Errorf("netlab.sh %v: exit %d, want 2 with %q\n%s", args, code, tt.want, out)
+		}
+	}
+	cmd := exec.Command(filepath.Join("..", "..", "scripts", "netlab.sh"), "run", "pgbench", "--trials", "2", "--state-dir", state)
+	if out, _ := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "--trials is for run tail") {
+		t.Errorf("run pgbench --trials: %s", out)
+	}
+}
