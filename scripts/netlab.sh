@@ -58,6 +58,14 @@ Commands:
         down when it ends, however it ends.
         One up, down or run at a time on a network: a second one, or a down
         during a run, is refused (fault, status and exec are not).
+  run routerbench [--routerbench-arg ARG]...
+        seed 004's experiment as the seed had it, across hosts: routerbench (the
+        database/sql driver) on mw, its two databases on shard0 and shard1 through
+        the shaped path, its limit experiment unless an ARG names another; each ARG
+        goes to routerbench as given, e.g. --routerbench-arg=--trials=8 (see go run
+        ./cmd/routerbench --help).
+        Brought up by the run, the network has 2 shard hosts. Writes
+        results/runs/netlab-routerbench-<time>/, routerbench's report in routerbench/.
   fault partition HOST      drops every packet to and from HOST (no reset: peers
                             time out)
   fault oneway HOST [out|in]
@@ -189,7 +197,7 @@ case $command in up | down | status | run | fault | exec) ;; *) bad "unknown com
 lab=netlab state_root=${SHARDLAB_NETLAB_STATE:-/run/shardlab-netlab} bin_dir="" runs_dir="$root/results/runs"
 shards="" preset_name="" rtt_opt="" delay_opt="" jitter_opt="" loss_opt="" rate_opt=""
 count=200 probes="" verify=1
-clients=8 time_s=10 mode=prepared scale=1 pool_size=10 proxy_args=()
+clients=8 time_s=10 mode=prepared scale=1 pool_size=10 proxy_args=() routerbench_args=()
 qps=200 trials=3 shard_counts=1,2,4,8 jitter_host=shard0 extra_jitter="" extra_jitter_us="" tail_rows=100000
 up_opts=() run_opts=() positional=() exec_cmd=()
 need() { [[ $# -ge 2 && -n $2 && $2 != --* ]] || bad "$1 needs a value"; }
@@ -218,6 +226,8 @@ while [[ $# -gt 0 ]]; do
 	--pool-size) need "$@"; pool_size=$2; run_opts+=("$1"); shift 2 ;;
 	--proxy-arg) [[ $# -ge 2 && -n $2 ]] || bad "--proxy-arg needs a value"; proxy_args+=("$2"); run_opts+=("$1"); shift 2 ;;
 	--proxy-arg=*) proxy_args+=("${1#--proxy-arg=}"); run_opts+=(--proxy-arg); shift ;;
+	--routerbench-arg) [[ $# -ge 2 && -n $2 ]] || bad "--routerbench-arg needs a value"; routerbench_args+=("$2"); run_opts+=("$1"); shift 2 ;;
+	--routerbench-arg=*) routerbench_args+=("${1#--routerbench-arg=}"); run_opts+=(--routerbench-arg); shift ;;
 	--lab) need "$@"; lab=$2; shift 2 ;;
 	--state-dir) need "$@"; state_root=$2; shift 2 ;;
 	--bin-dir) need "$@"; bin_dir=$2; shift 2 ;;
@@ -1208,15 +1218,46 @@ tail_restore_jitter() {
 		note "could not take the extra jitter off $jitter_host's delay line: netlab.sh down clears it"
 }
 
+# run_routerbench: seed 004's experiment with the database/sql driver on mw and its two
+# databases on two shard hosts, across the shaped links.
+run_routerbench() {
+	build_bins routerbench
+	# Seed 004's comparison is the limit experiment (one database against two on two
+	# servers); routerbench's own default, overhead, uses one.
+	[[ " ${routerbench_args[*]} " == *" --experiment"* || " ${routerbench_args[*]} " == *" -experiment"* ]] ||
+		routerbench_args=(--experiment=limit "${routerbench_args[@]}")
+	(($(state_get shards) >= 2)) || die "run routerbench needs 2 shard hosts, lab $lab has $(state_get shards): netlab.sh down, then run routerbench"
+	start_run netlab-routerbench-
+	verify "$run_dir/rtt.txt" || die "not measured: the round trips are off the preset's (see $(show_path "$run_dir")/rtt.txt)"
+	{
+		echo "workload: routerbench ${routerbench_args[*]:-(its defaults)} on mw, its databases on shard0 and shard1 through the shaped path"
+		echo "rtt_check: $(state_get rtt_check)"
+		echo "rtt (SQL SELECT 1 round trips through the shaped path, netprobe):"
+		sed 's/^/  /' "$run_dir/rtt.txt"
+	} >>"$run_dir/run.txt"
+	local d0 d1 status=ok
+	d0=$(delayline_ticks)
+	note "routerbench on mw over shard0 and shard1"
+	in_ns mw "$(bin routerbench)" --dsn "$(shard_dsn 0 $pg_port)" --dsn "$(shard_dsn 1 $pg_port)" \
+		--out "$run_dir/routerbench" "${routerbench_args[@]}" >"$run_dir/logs/routerbench.txt" 2>&1 </dev/null || status=failed
+	d1=$(delayline_ticks)
+	run_info_finish "$run_dir/run.txt"
+	echo "delay lines' CPU: $(awk -v c="$((d1 - d0))" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", c / hz }') s over the run" >>"$run_dir/run.txt"
+	echo "result: $status; routerbench's report is $(show_path "$run_dir")/routerbench/report.md" | tee -a "$run_dir/run.txt"
+	echo "results: $(show_path "$run_dir")" >&2
+	[[ $status == ok ]] || { tail -n 20 "$run_dir/logs/routerbench.txt" >&2; exit 1; }
+}
+
 do_run() {
-	((${#positional[@]} == 1)) || bad "run takes one experiment: ping, pgbench or tail"
+	((${#positional[@]} == 1)) || bad "run takes one experiment: ping, pgbench, tail or routerbench"
 	local experiment=${positional[0]}
-	[[ $experiment =~ ^(ping|pgbench|tail)$ ]] || bad "unknown experiment '$experiment': ping, pgbench or tail"
+	[[ $experiment =~ ^(ping|pgbench|tail|routerbench)$ ]] || bad "unknown experiment '$experiment': ping, pgbench, tail or routerbench"
 	local o want
 	for o in "${run_opts[@]}"; do
 		case $o in
 		--count) want="ping tail" ;;
 		--qps | --trials | --shard-counts | --jitter-host | --extra-jitter | --rows) want="tail" ;;
+		--routerbench-arg) want=routerbench ;;
 		*) want=pgbench ;;
 		esac
 		[[ " $want " == *" $experiment "* ]] || bad "$o is for run ${want// / or run }"
@@ -1231,6 +1272,7 @@ do_run() {
 		[[ $mode =~ ^(simple|extended|prepared)$ ]] || bad "--mode takes simple, extended or prepared, got '$mode'"
 		command -v pgbench >/dev/null || bad "pgbench is not installed (postgresql-client / postgresql-15)"
 		;;
+	routerbench) [[ -n $shards ]] || shards=2 ;;
 	tail)
 		[[ " ${run_opts[*]} " == *" --count "* ]] || count=1000
 		posint --count "$count"
@@ -1267,6 +1309,7 @@ do_run() {
 	ping) run_ping ;;
 	pgbench) run_pgbench ;;
 	tail) run_tail ;;
+	routerbench) run_routerbench ;;
 	esac
 }
 

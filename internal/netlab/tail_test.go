@@ -76,6 +76,7 @@ func TestNetlabTailRefusesBadInput(t *testing.T) {
 		{[]string{"--shard-counts", "1,2", "--jitter-host", "shard2"}, "not among the 2 shard hosts"},
 		{[]string{"--extra-jitter", "soon"}, "--extra-jitter takes a duration"},
 		{[]string{"--clients", "2"}, "--clients is for run pgbench"},
+		{[]string{"--routerbench-arg=--trials=1"}, "--routerbench-arg is for run routerbench"},
 	} {
 		args := append([]string{"run", "tail"}, tt.args...)
 		cmd := exec.Command(filepath.Join("..", "..", "scripts", "netlab.sh"), append(args, "--state-dir", state)...)
@@ -88,4 +89,28 @@ func TestNetlabTailRefusesBadInput(t *testing.T) {
 	if out, _ := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "--trials is for run tail") {
 		t.Errorf("run pgbench --trials: %s", out)
 	}
+}
+
+// TestNetlabRouterbench runs seed 004's experiment across two shard hosts, briefly, and
+// checks that routerbench's report came out of it with the limit experiment's rows.
+func TestNetlabRouterbench(t *testing.T) {
+	l := newLab(t)
+	l.must("run", "routerbench", "--preset", "cross-zone", "--routerbench-arg=--trials=1", "--routerbench-arg=--duration=1s",
+		"--routerbench-arg=--orders=300", "--routerbench-arg=--warmup=0s", "--routerbench-arg=--concurrency=4")
+	dir := l.onlyRunDir("netlab-routerbench-")
+	rows := readCSV(t, filepath.Join(dir, "routerbench", "trials.csv"))
+	configs := map[string]bool{}
+	for _, r := range rows {
+		configs[r["config"]] = true
+		if r["errors"] != "0" {
+			t.Errorf("routerbench errors: %v", r)
+		}
+	}
+	for _, c := range []string{"direct-1db-1t", "router-2db-1t", "router-2db-2t"} {
+		if !configs[c] {
+			t.Errorf("trials.csv lacks %s: %v", c, configs)
+		}
+	}
+	checkRunTxt(t, dir, "command: scripts/netlab.sh run routerbench", "rtt_check: ok", "mw->shard1 n=", "result: ok")
+	l.checkNothingLeft()
 }
