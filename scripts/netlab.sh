@@ -45,8 +45,7 @@ Commands:
         on mw over that many shard hosts, and through it, from the client, a point
         select and a cross-shard ORDER BY ... LIMIT 10, N of each (default 1000) at
         --qps a second (default 100 / the round trip in ms, at most 200) on one
-        connection, timed from when each was due;
-        then the per-shard statement sent by mw straight to each of those hosts at
+        connection, timed from when each was due; then the per-shard statement sent by mw straight to each of those hosts at
         once, the samples of the "slowest of N" model. One host (default shard0)
         gets extra jitter: its delay line holds each chunk the delay ± D (default
         the delay itself). Trials (default 3) interleave the shard counts in random
@@ -54,10 +53,6 @@ Commands:
         query, to results/runs/netlab-tail-<time>/results.csv, with every sample
         (go run ./cmd/report --netlab CSV --out FILE draws them). Brought up by the
         run, the network has as many shard hosts as the largest count (default 8).
-        With the network down, run brings one up with up's options and tears it
-        down when it ends, however it ends.
-        One up, down or run at a time on a network: a second one, or a down
-        during a run, is refused (fault, status and exec are not).
   run routerbench [--routerbench-arg ARG]...
         seed 004's experiment as the seed had it, across hosts: routerbench (the
         database/sql driver) on mw, its two databases on shard0 and shard1 through
@@ -66,6 +61,9 @@ Commands:
         ./cmd/routerbench --help).
         Brought up by the run, the network has 2 shard hosts. Writes
         results/runs/netlab-routerbench-<time>/, routerbench's report in routerbench/.
+  With the network down, run brings one up with up's options and tears it down
+  when it ends, however it ends. One up, down or run at a time on a network: a
+  second one, or a down during a run, is refused (fault, status and exec are not).
   fault partition HOST      drops every packet to and from HOST (no reset: peers
                             time out)
   fault oneway HOST [out|in]
