@@ -92,6 +92,11 @@ type Config struct {
 	// one server connection per transaction (see AggregateSchemas): however many shards
 	// there are, the connections to that database stay within Pool.Size.
 	Aggregate bool
+	// ClientTCP sets keepalive and TCP_USER_TIMEOUT on every client connection (zero
+	// fields: backend.TCP's defaults): a client whose host vanished in the middle of a
+	// transaction is found gone about ClientTCP.UserTimeout after it last spoke, and its
+	// transaction rolled back, its server connection and locks freed.
+	ClientTCP backend.TCP
 	// Logger receives the proxy's log; nil discards it.
 	Logger *slog.Logger
 }
@@ -156,6 +161,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		cfg.Rules = merged
 	}
+	cfg.ClientTCP = cfg.ClientTCP.WithDefaults()
 	s := &Server{cfg: cfg, log: log}
 	for _, ds := range cfg.Rules.DataSources() {
 		p, err := backend.NewPool(ds.Name, ds.DSN, cfg.Pool)
@@ -300,7 +306,9 @@ func (s *Server) Serve(ln net.Listener) error {
 			defer func() { <-s.conns }()
 			if tc, ok := nc.(*net.TCPConn); ok {
 				tc.SetNoDelay(true)
-				tc.SetKeepAlive(true)
+				if err := s.cfg.ClientTCP.Apply(tc); err != nil {
+					s.log.Warn("client connection: keepalive settings", "err", err)
+				}
 			}
 			s.frontend.Serve(rawio.Wrap(nc))
 		})

@@ -24,7 +24,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardlab/shardlab/internal/postgresdb"
-	"github.com/shardlab/shardlab/proxy/rawio"
 )
 
 // Defaults for zero Options fields.
@@ -43,6 +42,11 @@ const (
 	// DefaultIdleCheck is how long a connection may sit idle before it is checked for
 	// life before reuse (a server restart leaves dead connections in the pool).
 	DefaultIdleCheck = time.Second
+	// DefaultBanTime is how long new connections to a data source are not tried after
+	// one failed to connect (pgcat's ban_time, shortened: a shard has no replica to
+	// send its statements to instead, so the ban only spares them the wait for a
+	// connect timeout each, and a healed shard should serve again soon).
+	DefaultBanTime = 5 * time.Second
 )
 
 // Options tunes a Pool. The zero value is usable.
@@ -57,6 +61,16 @@ type Options struct {
 	// IdleCheck: a connection idle for longer is pinged before it is handed out.
 	// Negative turns the check off.
 	IdleCheck time.Duration
+	// TCP sets keepalive and TCP_USER_TIMEOUT on every server connection (zero fields:
+	// the defaults, see TCP): a statement in flight on a server that the network cut off
+	// fails after about TCP.UserTimeout, naming the data source, instead of waiting for
+	// an answer that never comes.
+	TCP TCP
+	// BanTime: after a connection to the data source fails to be made (the network or
+	// a timeout, not the server's refusal), Acquire fails at once for this long
+	// instead of trying again, unless an idle connection is at hand. Negative turns it
+	// off.
+	BanTime time.Duration
 	// User and Password, when User is set, log in as that user instead of the DSN's
 	// (a pool per server user; Password "" for a login that needs none).
 	User     string
@@ -76,11 +90,19 @@ func (o Options) withDefaults() Options {
 	if o.IdleCheck == 0 {
 		o.IdleCheck = DefaultIdleCheck
 	}
+	if o.BanTime == 0 {
+		o.BanTime = DefaultBanTime
+	}
+	o.TCP = o.TCP.WithDefaults()
 	return o
 }
 
 // ErrPoolClosed is returned by Acquire after Close.
 var ErrPoolClosed = errors.New("backend: pool closed")
+
+// ErrBanned is wrapped by Acquire's error while the data source is banned (see
+// Options.BanTime).
+var ErrBanned = errors.New("backend: banned after a failed connect")
 
 // Pool is a bounded pool of connections to one data source. Connections are made on
 // demand, so a data source that is down fails only the statements that need it.
@@ -100,6 +122,10 @@ type Pool struct {
 		// base, when set (InterruptOn), ends every exchange of the pool's connections
 		// when it ends.
 		base context.Context
+		// bannedUntil: no connection is dialled before then (Options.BanTime), since
+		// the last dial failed with banErr.
+		bannedUntil time.Time
+		banErr      error
 	}
 	dialing sync.WaitGroup
 	// byServer finds a Conn by its server connection, for the notification handler.
@@ -110,6 +136,7 @@ type Pool struct {
 		pinned, resets, stateChecks atomic.Int64
 		opened, closed, timeouts    atomic.Int64
 		acquires, waitedNanoseconds atomic.Int64
+		bans, deadIdle              atomic.Int64
 	}
 }
 
@@ -124,7 +151,7 @@ func NewPool(name, dsn string, o Options) (*Pool, error) {
 	if o.User != "" {
 		cfg.User, cfg.Password = o.User, o.Password
 	}
-	cfg.DialFunc = rawio.Wrapping(cfg.DialFunc)
+	cfg.DialFunc = o.TCP.Dial()
 	if cfg.ConnectTimeout == 0 || cfg.ConnectTimeout > o.ConnectTimeout {
 		cfg.ConnectTimeout = o.ConnectTimeout
 	}
@@ -249,6 +276,13 @@ func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration, interrupt 
 			p.mu.idle = p.mu.idle[:n-1]
 		}
 		if c == nil {
+			if now := time.Now(); now.Before(p.mu.bannedUntil) {
+				err := fmt.Errorf("%w %v ago (ban time %v): %w", ErrBanned,
+					(p.opts.BanTime - p.mu.bannedUntil.Sub(now)).Round(time.Millisecond), p.opts.BanTime, p.mu.banErr)
+				p.mu.Unlock()
+				<-p.tokens
+				return nil, err
+			}
 			p.dialing.Add(1)
 		}
 		base = p.mu.base
@@ -258,6 +292,11 @@ func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration, interrupt 
 		}
 		if p.opts.IdleCheck > 0 && time.Since(c.lastUsed) > p.opts.IdleCheck && !p.alive(ctx, c) {
 			p.discard(c)
+			if ctx.Err() == nil {
+				// A server restart or a network cut killed the others too: checking
+				// them one by one would make this statement wait for each.
+				p.discardIdle()
+			}
 			continue
 		}
 		p.stats.inUse.Add(1)
@@ -267,6 +306,7 @@ func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration, interrupt 
 	defer p.dialing.Done()
 	pg, err := pgconn.ConnectConfig(ctx, p.cfg)
 	if err != nil {
+		p.noteDialFailure(ctx, err)
 		<-p.tokens
 		return nil, err
 	}
@@ -283,6 +323,33 @@ func (p *Pool) alive(ctx context.Context, c *Conn) bool {
 	ctx, cancel := context.WithTimeout(ctx, p.opts.ConnectTimeout)
 	defer cancel()
 	return c.pg.Ping(ctx) == nil
+}
+
+// noteDialFailure bans the data source (Options.BanTime) after a dial that failed for
+// the network's or a timeout's sake; not after the server's refusal (a login error,
+// too many connections), nor a dial its caller gave up.
+func (p *Pool) noteDialFailure(ctx context.Context, err error) {
+	var pe *pgconn.PgError
+	if p.opts.BanTime < 0 || ctx.Err() != nil || errors.As(err, &pe) {
+		return
+	}
+	p.stats.bans.Add(1)
+	p.mu.Lock()
+	p.mu.bannedUntil = time.Now().Add(p.opts.BanTime)
+	p.mu.banErr = err
+	p.mu.Unlock()
+}
+
+// discardIdle closes every idle connection.
+func (p *Pool) discardIdle() {
+	p.mu.Lock()
+	idle := p.mu.idle
+	p.mu.idle = nil
+	p.mu.Unlock()
+	for _, c := range idle {
+		p.stats.deadIdle.Add(1)
+		p.discard(c)
+	}
 }
 
 // Release gives a connection back. With reuse false, or when the connection is not
@@ -371,6 +438,11 @@ type Stats struct {
 	Closed      int64 // connections ever closed
 	Timeouts    int64 // Acquire calls that gave up after the checkout timeout
 	Acquires    int64
+	// Bans counts the failed dials that banned the data source (Options.BanTime), and
+	// IdleDropped the idle connections closed unchecked because another one failed
+	// its check.
+	Bans        int64
+	IdleDropped int64
 	// WaitTime is the total time Acquire calls waited for a free connection.
 	WaitTime time.Duration
 }
@@ -385,6 +457,6 @@ func (p *Pool) Stats() Stats {
 		InUse: p.stats.inUse.Load(), Idle: idle, Waiting: p.stats.waiting.Load(), TurnWaiting: p.stats.turnWaiting.Load(), Pinned: p.stats.pinned.Load(),
 		Resets: p.stats.resets.Load(), StateChecks: p.stats.stateChecks.Load(),
 		Opened: p.stats.opened.Load(), Closed: p.stats.closed.Load(), Timeouts: p.stats.timeouts.Load(),
-		Acquires: p.stats.acquires.Load(), WaitTime: time.Duration(p.stats.waitedNanoseconds.Load()),
+		Acquires: p.stats.acquires.Load(), Bans: p.stats.bans.Load(), IdleDropped: p.stats.deadIdle.Load(), WaitTime: time.Duration(p.stats.waitedNanoseconds.Load()),
 	}
 }

@@ -1,0 +1,46 @@
+package backend_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/shardlab/shardlab/proxy/backend"
+)
+
+// TestBanAfterFailedConnect: after a connection to a data source fails to be made, the
+// next Acquire fails at once with ErrBanned, naming the first failure, until the ban
+// time has passed; then a dial is tried again.
+func TestBanAfterFailedConnect(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+	const ban = 500 * time.Millisecond
+	p, err := backend.NewPool("ds_x", fmt.Sprintf("postgres://postgres@%s/db?sslmode=disable", addr), backend.Options{Size: 2, BanTime: ban})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	if _, err := p.Acquire(ctx); err == nil || errors.Is(err, backend.ErrBanned) {
+		t.Fatalf("first Acquire: %v, want the connect error", err)
+	}
+	start := time.Now()
+	_, err = p.Acquire(ctx)
+	if !errors.Is(err, backend.ErrBanned) || time.Since(start) > 100*time.Millisecond {
+		t.Fatalf("Acquire while banned: %v after %v, want ErrBanned at once", err, time.Since(start))
+	}
+	time.Sleep(ban)
+	if _, err := p.Acquire(ctx); err == nil || errors.Is(err, backend.ErrBanned) {
+		t.Fatalf("Acquire after the ban: %v, want a new connect error", err)
+	}
+	if st := p.Stats(); st.Bans != 2 || st.InUse != 0 || st.Opened != 0 {
+		t.Errorf("stats %+v, want 2 bans, nothing in use or opened", st)
+	}
+}
