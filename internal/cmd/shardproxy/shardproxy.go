@@ -51,20 +51,23 @@ Flags:
 `
 
 type options struct {
-	listen, database, config, addrFile string
-	shards, sharded, broadcast         []string
-	poolMode                           string
-	poolSize, maxClients, maxMessage   int
-	maxHeld                            int64
-	procs, maxTransactions             int
-	checkoutTimeout, connectTimeout    time.Duration
-	shutdownTimeout, lockWaitTimeout   time.Duration
-	deadlockInterval, crossPoolWait    time.Duration
-	statsInterval, settleInterval      time.Duration
-	adminDatabase, metricsListen       string
-	users, tlsCert, tlsKey, logLevel   string
-	twoPhase, aggregate                bool
-	cpuProfile                         string
+	listen, database, config, addrFile  string
+	shards, sharded, broadcast          []string
+	poolMode                            string
+	poolSize, maxClients, maxMessage    int
+	maxHeld                             int64
+	procs, maxTransactions              int
+	checkoutTimeout, connectTimeout     time.Duration
+	shutdownTimeout, lockWaitTimeout    time.Duration
+	deadlockInterval, crossPoolWait     time.Duration
+	statsInterval, settleInterval       time.Duration
+	adminDatabase, metricsListen        string
+	users, tlsCert, tlsKey, logLevel    string
+	twoPhase, aggregate                 bool
+	cpuProfile                          string
+	keepIdle, keepInterval, userTimeout time.Duration
+	keepCount                           int
+	banTime                             time.Duration
 }
 
 type list []string
@@ -91,6 +94,11 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.poolSize, "pool-size", backend.DefaultSize, "server connections per data source")
 	fs.DurationVar(&o.checkoutTimeout, "checkout-timeout", backend.DefaultCheckoutTimeout, "how long a statement waits for a free server connection before it fails (53300)")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", backend.DefaultConnectTimeout, "bound on connecting to a shard")
+	fs.DurationVar(&o.keepIdle, "tcp-keepalive-idle", backend.DefaultKeepAliveIdle, "client and server connections: silence before the first TCP keepalive probe; 0 turns probes off")
+	fs.DurationVar(&o.keepInterval, "tcp-keepalive-interval", backend.DefaultKeepAliveInterval, "time between TCP keepalive probes")
+	fs.IntVar(&o.keepCount, "tcp-keepalive-count", backend.DefaultKeepAliveCount, "unanswered TCP keepalive probes after which a connection fails")
+	fs.DurationVar(&o.userTimeout, "tcp-user-timeout", backend.DefaultUserTimeout, "client and server connections: data or probes unacknowledged this long end the connection (TCP_USER_TIMEOUT): a statement that needs a shard the network cut off fails with 08006 after about this long, a client that vanished mid-transaction loses it; a live peer running a long query is never cut. 0 leaves the system's behaviour (about 15 minutes)")
+	fs.DurationVar(&o.banTime, "ban-time", backend.DefaultBanTime, "after a connection to a shard fails to be made (network or timeout), statements that need a new one fail at once (08006) for this long instead of each waiting for --connect-timeout; 0 turns it off")
 	fs.IntVar(&o.maxClients, "max-clients", proxy.DefaultMaxClients, "client connections at most; the next gets FATAL 53300")
 	fs.IntVar(&o.maxMessage, "max-message-size", 64<<20, "largest client message in bytes; a larger one ends the connection")
 	fs.Int64Var(&o.maxHeld, "max-held-memory", 1<<30, "bytes of rows one statement may hold when its answer is read whole before it is merged (aggregates and DISTINCT across shards, text sorted under a collation, RETURNING, portals executed with a row limit); past it the statement fails with 54000; streamed answers hold a few batches whatever their size")
@@ -147,6 +155,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("%w: --settle-interval must be positive, got %v", ErrUsage, o.settleInterval)
 	case o.checkoutTimeout <= 0 || o.connectTimeout <= 0 || o.shutdownTimeout < 0 || o.lockWaitTimeout < 0 || o.deadlockInterval < 0 || o.statsInterval < 0:
 		return nil, fmt.Errorf("%w: --checkout-timeout and --connect-timeout must be positive, --shutdown-timeout, --lock-wait-timeout, --deadlock-interval and --stats-interval not negative", ErrUsage)
+	case o.keepIdle < 0 || o.keepInterval <= 0 || o.keepCount < 1 || o.userTimeout < 0 || o.banTime < 0:
+		return nil, fmt.Errorf("%w: --tcp-keepalive-interval and --tcp-keepalive-count must be positive, --tcp-keepalive-idle, --tcp-user-timeout and --ban-time not negative", ErrUsage)
 	case o.maxHeld < 1<<20:
 		return nil, fmt.Errorf("%w: --max-held-memory must be at least 1048576 bytes (1 MB), got %d", ErrUsage, o.maxHeld)
 	case o.maxMessage < 1024:
@@ -213,8 +223,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := proxy.Config{
 		Rules: rs, Database: o.database, MaxClients: o.maxClients, MaxMessage: o.maxMessage, MaxHeld: o.maxHeld, TwoPhase: o.twoPhase, SettleInterval: o.settleInterval, Aggregate: o.aggregate,
 		LockWaitTimeout: o.lockWaitTimeout, DeadlockInterval: deadlockInterval(o.deadlockInterval), CrossPoolWait: o.crossPoolWait, MaxTransactions: o.maxTransactions, StatsInterval: o.statsInterval, AdminDatabase: o.adminDatabase,
-		Pool:   backend.Options{Size: o.poolSize, CheckoutTimeout: o.checkoutTimeout, ConnectTimeout: o.connectTimeout},
-		Logger: log,
+		Pool:      backend.Options{Size: o.poolSize, CheckoutTimeout: o.checkoutTimeout, ConnectTimeout: o.connectTimeout, TCP: tcpFlags(o), BanTime: offIfZero(o.banTime)},
+		ClientTCP: tcpFlags(o),
+		Logger:    log,
 	}
 	if o.poolMode == "session" {
 		cfg.PoolMode = router.PoolSession
@@ -319,4 +330,19 @@ func DefaultProcs(numCPU int) int {
 		return 1
 	}
 	return 0
+}
+
+// tcpFlags maps the --tcp-* flags, whose 0 means off, to backend.TCP, whose 0 means
+// the default.
+func tcpFlags(o *options) backend.TCP {
+	return backend.TCP{KeepAliveIdle: offIfZero(o.keepIdle), KeepAliveInterval: o.keepInterval,
+		KeepAliveCount: o.keepCount, UserTimeout: offIfZero(o.userTimeout)}
+}
+
+// offIfZero maps a flag's 0 (off) to the library's negative (off; 0 is its default).
+func offIfZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
