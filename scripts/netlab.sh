@@ -61,6 +61,28 @@ Commands:
         ./cmd/routerbench --help).
         Brought up by the run, the network has 2 shard hosts. Writes
         results/runs/netlab-routerbench-<time>/, routerbench's report in routerbench/.
+  run faults [--faults LIST] [--faulty HOST] [--hold S] [--settle S] [--workers N]
+             [--bound D] [--two-phase] [--vanish-bound S] [--pool-size N]
+             [--proxy-arg ARG]...
+        the proxy's reliability across the network: shard-proxy on mw over the
+        shard hosts (4 when the run brings the network up), traffic through it from
+        the client (faultload: --workers connections, each on the keys of one shard,
+        reading fault_items and inserting into fault_acks, half the writes two-key
+        transactions with --two-phase), and one shard host (default shard1) failing in turn in each
+        way of LIST (default partition,oneway,slow,loss: both ways; what it sends
+        dropped; 200 ms added to its answers; 5% of its packets lost; oneway-in is
+        what it is sent dropped), each held --hold seconds (default 40, longer than
+        the proxy's --tcp-user-timeout of 30 s), healed,
+        and watched --settle seconds (default 15). Per fault: the other shards'
+        statements and latency beside before, the faulty shard's failures, the
+        time to detect and to recover, the longest a failing statement took,
+        hangs (no answer within --bound, default 60s) and the errors seen. Then:
+        every acknowledged write read back, no two-key transaction torn, nothing
+        in doubt (pg_prepared_xacts), and a client host that vanishes in a
+        transaction holding a row lock, timed until the lock is released (at
+        most --vanish-bound seconds, default 120). Writes
+        results/runs/netlab-faults-<time>/results.csv, events.csv and run.txt;
+        fails when a write is lost, a pair torn or a transaction left in doubt.
   With the network down, run brings one up with up's options and tears it down
   when it ends, however it ends. One up, down or run at a time on a network: a
   second one, or a down during a run, is refused (fault, status and exec are not).
@@ -196,6 +218,8 @@ lab=netlab state_root=${SHARDLAB_NETLAB_STATE:-/run/shardlab-netlab} bin_dir="" 
 shards="" preset_name="" rtt_opt="" delay_opt="" jitter_opt="" loss_opt="" rate_opt=""
 count=200 probes="" verify=1
 clients=8 time_s=10 mode=prepared scale=1 pool_size=10 proxy_args=() routerbench_args=()
+fault_kinds=(partition oneway slow loss) fault_hold=40 fault_settle=15 fault_warm=10 fault_workers=8 fault_keys=10000
+fault_bound=60s faulty_host=shard1 two_phase=0 vanish_bound=120
 qps=200 trials=3 shard_counts=1,2,4,8 jitter_host=shard0 extra_jitter="" extra_jitter_us="" tail_rows=100000
 up_opts=() run_opts=() positional=() exec_cmd=()
 need() { [[ $# -ge 2 && -n $2 && $2 != --* ]] || bad "$1 needs a value"; }
@@ -213,6 +237,14 @@ while [[ $# -gt 0 ]]; do
 	--count) need "$@"; count=$2; run_opts+=("$1"); shift 2 ;;
 	--clients) need "$@"; clients=$2; run_opts+=("$1"); shift 2 ;;
 	--qps) need "$@"; qps=$2; run_opts+=("$1"); shift 2 ;;
+	--faults) need "$@"; IFS=, read -ra fault_kinds <<<"$2"; run_opts+=("$1"); shift 2 ;;
+	--hold) need "$@"; fault_hold=$2; run_opts+=("$1"); shift 2 ;;
+	--settle) need "$@"; fault_settle=$2; run_opts+=("$1"); shift 2 ;;
+	--faulty) need "$@"; faulty_host=$2; run_opts+=("$1"); shift 2 ;;
+	--workers) need "$@"; fault_workers=$2; run_opts+=("$1"); shift 2 ;;
+	--bound) need "$@"; fault_bound=$2; run_opts+=("$1"); shift 2 ;;
+	--vanish-bound) need "$@"; vanish_bound=$2; run_opts+=("$1"); shift 2 ;;
+	--two-phase) two_phase=1; run_opts+=("$1"); shift ;;
 	--trials) need "$@"; trials=$2; run_opts+=("$1"); shift 2 ;;
 	--shard-counts) need "$@"; shard_counts=$2; run_opts+=("$1"); shift 2 ;;
 	--jitter-host) need "$@"; jitter_host=$2; run_opts+=("$1"); shift 2 ;;
@@ -567,6 +599,7 @@ listen_addresses = '$addr'
 port = $pg_raw_port
 unix_socket_directories = ''
 max_connections = 100
+max_prepared_transactions = 20
 shared_buffers = 32MB
 fsync = off
 full_page_writes = off
@@ -862,6 +895,13 @@ do_fault() {
 		return 0
 	fi
 	check_host "$h"
+	apply_fault "$kind" "$h" "$arg"
+	note "$h: $kind${arg:+ $arg}"
+}
+
+# apply_fault KIND HOST [ARG]: the fault, on a lab that is up (fault, and run faults).
+apply_fault() {
+	local kind=$1 h=$2 arg=${3:-}
 	case $kind in
 	partition)
 		[[ -z $arg ]] || bad "fault partition takes only a host"
@@ -897,7 +937,6 @@ do_fault() {
 		;;
 	*) bad "unknown fault '$kind': partition, oneway, slow, loss or heal" ;;
 	esac
-	note "$h: $kind${arg:+ $arg}"
 }
 
 heal() {
@@ -1216,6 +1255,149 @@ tail_restore_jitter() {
 		note "could not take the extra jitter off $jitter_host's delay line: netlab.sh down clears it"
 }
 
+# --- faults, measured ------------------------------------------------------------------
+# fault_spec KIND: how run faults applies a fault kind: "NFT-KIND ARG".
+fault_spec() {
+	case $1 in
+	partition) echo "partition" ;;
+	oneway) echo "oneway out" ;;
+	oneway-in) echo "oneway in" ;;
+	slow) echo "slow 200ms" ;;
+	loss) echo "loss 5" ;;
+	*) return 1 ;;
+	esac
+}
+now_us() { date +%s%6N; }
+
+# run_faults: traffic through shard-proxy over the shard hosts while one of them fails
+# in turn in each way, and what it did (see usage).
+run_faults() {
+	build_bins shard-proxy faultload
+	local n i shards_n args=() dsn kind spec
+	shards_n=$(state_get shards)
+	((${faulty_host#shard} < shards_n)) || die "--faulty $faulty_host: lab $lab has $shards_n shard hosts"
+	for ((i = 0; i < shards_n; i++)); do
+		in_ns "shard$i" env PGOPTIONS="-c client_min_messages=warning" psql "$(shard_dsn "$i" $pg_raw_port)" -X -q -v ON_ERROR_STOP=1 \
+			-c "DROP DATABASE IF EXISTS faults WITH (FORCE)" -c "CREATE DATABASE faults" >/dev/null ||
+			die "could not create the database faults on shard$i"
+		args+=(--shard "postgres://postgres@$(shard_addr "$i"):$pg_port/faults?sslmode=disable")
+	done
+	((two_phase)) && args+=(--two-phase)
+	start_run netlab-faults-
+	local total=$((fault_warm + ${#fault_kinds[@]} * (fault_hold + fault_settle) + 5))
+	{
+		echo "workload: faultload run, $fault_workers workers (each on one shard's keys) through shard-proxy on mw over $shards_n shard hosts$( ((two_phase)) && echo ", --two-phase, half the writes two-key transactions"): reads of fault_items and inserts into fault_acks, a statement every 10 ms per worker, each given up after $fault_bound"
+		echo "faults: on $faulty_host (data source ds_${faulty_host#shard}), in turn: ${fault_kinds[*]}; each held ${fault_hold} s, then healed and watched ${fault_settle} s; ${fault_warm} s of traffic before the first"
+		echo "proxy: ${proxy_args[*]:-its defaults}"
+	} >>"$run_dir/run.txt"
+	start_proxy "$run_dir/logs/shard-proxy.log" --database faults "${args[@]}" --sharded fault_items=id --sharded fault_acks=id \
+		--pool-size "$pool_size" "${proxy_args[@]}"
+	dsn="postgres://postgres@$mw_addr:$mw_port/faults?sslmode=disable&connect_timeout=5"
+	"$(bin faultload)" schema | in_ns client psql "$dsn" -X -q -v ON_ERROR_STOP=1 >/dev/null ||
+		die "could not create the tables through the proxy"
+	awk -v n="$fault_keys" 'BEGIN { for (i = 1; i <= n; i++) print i }' |
+		in_ns client psql "$dsn" -X -q -v ON_ERROR_STOP=1 -c "\\copy fault_items (id) FROM STDIN" >/dev/null || die "could not load fault_items"
+	: >"$run_dir/shard-map.csv"
+	for ((i = 0; i < shards_n; i++)); do
+		in_ns "shard$i" psql "postgres://postgres@$(shard_addr "$i"):$pg_raw_port/faults?sslmode=disable" -X -q -At -F, \
+			-c "SELECT id, $i FROM fault_items" >>"$run_dir/shard-map.csv"
+	done
+	n=$(wc -l <"$run_dir/shard-map.csv")
+	((n == fault_keys)) || die "the shards hold $n of fault_items' $fault_keys rows"
+	verify "$run_dir/rtt.txt" || die "not measured: the round trips are off the preset's (see $(show_path "$run_dir")/rtt.txt)"
+	echo "rtt_check: $(state_get rtt_check)" >>"$run_dir/run.txt"
+
+	note "traffic for $total s; faults on $faulty_host: ${fault_kinds[*]}"
+	local pairs=()
+	((two_phase)) && pairs=(--pairs)
+	in_ns client "$(bin faultload)" run --workers "$fault_workers" --keys "$fault_keys" --shard-map "$run_dir/shard-map.csv" --bound "$fault_bound" \
+		--duration "${total}s" "${pairs[@]}" --events "$run_dir/events.csv" "$dsn" >"$run_dir/logs/faultload.txt" 2>&1 9>&- &
+	local load_pid=$!
+	sleep "$fault_warm"
+	: >"$run_dir/windows.csv"
+	local begin healed
+	local spec_kind spec_arg
+	for kind in "${fault_kinds[@]}"; do
+		spec=$(fault_spec "$kind")
+		read -r spec_kind spec_arg <<<"$spec"
+		begin=$(now_us)
+		apply_fault "$spec_kind" "$faulty_host" "${spec_arg:-}"
+		note "$faulty_host: $kind for $fault_hold s"
+		sleep "$fault_hold"
+		heal "$faulty_host"
+		healed=$(now_us)
+		echo "$kind,${faulty_host#shard},$begin,$healed" >>"$run_dir/windows.csv"
+		note "$faulty_host healed; watching $fault_settle s"
+		sleep "$fault_settle"
+	done
+	wait "$load_pid" || { cat "$run_dir/logs/faultload.txt" >&2; die "the traffic failed"; }
+
+	# What is left once healed: transactions in doubt on the shards, the pools.
+	local in_doubt=0 d
+	for ((i = 0; i < shards_n; i++)); do
+		d=$(in_ns "shard$i" psql "postgres://postgres@$(shard_addr "$i"):$pg_raw_port/faults?sslmode=disable" -X -q -At -c "SELECT count(*) FROM pg_prepared_xacts") || d=unknown
+		[[ $d == 0 ]] || in_doubt=$((in_doubt + ${d/unknown/1}))
+	done
+	in_ns client psql "postgres://postgres@$mw_addr:$mw_port/shardlab?sslmode=disable&connect_timeout=5" -X -c "SHOW POOLS" >"$run_dir/pools.txt" 2>&1 || true
+	in_ns client psql "$dsn" -X -q -At -c "\\copy (SELECT id, worker, seq FROM fault_acks) TO STDOUT (FORMAT csv)" >"$run_dir/found.csv" ||
+		die "could not read fault_acks back through the proxy"
+	local vanish
+	vanish=$(client_vanish)
+
+	local status=ok line
+	line=$("$(bin faultload)" analyze --events "$run_dir/events.csv" --windows "$run_dir/windows.csv" --shard-map "$run_dir/shard-map.csv" \
+		--found "$run_dir/found.csv" --out "$run_dir/results.csv") || status=failed
+	run_info_finish "$run_dir/run.txt"
+	{
+		echo "statements: $(cat "$run_dir/logs/faultload.txt")"
+		echo "writes: $line"
+		echo "in doubt after healing (pg_prepared_xacts, every shard): $in_doubt"
+		echo "client vanished in a transaction holding a row lock: $vanish"
+		echo "result (per fault on ds_${faulty_host#shard}; ms):"
+		awk -F, 'NR > 1 { printf "  %-9s others p99 %s -> %s (%s errors of %s); faulty: %s of %s failed, detect %s, longest failure %s, recover %s, after recovery %s errors of %s, hangs %s, %s errors naming the shard\n", $1, $6, $10, $8, $7, $12, $11, $14, $15, $16, $18, $17, $19, $20 }' "$run_dir/results.csv"
+	} | tee -a "$run_dir/run.txt"
+	echo "results: $(show_path "$run_dir")" >&2
+	((in_doubt == 0)) || status=failed
+	[[ $status == ok ]] || die "faults: $line; in doubt $in_doubt"
+}
+
+# client_vanish: a client in a transaction that holds a row lock, whose host then
+# vanishes (partitioned, no reset); prints how long until the row's lock was released
+# (the proxy found the client gone and rolled its transaction back), as seen by a
+# statement on the row's shard host that waits for it. The client connects straight to
+# the proxy's own port, which mw opens to it for this: through mw's delay line it would
+# be the delay line's keepalive, not the proxy's, that found the client gone.
+client_vanish() {
+	local dsn="postgres://postgres@$mw_addr:$mw_raw_port/faults?sslmode=disable&connect_timeout=5" shard_i t0 t1 i handle
+	shard_i=$(awk -F, '$1 == 1 { print $2 }' "$run_dir/shard-map.csv")
+	in_ns mw nft insert rule inet netlab input ip saddr "$client_addr" tcp dport "$mw_raw_port" accept comment '"client-vanish"'
+	handle=$(in_ns mw nft -a list chain inet netlab input | awk '/client-vanish/ { print $NF }')
+	in_ns client bash -c '{ echo "BEGIN;"; echo "UPDATE fault_items SET n = n + 1 WHERE id = 1;"; echo "SELECT '"'locked'"';"; sleep 3600; } | psql "$1" -X -q -At' \
+		_ "$dsn" >"$run_dir/logs/vanish-client.txt" 2>&1 </dev/null 9>&- &
+	for _ in $(seq 100); do
+		grep -q locked "$run_dir/logs/vanish-client.txt" && break
+		sleep 0.1
+	done
+	if grep -q locked "$run_dir/logs/vanish-client.txt"; then
+		apply_fault partition client
+		t0=$(now_us)
+		local out released=0
+		out=$(in_ns "shard$shard_i" psql "postgres://postgres@$(shard_addr "$shard_i"):$pg_raw_port/faults?sslmode=disable" -X -q -At \
+			-c "SET lock_timeout = '${vanish_bound}s'" -c "UPDATE fault_items SET n = n WHERE id = 1" 2>&1) && released=1
+		t1=$(now_us)
+		heal client
+		if ((released)); then
+			awk -v a="$t0" -v b="$t1" 'BEGIN { printf "released after %.1f s\n", (b - a) / 1e6 }'
+		else
+			echo "NOT released within ${vanish_bound} s (${out//$'\n'/ })"
+		fi
+	else
+		echo "not measured: the client's transaction did not start ($(tr '\n' ' ' <"$run_dir/logs/vanish-client.txt"))"
+	fi
+	for i in $(ip netns pids "$(ns client)" 2>/dev/null); do kill "$i" 2>/dev/null || true; done
+	[[ -z $handle ]] || in_ns mw nft delete rule inet netlab input handle "$handle"
+}
+
 # run_routerbench: seed 004's experiment with the database/sql driver on mw and its two
 # databases on two shard hosts, across the shaped links.
 run_routerbench() {
@@ -1247,15 +1429,17 @@ run_routerbench() {
 }
 
 do_run() {
-	((${#positional[@]} == 1)) || bad "run takes one experiment: ping, pgbench, tail or routerbench"
+	((${#positional[@]} == 1)) || bad "run takes one experiment: ping, pgbench, tail, routerbench or faults"
 	local experiment=${positional[0]}
-	[[ $experiment =~ ^(ping|pgbench|tail|routerbench)$ ]] || bad "unknown experiment '$experiment': ping, pgbench, tail or routerbench"
+	[[ $experiment =~ ^(ping|pgbench|tail|routerbench|faults)$ ]] || bad "unknown experiment '$experiment': ping, pgbench, tail, routerbench or faults"
 	local o want
 	for o in "${run_opts[@]}"; do
 		case $o in
 		--count) want="ping tail" ;;
 		--qps | --trials | --shard-counts | --jitter-host | --extra-jitter | --rows) want="tail" ;;
 		--routerbench-arg) want=routerbench ;;
+		--faults | --hold | --settle | --faulty | --workers | --bound | --vanish-bound | --two-phase) want=faults ;;
+		--pool-size | --proxy-arg) want="pgbench faults" ;;
 		*) want=pgbench ;;
 		esac
 		[[ " $want " == *" $experiment "* ]] || bad "$o is for run ${want// / or run }"
@@ -1271,6 +1455,19 @@ do_run() {
 		command -v pgbench >/dev/null || bad "pgbench is not installed (postgresql-client / postgresql-15)"
 		;;
 	routerbench) [[ -n $shards ]] || shards=2 ;;
+	faults)
+		local f
+		((${#fault_kinds[@]})) || bad "--faults takes fault kinds separated by commas"
+		for f in "${fault_kinds[@]}"; do fault_spec "$f" >/dev/null || bad "--faults: unknown fault '$f': partition, oneway, oneway-in, slow or loss"; done
+		posint --hold "$fault_hold"
+		posint --settle "$fault_settle"
+		posint --workers "$fault_workers"
+		posint --pool-size "$pool_size"
+		posint --vanish-bound "$vanish_bound"
+		[[ $fault_bound =~ ^[1-9][0-9]*s$ ]] || bad "--bound takes whole seconds such as 60s, got '$fault_bound'"
+		[[ $faulty_host =~ ^shard[0-9]+$ ]] || bad "--faulty takes a shard host (shard0, shard1 ...), got '$faulty_host'"
+		[[ -n $shards ]] || shards=4
+		;;
 	tail)
 		[[ " ${run_opts[*]} " == *" --count "* ]] || count=1000
 		posint --count "$count"
@@ -1308,6 +1505,7 @@ do_run() {
 	pgbench) run_pgbench ;;
 	tail) run_tail ;;
 	routerbench) run_routerbench ;;
+	faults) run_faults ;;
 	esac
 }
 

@@ -162,6 +162,31 @@ func TestRun(t *testing.T) {
 		t.Errorf("lost %v, torn %v of %d rows", lost, torn, len(found))
 	}
 
+	// Workers on one shard's keys each: worker 0 on 1-50, worker 1 on 51-100; a pair's
+	// second key on the next shard.
+	var low, high []int64
+	for k := int64(1); k <= 100; k++ {
+		if k <= 50 {
+			low = append(low, k)
+		} else {
+			high = append(high, k)
+		}
+	}
+	events = nil
+	rctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	faultload.Run(rctx, faultload.Traffic{DSN: dsn, Workers: 2, Keys: 100, ByShard: [][]int64{low, high}, Pairs: true, Bound: 5 * time.Second, Pace: time.Millisecond},
+		func(e faultload.Event) { events = append(events, e) })
+	for _, e := range events {
+		own, next := e.Key <= 50, e.Key2 <= 50
+		if (e.Worker == 0) != own || (e.Op == faultload.Pair && next == own) {
+			t.Errorf("worker %d sent %s on keys %d, %d", e.Worker, e.Op, e.Key, e.Key2)
+		}
+	}
+	if len(events) < 4 {
+		t.Errorf("%d events", len(events))
+	}
+
 	// A server that does not answer within the bound: a hang, and the worker goes on
 	// with a new connection.
 	if _, err := conn.Exec(ctx, "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$;"+

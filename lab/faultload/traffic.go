@@ -34,6 +34,11 @@ type Traffic struct {
 	Workers int    // connections, each one statement at a time
 	// Keys are the ids of fault_items, 1 to Keys.
 	Keys int64
+	// ByShard, when set, holds the keys of each shard: worker w then reads and writes
+	// the keys of shard w mod len(ByShard) only (a pair's second key is on the next
+	// shard), so that a shard that stops answering holds up its own workers, not every
+	// worker, as independent clients would not be held up either.
+	ByShard [][]int64
 	// Pace is the gap between one worker's statements (0: none).
 	Pace time.Duration
 	// Pairs makes every other write a transaction that inserts two keys (likely on two
@@ -84,6 +89,11 @@ func Run(ctx context.Context, t Traffic, emit func(Event)) error {
 	if t.Workers < 1 || t.Keys < 2 || t.Bound <= 0 {
 		return errors.New("faultload: want workers >= 1, keys >= 2 and a positive bound")
 	}
+	for i, keys := range t.ByShard {
+		if len(keys) == 0 {
+			return fmt.Errorf("faultload: shard %d has no keys", i)
+		}
+	}
 	if t.ConnectTimeout <= 0 {
 		t.ConnectTimeout = 5 * time.Second
 	}
@@ -104,6 +114,13 @@ func Run(ctx context.Context, t Traffic, emit func(Event)) error {
 
 func worker(ctx context.Context, t Traffic, w int, emit func(Event)) {
 	rng := rand.New(rand.NewPCG(t.Seed, uint64(w)))
+	pick := func(int) int64 { return 1 + rng.Int64N(t.Keys) }
+	if n := len(t.ByShard); n > 0 {
+		pick = func(shard int) int64 {
+			keys := t.ByShard[shard%n]
+			return keys[rng.IntN(len(keys))]
+		}
+	}
 	var conn *pgconn.PgConn
 	defer func() {
 		if conn != nil {
@@ -119,13 +136,13 @@ func worker(ctx context.Context, t Traffic, w int, emit func(Event)) {
 			case <-time.After(t.Pace):
 			}
 		}
-		e := Event{Worker: w, Op: Read, Key: 1 + rng.Int64N(t.Keys)}
+		e := Event{Worker: w, Op: Read, Key: pick(w)}
 		switch {
 		case i%2 == 0:
 		case t.Pairs && i%4 == 1:
-			e.Op, e.Key2 = Pair, 1+rng.Int64N(t.Keys)
+			e.Op, e.Key2 = Pair, pick(w+1)
 			for e.Key2 == e.Key {
-				e.Key2 = 1 + rng.Int64N(t.Keys)
+				e.Key2 = pick(w + 1)
 			}
 		default:
 			e.Op = Write

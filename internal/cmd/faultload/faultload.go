@@ -26,15 +26,19 @@ var ErrUsage = errors.New("usage")
 var ErrFailedCheck = errors.New("an acknowledged write is missing or a transaction is torn")
 
 const usage = `Usage:
-  faultload run [--workers N] [--keys N] [--pace D] [--pairs] [--bound D]
-                [--duration D] --events FILE DSN
+  faultload schema
+      prints the statements that create the tables the traffic uses
+  faultload run [--workers N] [--keys N] [--shard-map FILE] [--pace D] [--pairs]
+                [--bound D] [--duration D] --events FILE DSN
       traffic through the proxy at DSN until --duration ends (or SIGINT/SIGTERM):
       each worker on its own connection reads a key of fault_items (1 to --keys),
       then inserts into fault_acks, in turn; with --pairs every other insert is a
       transaction of two keys. Every statement goes to --events as a CSV line: when
       it began and ended, its keys, and its SQLSTATE and error when it failed. A
       statement without an answer within --bound is given up (code "hang") and its
-      connection dropped.
+      connection dropped. With --shard-map (id,shard lines), worker w uses the keys
+      of shard w mod the shards only, so that a shard that stops answering holds up
+      its own workers only.
   faultload analyze --events FILE --windows FILE --shard-map FILE --found FILE
                     [--out FILE]
       reads the log against the faults: --windows has a line kind,shard,begin_us,
@@ -62,7 +66,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 1, "run: seed of the keys")
 	events := fs.String("events", "", "the event log (run writes it, analyze reads it)")
 	windows := fs.String("windows", "", "analyze: the faults applied")
-	shardMap := fs.String("shard-map", "", "analyze: id,shard lines")
+	shardMap := fs.String("shard-map", "", "id,shard lines: run gives each worker one shard's keys; analyze tells the faulty shard's statements from the others'")
 	found := fs.String("found", "", "analyze: id,worker,seq lines of fault_acks read back")
 	out := fs.String("out", "", "analyze: the results CSV (default stdout)")
 	fs.Usage = func() {
@@ -71,7 +75,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if len(args) == 0 {
 		fs.Usage()
-		return fmt.Errorf("%w: give run or analyze", ErrUsage)
+		return fmt.Errorf("%w: give schema, run or analyze", ErrUsage)
 	}
 	sub := args[0]
 	if sub == "-h" || sub == "--help" || sub == "-help" {
@@ -84,6 +88,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
+	if sub == "schema" {
+		if fs.NArg() != 0 {
+			return fmt.Errorf("%w: schema takes no arguments", ErrUsage)
+		}
+		_, err := fmt.Fprintf(stdout, "%s;\n%s;\n", faultload.CreateItems, faultload.CreateAcks)
+		return err
+	}
 	if *events == "" {
 		return fmt.Errorf("%w: --events is required", ErrUsage)
 	}
@@ -94,6 +105,22 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if *workers < 1 || *keys < 2 || *bound <= 0 || *duration <= 0 || *pace < 0 {
 			return fmt.Errorf("%w: want --workers >= 1, --keys >= 2, and a positive --bound and --duration", ErrUsage)
+		}
+		var byShard [][]int64
+		if *shardMap != "" {
+			m, err := readCSV(*shardMap, 2)
+			if err != nil {
+				return err
+			}
+			for _, r := range m {
+				if r[1] < 0 || r[1] > 1000 {
+					return fmt.Errorf("%s: shard %d out of range", *shardMap, r[1])
+				}
+				for int(r[1]) >= len(byShard) {
+					byShard = append(byShard, nil)
+				}
+				byShard[r[1]] = append(byShard[r[1]], r[0])
+			}
 		}
 		f, err := os.Create(*events)
 		if err != nil {
@@ -108,7 +135,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer cancel()
 		var n, failed int
 		var werr error
-		err = faultload.Run(ctx, faultload.Traffic{DSN: fs.Arg(0), Workers: *workers, Keys: *keys, Pace: *pace, Pairs: *pairs, Bound: *bound, Seed: *seed},
+		err = faultload.Run(ctx, faultload.Traffic{DSN: fs.Arg(0), Workers: *workers, Keys: *keys, ByShard: byShard, Pace: *pace, Pairs: *pairs, Bound: *bound, Seed: *seed},
 			func(e faultload.Event) {
 				n++
 				if !e.OK() {
@@ -135,7 +162,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return analyze(*events, *windows, *shardMap, *found, *out, stdout)
 	}
-	return fmt.Errorf("%w: unknown subcommand %q: want run or analyze", ErrUsage, sub)
+	return fmt.Errorf("%w: unknown subcommand %q: want schema, run or analyze", ErrUsage, sub)
 }
 
 func readCSV(path string, fields int) ([][]int64, error) {

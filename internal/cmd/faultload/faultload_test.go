@@ -33,6 +33,9 @@ func TestRunRefusesBadArguments(t *testing.T) {
 			t.Errorf("faultload %v: %v, want a usage error", args, err)
 		}
 	}
+	if out, err := run("schema"); err != nil || !strings.Contains(out, "CREATE TABLE fault_acks") {
+		t.Errorf("schema: %v\n%s", err, out)
+	}
 	if out, err := run("--help"); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out, "faultload analyze") {
 		t.Errorf("--help: %v\n%s", err, out)
 	}
