@@ -44,3 +44,39 @@ func TestBanAfterFailedConnect(t *testing.T) {
 		t.Errorf("stats %+v, want 2 bans, nothing in use or opened", st)
 	}
 }
+
+// TestNoBanAfterSlowLogin: a data source whose TCP connection is made but whose login
+// outlasts the connect timeout (a healthy server busy forking backends) is reachable:
+// the dial fails, and the next Acquire dials again instead of failing with ErrBanned.
+func TestNoBanAfterSlowLogin(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // accepts, and never answers the startup message
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	p, err := backend.NewPool("ds_x", fmt.Sprintf("postgres://postgres@%s/db?sslmode=disable", ln.Addr()),
+		backend.Options{Size: 2, ConnectTimeout: 200 * time.Millisecond, BanTime: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i := range 2 {
+		start := time.Now()
+		_, err := p.Acquire(context.Background())
+		if err == nil || errors.Is(err, backend.ErrBanned) || time.Since(start) < 150*time.Millisecond {
+			t.Fatalf("Acquire %d: %v after %v, want the login's timeout after about 200ms", i, err, time.Since(start))
+		}
+	}
+	if st := p.Stats(); st.Bans != 0 {
+		t.Errorf("%d bans after logins that timed out on a live connection, want none", st.Bans)
+	}
+}

@@ -17,6 +17,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,10 +68,11 @@ type Options struct {
 	// fails after about TCP.UserTimeout, naming the data source, instead of waiting for
 	// an answer that never comes.
 	TCP TCP
-	// BanTime: after a connection to the data source fails to be made (the network or
-	// a timeout, not the server's refusal), Acquire fails at once for this long
-	// instead of trying again, unless an idle connection is at hand. Negative turns it
-	// off.
+	// BanTime: after the TCP connection to the data source cannot be made (refused, no
+	// route, no answer before the connect timeout), Acquire fails at once for this long
+	// instead of trying again, unless an idle connection is at hand. A failure once the
+	// TCP connection is up (the server's refusal, a slow login) bans nothing: the data
+	// source is reachable. A dial that succeeds lifts the ban. Negative turns it off.
 	BanTime time.Duration
 	// User and Password, when User is set, log in as that user instead of the DSN's
 	// (a pool per server user; Password "" for a login that needs none).
@@ -126,6 +129,9 @@ type Pool struct {
 		// the last dial failed with banErr.
 		bannedUntil time.Time
 		banErr      error
+		// connected is when a dial last succeeded: a dial that started before then and
+		// fails later bans nothing, since the data source was reachable after it began.
+		connected time.Time
 	}
 	dialing sync.WaitGroup
 	// byServer finds a Conn by its server connection, for the notification handler.
@@ -290,26 +296,39 @@ func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration, interrupt 
 		if c == nil {
 			break
 		}
-		if p.opts.IdleCheck > 0 && time.Since(c.lastUsed) > p.opts.IdleCheck && !p.alive(ctx, c) {
-			p.discard(c)
-			if ctx.Err() == nil {
-				// A server restart or a network cut killed the others too: checking
-				// them one by one would make this statement wait for each.
-				p.discardIdle()
+		if p.opts.IdleCheck > 0 && time.Since(c.lastUsed) > p.opts.IdleCheck {
+			if err := p.check(ctx, c); err != nil {
+				if ctx.Err() != nil {
+					// The caller gave up, which says nothing about the connection: it
+					// stays pooled, unless the interrupted check broke it.
+					p.putIdle(c)
+					<-p.tokens
+					return nil, ctx.Err()
+				}
+				p.discard(c)
+				if unheard(err) {
+					// The network or the server's host failed (a timeout, a reset): the
+					// connections idle as long are most likely gone too, and checking
+					// them one by one would make this statement wait for each. Those
+					// used since were fine a moment ago and stay.
+					p.discardIdleSince(time.Now().Add(-p.opts.IdleCheck))
+				}
+				continue
 			}
-			continue
 		}
 		p.stats.inUse.Add(1)
 		c.lent.Store(true)
 		return c, nil
 	}
 	defer p.dialing.Done()
+	started := time.Now()
 	pg, err := pgconn.ConnectConfig(ctx, p.cfg)
 	if err != nil {
-		p.noteDialFailure(ctx, err)
+		p.noteDialFailure(ctx, started, err)
 		<-p.tokens
 		return nil, err
 	}
+	p.noteDialSuccess()
 	p.stats.opened.Add(1)
 	p.stats.inUse.Add(1)
 	c := newConn(p, pg, base)
@@ -317,36 +336,93 @@ func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration, interrupt 
 	return c, nil
 }
 
-// alive pings a connection that sat idle: a server restart or a network cut leaves
+// check pings a connection that sat idle: a server restart or a network cut leaves
 // dead connections in a pool, and a statement should not be the one to find out.
-func (p *Pool) alive(ctx context.Context, c *Conn) bool {
+func (p *Pool) check(ctx context.Context, c *Conn) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.opts.ConnectTimeout)
 	defer cancel()
-	return c.pg.Ping(ctx) == nil
+	return c.pg.Ping(ctx)
 }
 
-// noteDialFailure bans the data source (Options.BanTime) after a dial that failed for
-// the network's or a timeout's sake; not after the server's refusal (a login error,
-// too many connections), nor a dial its caller gave up.
-func (p *Pool) noteDialFailure(ctx context.Context, err error) {
-	var pe *pgconn.PgError
-	if p.opts.BanTime < 0 || ctx.Err() != nil || errors.As(err, &pe) {
+// unheard reports whether a failed exchange heard nothing from the server: a
+// timeout, a reset, the connection ended without a word. A server that answered (a
+// FATAL error: its idle_session_timeout, an administrator's pg_terminate_backend)
+// ended that one connection and is alive.
+func unheard(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// noteDialSuccess lifts a ban: the data source is reachable.
+func (p *Pool) noteDialSuccess() {
+	p.mu.Lock()
+	p.mu.connected = time.Now()
+	p.mu.bannedUntil, p.mu.banErr = time.Time{}, nil
+	p.mu.Unlock()
+}
+
+// noteDialFailure bans the data source (Options.BanTime) after a dial that started
+// at started and could not make its TCP connection (see tcpConnectFailed); not after
+// a failure once the connection was up (the server's refusal, a login slower than
+// the connect timeout on a busy server), nor a dial its caller gave up, nor one that
+// started before a dial that has since succeeded.
+func (p *Pool) noteDialFailure(ctx context.Context, started time.Time, err error) {
+	if p.opts.BanTime < 0 || ctx.Err() != nil || !tcpConnectFailed(err) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !started.After(p.mu.connected) {
 		return
 	}
 	p.stats.bans.Add(1)
-	p.mu.Lock()
 	p.mu.bannedUntil = time.Now().Add(p.opts.BanTime)
 	p.mu.banErr = err
-	p.mu.Unlock()
 }
 
-// discardIdle closes every idle connection.
-func (p *Pool) discardIdle() {
+// tcpConnectFailed reports whether err says that no TCP connection could be made (a
+// refusal, no route, no answer to the SYN before the connect timeout), to every
+// address the dial tried: pgconn joins the errors of its attempts (each host, with and
+// without TLS), and one attempt that got a connection up proves the server reachable.
+func tcpConnectFailed(err error) bool {
+	for err != nil {
+		switch e := err.(type) {
+		case *net.OpError:
+			return e.Op == "dial"
+		case interface{ Unwrap() []error }:
+			errs := e.Unwrap()
+			for _, err := range errs {
+				if !tcpConnectFailed(err) {
+					return false
+				}
+			}
+			return len(errs) > 0
+		}
+		err = errors.Unwrap(err)
+	}
+	return false
+}
+
+// discardIdleSince closes the idle connections last used before t.
+func (p *Pool) discardIdleSince(t time.Time) {
 	p.mu.Lock()
-	idle := p.mu.idle
-	p.mu.idle = nil
+	var stale []*Conn
+	kept := p.mu.idle[:0]
+	for _, c := range p.mu.idle {
+		if c.lastUsed.Before(t) {
+			stale = append(stale, c)
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	clear(p.mu.idle[len(kept):])
+	p.mu.idle = kept
 	p.mu.Unlock()
-	for _, c := range idle {
+	for _, c := range stale {
 		p.stats.deadIdle.Add(1)
 		p.discard(c)
 	}
@@ -368,16 +444,21 @@ func (p *Pool) Release(c *Conn, reuse bool) {
 	}
 	c.lastUsed = time.Now()
 	c.TakeNotifications() // a client's, never the next one's
+	p.putIdle(c)
+	<-p.tokens
+}
+
+// putIdle pools a connection that is not lent out, or closes it when it is closed
+// already or the pool is. Whoever holds its token gives it back.
+func (p *Pool) putIdle(c *Conn) {
 	p.mu.Lock()
-	if p.mu.closed {
+	if p.mu.closed || c.pg.IsClosed() {
 		p.mu.Unlock()
 		p.discard(c)
-		<-p.tokens
 		return
 	}
 	p.mu.idle = append(p.mu.idle, c)
 	p.mu.Unlock()
-	<-p.tokens
 }
 
 // discard closes a connection. Whoever holds its token gives it back.
@@ -439,8 +520,8 @@ type Stats struct {
 	Timeouts    int64 // Acquire calls that gave up after the checkout timeout
 	Acquires    int64
 	// Bans counts the failed dials that banned the data source (Options.BanTime), and
-	// IdleDropped the idle connections closed unchecked because another one failed
-	// its check.
+	// IdleDropped the idle connections closed unchecked because another one, idle as
+	// long, failed its check without a word from the server.
 	Bans        int64
 	IdleDropped int64
 	// WaitTime is the total time Acquire calls waited for a free connection.
