@@ -199,6 +199,8 @@ type client struct {
 
 	mu   sync.Mutex
 	idle bool // waiting for a message after ReadyForQuery, outside a transaction
+	// interrupted: Shutdown set a past read deadline while the client was idle.
+	interrupted bool
 }
 
 // Send implements router.Client.
@@ -210,12 +212,31 @@ func (c *client) Flush() error { return c.wr.Flush() }
 // Receive implements router.Client.
 func (c *client) Receive() (pgproto3.FrontendMessage, error) { return c.rd.Receive() }
 
+// interruptIfIdle ends the wait of a client idle outside a transaction (Shutdown):
+// its Receive fails with a timeout, and it is told 57P01.
 func (c *client) interruptIfIdle() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.idle {
 		c.nc.SetReadDeadline(time.Unix(1, 0))
+		c.interrupted = true
 	}
+}
+
+// received notes that the client's wait for a message ended: it is no longer idle.
+// A message may have arrived just before Shutdown interrupted the wait; the past
+// deadline is then lifted, under the lock interruptIfIdle takes, so that it does not
+// fail the client's next Receive: a client that sent BEGIN may finish the transaction
+// it began, and one still outside a transaction ends once its message is answered
+// (waitable).
+func (c *client) received() {
+	c.mu.Lock()
+	c.idle = false
+	if c.interrupted {
+		c.interrupted = false
+		c.nc.SetReadDeadline(time.Time{})
+	}
+	c.mu.Unlock()
 }
 
 // fatal sends a FATAL error and flushes; the caller then closes the connection.
@@ -480,6 +501,11 @@ func (c *client) loop() {
 	s := c.srv
 	ctx := s.ctx
 	skipping := false // after an error in the extended protocol: discard until Sync
+	if c.rd.Buffered() == 0 {
+		// begin sent ReadyForQuery: a client that sends nothing is idle, and Shutdown
+		// must not wait for it (as readyForQuery).
+		c.setIdle(true)
+	}
 	for {
 		if c.rd.Buffered() == 0 && c.wr.Pending() {
 			if c.wr.Flush() != nil {
@@ -497,7 +523,7 @@ func (c *client) loop() {
 		}
 		msg, err := c.rd.Receive()
 		c.sess.StopWatching()
-		c.setIdle(false)
+		c.received()
 		if err != nil {
 			var pe *ProtocolError
 			var ne net.Error
@@ -582,7 +608,7 @@ func (c *client) adminLoop() {
 			return
 		}
 		msg, err := c.rd.Receive()
-		c.setIdle(false)
+		c.received()
 		if err != nil {
 			var pe *ProtocolError
 			if errors.As(err, &pe) {
