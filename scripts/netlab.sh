@@ -61,6 +61,14 @@ Commands:
         ./cmd/routerbench --help).
         Brought up by the run, the network has 2 shard hosts. Writes
         results/runs/netlab-routerbench-<time>/, routerbench's report in routerbench/.
+  run scenarios [--scenario-arg ARG]...
+        the lab's scenarios on PostgreSQL shards across hosts: run_all_scenarios.sh
+        --backend postgres on mw (the demo-server and loadgen there), shard i of
+        each configuration on shard host i (5 hosts when the run brings the network
+        up, as scripts/scenarios.conf goes up to 5 shards); each ARG goes to
+        run_all_scenarios.sh as given, e.g. --scenario-arg=--trials=3
+        --scenario-arg=--only=read_heavy_cachelike. Its report (findings table,
+        charts) is under scenarios/ in results/runs/netlab-scenarios-<time>/.
   run faults [--faults LIST] [--faulty HOST] [--hold S] [--settle S] [--workers N]
              [--bound D] [--two-phase] [--vanish-bound S] [--pool-size N]
              [--proxy-arg ARG]...
@@ -217,7 +225,7 @@ case $command in up | down | status | run | fault | exec) ;; *) bad "unknown com
 lab=netlab state_root=${SHARDLAB_NETLAB_STATE:-/run/shardlab-netlab} bin_dir="" runs_dir="$root/results/runs"
 shards="" preset_name="" rtt_opt="" delay_opt="" jitter_opt="" loss_opt="" rate_opt=""
 count=200 probes="" verify=1
-clients=8 time_s=10 mode=prepared scale=1 pool_size=10 proxy_args=() routerbench_args=()
+clients=8 time_s=10 mode=prepared scale=1 pool_size=10 proxy_args=() routerbench_args=() scenario_args=()
 fault_kinds=(partition oneway slow loss) fault_hold=40 fault_settle=15 fault_warm=10 fault_workers=8 fault_keys=10000
 fault_bound=60s faulty_host=shard1 two_phase=0 vanish_bound=120
 qps=200 trials=3 shard_counts=1,2,4,8 jitter_host=shard0 extra_jitter="" extra_jitter_us="" tail_rows=100000
@@ -258,6 +266,8 @@ while [[ $# -gt 0 ]]; do
 	--proxy-arg=*) proxy_args+=("${1#--proxy-arg=}"); run_opts+=(--proxy-arg); shift ;;
 	--routerbench-arg) [[ $# -ge 2 && -n $2 ]] || bad "--routerbench-arg needs a value"; routerbench_args+=("$2"); run_opts+=("$1"); shift 2 ;;
 	--routerbench-arg=*) routerbench_args+=("${1#--routerbench-arg=}"); run_opts+=(--routerbench-arg); shift ;;
+	--scenario-arg) [[ $# -ge 2 && -n $2 ]] || bad "--scenario-arg needs a value"; scenario_args+=("$2"); run_opts+=("$1"); shift 2 ;;
+	--scenario-arg=*) scenario_args+=("${1#--scenario-arg=}"); run_opts+=(--scenario-arg); shift ;;
 	--lab) need "$@"; lab=$2; shift 2 ;;
 	--state-dir) need "$@"; state_root=$2; shift 2 ;;
 	--bin-dir) need "$@"; bin_dir=$2; shift 2 ;;
@@ -488,8 +498,15 @@ lock() {
 # The EXIT trap of up and run: what they started that must not outlive them. A signal
 # exits through it (a Ctrl-C, SIGTERM, or SIGHUP when the terminal goes away).
 exit_down=0 exit_proxy_pid=""
+# What a run started or changed that its end must undo, however it ends: process groups
+# of its background jobs, the host a fault is applied to, an nftables rule it added.
+exit_groups=() exit_fault_host="" exit_nft_rule=""
 on_exit() {
 	trap '' INT TERM HUP
+	local g
+	for g in "${exit_groups[@]}"; do kill -- "-$g" 2>/dev/null || true; done
+	[[ -z $exit_fault_host ]] || heal "$exit_fault_host" || true
+	[[ -z $exit_nft_rule ]] || in_ns mw nft delete rule inet netlab input handle "$exit_nft_rule" || true
 	tail_restore_jitter
 	if [[ -n $exit_proxy_pid ]]; then
 		stop_pids pid_is_ours "$exit_proxy_pid"
@@ -1188,9 +1205,9 @@ run_tail() {
 		echo "rtt (SQL SELECT 1 round trips through the shaped path, netprobe, before the extra jitter):"
 		sed 's/^/  /' "$run_dir/rtt.txt"
 	} >>"$run_dir/run.txt"
+	tail_jitter_set=1 # before the first toxic: a failure of the second must undo the first
 	toxic "$jitter_host" delay_up upstream "$(state_get delay_us)" "$extra_us"
 	toxic "$jitter_host" delay_down downstream "$(state_get delay_us)" "$extra_us"
-	tail_jitter_set=1
 	local d0 d1 sends=0 proxy_dsn="postgres://postgres@$mw_addr:$mw_port/tail?sslmode=disable&connect_timeout=5"
 	d0=$(delayline_ticks)
 	for ((trial = 1; trial <= trials; trial++)); do
@@ -1200,12 +1217,17 @@ run_tail() {
 			tail_latency client "k$k-point-t$trial" "$proxy_dsn" "$tail_query_point" "$tail_rows"
 			tail_latency client "k$k-cross-t$trial" "$proxy_dsn" "$tail_query_cross"
 			stop_proxy
-			local pids=()
+			exit_groups=()
 			for ((i = 0; i < k; i++)); do
-				tail_latency mw "k$k-shard$i-t$trial" "postgres://postgres@$(shard_addr "$i"):$pg_port/tail$k?sslmode=disable&connect_timeout=5" "$tail_query_cross" &
-				pids+=($!)
+				# A process group of its own (setsid), without the lock's descriptor: on_exit
+				# can stop it, and it cannot hold the lab's lock past the script.
+				setsid ip netns exec "$(ns mw)" "$(bin netprobe)" latency --query "$tail_query_cross" --count "$count" --rate "$qps" --seed "$trial" \
+					--out "$run_dir/samples/k$k-shard$i-t$trial" "postgres://postgres@$(shard_addr "$i"):$pg_port/tail$k?sslmode=disable&connect_timeout=5" \
+					>/dev/null 9>&- &
+				exit_groups+=($!)
 			done
-			for i in "${pids[@]}"; do wait "$i" || die "a direct latency run over $k shards failed"; done
+			for i in "${exit_groups[@]}"; do wait "$i" || die "a direct latency run from mw over $k shards failed"; done
+			exit_groups=()
 			sends=$((sends + (2 + k) * count))
 		done
 	done
@@ -1225,6 +1247,7 @@ run_tail() {
 		local point_p50 direct_p50
 		point_p50=$(field p50_ms "$(in_ns mw "$(bin netprobe)" quantiles "$s"/k"$k"-point-t*[0-9])")
 		direct_p50=$(field p50_ms "$(in_ns mw "$(bin netprobe)" quantiles "$s"/k"$k"-shard*-all)")
+		[[ -n $point_p50 && -n $direct_p50 ]] || die "no samples to compute the model's offset over $k shards from"
 		offset=$(awk -v a="$point_p50" -v b="$direct_p50" 'BEGIN { printf "%dus\n", (a - b) * 1000 }')
 		model=$("$(bin netprobe)" slowest --offset "$offset" "$s"/k"$k"-shard*-all)
 		for q in point cross; do
@@ -1310,9 +1333,10 @@ run_faults() {
 	note "traffic for $total s; faults on $faulty_host: ${fault_kinds[*]}"
 	local pairs=()
 	((two_phase)) && pairs=(--pairs)
-	in_ns client "$(bin faultload)" run --workers "$fault_workers" --keys "$fault_keys" --shard-map "$run_dir/shard-map.csv" --bound "$fault_bound" \
-		--duration "${total}s" "${pairs[@]}" --events "$run_dir/events.csv" "$dsn" >"$run_dir/logs/faultload.txt" 2>&1 9>&- &
+	setsid ip netns exec "$(ns client)" "$(bin faultload)" run --workers "$fault_workers" --keys "$fault_keys" --shard-map "$run_dir/shard-map.csv" \
+		--bound "$fault_bound" --duration "${total}s" "${pairs[@]}" --events "$run_dir/events.csv" "$dsn" >"$run_dir/logs/faultload.txt" 2>&1 9>&- &
 	local load_pid=$!
+	exit_groups=("$load_pid")
 	sleep "$fault_warm"
 	: >"$run_dir/windows.csv"
 	local begin healed
@@ -1321,16 +1345,19 @@ run_faults() {
 		spec=$(fault_spec "$kind")
 		read -r spec_kind spec_arg <<<"$spec"
 		begin=$(now_us)
+		exit_fault_host=$faulty_host
 		apply_fault "$spec_kind" "$faulty_host" "${spec_arg:-}"
 		note "$faulty_host: $kind for $fault_hold s"
 		sleep "$fault_hold"
 		heal "$faulty_host"
+		exit_fault_host=""
 		healed=$(now_us)
 		echo "$kind,${faulty_host#shard},$begin,$healed" >>"$run_dir/windows.csv"
 		note "$faulty_host healed; watching $fault_settle s"
 		sleep "$fault_settle"
 	done
 	wait "$load_pid" || { cat "$run_dir/logs/faultload.txt" >&2; die "the traffic failed"; }
+	exit_groups=()
 
 	# What is left once healed: transactions in doubt on the shards, the pools.
 	local in_doubt=0 d
@@ -1341,8 +1368,7 @@ run_faults() {
 	in_ns client psql "postgres://postgres@$mw_addr:$mw_port/shardlab?sslmode=disable&connect_timeout=5" -X -c "SHOW POOLS" >"$run_dir/pools.txt" 2>&1 || true
 	in_ns client psql "$dsn" -X -q -At -c "\\copy (SELECT id, worker, seq FROM fault_acks) TO STDOUT (FORMAT csv)" >"$run_dir/found.csv" ||
 		die "could not read fault_acks back through the proxy"
-	local vanish
-	vanish=$(client_vanish)
+	client_vanish
 
 	local status=ok line
 	line=$("$(bin faultload)" analyze --events "$run_dir/events.csv" --windows "$run_dir/windows.csv" --shard-map "$run_dir/shard-map.csv" \
@@ -1352,9 +1378,10 @@ run_faults() {
 		echo "statements: $(cat "$run_dir/logs/faultload.txt")"
 		echo "writes: $line"
 		echo "in doubt after healing (pg_prepared_xacts, every shard): $in_doubt"
-		echo "client vanished in a transaction holding a row lock: $vanish"
+		echo "client vanished in a transaction holding a row lock: $vanish_result"
 		echo "result (per fault on ds_${faulty_host#shard}; ms):"
-		awk -F, 'NR > 1 { printf "  %-9s others p99 %s -> %s (%s errors of %s); faulty: %s of %s failed, detect %s, longest failure %s, recover %s, after recovery %s errors of %s, hangs %s, %s errors naming the shard\n", $1, $6, $10, $8, $7, $12, $11, $14, $15, $16, $18, $17, $19, $20 }' "$run_dir/results.csv"
+		awk -F, 'function v(x) { return x == "" ? "-" : x }
+			NR > 1 { printf "  %-9s others p99 %s -> %s (%s errors of %s); faulty: %s of %s failed, detect %s, longest failure %s, recover %s, after recovery %s errors of %s, hangs %s, %s errors naming the shard\n", $1, $6, $10, $8, $7, $12, $11, v($14), v($15), v($16), $18, $17, $19, $20 }' "$run_dir/results.csv"
 	} | tee -a "$run_dir/run.txt"
 	echo "results: $(show_path "$run_dir")" >&2
 	((in_doubt == 0)) || status=failed
@@ -1362,23 +1389,29 @@ run_faults() {
 }
 
 # client_vanish: a client in a transaction that holds a row lock, whose host then
-# vanishes (partitioned, no reset); prints how long until the row's lock was released
-# (the proxy found the client gone and rolled its transaction back), as seen by a
-# statement on the row's shard host that waits for it. The client connects straight to
-# the proxy's own port, which mw opens to it for this: through mw's delay line it would
-# be the delay line's keepalive, not the proxy's, that found the client gone.
+# vanishes (partitioned, no reset); sets vanish_result to how long until the row's lock
+# was released (the proxy found the client gone and rolled its transaction back), as
+# seen by a statement on the row's shard host that waits for it. The client connects
+# straight to the proxy's own port, which mw opens to it for this: through mw's delay
+# line it would be the delay line's keepalive, not the proxy's, that found the client
+# gone. What it starts and changes is recorded for on_exit, so an interrupted run
+# leaves none of it.
+vanish_result=""
 client_vanish() {
-	local dsn="postgres://postgres@$mw_addr:$mw_raw_port/faults?sslmode=disable&connect_timeout=5" shard_i t0 t1 i handle
+	local dsn="postgres://postgres@$mw_addr:$mw_raw_port/faults?sslmode=disable&connect_timeout=5" shard_i t0 t1 client_pid
 	shard_i=$(awk -F, '$1 == 1 { print $2 }' "$run_dir/shard-map.csv")
 	in_ns mw nft insert rule inet netlab input ip saddr "$client_addr" tcp dport "$mw_raw_port" accept comment '"client-vanish"'
-	handle=$(in_ns mw nft -a list chain inet netlab input | awk '/client-vanish/ { print $NF }')
-	in_ns client bash -c '{ echo "BEGIN;"; echo "UPDATE fault_items SET n = n + 1 WHERE id = 1;"; echo "SELECT '"'locked'"';"; sleep 3600; } | psql "$1" -X -q -At' \
+	exit_nft_rule=$(in_ns mw nft -a list chain inet netlab input | awk '/client-vanish/ { print $NF }')
+	setsid ip netns exec "$(ns client)" bash -c '{ echo "BEGIN;"; echo "UPDATE fault_items SET n = n + 1 WHERE id = 1;"; echo "SELECT '"'locked'"';"; sleep 3600; } | psql "$1" -X -q -At' \
 		_ "$dsn" >"$run_dir/logs/vanish-client.txt" 2>&1 </dev/null 9>&- &
+	client_pid=$!
+	exit_groups=("$client_pid")
 	for _ in $(seq 100); do
 		grep -q locked "$run_dir/logs/vanish-client.txt" && break
 		sleep 0.1
 	done
 	if grep -q locked "$run_dir/logs/vanish-client.txt"; then
+		exit_fault_host=client
 		apply_fault partition client
 		t0=$(now_us)
 		local out released=0
@@ -1386,16 +1419,48 @@ client_vanish() {
 			-c "SET lock_timeout = '${vanish_bound}s'" -c "UPDATE fault_items SET n = n WHERE id = 1" 2>&1) && released=1
 		t1=$(now_us)
 		heal client
+		exit_fault_host=""
 		if ((released)); then
-			awk -v a="$t0" -v b="$t1" 'BEGIN { printf "released after %.1f s\n", (b - a) / 1e6 }'
+			vanish_result=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "released after %.1f s", (b - a) / 1e6 }')
 		else
-			echo "NOT released within ${vanish_bound} s (${out//$'\n'/ })"
+			vanish_result="NOT released within ${vanish_bound} s (${out//$'\n'/ })"
 		fi
 	else
-		echo "not measured: the client's transaction did not start ($(tr '\n' ' ' <"$run_dir/logs/vanish-client.txt"))"
+		vanish_result="not measured: the client's transaction did not start ($(tr '\n' ' ' <"$run_dir/logs/vanish-client.txt"))"
 	fi
-	for i in $(ip netns pids "$(ns client)" 2>/dev/null); do kill "$i" 2>/dev/null || true; done
-	[[ -z $handle ]] || in_ns mw nft delete rule inet netlab input handle "$handle"
+	kill -- "-$client_pid" 2>/dev/null || true
+	wait "$client_pid" 2>/dev/null || true
+	exit_groups=()
+	[[ -z $exit_nft_rule ]] || in_ns mw nft delete rule inet netlab input handle "$exit_nft_rule"
+	exit_nft_rule=""
+}
+
+# run_scenarios: the lab's scenarios (scripts/run_all_scenarios.sh) with the demo-server
+# and loadgen on mw and the shards on the shard hosts, one each, across the shaped links.
+run_scenarios() {
+	local i args=()
+	for ((i = 0; i < $(state_get shards); i++)); do args+=(--dsn "$(shard_dsn "$i" $pg_port)"); done
+	start_run netlab-scenarios-
+	verify "$run_dir/rtt.txt" || die "not measured: the round trips are off the preset's (see $(show_path "$run_dir")/rtt.txt)"
+	{
+		echo "workload: scripts/run_all_scenarios.sh --backend postgres ${scenario_args[*]} on mw (demo-server and loadgen), shard i of a configuration on shard host i"
+		echo "rtt_check: $(state_get rtt_check)"
+		echo "rtt (SQL SELECT 1 round trips through the shaped path, netprobe):"
+		sed 's/^/  /' "$run_dir/rtt.txt"
+	} >>"$run_dir/run.txt"
+	local d0 d1 status=ok
+	d0=$(delayline_ticks)
+	note "the scenarios on mw over $(state_get shards) shard hosts"
+	in_ns mw "$root/scripts/run_all_scenarios.sh" --backend postgres "${args[@]}" --runs-dir "$run_dir/scenarios" "${scenario_args[@]}" \
+		>"$run_dir/logs/scenarios.txt" 2>&1 </dev/null 9>&- || status=failed
+	d1=$(delayline_ticks)
+	run_info_finish "$run_dir/run.txt"
+	echo "delay lines' CPU: $(awk -v c="$((d1 - d0))" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", c / hz }') s over the run" >>"$run_dir/run.txt"
+	local report
+	report=$(find "$run_dir/scenarios" -name report.md 2>/dev/null | head -n 1)
+	echo "result: $status; the scenarios' report is ${report:+$(show_path "$report")}" | tee -a "$run_dir/run.txt"
+	echo "results: $(show_path "$run_dir")" >&2
+	[[ $status == ok ]] || { tail -n 20 "$run_dir/logs/scenarios.txt" >&2; exit 1; }
 }
 
 # run_routerbench: seed 004's experiment with the database/sql driver on mw and its two
@@ -1429,15 +1494,16 @@ run_routerbench() {
 }
 
 do_run() {
-	((${#positional[@]} == 1)) || bad "run takes one experiment: ping, pgbench, tail, routerbench or faults"
+	((${#positional[@]} == 1)) || bad "run takes one experiment: ping, pgbench, tail, routerbench, scenarios or faults"
 	local experiment=${positional[0]}
-	[[ $experiment =~ ^(ping|pgbench|tail|routerbench|faults)$ ]] || bad "unknown experiment '$experiment': ping, pgbench, tail, routerbench or faults"
+	[[ $experiment =~ ^(ping|pgbench|tail|routerbench|scenarios|faults)$ ]] || bad "unknown experiment '$experiment': ping, pgbench, tail, routerbench, scenarios or faults"
 	local o want
 	for o in "${run_opts[@]}"; do
 		case $o in
 		--count) want="ping tail" ;;
 		--qps | --trials | --shard-counts | --jitter-host | --extra-jitter | --rows) want="tail" ;;
 		--routerbench-arg) want=routerbench ;;
+		--scenario-arg) want=scenarios ;;
 		--faults | --hold | --settle | --faulty | --workers | --bound | --vanish-bound | --two-phase) want=faults ;;
 		--pool-size | --proxy-arg) want="pgbench faults" ;;
 		*) want=pgbench ;;
@@ -1455,6 +1521,7 @@ do_run() {
 		command -v pgbench >/dev/null || bad "pgbench is not installed (postgresql-client / postgresql-15)"
 		;;
 	routerbench) [[ -n $shards ]] || shards=2 ;;
+	scenarios) [[ -n $shards ]] || shards=5 ;; # scripts/scenarios.conf goes up to 5 shards
 	faults)
 		local f
 		((${#fault_kinds[@]})) || bad "--faults takes fault kinds separated by commas"
@@ -1505,6 +1572,7 @@ do_run() {
 	pgbench) run_pgbench ;;
 	tail) run_tail ;;
 	routerbench) run_routerbench ;;
+	scenarios) run_scenarios ;;
 	faults) run_faults ;;
 	esac
 }

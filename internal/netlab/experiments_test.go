@@ -180,3 +180,39 @@ func TestNetlabFaults(t *testing.T) {
 	}
 	l.checkNothingLeft()
 }
+
+// TestNetlabScenarios runs one of the lab's scenarios, quick, with its shards on the
+// shard hosts: the rows come out for one shard and three, without errors, and each
+// shard's database sits on a host of its own.
+func TestNetlabScenarios(t *testing.T) {
+	l := newLab(t)
+	l.must("up", "--shards", "3", "--preset", "cross-zone")
+	l.must("run", "scenarios", "--scenario-arg=--quick", "--scenario-arg=--only=read_heavy_cachelike", "--scenario-arg=--no-report")
+	dir := l.onlyRunDir("netlab-scenarios-")
+	csvs, _ := filepath.Glob(filepath.Join(dir, "scenarios", "*", "results.csv"))
+	if len(csvs) != 1 {
+		t.Fatalf("scenario results: %v", csvs)
+	}
+	rows := readCSV(t, csvs[0])
+	modes := map[string]bool{}
+	for _, r := range rows {
+		modes[r["mode"]+r["shards"]] = true
+		if r["errors"] != "0" || r["backend"] != "postgres" {
+			t.Errorf("row %v", r)
+		}
+	}
+	if !modes["single1"] || !modes["sharded3"] {
+		t.Errorf("modes %v, want single 1 and sharded 3", modes)
+	}
+	// The three shards' databases, one a host.
+	for i := range 3 {
+		out := l.must("exec", fmt.Sprintf("shard%d", i), "--", "psql", shardDSN(i, 5433), "-X", "-At", "-c",
+			"SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_database WHERE datname LIKE 'shardlab_lab_s3_%'")
+		if got, want := strings.TrimSpace(out), fmt.Sprintf("shardlab_lab_s3_%d", i); got != want {
+			t.Errorf("shard%d holds %q, want %s only", i, got, want)
+		}
+	}
+	checkRunTxt(t, dir, "command: scripts/netlab.sh run scenarios", "rtt_check: ok", "result: ok")
+	l.must("down")
+	l.checkNothingLeft()
+}

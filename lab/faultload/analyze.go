@@ -25,10 +25,12 @@ type Stats struct {
 // Result is what one fault did to the traffic.
 type Result struct {
 	Window
-	// Others are the statements that need no faulty shard, during the fault, beside
-	// Baseline, the same before the first fault.
+	// Others are the statements that need no faulty shard and ran while the fault was
+	// in force (begun before it or not), beside Baseline, the same that ended before the
+	// first fault.
 	Baseline, Others Stats
-	// Faulty are the statements that need the faulty shard, during the fault.
+	// Faulty are the statements that need the faulty shard and ran while the fault
+	// was in force, including those sent before it began that it caught.
 	Faulty Stats
 	// Detect runs from the fault's beginning to the end of the first statement on the
 	// faulty shard that failed (0 when none failed).
@@ -40,10 +42,10 @@ type Result struct {
 	// shard that began after it and succeeded (0 when none did).
 	Recover time.Duration
 	// AfterRecovery are the statements on the faulty shard that began after that first
-	// success, to the next fault: a poisoned pool would fail them.
+	// success and ended before the next fault: a poisoned pool would fail them.
 	AfterRecovery Stats
-	// Hangs are statements (any shard) the client gave up on, from the fault's
-	// beginning to the next fault.
+	// Hangs are statements (any shard) the client gave up on, that ran during the
+	// fault or began after its healing and ended before the next fault.
 	Hangs int
 	// Errors counts the errors on the faulty shard during the fault by SQLSTATE and
 	// message (the message cut to its first 100 bytes), most frequent first.
@@ -93,13 +95,17 @@ func Analyze(events []Event, windows []Window, shardOf func(int64) int, name fun
 		r.Baseline = summarize(base)
 		counts := map[[2]string]int{}
 		for _, e := range events {
-			if e.Start.Before(w.Begin) || !e.Start.Before(next) {
+			// During the fault: a statement that ran while it was in force, begun
+			// before it or not. After it: begun after the healing, ended before the
+			// next fault.
+			during := e.Start.Before(w.Healed) && e.End.After(w.Begin)
+			afterHeal := !e.Start.Before(w.Healed) && e.End.Before(next)
+			if !during && !afterHeal {
 				continue
 			}
 			if e.Code == HangCode {
 				r.Hangs++
 			}
-			during := e.Start.Before(w.Healed)
 			switch {
 			case during && touches(e, w.Shard):
 				faulty = append(faulty, e)
@@ -113,7 +119,7 @@ func Analyze(events []Event, windows []Window, shardOf func(int64) int, name fun
 						msg = msg[:100]
 					}
 					counts[[2]string{e.Code, msg}]++
-					if strings.Contains(e.Err, name(w.Shard)) {
+					if namesSource(e.Err, name(w.Shard)) {
 						r.Named++
 					}
 				}
@@ -144,6 +150,28 @@ func Analyze(events []Event, windows []Window, shardOf func(int64) int, name fun
 		out = append(out, r)
 	}
 	return out
+}
+
+// namesSource reports whether msg names the data source name as a word of its own
+// (ds_1, not ds_10).
+func namesSource(msg, name string) bool {
+	for i := 0; ; {
+		j := strings.Index(msg[i:], name)
+		if j < 0 {
+			return false
+		}
+		end := i + j + len(name)
+		if end == len(msg) || !isNameByte(msg[end]) {
+			if i+j == 0 || !isNameByte(msg[i+j-1]) {
+				return true
+			}
+		}
+		i = i + j + 1
+	}
+}
+
+func isNameByte(b byte) bool {
+	return b == '_' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
 }
 
 func summarize(events []Event) Stats {

@@ -36,6 +36,8 @@ func TestAnalyze(t *testing.T) {
 		ev(100, 500, faultload.Read, 5, "08006", down), ev(150, 3, faultload.Read, 6, "", ""),
 		ev(700, 1, faultload.Write, 7, "08006", down), ev(800, 3, faultload.Write, 8, "", ""),
 		ev(900, 1, faultload.Read, 9, "XX000", "something else"),
+		// Sent to shard 1 just before the fault, caught by it: the fault's.
+		ev(90, 700, faultload.Write, 21, "08006", down),
 		// A pair touching shard 1 counts as the faulty shard's.
 		{Start: at(950), End: at(951), Op: faultload.Pair, Key: 2, Key2: 11, Code: "08006", Err: down},
 		// Healed at 1100: the first statement fails, the next succeeds at 1300 + 2.
@@ -53,11 +55,11 @@ func TestAnalyze(t *testing.T) {
 	if got.Others.N != 2 || got.Others.Errors != 0 || got.Others.P99 != 3*time.Millisecond {
 		t.Errorf("others %+v: want two at 3 ms", got.Others)
 	}
-	if got.Faulty.N != 4 || got.Faulty.Errors != 4 {
-		t.Errorf("faulty %+v: want 4 statements, 4 errors", got.Faulty)
+	if got.Faulty.N != 5 || got.Faulty.Errors != 5 {
+		t.Errorf("faulty %+v: want 5 statements, 5 errors (one sent before the fault)", got.Faulty)
 	}
-	if got.Detect != 500*time.Millisecond || got.FailMax != 500*time.Millisecond {
-		t.Errorf("detect %v, fail max %v: want 500ms and 500ms", got.Detect, got.FailMax)
+	if got.Detect != 500*time.Millisecond || got.FailMax != 700*time.Millisecond {
+		t.Errorf("detect %v, fail max %v: want 500ms and 700ms", got.Detect, got.FailMax)
 	}
 	if got.Recover != 202*time.Millisecond {
 		t.Errorf("recover %v, want 202ms (from the healing to the end of the first success)", got.Recover)
@@ -65,11 +67,31 @@ func TestAnalyze(t *testing.T) {
 	if got.AfterRecovery.N != 2 || got.AfterRecovery.Errors != 0 {
 		t.Errorf("after recovery %+v, want 2 statements, no error", got.AfterRecovery)
 	}
-	if got.Named != 3 {
-		t.Errorf("named %d, want 3 (the XX000 does not name ds_1)", got.Named)
+	if got.Named != 4 {
+		t.Errorf("named %d, want 4 (the XX000 does not name ds_1)", got.Named)
 	}
-	if len(got.Errors) != 2 || got.Errors[0].N != 3 || got.Errors[0].Code != "08006" || got.Errors[1].Code != "XX000" {
+	if len(got.Errors) != 2 || got.Errors[0].N != 4 || got.Errors[0].Code != "08006" || got.Errors[1].Code != "XX000" {
 		t.Errorf("errors %+v", got.Errors)
+	}
+}
+
+func TestNamesSource(t *testing.T) {
+	for _, tt := range []struct {
+		msg  string
+		want bool
+	}{
+		{"data source ds_1 is unavailable", true},
+		{"ds_1", true},
+		{"data source ds_10 is unavailable", false},
+		{"xds_1: down", false},
+		{"ds_10 and then ds_1: both", true},
+	} {
+		ev := faultload.Event{Start: at(100), End: at(200), Key: 1, Code: "08006", Err: tt.msg}
+		r := faultload.Analyze([]faultload.Event{ev}, []faultload.Window{{Shard: 1, Begin: at(50), Healed: at(300)}},
+			func(int64) int { return 1 }, func(int) string { return "ds_1" })
+		if got := r[0].Named == 1; got != tt.want {
+			t.Errorf("%q names ds_1: %v, want %v", tt.msg, got, tt.want)
+		}
 	}
 }
 

@@ -270,6 +270,14 @@ func analyze(eventsPath, windowsPath, mapPath, foundPath, outPath string, stdout
 	ms := func(d time.Duration) string {
 		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64)
 	}
+	// never: a time that did not happen (nothing failed, nothing recovered) is empty,
+	// not 0.0, which would read as at once.
+	never := func(d time.Duration) string {
+		if d == 0 {
+			return ""
+		}
+		return ms(d)
+	}
 	itoa := strconv.Itoa
 	cw.Write([]string{"fault", "shard", "duration_s", "others_before_n", "others_before_p50_ms", "others_before_p99_ms",
 		"others_n", "others_errors", "others_p50_ms", "others_p99_ms", "faulty_n", "faulty_errors", "faulty_p50_ms",
@@ -283,7 +291,7 @@ func analyze(eventsPath, windowsPath, mapPath, foundPath, outPath string, stdout
 			itoa(r.Baseline.N), ms(r.Baseline.P50), ms(r.Baseline.P99),
 			itoa(r.Others.N), itoa(r.Others.Errors), ms(r.Others.P50), ms(r.Others.P99),
 			itoa(r.Faulty.N), itoa(r.Faulty.Errors), ms(r.Faulty.P50),
-			ms(r.Detect), ms(r.FailMax), ms(r.Recover), itoa(r.AfterRecovery.N), itoa(r.AfterRecovery.Errors),
+			never(r.Detect), never(r.FailMax), never(r.Recover), itoa(r.AfterRecovery.N), itoa(r.AfterRecovery.Errors),
 			itoa(r.Hangs), itoa(r.Named), strings.Join(errs, " | ")})
 	}
 	cw.Flush()
