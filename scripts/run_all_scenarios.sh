@@ -27,6 +27,10 @@ Usage: scripts/run_all_scenarios.sh [options]
   --backend B       sqlite (default) or postgres: postgres creates databases shardlab_lab_s<N>_*
                     on the server SHARDLAB_PG_DSN names and DROPS and recreates them before
                     every measurement, for a fresh start
+  --dsn URL         postgres: a server to put shards on instead, repeatable: shard i of a
+                    configuration goes to the (i mod servers)-th, so with as many servers
+                    as shards each shard has a server of its own (scripts/netlab.sh run
+                    scenarios gives one per shard host)
   --no-build        use the binaries already in bin/
   -h, --help        this help
 USAGE
@@ -36,10 +40,11 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$root/scripts/lib.sh"
 cmdline="scripts/run_all_scenarios.sh$(quote_args "$@")"
 build=1 trials=6 warmup=1s quick=0 scenarios="$root/scripts/scenarios.conf" only=() runs_dir="$root/results/runs"
-report=1 sync=normal router=crc32 backend=sqlite
+report=1 sync=normal router=crc32 backend=sqlite pg_servers=()
 need() { [[ $# -ge 2 && -n "$2" ]] || { echo "run_all_scenarios.sh: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
 	case "$1" in
+	--*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;; # --opt=value is --opt value
 	--trials) need "$@"; trials=$2; shift 2 ;;
 	--quick) quick=1; shift ;;
 	--warmup) need "$@"; warmup=$2; shift 2 ;;
@@ -50,6 +55,7 @@ while [[ $# -gt 0 ]]; do
 	--sync) need "$@"; sync=$2; shift 2 ;;
 	--router) need "$@"; router=$2; shift 2 ;;
 	--backend) need "$@"; backend=$2; shift 2 ;;
+	--dsn) need "$@"; pg_servers+=("$2"); shift 2 ;;
 	--no-build) build=0; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) echo "run_all_scenarios.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -95,10 +101,11 @@ while IFS= read -r line || [[ -n $line ]]; do
 done <"$scenarios"
 ((${#lines[@]})) || { echo "run_all_scenarios.sh: no scenario to run" >&2; exit 2; }
 
-if [[ $backend == postgres && -z ${SHARDLAB_PG_DSN:-} ]]; then
-	echo "run_all_scenarios.sh: --backend postgres needs SHARDLAB_PG_DSN" >&2
-	exit 2
+if [[ $backend == postgres ]] && ((${#pg_servers[@]} == 0)); then
+	[[ -n ${SHARDLAB_PG_DSN:-} ]] || { echo "run_all_scenarios.sh: --backend postgres needs --dsn or SHARDLAB_PG_DSN" >&2; exit 2; }
+	pg_servers=("$SHARDLAB_PG_DSN")
 fi
+((${#pg_servers[@]} == 0)) || [[ $backend == postgres ]] || { echo "run_all_scenarios.sh: --dsn is for --backend postgres" >&2; exit 2; }
 run_info_sample # before the build, whose load is the run's own
 if ((build)); then
 	(cd "$root" && mkdir -p bin && go build -o bin/ ./cmd/demo-server ./cmd/loadgen ./cmd/report)
@@ -109,9 +116,12 @@ claim_run_dir "$runs_dir" "$(new_run_id "$prefix")" || exit 1
 out="$run_dir/results.csv"
 extra_args=(--sync "$sync" --router "$router" --backend "$backend" --out "$out" --run-id "$run_id"
 	--warmup "$warmup" --command "$cmdline" --no-build)
-if [[ $backend == postgres ]]; then
-	extra_args+=(--dsn "$SHARDLAB_PG_DSN" --create --reset)
-fi
+[[ $backend != postgres ]] || extra_args+=(--create --reset)
+# servers N: the --dsn arguments of an N-shard configuration, at most one server a shard.
+servers() {
+	local b
+	for ((b = 0; b < ${#pg_servers[@]} && b < $1; b++)); do printf '%s\0%s\0' --dsn "${pg_servers[b]}"; done
+}
 
 echo "run $run_id: ${#lines[@]} scenario(s), $trials trial(s) each, configurations interleaved" >&2
 echo "run $run_id: writing to $(show_path "$run_dir")" >&2
@@ -131,9 +141,10 @@ for ((trial = 1; trial <= trials; trial++)); do
 			shard_list=("${reversed[@]}")
 		fi
 		for n in "${shard_list[@]}"; do
+			mapfile -d '' -t dsn_args < <(servers "$n")
 			"$root/scripts/run_scenario.sh" --scenario "$name" --ops "$ops" --concurrency "$conc" \
 				--writeRatio "$wr" --keys "$keys" --dist "$dist" --shards "$n" --seed "$trial" \
-				--first-trial "$trial" "${pre[@]}" "${extra_args[@]}" "${own[@]}"
+				--first-trial "$trial" "${pre[@]}" "${extra_args[@]}" "${dsn_args[@]}" "${own[@]}"
 		done
 	done
 done

@@ -35,9 +35,10 @@ More options:
   --journal J        SQLite journal: wal (default) or delete, the rollback journal (naive variant)
   --one-conn         SQLite: one connection per shard for reads and writes (naive variant)
   --backend B        sqlite (default) or postgres
-  --dsn URL          postgres: one per shard, repeat the option; or one base DSN with --create.
+  --dsn URL          postgres: one per shard, repeat the option; or base DSNs with --create
+                     (one server, or one per shard host: shard i on the (i mod servers)-th).
                      Without --dsn, SHARDLAB_PG_DSN is the base DSN and --create is implied
-  --create           postgres: create (or reuse) databases <prefix>0..N-1 from the base DSN
+  --create           postgres: create (or reuse) databases <prefix>0..N-1 from the base DSN(s)
   --db-prefix P      postgres with --create: database name prefix (default shardlab_lab_s<N>_,
                      one set per shard count)
   --reset            postgres with --create: DROP those databases first for a fresh start

@@ -59,12 +59,14 @@ type Config struct {
 	// SQLite tunes every SQLite file: the shards and the counter database.
 	SQLite sqlite.Options
 
-	// DSNs are the PostgreSQL shards, one per shard in shard order; with Create, one
-	// base DSN naming the server (and an existing database to connect to, such as
-	// "postgres").
+	// DSNs are the PostgreSQL shards, one per shard in shard order; with Create, base
+	// DSNs naming servers (and an existing database to connect to on each, such as
+	// "postgres"), one or more.
 	DSNs []string
-	// Create makes the databases <DatabasePrefix>0..N-1 on the base DSN's server if
-	// they are missing and uses them. A refused Open drops the ones it created.
+	// Create makes the databases <DatabasePrefix>0..N-1 if they are missing and uses
+	// them: shard i's on the server of DSNs[i mod len(DSNs)], so that with one base DSN
+	// per host every shard of up to that many has a host of its own. A refused Open
+	// drops the ones it created.
 	Create bool
 	// Reset, with Create, drops those databases first: it DELETES their data.
 	Reset bool
@@ -166,8 +168,8 @@ func (cfg Config) withDefaults() (Config, error) {
 		}
 	case BackendPostgres:
 		switch {
-		case cfg.Create && len(cfg.DSNs) != 1:
-			return bad("Create takes one base DSN, got %d", len(cfg.DSNs))
+		case cfg.Create && len(cfg.DSNs) > cfg.Shards:
+			return bad("Create spreads %d shard(s) over the base DSNs, got %d: more servers than shards", cfg.Shards, len(cfg.DSNs))
 		case !cfg.Create && len(cfg.DSNs) != cfg.Shards:
 			return bad("%d shard(s) need %d DSNs, got %d", cfg.Shards, cfg.Shards, len(cfg.DSNs))
 		case cfg.Reset && !cfg.Create:
@@ -208,15 +210,17 @@ func (s *Shards) openPostgres(ctx context.Context) (_ []shardset.Backend, err er
 	s.dsns = c.DSNs
 	if c.Create {
 		if c.Reset {
-			if err := postgres.DropShardDatabasesWithPrefix(ctx, c.DSNs[0], c.DatabasePrefix, c.Shards); err != nil {
+			if err := postgres.DropShardDatabasesOn(ctx, c.DSNs, c.DatabasePrefix, c.Shards); err != nil {
 				return nil, fmt.Errorf("reset shard databases: %w", err)
 			}
 		}
-		var created []string
-		s.dsns, created, err = postgres.CreateMissingShardDatabases(ctx, c.DSNs[0], c.DatabasePrefix, c.Shards)
+		var created [][]string
+		s.dsns, created, err = postgres.CreateMissingShardDatabasesOn(ctx, c.DSNs, c.DatabasePrefix, c.Shards)
 		defer func() {
 			if err != nil {
-				err = errors.Join(err, dropCreated(ctx, c.DSNs[0], created))
+				for b, names := range created {
+					err = errors.Join(err, dropCreated(ctx, c.DSNs[b], names))
+				}
 			}
 		}()
 		if err != nil {

@@ -145,7 +145,7 @@ func TestOpenRefusesBadConfig(t *testing.T) {
 		{"SQLite with DSNs", shards.Config{Dir: dir, DSNs: []string{dsn}}, shards.ErrBadConfig},
 		{"bad SQLite options", shards.Config{Dir: dir, SQLite: sqlite.Options{Sync: "sometimes"}}, sqlite.ErrBadOptions},
 		{"fewer DSNs than shards", shards.Config{Backend: shards.BackendPostgres, Shards: 2, DSNs: []string{dsn}}, shards.ErrBadConfig},
-		{"Create with two DSNs", shards.Config{Backend: shards.BackendPostgres, Shards: 2, Create: true, DSNs: []string{dsn, dsn}}, shards.ErrBadConfig},
+		{"Create over more servers than shards", shards.Config{Backend: shards.BackendPostgres, Shards: 1, Create: true, DSNs: []string{dsn, dsn}}, shards.ErrBadConfig},
 		{"Reset without Create", shards.Config{Backend: shards.BackendPostgres, Reset: true, DSNs: []string{dsn}}, shards.ErrBadConfig},
 		{"Reset with Lazy", shards.Config{Backend: shards.BackendPostgres, Create: true, Reset: true, DSNs: []string{dsn}, Postgres: postgres.Options{Lazy: true}}, shards.ErrBadConfig},
 		{"bad pool size", shards.Config{Backend: shards.BackendPostgres, DSNs: []string{dsn}, Postgres: postgres.Options{PoolSize: -3}}, postgres.ErrBadOptions},
@@ -260,6 +260,53 @@ func TestOpenPostgresCreateRefusedLeavesNothingBehind(t *testing.T) {
 		t.Errorf("after Reset the old record is still there: %v", err)
 	}
 	roundTrip(t, s.Set, "three")
+}
+
+// TestOpenPostgresCreateOnSeveralServers: with a base DSN per server, Create puts shard
+// i on server i mod servers, and Reset drops them there.
+func TestOpenPostgresCreateOnSeveralServers(t *testing.T) {
+	ctx := testCtx(t)
+	main := pgtest.DSN(t)
+	other := pgtest.StartCluster(t)
+	prefix := pgtest.UniqueName("lab_spread") + "_s"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := postgres.DropShardDatabasesOn(ctx, []string{main, other.DSN()}, prefix, 3); err != nil {
+			t.Error(err)
+		}
+	})
+	cfg := shards.Config{Backend: shards.BackendPostgres, Shards: 3, DSNs: []string{main, other.DSN()}, Create: true, DatabasePrefix: prefix}
+	s := open(t, cfg)
+	roundTrip(t, s.Set, "spread")
+	s.Close()
+	on := func(dsn, name string) bool {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		var exists bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+			t.Fatal(err)
+		}
+		return exists
+	}
+	for i, want := range []string{main, other.DSN(), main} {
+		name := fmt.Sprintf("%s%d", prefix, i)
+		if !on(want, name) {
+			t.Errorf("shard %d's database %s is not on its server %s", i, name, want)
+		}
+		if elsewhere := map[string]string{main: other.DSN(), other.DSN(): main}[want]; on(elsewhere, name) {
+			t.Errorf("shard %d's database %s is on %s too", i, name, elsewhere)
+		}
+	}
+	cfg.Reset = true
+	s = open(t, cfg)
+	if _, _, err := s.Set.Get(ctx, "spread-0"); !errors.Is(err, shardset.ErrNotFound) {
+		t.Errorf("after Reset the old record is still there: %v", err)
+	}
+	s.Close()
 }
 
 // TestOpenPostgresLazy: a shard that does not answer fails Open, naming it, unless

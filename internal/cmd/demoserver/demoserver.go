@@ -68,7 +68,8 @@ Endpoints:
 Backends:
   sqlite    one file per shard in --data (the default)
   postgres  one database per shard: --dsn URL once per shard (they may be on different
-            hosts), or one base --dsn with --create to use databases shardlab_shard_0..N-1
+            hosts), or base --dsn with --create to use databases shardlab_shard_0..N-1:
+            one base for all, or one per server (shard i on the (i mod servers)-th)
 
 Flags:
 `
@@ -90,7 +91,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.backend, "backend", "sqlite", "storage backend: sqlite or postgres")
 	var dsns dsnList
 	fs.Var(&dsns, "dsn", "postgres: connection URL of a shard; repeat once per shard, in shard order")
-	fs.BoolVar(&c.create, "create", false, "postgres: create databases shardlab_shard_0..N-1 from the single base --dsn")
+	fs.BoolVar(&c.create, "create", false, "postgres: create databases shardlab_shard_0..N-1 from the base --dsn (shard i on the (i mod count)-th base, when several are given)")
 	fs.BoolVar(&c.reset, "reset", false, "postgres with --create: drop and recreate those databases first (DELETES their data)")
 	fs.IntVar(&c.pool, "pool", 0, "postgres: connections per shard (default 8)")
 	fs.StringVar(&c.dbPrefix, "db-prefix", postgres.DefaultDatabasePrefix, "postgres with --create: shard databases are named <prefix>0..N-1")
@@ -159,8 +160,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 			return c, fmt.Errorf("%w: --group-commit, --one-conn and --journal are for --backend sqlite", ErrUsage)
 		case len(c.dsns) == 0:
 			return c, fmt.Errorf("%w: --backend postgres needs --dsn (once per shard, or once with --create)", ErrUsage)
-		case c.create && len(c.dsns) != 1:
-			return c, fmt.Errorf("%w: --create takes one base --dsn, got %d", ErrUsage, len(c.dsns))
+		case c.create && len(c.dsns) > c.shards:
+			return c, fmt.Errorf("%w: --create spreads %d shard(s) over its base --dsn, got %d: more servers than shards", ErrUsage, c.shards, len(c.dsns))
 		case !c.create && len(c.dsns) != c.shards:
 			return c, fmt.Errorf("%w: %d shard(s) need %d --dsn, got %d (or give one base --dsn with --create)", ErrUsage, c.shards, c.shards, len(c.dsns))
 		case c.reset && !c.create:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/shardlab/shardlab/internal/postgresdb"
 	"github.com/shardlab/shardlab/routing"
@@ -72,6 +73,68 @@ func CreateMissingShardDatabases(ctx context.Context, baseDSN, prefix string, n 
 		return nil, created, err
 	}
 	return dsns, created, nil
+}
+
+// CreateMissingShardDatabasesOn is CreateMissingShardDatabases over several servers:
+// shard i's database, prefix<i>, is on the server of bases[i mod len(bases)], so that
+// with as many servers as shards every shard has one of its own. It returns one DSN per
+// shard, and per server the names of the databases this call created there.
+func CreateMissingShardDatabasesOn(ctx context.Context, bases []string, prefix string, n int) (dsns []string, created [][]string, err error) {
+	if err := checkShardDatabases(prefix, n); err != nil {
+		return nil, nil, err
+	}
+	if len(bases) == 0 {
+		return nil, nil, fmt.Errorf("%w: no base DSN", ErrBadOptions)
+	}
+	dsns = make([]string, n)
+	names := spread(bases, prefix, n)
+	for b, base := range bases {
+		for _, name := range names[b] {
+			i := shardOf(prefix, name)
+			if dsns[i], err = postgresdb.WithDatabase(base, name); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	created = make([][]string, len(bases))
+	for b, base := range bases {
+		if created[b], err = postgresdb.CreateDatabases(ctx, base, names[b]); err != nil {
+			return nil, created, err
+		}
+	}
+	return dsns, created, nil
+}
+
+// DropShardDatabasesOn is DropShardDatabasesWithPrefix over the servers of
+// CreateMissingShardDatabasesOn.
+func DropShardDatabasesOn(ctx context.Context, bases []string, prefix string, n int) error {
+	if err := checkShardDatabases(prefix, n); err != nil {
+		return err
+	}
+	names := spread(bases, prefix, n)
+	for b, base := range bases {
+		if err := postgresdb.DropDatabases(ctx, base, names[b]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// spread names the shard databases each server of bases holds: shard i on bases[i mod
+// len(bases)].
+func spread(bases []string, prefix string, n int) [][]string {
+	names := make([][]string, len(bases))
+	for i := range n {
+		b := i % len(bases)
+		names[b] = append(names[b], ShardDatabaseName(prefix, i))
+	}
+	return names
+}
+
+// shardOf is the shard index of a name spread made.
+func shardOf(prefix, name string) int {
+	i, _ := strconv.Atoi(strings.TrimPrefix(name, prefix))
+	return i
 }
 
 // DropShardDatabases drops shardlab_shard_0 .. shardlab_shard_{n-1} on the server that
