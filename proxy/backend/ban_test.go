@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/shardlab/shardlab/proxy/backend"
 )
 
@@ -78,5 +80,50 @@ func TestNoBanAfterSlowLogin(t *testing.T) {
 	}
 	if st := p.Stats(); st.Bans != 0 {
 		t.Errorf("%d bans after logins that timed out on a live connection, want none", st.Bans)
+	}
+}
+
+// TestBanAfterUnansweredSYN: a dial whose SYN goes unanswered until the connect
+// timeout (a host cut off by the network) bans the data source, though pgconn reports
+// it as the same context timeout as a slow login's.
+func TestBanAfterUnansweredSYN(t *testing.T) {
+	// A listener that never accepts, with a backlog of 0: one connection fills its
+	// queue, and the kernel drops every SYN after it.
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
+	filler, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer filler.Close()
+	if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+		c.Close()
+		t.Skip("the kernel answered a SYN to a full accept queue")
+	}
+	p, err := backend.NewPool("ds_x", fmt.Sprintf("postgres://postgres@%s/db?sslmode=disable", addr),
+		backend.Options{Size: 2, ConnectTimeout: 200 * time.Millisecond, BanTime: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Acquire(context.Background()); err == nil || errors.Is(err, backend.ErrBanned) {
+		t.Fatalf("first Acquire: %v, want the connect timeout", err)
+	}
+	if _, err := p.Acquire(context.Background()); !errors.Is(err, backend.ErrBanned) {
+		t.Fatalf("Acquire after an unanswered SYN: %v, want ErrBanned", err)
 	}
 }

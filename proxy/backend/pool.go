@@ -157,7 +157,14 @@ func NewPool(name, dsn string, o Options) (*Pool, error) {
 	if o.User != "" {
 		cfg.User, cfg.Password = o.User, o.Password
 	}
-	cfg.DialFunc = o.TCP.Dial()
+	dial := o.TCP.Dial()
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := dial(ctx, network, addr)
+		if n, ok := ctx.Value(dialNoteKey{}).(*dialNote); ok && err == nil {
+			n.connected.Store(true)
+		}
+		return nc, err
+	}
 	if cfg.ConnectTimeout == 0 || cfg.ConnectTimeout > o.ConnectTimeout {
 		cfg.ConnectTimeout = o.ConnectTimeout
 	}
@@ -321,10 +328,10 @@ func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration, interrupt 
 		return c, nil
 	}
 	defer p.dialing.Done()
-	started := time.Now()
-	pg, err := pgconn.ConnectConfig(ctx, p.cfg)
+	note := &dialNote{started: time.Now()}
+	pg, err := pgconn.ConnectConfig(context.WithValue(ctx, dialNoteKey{}, note), p.cfg)
 	if err != nil {
-		p.noteDialFailure(ctx, started, err)
+		p.noteDialFailure(ctx, note, err)
 		<-p.tokens
 		return nil, err
 	}
@@ -365,46 +372,34 @@ func (p *Pool) noteDialSuccess() {
 	p.mu.Unlock()
 }
 
-// noteDialFailure bans the data source (Options.BanTime) after a dial that started
-// at started and could not make its TCP connection (see tcpConnectFailed); not after
-// a failure once the connection was up (the server's refusal, a login slower than
-// the connect timeout on a busy server), nor a dial its caller gave up, nor one that
-// started before a dial that has since succeeded.
-func (p *Pool) noteDialFailure(ctx context.Context, started time.Time, err error) {
-	if p.opts.BanTime < 0 || ctx.Err() != nil || !tcpConnectFailed(err) {
+// dialNote is what a dial learns beside its error, which does not always say whether
+// a TCP connection was made: pgconn replaces an error that is a timeout with its
+// context's, the same for a SYN unanswered and a login too slow.
+type dialNote struct {
+	started   time.Time
+	connected atomic.Bool // a TCP connection was made to one of the addresses tried
+}
+
+// dialNoteKey carries a *dialNote in the context of a dial, to the pool's dial function.
+type dialNoteKey struct{}
+
+// noteDialFailure bans the data source (Options.BanTime) after a dial that made no TCP
+// connection (refused, no route, no answer to its SYN before the connect timeout);
+// not after a failure once a connection was up (the server's refusal, a login slower
+// than the connect timeout on a busy server), nor a dial its caller gave up, nor one
+// that started before a dial that has since succeeded.
+func (p *Pool) noteDialFailure(ctx context.Context, note *dialNote, err error) {
+	if p.opts.BanTime < 0 || ctx.Err() != nil || note.connected.Load() {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !started.After(p.mu.connected) {
+	if !note.started.After(p.mu.connected) {
 		return
 	}
 	p.stats.bans.Add(1)
 	p.mu.bannedUntil = time.Now().Add(p.opts.BanTime)
 	p.mu.banErr = err
-}
-
-// tcpConnectFailed reports whether err says that no TCP connection could be made (a
-// refusal, no route, no answer to the SYN before the connect timeout), to every
-// address the dial tried: pgconn joins the errors of its attempts (each host, with and
-// without TLS), and one attempt that got a connection up proves the server reachable.
-func tcpConnectFailed(err error) bool {
-	for err != nil {
-		switch e := err.(type) {
-		case *net.OpError:
-			return e.Op == "dial"
-		case interface{ Unwrap() []error }:
-			errs := e.Unwrap()
-			for _, err := range errs {
-				if !tcpConnectFailed(err) {
-					return false
-				}
-			}
-			return len(errs) > 0
-		}
-		err = errors.Unwrap(err)
-	}
-	return false
 }
 
 // discardIdleSince closes the idle connections last used before t.
