@@ -92,10 +92,14 @@ type Config struct {
 	// one server connection per transaction (see AggregateSchemas): however many shards
 	// there are, the connections to that database stay within Pool.Size.
 	Aggregate bool
-	// ClientTCP sets keepalive and TCP_USER_TIMEOUT on every client connection (zero
-	// fields: backend.TCP's defaults): a client whose host vanished in the middle of a
-	// transaction is found gone about ClientTCP.UserTimeout after it last spoke, and its
-	// transaction rolled back, its server connection and locks freed.
+	// ClientTCP sets keepalive, and TCP_USER_TIMEOUT when UserTimeout is positive, on
+	// every client connection (other zero fields: backend.TCP's defaults). Keepalive
+	// finds a client whose host vanished while idle in a transaction, by default about
+	// 30 s after it last spoke, and its transaction is rolled back, its server
+	// connection and locks freed. A zero UserTimeout means none, unlike a server
+	// connection's: a user timeout also ends the connection of a live client that keeps
+	// its receive window closed that long (one that stops reading a large answer, a
+	// LISTEN client that reads nothing; Linux 5.11 and later).
 	ClientTCP backend.TCP
 	// Logger receives the proxy's log; nil discards it.
 	Logger *slog.Logger
@@ -160,6 +164,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			log.Warn("aggregate: no two data sources are schemas of one database (a --shard DSN with search_path=NAME); nothing merged")
 		}
 		cfg.Rules = merged
+	}
+	if cfg.ClientTCP.UserTimeout == 0 {
+		cfg.ClientTCP.UserTimeout = -1 // none: see ClientTCP
 	}
 	cfg.ClientTCP = cfg.ClientTCP.WithDefaults()
 	s := &Server{cfg: cfg, log: log}

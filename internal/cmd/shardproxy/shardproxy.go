@@ -66,6 +66,7 @@ type options struct {
 	twoPhase, aggregate                 bool
 	cpuProfile                          string
 	keepIdle, keepInterval, userTimeout time.Duration
+	clientUserTimeout                   time.Duration
 	keepCount                           int
 	banTime                             time.Duration
 }
@@ -96,9 +97,10 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", backend.DefaultConnectTimeout, "bound on connecting to a shard")
 	fs.DurationVar(&o.keepIdle, "tcp-keepalive-idle", backend.DefaultKeepAliveIdle, "client and server connections: silence before the first TCP keepalive probe; 0 turns probes off")
 	fs.DurationVar(&o.keepInterval, "tcp-keepalive-interval", backend.DefaultKeepAliveInterval, "time between TCP keepalive probes")
-	fs.IntVar(&o.keepCount, "tcp-keepalive-count", backend.DefaultKeepAliveCount, "unanswered TCP keepalive probes after which a connection fails")
-	fs.DurationVar(&o.userTimeout, "tcp-user-timeout", backend.DefaultUserTimeout, "client and server connections: data or probes unacknowledged this long end the connection (TCP_USER_TIMEOUT): a statement that needs a shard the network cut off fails with 08006 after about this long, a client that vanished mid-transaction loses it; a live peer running a long query is never cut. 0 leaves the system's behaviour (about 15 minutes)")
-	fs.DurationVar(&o.banTime, "ban-time", backend.DefaultBanTime, "after a connection to a shard fails to be made (network or timeout), statements that need a new one fail at once (08006) for this long instead of each waiting for --connect-timeout; 0 turns it off")
+	fs.IntVar(&o.keepCount, "tcp-keepalive-count", backend.DefaultKeepAliveCount, "unanswered TCP keepalive probes after which a connection fails (on a connection with a user timeout, Linux goes by the user timeout instead)")
+	fs.DurationVar(&o.userTimeout, "tcp-user-timeout", backend.DefaultUserTimeout, "server connections: data or keepalive probes unacknowledged this long end the connection (TCP_USER_TIMEOUT), so a statement that needs a shard the network cut off fails with 08006 after about this long; a live server running a long query is never cut. "+userTimeoutCaveats+" 0 leaves the system's behaviour (a statement in flight waits about 15 minutes)")
+	fs.DurationVar(&o.clientUserTimeout, "client-tcp-user-timeout", 0, "client connections: as --tcp-user-timeout. 0 (default): off, since a live client may keep its window closed for long (one that stops reading a large answer, a LISTEN client that reads nothing); keepalive alone finds a client that vanished while idle in a transaction (after --tcp-keepalive-idle + interval x count), rolls its transaction back and frees its locks. "+userTimeoutCaveats)
+	fs.DurationVar(&o.banTime, "ban-time", backend.DefaultBanTime, "after the TCP connection to a shard cannot be made (refused, no route, no answer within --connect-timeout), statements that need a new one fail at once (08006) for this long instead of each waiting for --connect-timeout; a connection made lifts it; 0 turns it off")
 	fs.IntVar(&o.maxClients, "max-clients", proxy.DefaultMaxClients, "client connections at most; the next gets FATAL 53300")
 	fs.IntVar(&o.maxMessage, "max-message-size", 64<<20, "largest client message in bytes; a larger one ends the connection")
 	fs.Int64Var(&o.maxHeld, "max-held-memory", 1<<30, "bytes of rows one statement may hold when its answer is read whole before it is merged (aggregates and DISTINCT across shards, text sorted under a collation, RETURNING, portals executed with a row limit); past it the statement fails with 54000; streamed answers hold a few batches whatever their size")
@@ -155,8 +157,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("%w: --settle-interval must be positive, got %v", ErrUsage, o.settleInterval)
 	case o.checkoutTimeout <= 0 || o.connectTimeout <= 0 || o.shutdownTimeout < 0 || o.lockWaitTimeout < 0 || o.deadlockInterval < 0 || o.statsInterval < 0:
 		return nil, fmt.Errorf("%w: --checkout-timeout and --connect-timeout must be positive, --shutdown-timeout, --lock-wait-timeout, --deadlock-interval and --stats-interval not negative", ErrUsage)
-	case o.keepIdle < 0 || o.keepInterval <= 0 || o.keepCount < 1 || o.userTimeout < 0 || o.banTime < 0:
-		return nil, fmt.Errorf("%w: --tcp-keepalive-interval and --tcp-keepalive-count must be positive, --tcp-keepalive-idle, --tcp-user-timeout and --ban-time not negative", ErrUsage)
+	case o.keepIdle < 0 || o.keepInterval <= 0 || o.keepCount < 1 || o.userTimeout < 0 || o.clientUserTimeout < 0 || o.banTime < 0:
+		return nil, fmt.Errorf("%w: --tcp-keepalive-interval and --tcp-keepalive-count must be positive, --tcp-keepalive-idle, --tcp-user-timeout, --client-tcp-user-timeout and --ban-time not negative", ErrUsage)
 	case o.maxHeld < 1<<20:
 		return nil, fmt.Errorf("%w: --max-held-memory must be at least 1048576 bytes (1 MB), got %d", ErrUsage, o.maxHeld)
 	case o.maxMessage < 1024:
@@ -223,8 +225,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := proxy.Config{
 		Rules: rs, Database: o.database, MaxClients: o.maxClients, MaxMessage: o.maxMessage, MaxHeld: o.maxHeld, TwoPhase: o.twoPhase, SettleInterval: o.settleInterval, Aggregate: o.aggregate,
 		LockWaitTimeout: o.lockWaitTimeout, DeadlockInterval: deadlockInterval(o.deadlockInterval), CrossPoolWait: o.crossPoolWait, MaxTransactions: o.maxTransactions, StatsInterval: o.statsInterval, AdminDatabase: o.adminDatabase,
-		Pool:      backend.Options{Size: o.poolSize, CheckoutTimeout: o.checkoutTimeout, ConnectTimeout: o.connectTimeout, TCP: tcpFlags(o), BanTime: offIfZero(o.banTime)},
-		ClientTCP: tcpFlags(o),
+		Pool:      backend.Options{Size: o.poolSize, CheckoutTimeout: o.checkoutTimeout, ConnectTimeout: o.connectTimeout, TCP: tcpFlags(o, o.userTimeout), BanTime: offIfZero(o.banTime)},
+		ClientTCP: tcpFlags(o, o.clientUserTimeout),
 		Logger:    log,
 	}
 	if o.poolMode == "session" {
@@ -332,11 +334,15 @@ func DefaultProcs(numCPU int) int {
 	return 0
 }
 
+// userTimeoutCaveats is what --help says of both user timeouts.
+const userTimeoutCaveats = "A user timeout also ends a connection whose peer keeps its receive window closed (reads nothing) that long while the proxy has data for it (Linux 5.11 and later); " +
+	"and with one set, Linux ignores --tcp-keepalive-count: the user timeout decides when unanswered probes end the connection."
+
 // tcpFlags maps the --tcp-* flags, whose 0 means off, to backend.TCP, whose 0 means
-// the default.
-func tcpFlags(o *options) backend.TCP {
+// the default, with userTimeout for TCP_USER_TIMEOUT (the server's or the clients').
+func tcpFlags(o *options, userTimeout time.Duration) backend.TCP {
 	return backend.TCP{KeepAliveIdle: offIfZero(o.keepIdle), KeepAliveInterval: o.keepInterval,
-		KeepAliveCount: o.keepCount, UserTimeout: offIfZero(o.userTimeout)}
+		KeepAliveCount: o.keepCount, UserTimeout: offIfZero(userTimeout)}
 }
 
 // offIfZero maps a flag's 0 (off) to the library's negative (off; 0 is its default).

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/shardlab/shardlab/internal/cmd/shardproxy"
 	"github.com/shardlab/shardlab/internal/pgtest"
@@ -23,7 +26,7 @@ func TestHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, want := range []string{"--sharded", "-pool-mode", "-checkout-timeout", "-max-clients", "-users", "-tls-cert", "-lock-wait-timeout", "-admin-database", "-metrics-listen", "-settle-interval"} {
+	for _, want := range []string{"--sharded", "-pool-mode", "-checkout-timeout", "-max-clients", "-users", "-tls-cert", "-lock-wait-timeout", "-admin-database", "-metrics-listen", "-settle-interval", "-tcp-user-timeout", "-client-tcp-user-timeout", "-ban-time"} {
 		if !strings.Contains(out.String(), strings.TrimLeft(want, "-")) {
 			t.Errorf("--help does not mention %s", want)
 		}
@@ -131,6 +134,114 @@ func TestDefaultProcs(t *testing.T) {
 	for cpus, want := range map[int]int{1: 1, 2: 1, 3: 0, 8: 0, 64: 0} {
 		if got := shardproxy.DefaultProcs(cpus); got != want {
 			t.Errorf("DefaultProcs(%d) = %d, want %d", cpus, got, want)
+		}
+	}
+}
+
+// TestClientTCPUserTimeoutIsItsOwn: --tcp-user-timeout bounds server connections only;
+// a client that stops reading a large answer for longer (its receive window closed)
+// is not cut off, unless --client-tcp-user-timeout asks for it (Linux 5.11 and later
+// count a closed window against the user timeout).
+func TestClientTCPUserTimeoutIsItsOwn(t *testing.T) {
+	shard := pgtest.NewDatabase(t, "cli_tcp")
+	for _, tc := range []struct {
+		name   string
+		flags  []string
+		cutOff bool
+	}{
+		{"server user timeout only", []string{"--tcp-user-timeout", "500ms"}, false},
+		{"client user timeout", []string{"--client-tcp-user-timeout", "500ms"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := startCommand(t, append([]string{"--database", "app", "--shard", shard}, tc.flags...)...)
+			rows, err := slowReader(t, addr, "SELECT repeat('x', 1000) FROM generate_series(1, 20000)", 3*time.Second)
+			switch {
+			case tc.cutOff && err != nil:
+				t.Logf("cut off after %d rows: %v", rows, err)
+			case tc.cutOff:
+				t.Errorf("a client that read nothing for 3s with a 500ms client user timeout got all %d rows", rows)
+			case !tc.cutOff && (err != nil || rows != 20000):
+				t.Errorf("a client that read nothing for 3s: %d rows, %v; want all 20000", rows, err)
+			}
+		})
+	}
+}
+
+// startCommand runs the command with args and the address it listens on, until the
+// test ends.
+func startCommand(t *testing.T, args ...string) string {
+	t.Helper()
+	addrFile := filepath.Join(t.TempDir(), "addr")
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, log bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- shardproxy.Run(ctx, append([]string{"--listen", "127.0.0.1:0", "--addr-file", addrFile}, args...), &out, &log)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if b, err := os.ReadFile(addrFile); err == nil && len(b) > 0 {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	cancel()
+	t.Fatalf("the proxy did not start: %v\n%s", <-done, log.String())
+	return ""
+}
+
+// slowReader connects to the proxy at addr with a small receive buffer, sends query,
+// reads nothing for pause, then reads the answer: the rows it got, and the error that
+// ended the answer early.
+func slowReader(t *testing.T, addr, query string, pause time.Duration) (rows int, err error) {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.(*net.TCPConn).SetReadBuffer(64 << 10)
+	fe := pgproto3.NewFrontend(nc, nc)
+	fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber,
+		Parameters: map[string]string{"user": "postgres", "database": "app"}})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		msg, err := fe.Receive()
+		if err != nil {
+			t.Fatalf("startup: %v", err)
+		}
+		if e, ok := msg.(*pgproto3.ErrorResponse); ok {
+			t.Fatalf("startup: %s", e.Message)
+		}
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	fe.Send(&pgproto3.Query{String: query})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(pause)
+	nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		msg, err := fe.Receive()
+		if err != nil {
+			return rows, err
+		}
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			rows++
+		case *pgproto3.ErrorResponse:
+			return rows, fmt.Errorf("%s %s", m.Code, m.Message)
+		case *pgproto3.ReadyForQuery:
+			return rows, nil
 		}
 	}
 }
