@@ -128,7 +128,7 @@ func TestNetlabFaults(t *testing.T) {
 	const userTimeout = 4.0 // seconds; keepalive 1 s + 1 s x 3 = 4 s
 	out := l.must("run", "faults", "--preset", "zone", "--shards", "3", "--faults", "partition,oneway", "--hold", "7", "--settle", "6",
 		"--two-phase", "--workers", "6", "--vanish-bound", "60",
-		"--proxy-arg=--tcp-user-timeout=4s", "--proxy-arg=--tcp-keepalive-idle=1s", "--proxy-arg=--tcp-keepalive-interval=1s", "--proxy-arg=--tcp-keepalive-count=3")
+		"--proxy-arg=--tcp-user-timeout=4s", "--proxy-arg=--client-tcp-user-timeout=4s", "--proxy-arg=--tcp-keepalive-idle=1s", "--proxy-arg=--tcp-keepalive-interval=1s", "--proxy-arg=--tcp-keepalive-count=3")
 	dir := l.onlyRunDir("netlab-faults-")
 	rows := readCSV(t, filepath.Join(dir, "results.csv"))
 	if len(rows) != 2 || rows[0]["fault"] != "partition" || rows[1]["fault"] != "oneway" {
