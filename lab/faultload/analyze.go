@@ -84,6 +84,12 @@ func Analyze(events []Event, windows []Window, shardOf func(int64) int, name fun
 		if i+1 < len(windows) {
 			next = windows[i+1].Begin
 		}
+		// A statement belongs to one window at most: one begun during an earlier
+		// fault, or before that one healed, is that fault's.
+		var prevHealed time.Time
+		if i > 0 {
+			prevHealed = windows[i-1].Healed
+		}
 		r := Result{Window: w}
 		var others, faulty, after []Event
 		var base []Event
@@ -98,7 +104,7 @@ func Analyze(events []Event, windows []Window, shardOf func(int64) int, name fun
 			// During the fault: a statement that ran while it was in force, begun
 			// before it or not. After it: begun after the healing, ended before the
 			// next fault.
-			during := e.Start.Before(w.Healed) && e.End.After(w.Begin)
+			during := !e.Start.Before(prevHealed) && e.Start.Before(w.Healed) && e.End.After(w.Begin)
 			afterHeal := !e.Start.Before(w.Healed) && e.End.Before(next)
 			if !during && !afterHeal {
 				continue
@@ -155,6 +161,9 @@ func Analyze(events []Event, windows []Window, shardOf func(int64) int, name fun
 // namesSource reports whether msg names the data source name as a word of its own
 // (ds_1, not ds_10).
 func namesSource(msg, name string) bool {
+	if name == "" {
+		return false
+	}
 	for i := 0; ; {
 		j := strings.Index(msg[i:], name)
 		if j < 0 {

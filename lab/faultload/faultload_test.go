@@ -75,6 +75,22 @@ func TestAnalyze(t *testing.T) {
 	}
 }
 
+// TestAnalyzeOneWindowEach: a statement caught by one fault that ends during the next
+// is the first fault's only.
+func TestAnalyzeOneWindowEach(t *testing.T) {
+	hang := faultload.Event{Start: at(1000), End: at(61000), Key: 1, Code: faultload.HangCode, Err: "no answer"}
+	r := faultload.Analyze([]faultload.Event{hang}, []faultload.Window{
+		{Kind: "a", Shard: 1, Begin: at(0), Healed: at(40000)},
+		{Kind: "b", Shard: 1, Begin: at(55000), Healed: at(95000)},
+	}, func(int64) int { return 1 }, func(int) string { return "ds_1" })
+	if r[0].Hangs != 1 || r[0].Faulty.N != 1 {
+		t.Errorf("first fault: %+v, want the hang", r[0])
+	}
+	if r[1].Hangs != 0 || r[1].Faulty.N != 0 || r[1].Detect != 0 {
+		t.Errorf("second fault: %+v, want nothing of the first's", r[1])
+	}
+}
+
 func TestNamesSource(t *testing.T) {
 	for _, tt := range []struct {
 		msg  string

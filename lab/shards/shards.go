@@ -168,6 +168,8 @@ func (cfg Config) withDefaults() (Config, error) {
 		}
 	case BackendPostgres:
 		switch {
+		case cfg.Create && len(cfg.DSNs) == 0:
+			return bad("Create needs a base DSN")
 		case cfg.Create && len(cfg.DSNs) > cfg.Shards:
 			return bad("Create spreads %d shard(s) over the base DSNs, got %d: more servers than shards", cfg.Shards, len(cfg.DSNs))
 		case !cfg.Create && len(cfg.DSNs) != cfg.Shards:

@@ -145,6 +145,7 @@ func TestOpenRefusesBadConfig(t *testing.T) {
 		{"SQLite with DSNs", shards.Config{Dir: dir, DSNs: []string{dsn}}, shards.ErrBadConfig},
 		{"bad SQLite options", shards.Config{Dir: dir, SQLite: sqlite.Options{Sync: "sometimes"}}, sqlite.ErrBadOptions},
 		{"fewer DSNs than shards", shards.Config{Backend: shards.BackendPostgres, Shards: 2, DSNs: []string{dsn}}, shards.ErrBadConfig},
+		{"Create without a base DSN", shards.Config{Backend: shards.BackendPostgres, Shards: 2, Create: true, Reset: true}, shards.ErrBadConfig},
 		{"Create over more servers than shards", shards.Config{Backend: shards.BackendPostgres, Shards: 1, Create: true, DSNs: []string{dsn, dsn}}, shards.ErrBadConfig},
 		{"Reset without Create", shards.Config{Backend: shards.BackendPostgres, Reset: true, DSNs: []string{dsn}}, shards.ErrBadConfig},
 		{"Reset with Lazy", shards.Config{Backend: shards.BackendPostgres, Create: true, Reset: true, DSNs: []string{dsn}, Postgres: postgres.Options{Lazy: true}}, shards.ErrBadConfig},

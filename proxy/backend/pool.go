@@ -304,6 +304,7 @@ func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration, interrupt 
 			break
 		}
 		if p.opts.IdleCheck > 0 && time.Since(c.lastUsed) > p.opts.IdleCheck {
+			checked := time.Now()
 			if err := p.check(ctx, c); err != nil {
 				if ctx.Err() != nil {
 					// The caller gave up, which says nothing about the connection: it
@@ -317,8 +318,9 @@ func (p *Pool) AcquireWithin(ctx context.Context, wait time.Duration, interrupt 
 					// The network or the server's host failed (a timeout, a reset): the
 					// connections idle as long are most likely gone too, and checking
 					// them one by one would make this statement wait for each. Those
-					// used since were fine a moment ago and stay.
-					p.discardIdleSince(time.Now().Add(-p.opts.IdleCheck))
+					// used since IdleCheck before the check began were fine a moment
+					// before the silence and stay.
+					p.discardIdleSince(checked.Add(-p.opts.IdleCheck))
 				}
 				continue
 			}

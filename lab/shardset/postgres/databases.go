@@ -98,6 +98,9 @@ func CreateMissingShardDatabasesOn(ctx context.Context, bases []string, prefix s
 	}
 	created = make([][]string, len(bases))
 	for b, base := range bases {
+		if len(names[b]) == 0 {
+			continue
+		}
 		if created[b], err = postgresdb.CreateDatabases(ctx, base, names[b]); err != nil {
 			return nil, created, err
 		}
@@ -111,8 +114,14 @@ func DropShardDatabasesOn(ctx context.Context, bases []string, prefix string, n 
 	if err := checkShardDatabases(prefix, n); err != nil {
 		return err
 	}
+	if len(bases) == 0 {
+		return fmt.Errorf("%w: no base DSN", ErrBadOptions)
+	}
 	names := spread(bases, prefix, n)
 	for b, base := range bases {
+		if len(names[b]) == 0 {
+			continue // more servers than shards: nothing of theirs on this one
+		}
 		if err := postgresdb.DropDatabases(ctx, base, names[b]); err != nil {
 			return err
 		}
