@@ -504,7 +504,8 @@ exit_groups=() exit_fault_host="" exit_nft_rule=""
 on_exit() {
 	trap '' INT TERM HUP
 	local g
-	for g in "${exit_groups[@]}"; do kill -- "-$g" 2>/dev/null || true; done
+	# A job interrupted before its setsid is not a group yet: then the process itself.
+	for g in "${exit_groups[@]}"; do kill -- "-$g" 2>/dev/null || kill "$g" 2>/dev/null || true; done
 	[[ -z $exit_fault_host ]] || heal "$exit_fault_host" || true
 	[[ -z $exit_nft_rule ]] || in_ns mw nft delete rule inet netlab input handle "$exit_nft_rule" || true
 	tail_restore_jitter
@@ -1400,8 +1401,10 @@ vanish_result=""
 client_vanish() {
 	local dsn="postgres://postgres@$mw_addr:$mw_raw_port/faults?sslmode=disable&connect_timeout=5" shard_i t0 t1 client_pid
 	shard_i=$(awk -F, '$1 == 1 { print $2 }' "$run_dir/shard-map.csv")
-	in_ns mw nft insert rule inet netlab input ip saddr "$client_addr" tcp dport "$mw_raw_port" accept comment '"client-vanish"'
-	exit_nft_rule=$(in_ns mw nft -a list chain inet netlab input | awk '/client-vanish/ { print $NF }')
+	# --echo --handle prints the rule inserted, with its handle: this one, not another.
+	exit_nft_rule=$(in_ns mw nft --echo --handle insert rule inet netlab input ip saddr "$client_addr" tcp dport "$mw_raw_port" accept |
+		sed -n 's/.*# handle \([0-9]*\)$/\1/p')
+	[[ $exit_nft_rule =~ ^[0-9]+$ ]] || die "could not open mw's proxy port to the client (nft gave no handle)"
 	setsid ip netns exec "$(ns client)" bash -c '{ echo "BEGIN;"; echo "UPDATE fault_items SET n = n + 1 WHERE id = 1;"; echo "SELECT '"'locked'"';"; sleep 3600; } | psql "$1" -X -q -At' \
 		_ "$dsn" >"$run_dir/logs/vanish-client.txt" 2>&1 </dev/null 9>&- &
 	client_pid=$!
@@ -1456,8 +1459,8 @@ run_scenarios() {
 	d1=$(delayline_ticks)
 	run_info_finish "$run_dir/run.txt"
 	echo "delay lines' CPU: $(awk -v c="$((d1 - d0))" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", c / hz }') s over the run" >>"$run_dir/run.txt"
-	local report
-	report=$(find "$run_dir/scenarios" -name report.md 2>/dev/null | head -n 1)
+	local report=""
+	[[ ! -d $run_dir/scenarios ]] || report=$(find "$run_dir/scenarios" -name report.md | head -n 1)
 	echo "result: $status; the scenarios' report is ${report:+$(show_path "$report")}" | tee -a "$run_dir/run.txt"
 	echo "results: $(show_path "$run_dir")" >&2
 	[[ $status == ok ]] || { tail -n 20 "$run_dir/logs/scenarios.txt" >&2; exit 1; }
