@@ -2,14 +2,12 @@ package proxy_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sys/unix"
 
 	"github.com/shardlab/shardlab/proxy"
@@ -90,57 +88,4 @@ func sockaddr(sa unix.Sockaddr) string {
 		return net.JoinHostPort(net.IP(in.Addr[:]).String(), strconv.Itoa(in.Port))
 	}
 	return ""
-}
-
-// TestVanishedClientFoundByKeepaliveAlone: without a client user timeout (the
-// default), keepalive alone ends the session of a client whose host vanished while
-// its transaction held a row lock, so the next client gets the row within about the
-// keepalive's bound (idle + interval x count).
-func TestVanishedClientFoundByKeepaliveAlone(t *testing.T) {
-	h := newHost(t)
-	keepalive := backend.TCP{KeepAliveIdle: time.Second, KeepAliveInterval: 500 * time.Millisecond, KeepAliveCount: 2}
-	e := startProxy(t, 1, []string{"kv=k"}, nil, func(c *proxy.Config) { c.ClientTCP = keepalive })
-	ln, err := net.Listen("tcp", h.peer+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go e.srv.Serve(ln) // ends at the proxy's shutdown
-	c := e.connect(t)
-	exec1(t, c, "CREATE TABLE kv (k int PRIMARY KEY, v text)")
-	exec1(t, c, "INSERT INTO kv VALUES (1, 'x')")
-
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cfg, err := pgconn.ParseConfig(fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", ln.Addr(), testDatabase))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DialFunc = h.dial
-	far, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer far.Close(context.Background()) // its socket is dead: only frees it
-	for _, sql := range []string{"BEGIN", "UPDATE kv SET v = 'far' WHERE k = 1"} {
-		if _, err := far.Exec(ctx, sql).ReadAll(); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	// Vanished while idle in its transaction: once the proxy's answer is acknowledged.
-	// (Data still unacknowledged when a host vanishes is retransmitted, and keepalive
-	// probes nothing until TCP gives up, about 15 minutes later; a client user timeout
-	// bounds that case.)
-	time.Sleep(500 * time.Millisecond)
-	h.partition(true, true)
-	start := time.Now()
-	tag, err := c.Exec(ctx, "UPDATE kv SET v = 'near' WHERE k = 1")
-	took := time.Since(start)
-	if err != nil || tag.RowsAffected() != 1 {
-		t.Fatalf("update of the row the vanished client locked: %v, %v after %v", tag, err, took)
-	}
-	bound := keepalive.KeepAliveIdle + time.Duration(keepalive.KeepAliveCount)*keepalive.KeepAliveInterval
-	if took > 2*bound+time.Second {
-		t.Errorf("the vanished client's lock was freed after %v, want within about %v", took, bound)
-	}
-	t.Logf("the vanished client's lock was freed after %v", took.Round(time.Millisecond))
 }

@@ -357,51 +357,68 @@ func TestOneWayPartitionUserTimeout(t *testing.T) {
 
 // TestVanishedClientReleasesItsTransaction: a client whose host vanishes in the middle
 // of a transaction that holds a row lock loses its session within about the client
-// keepalive's bound, so its transaction rolls back and the next client gets the row;
-// the server connection goes back to the pool.
+// side's bound, so its transaction rolls back and the next client gets the row; the
+// server connection goes back to the pool. With a client user timeout, and with
+// keepalive alone (the default): the client vanishes idle in its transaction, once the
+// proxy's answer is acknowledged. (Data still unacknowledged when a host vanishes is
+// retransmitted, and keepalive probes nothing until TCP gives up, about 15 minutes
+// later; a client user timeout bounds that case.)
 func TestVanishedClientReleasesItsTransaction(t *testing.T) {
-	h := newHost(t)
-	e := startProxy(t, 1, []string{"kv=k"}, nil, func(c *proxy.Config) { c.ClientTCP = quickTCP })
-	ln, err := net.Listen("tcp", h.peer+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go e.srv.Serve(ln) // ends at the proxy's shutdown
-	c := e.connect(t)
-	exec1(t, c, "CREATE TABLE kv (k int PRIMARY KEY, v text)")
-	exec1(t, c, "INSERT INTO kv VALUES (1, 'x')")
+	keepalive := backend.TCP{KeepAliveIdle: time.Second, KeepAliveInterval: 500 * time.Millisecond, KeepAliveCount: 2}
+	for _, tc := range []struct {
+		name  string
+		tcp   backend.TCP
+		bound time.Duration
+	}{
+		{"user timeout", quickTCP, 3*quickTCP.UserTimeout + time.Second},
+		{"keepalive alone", keepalive, 2*(keepalive.KeepAliveIdle+time.Duration(keepalive.KeepAliveCount)*keepalive.KeepAliveInterval) + time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHost(t)
+			e := startProxy(t, 1, []string{"kv=k"}, nil, func(c *proxy.Config) { c.ClientTCP = tc.tcp })
+			ln, err := net.Listen("tcp", h.peer+":0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go e.srv.Serve(ln) // ends at the proxy's shutdown
+			c := e.connect(t)
+			exec1(t, c, "CREATE TABLE kv (k int PRIMARY KEY, v text)")
+			exec1(t, c, "INSERT INTO kv VALUES (1, 'x')")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cfg, err := pgconn.ParseConfig(fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", ln.Addr(), testDatabase))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DialFunc = h.dial
-	far, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sql := range []string{"BEGIN", "UPDATE kv SET v = 'far' WHERE k = 1"} {
-		if _, err := far.Exec(ctx, sql).ReadAll(); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	h.partition(true, true)
-	start := time.Now()
-	tag, err := c.Exec(ctx, "UPDATE kv SET v = 'near' WHERE k = 1")
-	took := time.Since(start)
-	if err != nil || tag.RowsAffected() != 1 {
-		t.Fatalf("update of the row the vanished client locked: %v, %v after %v", tag, err, took)
-	}
-	if bound := 3*quickTCP.UserTimeout + time.Second; took > bound {
-		t.Errorf("the vanished client's lock was freed after %v, want within %v", took, bound)
-	}
-	t.Logf("the vanished client's lock was freed after %v", took.Round(time.Millisecond))
-	far.Close(context.Background()) // its socket is dead: only frees it
-	for _, st := range e.srv.Stats().Pools {
-		if st.InUse != 0 {
-			t.Errorf("data source %s: %d connections still lent out after the client vanished", st.DataSource, st.InUse)
-		}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cfg, err := pgconn.ParseConfig(fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", ln.Addr(), testDatabase))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.DialFunc = h.dial
+			far, err := pgconn.ConnectConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, sql := range []string{"BEGIN", "UPDATE kv SET v = 'far' WHERE k = 1"} {
+				if _, err := far.Exec(ctx, sql).ReadAll(); err != nil {
+					t.Fatalf("%s: %v", sql, err)
+				}
+			}
+			time.Sleep(500 * time.Millisecond) // the answer acknowledged
+			h.partition(true, true)
+			start := time.Now()
+			tag, err := c.Exec(ctx, "UPDATE kv SET v = 'near' WHERE k = 1")
+			took := time.Since(start)
+			if err != nil || tag.RowsAffected() != 1 {
+				t.Fatalf("update of the row the vanished client locked: %v, %v after %v", tag, err, took)
+			}
+			if took > tc.bound {
+				t.Errorf("the vanished client's lock was freed after %v, want within %v", took, tc.bound)
+			}
+			t.Logf("the vanished client's lock was freed after %v", took.Round(time.Millisecond))
+			far.Close(context.Background()) // its socket is dead: only frees it
+			for _, st := range e.srv.Stats().Pools {
+				if st.InUse != 0 {
+					t.Errorf("data source %s: %d connections still lent out after the client vanished", st.DataSource, st.InUse)
+				}
+			}
+		})
 	}
 }
