@@ -179,7 +179,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.pools = append(s.pools, p)
 	}
 	r, err := router.New(router.Config{Rules: cfg.Rules, Pools: s.pools, Mode: cfg.PoolMode, TwoPhase: cfg.TwoPhase, SettleInterval: cfg.SettleInterval,
-		LockWaitTimeout: cfg.LockWaitTimeout, DeadlockInterval: cfg.DeadlockInterval, CrossPoolWait: cfg.CrossPoolWait,
+		SettleDial: cfg.Pool.TCP.WithDefaults().Dial(), LockWaitTimeout: cfg.LockWaitTimeout, DeadlockInterval: cfg.DeadlockInterval, CrossPoolWait: cfg.CrossPoolWait,
 		MaxTransactions: cfg.MaxTransactions, CheckoutTimeout: cfg.Pool.CheckoutTimeout, PoolFor: s.poolFor, Logger: log,
 		MaxHeld: cfg.MaxHeld})
 	if err != nil {

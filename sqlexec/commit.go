@@ -403,6 +403,9 @@ func (c *Committer) dial(ctx context.Context, ds int) (*pgconn.PgConn, error) {
 	timeout := DefaultSettleConnectTimeout
 	if s := c.settler.Load(); s != nil {
 		timeout = s.connectTimeout
+		if s.dialFunc != nil {
+			cfg.DialFunc = s.dialFunc
+		}
 	}
 	if cfg.ConnectTimeout == 0 || cfg.ConnectTimeout > timeout {
 		cfg.ConnectTimeout = timeout

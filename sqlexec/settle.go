@@ -82,6 +82,11 @@ type SettlerConfig struct {
 	Interval time.Duration
 	// ConnectTimeout bounds dialling a data source (0: DefaultSettleConnectTimeout).
 	ConnectTimeout time.Duration
+	// Dial, when set, opens the TCP connections of the settler and of the committer's
+	// tries on fresh connections (pgconn's dialer when nil): the wire proxy gives them
+	// its server connections' keepalive and user timeout, so that a data source the
+	// network cut off fails them in bounded time as it fails the pools'.
+	Dial pgconn.DialFunc
 	// Logger receives what the settler settles and which data sources it cannot
 	// reach; nil discards it.
 	Logger *slog.Logger
@@ -95,6 +100,7 @@ type Settler struct {
 	c              *Committer
 	interval       time.Duration
 	connectTimeout time.Duration
+	dialFunc       pgconn.DialFunc
 	log            *slog.Logger
 
 	// pass serializes passes and guards conns, locked and closed.
@@ -160,7 +166,7 @@ func NewSettler(c *Committer, cfg SettlerConfig) (*Settler, error) {
 			return nil, fmt.Errorf("sqlexec: data source %s: %w", ds.Name, err)
 		}
 	}
-	s := &Settler{c: c, interval: cfg.Interval, connectTimeout: cfg.ConnectTimeout, log: log,
+	s := &Settler{c: c, interval: cfg.Interval, connectTimeout: cfg.ConnectTimeout, dialFunc: cfg.Dial, log: log,
 		conns: make([]*pgconn.PgConn, n), locked: make([]bool, n), shared: make([]bool, n)}
 	s.holders.of = make([]lockHolder, n)
 	s.mu.doubt = map[string]doubtEntry{}

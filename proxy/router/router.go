@@ -69,6 +69,9 @@ type Config struct {
 	// looked for and settled (0: sqlexec.DefaultSettleInterval; negative: only at
 	// StartSettler). See sqlexec.Settler.
 	SettleInterval time.Duration
+	// SettleDial, with TwoPhase, opens the settler's and the committer's own
+	// connections to the data sources (see sqlexec.SettlerConfig.Dial); nil: pgconn's.
+	SettleDial pgconn.DialFunc
 	// LockWaitTimeout bounds the lock waits of a transaction that spans several data
 	// sources (0: unbounded, the default). Such a transaction may be half of a deadlock
 	// across shards, which no server can see; the deadlock detector (DeadlockInterval)
@@ -243,7 +246,7 @@ func New(cfg Config) (*Router, error) {
 	r.engine = sqlexec.NewEngine(cfg.Rules, r.catalog, r.committer)
 	r.engine.SetMaxHeld(cfg.MaxHeld)
 	if cfg.TwoPhase {
-		settler, err := sqlexec.NewSettler(r.committer, sqlexec.SettlerConfig{Interval: cfg.SettleInterval, Logger: log})
+		settler, err := sqlexec.NewSettler(r.committer, sqlexec.SettlerConfig{Interval: cfg.SettleInterval, Dial: cfg.SettleDial, Logger: log})
 		if err != nil {
 			return nil, errors.Join(ErrConfig, err)
 		}
