@@ -230,8 +230,12 @@ func TestTwoPhaseSettlesWhileRunning(t *testing.T) {
 		}
 	}
 	committer.SetPhaseHook(nil)
-	if hook.err != nil {
-		t.Fatal(hook.err)
+	// Under the hook's lock: a commit under way may still be in the hook.
+	hook.Lock()
+	terminated, hookErr := hook.terminated, hook.err
+	hook.Unlock()
+	if hookErr != nil {
+		t.Fatal(hookErr)
 	}
 	deadline := time.Now().Add(sqlexec.DefaultSettleInterval + settleSlack)
 	for {
@@ -247,7 +251,7 @@ func TestTwoPhaseSettlesWhileRunning(t *testing.T) {
 	if got := sum(); got != accounts*100 {
 		t.Errorf("sum of the balances after the terminations: %d, want %d", got, accounts*100)
 	}
-	t.Logf("part 1: %d backends terminated", hook.terminated)
+	t.Logf("part 1: %d backends terminated", terminated)
 
 	// Part 2: shard 2's server stops after a transfer's decision, and comes back
 	// 2 s later. The client's commit succeeds; the part on shard 2 stays prepared
