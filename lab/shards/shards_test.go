@@ -203,8 +203,14 @@ func TestOpenPostgresDSNs(t *testing.T) {
 
 func databaseExists(t *testing.T, name string) bool {
 	t.Helper()
+	return databaseExistsOn(t, pgtest.DSN(t), name)
+}
+
+// databaseExistsOn reports whether the server dsn points at has a database name.
+func databaseExistsOn(t *testing.T, dsn, name string) bool {
+	t.Helper()
 	ctx := testCtx(t)
-	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,18 +287,7 @@ func TestOpenPostgresCreateOnSeveralServers(t *testing.T) {
 	s := open(t, cfg)
 	roundTrip(t, s.Set, "spread")
 	s.Close()
-	on := func(dsn, name string) bool {
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
-		var exists bool
-		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
-			t.Fatal(err)
-		}
-		return exists
-	}
+	on := func(dsn, name string) bool { return databaseExistsOn(t, dsn, name) }
 	for i, want := range []string{main, other.DSN(), main} {
 		name := fmt.Sprintf("%s%d", prefix, i)
 		if !on(want, name) {
