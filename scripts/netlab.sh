@@ -61,6 +61,21 @@ Commands:
         ./cmd/routerbench --help).
         Brought up by the run, the network has 2 shard hosts. Writes
         results/runs/netlab-routerbench-<time>/, routerbench's report in routerbench/.
+  run sweep [--sweep-arg ARG]...
+        seed 001's proxy sweep across three hosts, as the seed had it: sysbench and
+        pgbench on the client, shard-proxy, pgbouncer and a byte relay on mw (one at
+        a time, behind mw's delay line), PostgreSQL on shard0; the direct target is
+        the client straight to shard0 (one shaped link where the others cross two).
+        The sweep's defaults here are a short one: --workloads
+        oltp_point_select,oltp_read_write --threads 8,32 --tables 4 --table-size
+        25000 --time 10s --warmup 2s --trials 3 --pgbench-clients 8 --pgbench-modes
+        extended --pgbench-scale 1 --pool-size 20 --shards 4 (schema shards on
+        shard0, as the local sweep has them); each ARG goes to proxysweep run as
+        given and replaces the default it names, e.g. --sweep-arg=--threads=8,32,64
+        (see go run ./cmd/proxysweep run --help; at most 290 threads, shard0's
+        max_connections being 300). Brought up by the run, the network has 1 shard
+        host. Writes results/runs/netlab-sweep-<time>/, the sweep's results and
+        report.md in sweep/.
   run scenarios [--scenario-arg ARG]...
         the lab's scenarios on PostgreSQL shards across hosts: run_all_scenarios.sh
         --backend postgres on mw (the demo-server and loadgen there), shard i of
@@ -225,7 +240,7 @@ case $command in up | down | status | run | fault | exec) ;; *) bad "unknown com
 lab=netlab state_root=${SHARDLAB_NETLAB_STATE:-/run/shardlab-netlab} bin_dir="" runs_dir="$root/results/runs"
 shards="" preset_name="" rtt_opt="" delay_opt="" jitter_opt="" loss_opt="" rate_opt=""
 count=200 probes="" verify=1
-clients=8 time_s=10 mode=prepared scale=1 pool_size=10 proxy_args=() routerbench_args=() scenario_args=()
+clients=8 time_s=10 mode=prepared scale=1 pool_size=10 proxy_args=() routerbench_args=() scenario_args=() sweep_args=()
 fault_kinds=(partition oneway slow loss) fault_hold=40 fault_settle=15 fault_warm=10 fault_workers=8 fault_keys=10000
 fault_bound=60s faulty_host=shard1 two_phase=0 vanish_bound=120
 qps=200 trials=3 shard_counts=1,2,4,8 jitter_host=shard0 extra_jitter="" extra_jitter_us="" tail_rows=100000
@@ -268,6 +283,8 @@ while [[ $# -gt 0 ]]; do
 	--routerbench-arg=*) routerbench_args+=("${1#--routerbench-arg=}"); run_opts+=(--routerbench-arg); shift ;;
 	--scenario-arg) [[ $# -ge 2 && -n $2 ]] || bad "--scenario-arg needs a value"; scenario_args+=("$2"); run_opts+=("$1"); shift 2 ;;
 	--scenario-arg=*) scenario_args+=("${1#--scenario-arg=}"); run_opts+=(--scenario-arg); shift ;;
+	--sweep-arg) [[ $# -ge 2 && -n $2 ]] || bad "--sweep-arg needs a value"; sweep_args+=("$2"); run_opts+=("$1"); shift 2 ;;
+	--sweep-arg=*) sweep_args+=("${1#--sweep-arg=}"); run_opts+=(--sweep-arg); shift ;;
 	--lab) need "$@"; lab=$2; shift 2 ;;
 	--state-dir) need "$@"; state_root=$2; shift 2 ;;
 	--bin-dir) need "$@"; bin_dir=$2; shift 2 ;;
@@ -616,7 +633,7 @@ init_shard() { # I: a throwaway cluster listening on the host's address only
 listen_addresses = '$addr'
 port = $pg_raw_port
 unix_socket_directories = ''
-max_connections = 100
+max_connections = 300
 max_prepared_transactions = 20
 shared_buffers = 32MB
 fsync = off
@@ -1496,10 +1513,66 @@ run_routerbench() {
 	[[ $status == ok ]] || { tail -n 20 "$run_dir/logs/routerbench.txt" >&2; exit 1; }
 }
 
+# sweep_opt NAME DEFAULT: the value the sweep's arguments give flag --NAME (the last
+# one, as Go's flag package takes it), or DEFAULT.
+sweep_opt() {
+	local v=$2 i
+	for ((i = 0; i < ${#sweep_args[@]}; i++)); do
+		case ${sweep_args[i]} in
+		--"$1"=* | -"$1"=*) v=${sweep_args[i]#*=} ;;
+		--"$1" | -"$1") v=${sweep_args[i + 1]:-} ;;
+		esac
+	done
+	echo "$v"
+}
+
+# run_sweep: seed 001's proxy sweep with its client, middleware and database on three
+# hosts: proxysweep on mw, its clients in the client's namespace, shard0's server.
+run_sweep() {
+	build_bins proxysweep shard-proxy
+	start_run netlab-sweep-
+	verify "$run_dir/rtt.txt" || die "not measured: the round trips are off the preset's (see $(show_path "$run_dir")/rtt.txt)"
+	local args=(--workloads "oltp_point_select,oltp_read_write" --threads "8,32" --tables 4 --table-size 25000 --time 10s
+		--warmup 2s --trials 3 --pgbench-clients 8 --pgbench-modes extended --pgbench-scale 1 --pool-size 20 --shards 4
+		"${sweep_args[@]}")
+	{
+		echo "workload: proxysweep run$(quote_args "${args[@]}") on mw, sysbench and pgbench on the client, PostgreSQL on shard0 (the sweep's schema shards in one database there)"
+		echo "rtt_check: $(state_get rtt_check)"
+		echo "rtt (SQL SELECT 1 round trips through the shaped path, netprobe):"
+		sed 's/^/  /' "$run_dir/rtt.txt"
+		echo "sysbench: $(sysbench --version)"
+		echo "pgbench: $(pgbench --version)"
+		echo "pgbouncer: $(pgbouncer --version | head -n 1)"
+	} >>"$run_dir/run.txt"
+	local d0 d1 status=0
+	d0=$(delayline_ticks)
+	note "the proxy sweep: client -> mw -> shard0 (logs/sweep.txt shows its progress)"
+	# Its scratch directory (pgbouncer's files) in the lab's state, which the postgres
+	# user pgbouncer runs as may pass through.
+	TMPDIR="$state/mw" in_ns mw "$(bin proxysweep)" run --out "$run_dir/sweep" --proxy "$(bin shard-proxy)" --server "$(shard_addr 0):$pg_port" \
+		--listen "$mw_addr:$mw_raw_port" --reach "$mw_addr:$mw_port" --client-netns "$(ns client)" "${args[@]}" \
+		>"$run_dir/logs/sweep.txt" 2>&1 </dev/null 9>&- || status=$?
+	d1=$(delayline_ticks)
+	if ((status == 2)); then
+		cat "$run_dir/logs/sweep.txt" >&2
+		discard_run_dir # nothing ran: nothing to keep
+		bad "proxysweep refused its arguments (see above)"
+	fi
+	run_info_finish "$run_dir/run.txt"
+	echo "delay lines' CPU: $(awk -v c="$((d1 - d0))" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", c / hz }') s over the run" >>"$run_dir/run.txt"
+	if ((status == 0)); then
+		"$(bin proxysweep)" report --dir "$run_dir/sweep" --pool-size "$(sweep_opt pool-size 20)" \
+			--shards "$(sweep_opt shards 4)" --proxy-procs "$(sweep_opt proxy-procs 1)" || status=1
+	fi
+	echo "result: $( ((status == 0)) && echo ok || echo failed); the sweep's report is $(show_path "$run_dir")/sweep/report.md" | tee -a "$run_dir/run.txt"
+	echo "results: $(show_path "$run_dir")" >&2
+	((status == 0)) || { tail -n 20 "$run_dir/logs/sweep.txt" >&2; exit 1; }
+}
+
 do_run() {
-	((${#positional[@]} == 1)) || bad "run takes one experiment: ping, pgbench, tail, routerbench, scenarios or faults"
+	((${#positional[@]} == 1)) || bad "run takes one experiment: ping, pgbench, tail, routerbench, sweep, scenarios or faults"
 	local experiment=${positional[0]}
-	[[ $experiment =~ ^(ping|pgbench|tail|routerbench|scenarios|faults)$ ]] || bad "unknown experiment '$experiment': ping, pgbench, tail, routerbench, scenarios or faults"
+	[[ $experiment =~ ^(ping|pgbench|tail|routerbench|sweep|scenarios|faults)$ ]] || bad "unknown experiment '$experiment': ping, pgbench, tail, routerbench, sweep, scenarios or faults"
 	local o want
 	for o in "${run_opts[@]}"; do
 		case $o in
@@ -1507,6 +1580,7 @@ do_run() {
 		--qps | --trials | --shard-counts | --jitter-host | --extra-jitter | --rows) want="tail" ;;
 		--routerbench-arg) want=routerbench ;;
 		--scenario-arg) want=scenarios ;;
+		--sweep-arg) want=sweep ;;
 		--faults | --hold | --settle | --faulty | --workers | --bound | --vanish-bound | --two-phase) want=faults ;;
 		--pool-size | --proxy-arg) want="pgbench faults" ;;
 		*) want=pgbench ;;
@@ -1524,6 +1598,13 @@ do_run() {
 		command -v pgbench >/dev/null || bad "pgbench is not installed (postgresql-client / postgresql-15)"
 		;;
 	routerbench) [[ -n $shards ]] || shards=2 ;;
+	sweep)
+		local prog
+		for prog in sysbench pgbench pgbouncer runuser; do
+			command -v "$prog" >/dev/null || bad "run sweep needs $prog, which is not installed"
+		done
+		[[ -n $shards ]] || shards=1
+		;;
 	scenarios) [[ -n $shards ]] || shards=5 ;; # scripts/scenarios.conf goes up to 5 shards
 	faults)
 		local f
@@ -1575,6 +1656,7 @@ do_run() {
 	pgbench) run_pgbench ;;
 	tail) run_tail ;;
 	routerbench) run_routerbench ;;
+	sweep) run_sweep ;;
 	scenarios) run_scenarios ;;
 	faults) run_faults ;;
 	esac

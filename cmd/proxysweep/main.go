@@ -69,6 +69,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		fs.StringVar(&cfg.Out, "out", "", "run directory (required)")
 		fs.StringVar(&cfg.ProxyBin, "proxy", "", "shard-proxy binary (required)")
 		fs.StringVar(&cfg.BinDir, "pg-bindir", proxysweep.DefaultBinDir, "PostgreSQL server programs (initdb, pg_ctl)")
+		fs.StringVar(&cfg.Server, "server", "", "HOST:PORT of a PostgreSQL server to use (user postgres, trust) instead of starting one: the sweep creates its databases direct and sharded there, refusing if they exist, and drops them at the end")
+		fs.StringVar(&cfg.Listen, "listen", "", "HOST:PORT where the proxy, pgbouncer and the relay listen, one at a time (default 127.0.0.1 and a free port)")
+		fs.StringVar(&cfg.Reach, "reach", "", "HOST:PORT where the clients reach them (default --listen): a delay line in between, as in scripts/netlab.sh")
+		fs.StringVar(&cfg.ClientNetns, "client-netns", "", "run sysbench and pgbench in this network namespace (ip netns exec; needs root)")
 		fs.StringVar(&workloads, "workloads", "oltp_point_select,oltp_write_only,oltp_read_write", "sysbench workloads")
 		fs.StringVar(&threads, "threads", "8,16,32,64,128,256", "sysbench thread counts")
 		fs.IntVar(&cfg.Tables, "tables", 10, "sysbench --tables")
@@ -104,6 +108,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		if cfg.Out == "" || cfg.ProxyBin == "" {
 			return fmt.Errorf("%w: --out and --proxy are required", errUsage)
+		}
+		if cfg.Reach != "" && cfg.Listen == "" {
+			return fmt.Errorf("%w: --reach needs --listen (the port the delay line forwards to)", errUsage)
 		}
 		if cfg.Tables < 1 || cfg.TableSize < 1 || cfg.Trials < 1 || cfg.PoolSize < 1 || cfg.Shards < 2 || cfg.Time < time.Second || cfg.ProxyProcs < 0 {
 			return fmt.Errorf("%w: --tables, --table-size, --trials, --pool-size must be positive, --shards at least 2, --time at least 1s, --proxy-procs 0 or more", errUsage)

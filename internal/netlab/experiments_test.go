@@ -216,3 +216,67 @@ func TestNetlabScenarios(t *testing.T) {
 	l.must("down")
 	l.checkNothingLeft()
 }
+
+// TestNetlabSweep runs seed 001's proxy sweep tiny across three hosts: every target
+// answers; the direct runs cross one shaped link and the middleware's two, so their
+// latency is at least one and two round trips of the preset; the sweep drops the
+// databases it made on shard0, and refuses a server that has one of them already.
+func TestNetlabSweep(t *testing.T) {
+	l := newLab(t)
+	l.must("up", "--shards", "1", "--preset", "zone")
+	tiny := []string{"--sweep-arg=--trials=1", "--sweep-arg=--time=2s", "--sweep-arg=--warmup=1s", "--sweep-arg=--threads=4",
+		"--sweep-arg=--tables=1", "--sweep-arg=--table-size=500", "--sweep-arg=--workloads=oltp_point_select",
+		"--sweep-arg=--pgbench-clients=2", "--sweep-arg=--pool-size=3"}
+	l.must(append([]string{"run", "sweep"}, tiny...)...)
+	dir := l.onlyRunDir("netlab-sweep-")
+	rows := readCSV(t, filepath.Join(dir, "sweep", "results.csv"))
+	if len(rows) != 8 {
+		t.Fatalf("results.csv has %d rows, want 4 sysbench and 4 pgbench targets: %v", len(rows), rows)
+	}
+	const rttMS = 0.4 // the zone preset's 0.5 ms, less its jitter and the measuring's slack
+	for _, r := range rows {
+		tps, _ := strconv.ParseFloat(r["tps"], 64)
+		p95, _ := strconv.ParseFloat(r["p95_ms"], 64)
+		if r["status"] != "ok" || tps <= 0 {
+			t.Errorf("%s %s: status %q, %s tps", r["suite"], r["target"], r["status"], r["tps"])
+			continue
+		}
+		links := 2.0
+		if r["target"] == "direct" {
+			links = 1
+		}
+		if p95 < links*rttMS {
+			t.Errorf("%s %s: p95 %.3f ms, below %v shaped round trips: the traffic did not cross the hosts", r["suite"], r["target"], p95, links)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "sweep", "logs", "t1_oltp_point_select_4_direct.txt"))
+	if err != nil || !strings.Contains(string(b), "ip netns exec "+l.nsPrefix()+"client sysbench") {
+		t.Errorf("the direct run's sysbench did not run on the client host (%v):\n%.300s", err, b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sweep", "report.md")); err != nil {
+		t.Error(err)
+	}
+	checkRunTxt(t, dir, "command: scripts/netlab.sh run sweep", "rtt_check: ok", "mw->shard0 n=", "delay lines' CPU:", "result: ok")
+	dbs := func() string {
+		return l.must("exec", "shard0", "--", "psql", "-X", "-At", "-h", "198.18.0.10", "-p", "5433", "-U", "postgres",
+			"-c", "SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_database WHERE datname IN ('direct', 'sharded')")
+	}
+	if got := strings.TrimSpace(dbs()); got != "" {
+		t.Errorf("the sweep left databases %q on shard0", got)
+	}
+	l.must("exec", "shard0", "--", "psql", "-X", "-q", "-h", "198.18.0.10", "-p", "5433", "-U", "postgres", "-c", "CREATE DATABASE direct")
+	code, out := l.script(append([]string{"run", "sweep"}, tiny...)...)
+	if code != 1 || !strings.Contains(out, `already has a database "direct"`) {
+		t.Errorf("a sweep on a server with a database direct: exit %d, want 1 naming it\n%s", code, out)
+	}
+	if got := strings.TrimSpace(dbs()); got != "direct" {
+		t.Errorf("after the refused sweep shard0 has %q, want the database it had (direct) and nothing more", got)
+	}
+	code, out = l.script("run", "sweep", "--sweep-arg=--threads=eight")
+	if code != 2 || !strings.Contains(out, "positive integers") {
+		t.Errorf("--sweep-arg=--threads=eight: exit %d, want 2 saying why\n%s", code, out)
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(l.runsDir, "netlab-sweep-*")); len(dirs) != 2 {
+		t.Errorf("run directories %v: want the first sweep's and the refused server's, none for the refused flag", dirs)
+	}
+}

@@ -91,7 +91,7 @@ func binaries(t *testing.T) string {
 		}
 		// The shard hosts run these as root from inside their namespaces; postgres never
 		// needs them.
-		cmd := exec.Command("go", "build", "-o", binDir+"/", "../../cmd/netprobe", "../../cmd/delayline", "../../cmd/shard-proxy", "../../cmd/routerbench", "../../cmd/faultload")
+		cmd := exec.Command("go", "build", "-o", binDir+"/", "../../cmd/netprobe", "../../cmd/delayline", "../../cmd/shard-proxy", "../../cmd/routerbench", "../../cmd/faultload", "../../cmd/proxysweep")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

@@ -108,10 +108,6 @@ func startCluster(ctx context.Context, binDir, dir string, settings []string) (*
 	return c, nil
 }
 
-func (c *cluster) dsn(db string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)
-}
-
 // stop stops the server fast.
 func (c *cluster) stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -122,4 +118,48 @@ func (c *cluster) stop() error {
 		return fmt.Errorf("pg_ctl stop: %v\n%s", err, out)
 	}
 	return nil
+}
+
+// endpoint is a TCP address: a server, or where a service listens or is reached.
+type endpoint struct {
+	host string
+	port int
+}
+
+func (e endpoint) String() string { return net.JoinHostPort(e.host, strconv.Itoa(e.port)) }
+
+// parseEndpoint reads "HOST:PORT" with a numeric port.
+func parseEndpoint(s string) (endpoint, error) {
+	host, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return endpoint{}, fmt.Errorf("want HOST:PORT, got %q", s)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 || host == "" {
+		return endpoint{}, fmt.Errorf("want HOST:PORT with a port from 1 to 65535, got %q", s)
+	}
+	return endpoint{host, port}, nil
+}
+
+// serviceAddrs is where the next service listens and where the clients reach it:
+// Config.Listen and Config.Reach, or a free loopback port for both.
+func (s *sweep) serviceAddrs() (listen, reach endpoint, err error) {
+	if s.cfg.Listen == "" {
+		port, err := freePort()
+		if err != nil {
+			return endpoint{}, endpoint{}, err
+		}
+		e := endpoint{"127.0.0.1", port}
+		return e, e, nil
+	}
+	if listen, err = parseEndpoint(s.cfg.Listen); err != nil {
+		return endpoint{}, endpoint{}, fmt.Errorf("listen: %w", err)
+	}
+	reach = listen
+	if s.cfg.Reach != "" {
+		if reach, err = parseEndpoint(s.cfg.Reach); err != nil {
+			return endpoint{}, endpoint{}, fmt.Errorf("reach: %w", err)
+		}
+	}
+	return listen, reach, nil
 }

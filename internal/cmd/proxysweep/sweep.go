@@ -28,6 +28,18 @@ type Config struct {
 	BinDir   string // PostgreSQL server programs
 	ProxyBin string // the shard-proxy binary
 
+	// Server is a PostgreSQL server to use ("HOST:PORT", user postgres, trust) instead
+	// of one the sweep starts: the lab across hosts puts it on a host of its own. The
+	// sweep creates its databases there (refusing if they exist) and drops them after.
+	Server string
+	// Listen is where the proxy, pgbouncer and the relay listen ("HOST:PORT"; default
+	// 127.0.0.1 and a free port); Reach is where the clients reach them (default
+	// Listen): the lab across hosts puts a delay line in between.
+	Listen, Reach string
+	// ClientNetns runs sysbench and pgbench in this network namespace (ip netns exec):
+	// the lab's client host.
+	ClientNetns string
+
 	Workloads      []string // sysbench workloads
 	Threads        []int
 	Tables         int
@@ -109,7 +121,7 @@ func (r Row) record() []string {
 
 type sweep struct {
 	cfg     Config
-	cl      *cluster
+	db      endpoint // the PostgreSQL server, as the clients and the services reach it
 	runAs   string
 	csv     *csv.Writer
 	csvFile *os.File
@@ -144,20 +156,36 @@ func Run(ctx context.Context, cfg Config) error {
 	for _, t := range cfg.Threads {
 		maxThreads = max(maxThreads, t)
 	}
-	maxConns := max(600, 2*maxThreads+100)
-	s.progress("starting a PostgreSQL cluster of the sweep's own (max_connections = %d)", maxConns)
-	s.cl, err = startCluster(ctx, cfg.BinDir, filepath.Join(cfg.Work, "pg"), []string{
-		"max_connections = " + strconv.Itoa(maxConns), "shared_buffers = 256MB", "synchronous_commit = off",
-		"max_prepared_transactions = 0", "log_min_messages = warning", "log_checkpoints = off"})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err := s.cl.stop(); err != nil {
-			fmt.Fprintln(cfg.Progress, err)
+	if cfg.Server != "" {
+		if s.db, err = parseEndpoint(cfg.Server); err != nil {
+			return fmt.Errorf("server: %w", err)
 		}
-	}()
-	if err := s.setup(ctx); err != nil {
+		s.progress("using the PostgreSQL server at %s", s.db)
+		if err := s.checkServer(ctx, maxThreads); err != nil {
+			return err
+		}
+	} else {
+		maxConns := max(600, 2*maxThreads+100)
+		s.progress("starting a PostgreSQL cluster of the sweep's own (max_connections = %d)", maxConns)
+		cl, err := startCluster(ctx, cfg.BinDir, filepath.Join(cfg.Work, "pg"), []string{
+			"max_connections = " + strconv.Itoa(maxConns), "shared_buffers = 256MB", "synchronous_commit = off",
+			"max_prepared_transactions = 0", "log_min_messages = warning", "log_checkpoints = off"})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := cl.stop(); err != nil {
+				fmt.Fprintln(cfg.Progress, err)
+			}
+		}()
+		s.db = endpoint{"127.0.0.1", cl.port}
+	}
+	err = s.setup(ctx)
+	if cfg.Server != "" {
+		// The databases were created by this run (setup refuses ones that exist).
+		defer s.dropDatabases()
+	}
+	if err != nil {
 		return err
 	}
 	s.total = cfg.Trials * (len(cfg.Workloads)*len(cfg.Threads)*len(SysbenchTargets) +
@@ -195,8 +223,53 @@ func (s *sweep) progress(format string, args ...any) {
 	fmt.Fprintf(s.cfg.Progress, "%s proxy_sweep: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
+// dsn is the sweep's own connection string for database db.
+func (s *sweep) dsn(db string) string {
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable&connect_timeout=10", s.db, db)
+}
+
+// checkServer refuses a server given with --server that cannot take the sweep: one
+// with too few connections for its largest thread count, or with its databases.
+func (s *sweep) checkServer(ctx context.Context, maxThreads int) error {
+	conn, err := pgx.Connect(ctx, s.dsn("postgres"))
+	if err != nil {
+		return fmt.Errorf("server %s: %w", s.db, err)
+	}
+	defer conn.Close(ctx)
+	var maxConns int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('max_connections')::int").Scan(&maxConns); err != nil {
+		return err
+	}
+	// Direct runs and pgbouncer in session mode hold a server connection per thread;
+	// the sweep's own sampler holds one more.
+	if maxThreads+5 > maxConns {
+		return fmt.Errorf("server %s has max_connections = %d: too few for %d threads (a connection each, and the sweep's own)", s.db, maxConns, maxThreads)
+	}
+	for _, db := range []string{directDB, shardedDB} {
+		var exists bool
+		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", db).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			return fmt.Errorf("server %s already has a database %q: the sweep creates its own, and would not drop one it did not create", s.db, db)
+		}
+	}
+	return nil
+}
+
+// dropDatabases drops the databases the sweep created on a server given with --server.
+func (s *sweep) dropDatabases() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, db := range []string{directDB, shardedDB} {
+		if err := s.exec(ctx, "postgres", "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)"); err != nil {
+			s.progress("dropping database %s on %s: %v", db, s.db, err)
+		}
+	}
+}
+
 func (s *sweep) exec(ctx context.Context, db, sql string) error {
-	conn, err := pgx.Connect(ctx, s.cl.dsn(db))
+	conn, err := pgx.Connect(ctx, s.dsn(db))
 	if err != nil {
 		return err
 	}
@@ -221,7 +294,7 @@ func (s *sweep) setup(ctx context.Context) error {
 		}
 	}
 	s.progress("sysbench prepare: %d tables x %d rows, direct", cfg.Tables, cfg.TableSize)
-	if _, err := s.client(ctx, "prepare_direct.txt", "sysbench", s.sysbenchArgs("oltp_read_write", s.cl.port, directDB, 2, "prepare")...); err != nil {
+	if _, err := s.client(ctx, "prepare_direct.txt", "sysbench", s.sysbenchArgs("oltp_read_write", s.db, directDB, 2, "prepare")...); err != nil {
 		return err
 	}
 	s.progress("sysbench prepare: %d tables x %d rows, through the proxy over %d schema shards", cfg.Tables, cfg.TableSize, cfg.Shards)
@@ -229,13 +302,13 @@ func (s *sweep) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.client(ctx, "prepare_sharded.txt", "sysbench", s.sysbenchArgs("oltp_read_write", p.port, shardedDB, 2, "prepare")...)
+	_, err = s.client(ctx, "prepare_sharded.txt", "sysbench", s.sysbenchArgs("oltp_read_write", p.reach, shardedDB, 2, "prepare")...)
 	p.stop()
 	if err != nil {
 		return err
 	}
 	s.progress("pgbench -i -s %d, direct", cfg.PgbenchScale)
-	if _, err := s.client(ctx, "pgbench_init.txt", "pgbench", "-h", "127.0.0.1", "-p", strconv.Itoa(s.cl.port), "-U", "postgres",
+	if _, err := s.client(ctx, "pgbench_init.txt", "pgbench", "-h", s.db.host, "-p", strconv.Itoa(s.db.port), "-U", "postgres",
 		"-i", "-q", "-s", strconv.Itoa(cfg.PgbenchScale), directDB); err != nil {
 		return err
 	}
@@ -247,9 +320,9 @@ func (s *sweep) setup(ctx context.Context) error {
 	return nil
 }
 
-func (s *sweep) sysbenchArgs(workload string, port int, db string, threads int, command string) []string {
+func (s *sweep) sysbenchArgs(workload string, at endpoint, db string, threads int, command string) []string {
 	cfg := s.cfg
-	args := []string{workload, "--db-driver=pgsql", "--pgsql-host=127.0.0.1", "--pgsql-port=" + strconv.Itoa(port),
+	args := []string{workload, "--db-driver=pgsql", "--pgsql-host=" + at.host, "--pgsql-port=" + strconv.Itoa(at.port),
 		"--pgsql-user=postgres", "--pgsql-db=" + db, "--tables=" + strconv.Itoa(cfg.Tables),
 		"--table-size=" + strconv.Itoa(cfg.TableSize), "--threads=" + strconv.Itoa(threads), "--auto_inc=off",
 		"--rand-type=uniform", "--range_selects=off"}
@@ -266,16 +339,19 @@ func (s *sweep) sysbenchArgs(workload string, port int, db string, threads int, 
 	return append(args, command)
 }
 
-// client runs a client program to the end, its output into logs/name; it returns the
-// output.
+// client runs a client program to the end (on the client host, with ClientNetns),
+// its output into logs/name; it returns the output.
 func (s *sweep) client(ctx context.Context, name, prog string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, prog, args...)
+	if s.cfg.ClientNetns != "" {
+		cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", s.cfg.ClientNetns, prog}, args...)...)
+	}
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
 	err := cmd.Run()
 	path := filepath.Join(s.cfg.Out, "logs", name)
-	werr := os.WriteFile(path, append([]byte("$ "+prog+" "+strings.Join(args, " ")+"\n"), out.Bytes()...), 0o644)
+	werr := os.WriteFile(path, append([]byte("$ "+strings.Join(cmd.Args, " ")+"\n"), out.Bytes()...), 0o644)
 	if err != nil {
 		return out.Bytes(), fmt.Errorf("%s %s: %w (output in %s)", prog, strings.Join(args, " "), err, path)
 	}
@@ -284,9 +360,9 @@ func (s *sweep) client(ctx context.Context, name, prog string, args ...string) (
 
 // service is a server the sweep started: a proxy or pgbouncer.
 type service struct {
-	cmd  *exec.Cmd
-	port int
-	done chan struct{}
+	cmd   *exec.Cmd
+	reach endpoint // where the clients reach it
+	done  chan struct{}
 }
 
 func (v *service) stop() {
@@ -318,8 +394,9 @@ func startService(cmd *exec.Cmd, logPath string) (*service, error) {
 	return v, nil
 }
 
-// waitPort waits until something accepts connections on port.
-func (v *service) waitPort(port int) error {
+// waitListen waits until something accepts connections at listen; the clients reach
+// the service at reach.
+func (v *service) waitListen(listen, reach endpoint) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
@@ -327,9 +404,9 @@ func (v *service) waitPort(port int) error {
 			return errors.New("exited before it listened")
 		default:
 		}
-		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
+		if c, err := net.DialTimeout("tcp", listen.String(), time.Second); err == nil {
 			c.Close()
-			v.port = port
+			v.reach = reach
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -340,20 +417,20 @@ func (v *service) waitPort(port int) error {
 // startProxy starts shard-proxy over the sharded database's schemas (aggregated or
 // not), or with sharding off over the direct database (passthrough).
 func (s *sweep) startProxy(_ context.Context, aggregate bool, label string) (*service, error) {
-	port, err := freePort()
+	listen, reach, err := s.serviceAddrs()
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--listen", "127.0.0.1:" + strconv.Itoa(port), "--pool-size", strconv.Itoa(s.cfg.PoolSize),
+	args := []string{"--listen", listen.String(), "--pool-size", strconv.Itoa(s.cfg.PoolSize),
 		"--stats-interval", "0", "--log-level", "warn", "--shutdown-timeout", "5s", "--max-clients", "2000",
 		"--procs", strconv.Itoa(s.cfg.ProxyProcs)}
 	args = append(args, s.cfg.ProxyArgs...)
 	if label == TargetProxyPass {
-		args = append(args, "--database", directDB, "--shard", s.cl.dsn(directDB))
+		args = append(args, "--database", directDB, "--shard", s.dsn(directDB))
 	} else {
 		args = append(args, "--database", shardedDB, "--sharded", "sbtest*=id")
 		for i := range s.cfg.Shards {
-			args = append(args, "--shard", s.cl.dsn(shardedDB)+"&search_path=s"+strconv.Itoa(i))
+			args = append(args, "--shard", s.dsn(shardedDB)+"&search_path=s"+strconv.Itoa(i))
 		}
 		if aggregate {
 			args = append(args, "--aggregate")
@@ -363,7 +440,7 @@ func (s *sweep) startProxy(_ context.Context, aggregate bool, label string) (*se
 	if err != nil {
 		return nil, err
 	}
-	if err := v.waitPort(port); err != nil {
+	if err := v.waitListen(listen, reach); err != nil {
 		v.stop()
 		return nil, fmt.Errorf("shard-proxy %s: %w (see logs/proxy_%s.log)", label, err, label)
 	}
@@ -377,17 +454,17 @@ func (s *sweep) startRelay() (*service, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	listen, reach, err := s.serviceAddrs()
 	if err != nil {
 		return nil, err
 	}
-	v, err := startService(exec.Command(exe, "relay", "--listen", "127.0.0.1:"+strconv.Itoa(port),
-		"--to", "127.0.0.1:"+strconv.Itoa(s.cl.port), "--procs", strconv.Itoa(s.cfg.ProxyProcs)),
+	v, err := startService(exec.Command(exe, "relay", "--listen", listen.String(),
+		"--to", s.db.String(), "--procs", strconv.Itoa(s.cfg.ProxyProcs)),
 		filepath.Join(s.cfg.Out, "logs", "go-relay.log"))
 	if err != nil {
 		return nil, err
 	}
-	if err := v.waitPort(port); err != nil {
+	if err := v.waitListen(listen, reach); err != nil {
 		v.stop()
 		return nil, fmt.Errorf("go-relay: %w (see logs/go-relay.log)", err)
 	}
@@ -403,15 +480,15 @@ func (s *sweep) startBouncer(mode string, poolSize int) (*service, error) {
 	if err := chownTo(s.runAs, dir); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	listen, reach, err := s.serviceAddrs()
 	if err != nil {
 		return nil, err
 	}
 	ini := fmt.Sprintf(`[databases]
-%s = host=127.0.0.1 port=%d dbname=%s user=postgres
+%s = host=%s port=%d dbname=%s user=postgres
 
 [pgbouncer]
-listen_addr = 127.0.0.1
+listen_addr = %s
 listen_port = %d
 unix_socket_dir =
 auth_type = trust
@@ -424,7 +501,7 @@ ignore_startup_parameters = extra_float_digits,options
 logfile = %s
 log_connections = 0
 log_disconnections = 0
-`, directDB, s.cl.port, directDB, port, filepath.Join(dir, "userlist.txt"), mode, poolSize, filepath.Join(dir, "pgbouncer.log"))
+`, directDB, s.db.host, s.db.port, directDB, listen.host, listen.port, filepath.Join(dir, "userlist.txt"), mode, poolSize, filepath.Join(dir, "pgbouncer.log"))
 	if err := os.WriteFile(filepath.Join(dir, "userlist.txt"), []byte(`"postgres" ""`+"\n"), 0o644); err != nil {
 		return nil, err
 	}
@@ -436,7 +513,7 @@ log_disconnections = 0
 	if err != nil {
 		return nil, err
 	}
-	if err := v.waitPort(port); err != nil {
+	if err := v.waitListen(listen, reach); err != nil {
 		v.stop()
 		return nil, fmt.Errorf("pgbouncer: %w", err)
 	}
@@ -453,7 +530,7 @@ type sampler struct {
 }
 
 func (s *sweep) startSampler(ctx context.Context) (*sampler, error) {
-	conn, err := pgx.Connect(ctx, s.cl.dsn("postgres"))
+	conn, err := pgx.Connect(ctx, s.dsn("postgres"))
 	if err != nil {
 		return nil, err
 	}
@@ -498,7 +575,7 @@ func (s *sweep) measure(ctx context.Context, trial int, suite, workload string, 
 	}
 	var svc *service
 	var err error
-	port, db := s.cl.port, directDB
+	at, db := s.db, directDB
 	switch target {
 	case TargetBouncerSess:
 		svc, err = s.startBouncer("session", threads)
@@ -517,7 +594,7 @@ func (s *sweep) measure(ctx context.Context, trial int, suite, workload string, 
 	}
 	defer svc.stop()
 	if svc != nil {
-		port = svc.port
+		at = svc.reach
 	}
 	sm, err := s.startSampler(ctx)
 	if err != nil {
@@ -533,11 +610,11 @@ func (s *sweep) measure(ctx context.Context, trial int, suite, workload string, 
 	cpu := svc.cpuMeter()
 	if suite == SuiteSysbench {
 		cpu.startAfter(s.cfg.Warmup) // sysbench's warm-up is not measured
-		out, err = s.client(rctx, name+".txt", "sysbench", s.sysbenchArgs(workload, port, db, threads, "run")...)
+		out, err = s.client(rctx, name+".txt", "sysbench", s.sysbenchArgs(workload, at, db, threads, "run")...)
 		m, _ = ParseSysbench(bytes.NewReader(out))
 	} else {
 		cpu.startAfter(0)
-		m, err = s.pgbench(rctx, name, port, db, threads, strings.TrimPrefix(workload, "select-only/"))
+		m, err = s.pgbench(rctx, name, at, db, threads, strings.TrimPrefix(workload, "select-only/"))
 	}
 	txs := m.TPS * m.DurationS // pgbench: DurationS is the measured time
 	if suite == SuiteSysbench {
@@ -586,7 +663,7 @@ func (s *sweep) measure(ctx context.Context, trial int, suite, workload string, 
 
 // pgbench runs pgbench -S in the given protocol mode, with per-transaction logs for the
 // latency percentiles.
-func (s *sweep) pgbench(ctx context.Context, name string, port int, db string, clients int, mode string) (Measure, error) {
+func (s *sweep) pgbench(ctx context.Context, name string, at endpoint, db string, clients int, mode string) (Measure, error) {
 	logDir, err := os.MkdirTemp(s.cfg.Work, "pgbench-log")
 	if err != nil {
 		return Measure{}, err
@@ -596,7 +673,7 @@ func (s *sweep) pgbench(ctx context.Context, name string, port int, db string, c
 	if clients%2 == 0 {
 		jobs = 2
 	}
-	out, err := s.client(ctx, name+".txt", "pgbench", "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "postgres",
+	out, err := s.client(ctx, name+".txt", "pgbench", "-h", at.host, "-p", strconv.Itoa(at.port), "-U", "postgres",
 		"-n", "-S", "-M", mode, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(jobs),
 		"-T", strconv.Itoa(int(s.cfg.Time.Seconds())), "-l", "--log-prefix", filepath.Join(logDir, "tx"), db)
 	if err != nil {
@@ -622,7 +699,7 @@ func (s *sweep) pgbench(ctx context.Context, name string, port int, db string, c
 // waitQuiet waits (a few seconds at most) until the previous run's server connections
 // are gone, so that they do not count in the next run's peak.
 func (s *sweep) waitQuiet(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, s.cl.dsn("postgres"))
+	conn, err := pgx.Connect(ctx, s.dsn("postgres"))
 	if err != nil {
 		return err
 	}
