@@ -1562,7 +1562,8 @@ run_sweep() {
 	echo "delay lines' CPU: $(awk -v c="$((d1 - d0))" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", c / hz }') s over the run" >>"$run_dir/run.txt"
 	if ((status == 0)); then
 		"$(bin proxysweep)" report --dir "$run_dir/sweep" --pool-size "$(sweep_opt pool-size 20)" \
-			--shards "$(sweep_opt shards 4)" --proxy-procs "$(sweep_opt proxy-procs 1)" || status=1
+			--shards "$(sweep_opt shards 4)" --proxy-procs "$(sweep_opt proxy-procs 1)" \
+			--where "the PostgreSQL cluster of host shard0, across the lab's network from mw (the proxy, pgbouncer, the relay) and the client (sysbench, pgbench), $(shaping_summary)" || status=1
 	fi
 	echo "result: $( ((status == 0)) && echo ok || echo failed); the sweep's report is $(show_path "$run_dir")/sweep/report.md" | tee -a "$run_dir/run.txt"
 	echo "results: $(show_path "$run_dir")" >&2

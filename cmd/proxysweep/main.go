@@ -135,6 +135,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		fs.IntVar(&cfg.PoolSize, "pool-size", 20, "the run's --pool-size")
 		fs.IntVar(&cfg.Shards, "shards", 4, "the run's --shards")
 		fs.IntVar(&cfg.ProxyProcs, "proxy-procs", 1, "the run's --proxy-procs")
+		fs.StringVar(&cfg.Where, "where", "", "where the run's server and services were, for the report (default: the sweep's own cluster on this host)")
 		if err := fs.Parse(args[1:]); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return err

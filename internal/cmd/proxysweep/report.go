@@ -173,6 +173,9 @@ type ReportConfig struct {
 	PoolSize   int
 	Shards     int
 	ProxyProcs int // the proxy's --procs (0: Go's choice, one thread per CPU)
+	// Where is the run's placement, when it was not all on this host: the sweep's
+	// --server and what the lab says of its hosts. Empty: the sweep's own cluster.
+	Where string
 }
 
 // Targets the issue sets, as ratios measured in one run.
@@ -217,13 +220,17 @@ func WriteReport(cfg ReportConfig) error {
 		trials = max(trials, r.Trial)
 	}
 	fmt.Fprintf(&b, "- %d client runs, %d interleaved trials (targets in rotating order); medians over trials, ratios the median of per-trial ratios [min-max]\n", len(rows), trials)
-	fmt.Fprintf(&b, "- proxy: %d shards that are schemas of one database on the sweep's own PostgreSQL cluster, `--pool-size %d`, "+
+	server := "the sweep's own PostgreSQL cluster"
+	if cfg.Where != "" {
+		server = cfg.Where
+	}
+	fmt.Fprintf(&b, "- proxy: %d shards that are schemas of one database on %s, `--pool-size %d`, "+
 		"`proxy` one pool per shard, `proxy-aggregate` with `--aggregate` (one pool); `direct` the unsharded database; "+
 		"`pgbouncer-session` pgbouncer 1.18 in session mode with a pool as large as the thread count, since 1.18 cannot keep sysbench's "+
 		"named prepared statements in transaction mode; `pgbouncer-transaction` transaction mode, pool %d, for pgbench -S; "+
 		"`proxy-passthrough` the proxy over the direct database, one shard, no rules; "+
 		"`go-relay` a byte relay in Go (`proxysweep relay`: no decoding, no pool, a server connection per client, the proxy's raw system calls and `--procs`), "+
-		"the floor of a Go middleware's CPU per transaction, for scale\n", cfg.Shards, cfg.PoolSize, cfg.PoolSize)
+		"the floor of a Go middleware's CPU per transaction, for scale\n", cfg.Shards, server, cfg.PoolSize, cfg.PoolSize)
 	if cfg.ProxyProcs > 0 {
 		fmt.Fprintf(&b, "- shard-proxy ran with `--procs %d` (GOMAXPROCS): %d OS thread(s) running its Go code; pgbouncer runs one thread\n", cfg.ProxyProcs, cfg.ProxyProcs)
 	} else {
