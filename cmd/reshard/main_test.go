@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/rules"
+)
+
+func writeRules(t *testing.T, dsns ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for i, d := range dsns {
+		fmt.Fprintf(&b, "[[data_source]]\nname = \"ds_%d\"\ndsn = %q\n\n", i, d)
+	}
+	b.WriteString("[[sharded_table]]\nname = \"items\"\ncolumn = \"id\"\n")
+	path := filepath.Join(t.TempDir(), "rules.toml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestUsage: help, and every bad invocation an exit-2 error saying what is wrong.
+func TestUsage(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"--help"}, &out, &errOut); err != nil || !strings.Contains(out.String(), "plan --from CURRENT.toml --to TARGET.toml") {
+		t.Errorf("--help: %v\n%s", err, out.String())
+	}
+	bad := filepath.Join(t.TempDir(), "bad.toml")
+	os.WriteFile(bad, []byte("[[data_source]]\nnam = \"x\"\n"), 0o644)
+	good := writeRules(t, "postgres://postgres@127.0.0.1:1/x")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "reshard plan --from"},
+		{[]string{"move"}, `unknown command "move"`},
+		{[]string{"plan"}, "plan needs --from and --to"},
+		{[]string{"plan", "--from", good}, "plan needs --from and --to"},
+		{[]string{"plan", "--from", good, "--to", good, "extra"}, `plan takes no arguments, got "extra"`},
+		{[]string{"plan", "--from", bad, "--to", good}, "--from: "},
+		{[]string{"plan", "--from", good, "--to", filepath.Join(t.TempDir(), "missing.toml")}, "--to: "},
+		{[]string{"plan", "--frm", good}, "flag provided but not defined: -frm"},
+	} {
+		err := run(context.Background(), tc.args, &out, &errOut)
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want a usage error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestPlanCommand plans 1 data source to 2 on the test server: the plan is printed
+// (as text and as JSON), and a server with wal_level = replica blocks it (exit 1).
+func TestPlanCommand(t *testing.T) {
+	a, b := pgtest.NewDatabase(t, "reshardcli"), pgtest.NewDatabase(t, "reshardcli")
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var walLevel string
+	if err := c.QueryRow(ctx, "SELECT current_setting('wal_level')").Scan(&walLevel); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "CREATE TABLE items (id int PRIMARY KEY); INSERT INTO items SELECT generate_series(1, 100)"); err != nil {
+		t.Fatal(err)
+	}
+	from, to := writeRules(t, a), writeRules(t, a, b)
+	var out, errOut bytes.Buffer
+	err = run(ctx, []string{"plan", "--from", from, "--to", to}, &out, &errOut)
+	if walLevel == "logical" {
+		if err != nil {
+			t.Errorf("plan: %v\n%s", err, out.String())
+		}
+	} else if !errors.Is(err, errBlocked) || !strings.Contains(out.String(), "wal_level = "+walLevel) {
+		t.Errorf("plan on a server with wal_level = %s: %v, want it blocked, naming the setting\n%s", walLevel, err, out.String())
+	}
+	if !strings.Contains(out.String(), "table items (key id int4; target algorithm pghash)") || !strings.Contains(out.String(), "of 100 rows move") {
+		t.Errorf("plan:\n%s", out.String())
+	}
+	out.Reset()
+	run(ctx, []string{"plan", "--from", from, "--to", to, "--json"}, &out, &errOut)
+	if !strings.Contains(out.String(), `"Name": "items"`) || !strings.Contains(out.String(), `"Streams": [`) {
+		t.Errorf("--json:\n%s", out.String())
+	}
+}
+
+// TestExampleLayouts: the layouts docs/reshard.md plans between are valid rules.
+func TestExampleLayouts(t *testing.T) {
+	for _, f := range []string{"layout2.toml", "layout3.toml", "layout4.toml"} {
+		c, err := rules.Load(filepath.Join("..", "..", "examples", "reshard", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Lookup("people").Kind != rules.KindSharded || c.Lookup("countries").Kind != rules.KindBroadcast {
+			t.Errorf("%s: people and countries are not sharded and broadcast", f)
+		}
+	}
+}
