@@ -1,10 +1,9 @@
-// Command reshard moves a sharded deployment from one layout to another (issue 23).
-// Its first command plans the move and changes nothing:
+// Command reshard moves a sharded deployment from one layout to another (issue 23):
 //
-//	reshard plan --from CURRENT.toml --to TARGET.toml [--json]
+//	reshard plan|start|status|cancel --from CURRENT.toml --to TARGET.toml
 //
-// Exit status: 0 the plan can run, 1 it cannot (the reasons are printed) or it could
-// not be made, 2 bad usage.
+// Exit status: 0 done (plan: the move can start), 1 failed (plan: it cannot, and the
+// reasons are printed), 2 bad usage.
 package main
 
 import (
@@ -16,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/shardlab/shardlab/reshard"
@@ -48,8 +48,8 @@ const usage = `Usage: reshard COMMAND [flags]
 Moves a sharded deployment (the data sources a rules file names) from one layout to
 another: for example from 2 data sources to 4.
 
-Commands:
-  plan --from CURRENT.toml --to TARGET.toml [--json]
+Commands (each takes --from CURRENT.toml --to TARGET.toml):
+  plan [--json]
         measures the move and changes nothing (a dry run): reads every key of every
         sharded table where the current layout keeps it, places it by both layouts,
         and prints per table the rows (and MB) that stay and that move, from where
@@ -60,6 +60,24 @@ Commands:
         of another kind, a key column or type changed, another default data source)
         and a data source that does not answer. Exit 0: the move can start; 1: it
         cannot, and the plan says why; 2: bad usage.
+  start [--pg-dump PATH]
+        begins the move: for each stream a publication on the source (a row filter
+        keeps the rows the target places on the destination), a logical replication
+        slot, and a subscription on the destination that copies them and keeps them
+        current while the current layout goes on serving every read and write. Tables
+        a destination lacks are created from the source's definition (pg_dump
+        --schema-only). For now: moves into data sources the current layout does not
+        use (growing), tables sharded by one column with pghash, mod or range and one
+        table per data source; anything else is refused before anything is made.
+  status
+        where the move stands, from the servers' catalogs: per stream its tables'
+        states (copying, synced, ready), the rows on the destination, the slot's lag.
+  cancel
+        ends the move before its cutover and removes what it made: subscriptions,
+        slots and publications, the hash helpers, the tables it created on the data
+        sources it adds and the rows copied into them. Safe to run again, or after a
+        start that was cut short.
+  The cutover, verify, finish and revert are not built yet (docs/reshard.md).
 
 Rules files are TOML (see the rules package, or examples/orders/rules.example.toml).
 A data source keeps its name and DSN in both layouts; a new one has a new name.
@@ -73,16 +91,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
-	case "plan":
+	case "plan", "start", "status", "cancel":
 	default:
-		return fmt.Errorf("%w: unknown command %q (plan; reshard --help)", errUsage, args[0])
+		return fmt.Errorf("%w: unknown command %q (plan, start, status or cancel; reshard --help)", errUsage, args[0])
 	}
-	fs := flag.NewFlagSet("reshard plan", flag.ContinueOnError)
+	command := args[0]
+	fs := flag.NewFlagSet("reshard "+command, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	fromPath := fs.String("from", "", "the current layout's rules file (required)")
 	toPath := fs.String("to", "", "the target layout's rules file (required)")
-	asJSON := fs.Bool("json", false, "print the plan as JSON instead of text")
+	asJSON := fs.Bool("json", false, "plan: print the plan as JSON instead of text")
+	pgDump := fs.String("pg-dump", "pg_dump", "start: the pg_dump program that copies a table's definition to a destination that lacks it")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -90,10 +110,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: plan takes no arguments, got %q", errUsage, fs.Arg(0))
+		return fmt.Errorf("%w: %s takes no arguments, got %q", errUsage, command, fs.Arg(0))
 	}
 	if *fromPath == "" || *toPath == "" {
-		return fmt.Errorf("%w: plan needs --from and --to", errUsage)
+		return fmt.Errorf("%w: %s needs --from and --to", errUsage, command)
 	}
 	from, err := rules.Load(*fromPath)
 	if err != nil {
@@ -103,7 +123,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: --to: %v", errUsage, err)
 	}
-	p, err := reshard.MakePlan(ctx, from, to, reshard.Options{Progress: stderr})
+	opts := reshard.Options{Progress: stderr}
+	switch command {
+	case "start":
+		if _, err := reshard.Start(ctx, from, to, reshard.CopyOptions{Options: opts, PGDump: *pgDump}); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "the move has started: reshard status shows it, reshard cancel ends it")
+		return nil
+	case "status":
+		st, err := reshard.GetStatus(ctx, from, to)
+		if err != nil {
+			return err
+		}
+		var b strings.Builder
+		st.WriteText(&b)
+		_, err = io.WriteString(stdout, b.String())
+		return err
+	case "cancel":
+		if err := reshard.Cancel(ctx, from, to, opts); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "no move is under way between these layouts: everything it made is gone")
+		return nil
+	}
+	p, err := reshard.MakePlan(ctx, from, to, opts)
 	if err != nil {
 		return err
 	}

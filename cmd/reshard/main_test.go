@@ -30,10 +30,10 @@ func writeRules(t *testing.T, dsns ...string) string {
 	return path
 }
 
-// TestUsage: help, and every bad invocation an exit-2 error saying what is wrong.
+// TestUsage: help, and each bad invocation an exit-2 error saying what is wrong.
 func TestUsage(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if err := run(context.Background(), []string{"--help"}, &out, &errOut); err != nil || !strings.Contains(out.String(), "plan --from CURRENT.toml --to TARGET.toml") {
+	if err := run(context.Background(), []string{"--help"}, &out, &errOut); err != nil || !strings.Contains(out.String(), "plan [--json]") || !strings.Contains(out.String(), "cancel") {
 		t.Errorf("--help: %v\n%s", err, out.String())
 	}
 	bad := filepath.Join(t.TempDir(), "bad.toml")
@@ -46,6 +46,7 @@ func TestUsage(t *testing.T) {
 		{nil, "reshard plan --from"},
 		{[]string{"move"}, `unknown command "move"`},
 		{[]string{"plan"}, "plan needs --from and --to"},
+		{[]string{"cancel", "--to", good}, "cancel needs --from and --to"},
 		{[]string{"plan", "--from", good}, "plan needs --from and --to"},
 		{[]string{"plan", "--from", good, "--to", good, "extra"}, `plan takes no arguments, got "extra"`},
 		{[]string{"plan", "--from", bad, "--to", good}, "--from: "},
@@ -106,5 +107,46 @@ func TestExampleLayouts(t *testing.T) {
 		if c.Lookup("people").Kind != rules.KindSharded || c.Lookup("countries").Kind != rules.KindBroadcast {
 			t.Errorf("%s: people and countries are not sharded and broadcast", f)
 		}
+	}
+}
+
+// TestStartStatusCancel drives a move of 1 data source to 2 through the command: start
+// says it started, status shows the stream, a second start fails, cancel removes it and
+// status then finds none.
+func TestStartStatusCancel(t *testing.T) {
+	c := pgtest.StartClusterWith(t, "wal_level = logical", "max_logical_replication_workers = 8", "max_worker_processes = 12")
+	a, b := c.NewDatabase("reshardcli"), c.NewDatabase("reshardcli")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE TABLE items (id int PRIMARY KEY); INSERT INTO items SELECT generate_series(1, 100)"); err != nil {
+		t.Fatal(err)
+	}
+	from, to := writeRules(t, a), writeRules(t, a, b)
+	step := func(want error, args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		err := run(ctx, append(args, "--from", from, "--to", to), &out, &errOut)
+		if (want == nil) != (err == nil) || (want != nil && !errors.Is(err, want)) {
+			t.Fatalf("%v: %v, want %v\n%s%s", args, err, want, out.String(), errOut.String())
+		}
+		return out.String()
+	}
+	if out := step(nil, "start"); !strings.Contains(out, "the move has started") {
+		t.Errorf("start: %s", out)
+	}
+	if out := step(nil, "status"); !strings.Contains(out, "ds_0 -> ds_1") || !strings.Contains(out, "items") {
+		t.Errorf("status: %s", out)
+	}
+	var out, errOut bytes.Buffer
+	if err := run(ctx, []string{"start", "--from", from, "--to", to}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "under way") {
+		t.Errorf("a second start: %v", err)
+	}
+	step(nil, "cancel")
+	if out := step(nil, "status"); !strings.Contains(out, "no move is under way") {
+		t.Errorf("status after cancel: %s", out)
 	}
 }

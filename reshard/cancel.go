@@ -1,0 +1,172 @@
+package reshard
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardlab/shardlab/rules"
+)
+
+// Cancel ends a move between two layouts before its cutover and removes everything it
+// made: subscriptions on the destinations, slots (the tables' copying slots too) and
+// publications on the sources, the hash helpers, the tables it created on the data
+// sources it adds, and the rows copied into them. The current layout never stopped
+// serving, and nothing it reads is touched. Cancelling a move that is not under way
+// (or was cancelled part way, by a crash) does what is left to do, and nothing else.
+func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	conns, err := connectAll(ctx, from, to)
+	if err != nil {
+		return err
+	}
+	defer closeAll(conns)
+	current := map[string]bool{}
+	for _, d := range from.DataSources() {
+		current[d.Name] = true
+	}
+	for _, src := range from.DataSources() {
+		for _, dst := range to.DataSources() {
+			if src.Name == dst.Name {
+				continue
+			}
+			if err := dropStream(ctx, conns[src.Name], conns[dst.Name], src.Name, dst.Name, opts.Progress); err != nil {
+				return err
+			}
+		}
+	}
+	for _, src := range from.DataSources() {
+		if _, err := conns[src.Name].Exec(ctx, "DROP SCHEMA IF EXISTS "+prefix+" CASCADE"); err != nil {
+			return fmt.Errorf("data source %s: %w", src.Name, err)
+		}
+	}
+	names, err := shardedTables(ctx, from, conns)
+	if err != nil {
+		return err
+	}
+	names = append(names, from.Rules().Broadcast...)
+	for _, dst := range to.DataSources() {
+		if current[dst.Name] {
+			continue
+		}
+		for _, table := range names {
+			if err := clearCopy(ctx, conns[dst.Name], dst.Name, to, table, opts.Progress); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// dropStream removes one stream: the subscription (stopping its workers), then every
+// slot it used on the source, then the publication.
+func dropStream(ctx context.Context, src, dst *pgx.Conn, from, to string, progress io.Writer) error {
+	name := streamName(from, to)
+	var subOID uint32
+	err := dst.QueryRow(ctx, "SELECT oid FROM pg_subscription WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())", name).Scan(&subOID)
+	switch {
+	case err == pgx.ErrNoRows:
+	case err != nil:
+		return fmt.Errorf("data source %s: %w", to, err)
+	default:
+		fmt.Fprintf(progress, "reshard: %s: dropping subscription %s\n", to, name)
+		// Detached from its slot first, so that dropping it needs no connection to the
+		// source; the slots are dropped there below.
+		for _, sql := range []string{"ALTER SUBSCRIPTION " + name + " DISABLE", "ALTER SUBSCRIPTION " + name + " SET (slot_name = NONE)", "DROP SUBSCRIPTION " + name} {
+			if _, err := dst.Exec(ctx, sql); err != nil {
+				return fmt.Errorf("data source %s: %s: %w", to, sql, err)
+			}
+		}
+	}
+	// The stream's slot, and those its tables were being copied on when the copy was
+	// cut short (pg_<subscription oid>_sync_<table oid>_<system id>).
+	pattern := name
+	if subOID != 0 {
+		pattern = fmt.Sprintf("pg\\_%d\\_sync\\_%%", subOID)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rows, err := src.Query(ctx, "SELECT slot_name, active_pid FROM pg_replication_slots WHERE slot_name = $1 OR slot_name LIKE $2", name, pattern)
+		if err != nil {
+			return fmt.Errorf("data source %s: %w", from, err)
+		}
+		type slot struct {
+			name string
+			pid  *int32
+		}
+		slots, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (slot, error) {
+			var s slot
+			return s, r.Scan(&s.name, &s.pid)
+		})
+		if err != nil {
+			return fmt.Errorf("data source %s: %w", from, err)
+		}
+		if len(slots) == 0 {
+			break
+		}
+		busy := false
+		for _, s := range slots {
+			if s.pid != nil {
+				// The subscription's WAL sender outlives it for a moment.
+				busy = true
+				src.Exec(ctx, "SELECT pg_terminate_backend($1)", *s.pid)
+				continue
+			}
+			if _, err := src.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.name); err != nil {
+				busy = true
+			} else {
+				fmt.Fprintf(progress, "reshard: %s: dropped slot %s\n", from, s.name)
+			}
+		}
+		if !busy {
+			continue
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("data source %s: the slots of %s stay in use after 30 s", from, name)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if _, err := src.Exec(ctx, "DROP PUBLICATION IF EXISTS "+name); err != nil {
+		return fmt.Errorf("data source %s: %w", from, err)
+	}
+	return nil
+}
+
+// clearCopy removes what a move copied into a data source it adds: the table itself
+// when the move created it, else its rows (the table was empty when the move began).
+func clearCopy(ctx context.Context, c *pgx.Conn, ds string, to *rules.Compiled, table string, progress io.Writer) error {
+	r := to.Lookup(table)
+	i := nodeOf(to, table, ds)
+	if i < 0 {
+		return nil
+	}
+	at := place(to, r.Nodes[i])
+	var comment *string
+	var exists bool
+	if err := c.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, obj_description(to_regclass($1), 'pg_class')", at.qualified()).Scan(&exists, &comment); err != nil {
+		return fmt.Errorf("data source %s: %w", ds, err)
+	}
+	switch {
+	case !exists:
+	case comment != nil && *comment == createdComment:
+		fmt.Fprintf(progress, "reshard: %s: dropping table %s, which the move created\n", ds, at.Table)
+		if _, err := c.Exec(ctx, "DROP TABLE "+at.qualified()); err != nil {
+			return fmt.Errorf("data source %s: %w", ds, err)
+		}
+	default:
+		fmt.Fprintf(progress, "reshard: %s: deleting the rows copied into %s\n", ds, at.Table)
+		if _, err := c.Exec(ctx, "DELETE FROM "+at.qualified()); err != nil {
+			return fmt.Errorf("data source %s: %w", ds, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,359 @@
+package reshard
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardlab/shardlab/rules"
+)
+
+// ErrUnderWay is wrapped when Start finds a move between the two layouts started
+// already (its publications exist).
+var ErrUnderWay = errors.New("reshard: a move is under way")
+
+// ErrNotYet is wrapped when a move needs a part of resharding that is not built yet.
+var ErrNotYet = errors.New("reshard: not supported yet")
+
+// prefix names everything a move creates on the servers: publications, slots,
+// subscriptions, the schema of the hash helpers.
+const prefix = "shardlab_reshard"
+
+// createdComment marks a table the move created on a destination, so that Cancel drops
+// it and no other.
+const createdComment = "created by shardlab reshard; dropped by reshard cancel"
+
+// streamName names a stream's publication, slot and subscription.
+func streamName(from, to string) string { return prefix + "_" + from + "_" + to }
+
+// CopyOptions tune Start.
+type CopyOptions struct {
+	Options
+	// PGDump and PSQL are the programs that copy a table's definition to a destination
+	// that lacks it (default "pg_dump" and "psql" on PATH).
+	PGDump, PSQL string
+}
+
+// Start begins the move from layout from to layout to: for every replication stream of
+// the plan, a publication on its source whose row filter keeps the rows the target
+// places on the destination, a logical replication slot, and a subscription on the
+// destination that copies those rows and then keeps them current while writes go on
+// where the current layout sends them. Tables missing on a destination are created
+// there from the source's definition (pg_dump --schema-only). The current layout keeps
+// serving every read and write.
+//
+// This step supports moves into data sources the current layout does not use (growing,
+// such as 2 to 4), for tables sharded by one column with pghash, mod or range and one
+// table per data source. Anything else is refused with ErrNotYet before anything is
+// made. On an error part way, what was made is removed (Cancel).
+func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Plan, error) {
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	p, err := MakePlan(ctx, from, to, opts.Options)
+	if err != nil {
+		return nil, err
+	}
+	if !p.Runnable() {
+		return p, fmt.Errorf("reshard: the move cannot start:\n  - %s", strings.Join(p.Problems, "\n  - "))
+	}
+	if err := checkCopyable(p, from, to); err != nil {
+		return p, err
+	}
+	conns, err := connectAll(ctx, from, to)
+	if err != nil {
+		return p, err
+	}
+	defer closeAll(conns)
+	if err := checkReplicaIdentities(ctx, p, from, conns); err != nil {
+		return p, err
+	}
+	for _, st := range p.Streams {
+		var n int
+		if err := conns[st.From].QueryRow(ctx, "SELECT count(*) FROM pg_publication WHERE pubname = $1", streamName(st.From, st.To)).Scan(&n); err != nil {
+			return p, fmt.Errorf("data source %s: %w", st.From, err)
+		}
+		if n > 0 {
+			return p, fmt.Errorf("%w: data source %s has publication %s (reshard status shows it; reshard cancel ends it)", ErrUnderWay, st.From, streamName(st.From, st.To))
+		}
+	}
+	if err := start(ctx, p, from, to, conns, opts); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if cerr := Cancel(cctx, from, to, opts.Options); cerr != nil {
+			return p, fmt.Errorf("%w (and removing what the move made failed too: %v)", err, cerr)
+		}
+		return p, err
+	}
+	return p, nil
+}
+
+// checkCopyable refuses what this step of resharding cannot move yet.
+func checkCopyable(p *Plan, from, to *rules.Compiled) error {
+	var errs []string
+	current := map[string]bool{}
+	for _, d := range from.DataSources() {
+		current[d.Name] = true
+	}
+	for _, st := range p.Streams {
+		if current[st.To] {
+			errs = append(errs, fmt.Sprintf("rows would move into %s, which the current layout reads: its reads would see them twice while they are copied (moves into new data sources only, for now)", st.To))
+		}
+	}
+	for _, t := range p.Tables {
+		if t.Misplaced > 0 {
+			errs = append(errs, fmt.Sprintf("table %s has %d rows that are not where the current layout places them (reshard plan counts them): move or delete them first", t.Name, t.Misplaced))
+		}
+		for _, l := range []*rules.Compiled{from, to} {
+			r := l.Lookup(t.Name)
+			if len(r.KeyColumns()) != 1 || r.ShardCount() != len(distinctSources(l, r)) {
+				errs = append(errs, fmt.Sprintf("table %s: a layout with several tables per data source or separate database and table strategies", t.Name))
+				break
+			}
+			switch a := r.Algorithm(r.KeyColumns()[0]); a {
+			case rules.AlgorithmPGHash, rules.AlgorithmMod, rules.AlgorithmRange, "":
+			default:
+				errs = append(errs, fmt.Sprintf("table %s: algorithm %s cannot be written as a publication's row filter (pghash, mod and range can)", t.Name, a))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		slices.Sort(errs)
+		errs = slices.Compact(errs)
+		return fmt.Errorf("%w:\n  - %s", ErrNotYet, strings.Join(errs, "\n  - "))
+	}
+	return nil
+}
+
+func distinctSources(l *rules.Compiled, r *rules.TableRule) []int {
+	var ds []int
+	for _, n := range r.Nodes {
+		if !slices.Contains(ds, n.DataSource) {
+			ds = append(ds, n.DataSource)
+		}
+	}
+	return ds
+}
+
+// checkReplicaIdentities refuses a move whose publications would break the writes the
+// current layout goes on taking: PostgreSQL refuses an UPDATE or DELETE on a published
+// table without a replica identity, and on one whose row filter reads a column the
+// replica identity does not cover.
+func checkReplicaIdentities(ctx context.Context, p *Plan, from *rules.Compiled, conns map[string]*pgx.Conn) error {
+	var errs []string
+	check := func(at Place, key string) error {
+		var has, covered bool
+		err := conns[at.DataSource].QueryRow(ctx, `WITH ident AS (
+				SELECT a.attname FROM pg_class c JOIN pg_index i ON i.indrelid = c.oid
+				JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (i.indkey)
+				WHERE c.oid = to_regclass($1) AND (i.indisprimary AND c.relreplident = 'd' OR i.indisreplident AND c.relreplident = 'i'))
+			SELECT c.relreplident = 'f' OR EXISTS (SELECT FROM ident),
+				c.relreplident = 'f' OR EXISTS (SELECT FROM ident WHERE $2 = '' OR attname = $2)
+			FROM pg_class c WHERE c.oid = to_regclass($1)`, at.qualified(), key).Scan(&has, &covered)
+		if err != nil {
+			return fmt.Errorf("%s: its replica identity: %w", at, err)
+		}
+		if !covered {
+			what := "has no replica identity (no primary key)"
+			if has {
+				what = "has a replica identity that does not cover its key column " + key
+			}
+			errs = append(errs, fmt.Sprintf("%s %s: published, its UPDATEs and DELETEs would fail while rows move; give it a primary key (with %s) or ALTER TABLE ... REPLICA IDENTITY FULL", at, what, cmp.Or(key, "its columns")))
+		}
+		return nil
+	}
+	for _, t := range p.Tables {
+		if _, moving := t.Rows(); moving == 0 {
+			continue
+		}
+		for _, n := range from.Lookup(t.Name).Nodes {
+			if err := check(place(from, n), t.Keys[0]); err != nil {
+				return err
+			}
+		}
+	}
+	for _, b := range p.Broadcast {
+		if err := check(b.From, ""); err != nil {
+			return err
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("reshard: the move cannot start:\n  - %s", strings.Join(errs, "\n  - "))
+	}
+	return nil
+}
+
+// rowFilter is the condition that keeps a table's rows that layout to places on node i.
+func rowFilter(l *rules.Compiled, name string, typ rules.KeyType, i int) (string, error) {
+	r := l.Lookup(name)
+	col := r.KeyColumns()[0]
+	key := pgx.Identifier{col}.Sanitize()
+	n := r.ShardCount()
+	switch a := r.Algorithm(col); a {
+	case rules.AlgorithmPGHash, "":
+		return fmt.Sprintf("satisfies_hash_partition('%s.hash_%s'::regclass, %d, %d, %s)", prefix, typ, n, i, key), nil
+	case rules.AlgorithmMod:
+		return fmt.Sprintf("((%s %% %d) + %d) %% %d = %d", key, n, n, n, i), nil
+	case rules.AlgorithmRange:
+		var conds []string
+		for _, s := range l.Rules().Tables {
+			if s.Name != name && !(strings.HasSuffix(s.Name, "*") && strings.HasPrefix(name, strings.TrimSuffix(s.Name, "*"))) {
+				continue
+			}
+			b := s.Strategy.Bounds
+			if s.DatabaseStrategy != nil {
+				b = s.DatabaseStrategy.Bounds
+			}
+			if i > 0 {
+				conds = append(conds, fmt.Sprintf("%s >= %d", key, b[i-1]))
+			}
+			if i < len(b) {
+				conds = append(conds, fmt.Sprintf("%s < %d", key, b[i]))
+			}
+			if len(conds) == 0 {
+				return "true", nil
+			}
+			return strings.Join(conds, " AND "), nil
+		}
+		return "", fmt.Errorf("table %s: no range rule", name)
+	default:
+		return "", fmt.Errorf("%w: table %s: algorithm %s", ErrNotYet, name, a)
+	}
+}
+
+// nodeOf is the index of the node of a table that layout l has on data source ds.
+func nodeOf(l *rules.Compiled, name, ds string) int {
+	for i, n := range l.Lookup(name).Nodes {
+		if l.DataSources()[n.DataSource].Name == ds {
+			return i
+		}
+	}
+	return -1
+}
+
+func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[string]*pgx.Conn, opts CopyOptions) error {
+	types := map[string]rules.KeyType{}
+	for _, t := range p.Tables {
+		types[t.Name] = t.KeyTypes[0]
+	}
+	sources := map[string]Place{} // table -> the place a broadcast table is copied from
+	for _, b := range p.Broadcast {
+		sources[b.Name] = b.From
+	}
+	for _, st := range p.Streams {
+		src, dst := conns[st.From], conns[st.To]
+		var members []string
+		for _, table := range st.Tables {
+			at := Place{DataSource: st.From, Table: table}
+			if b, ok := sources[table]; ok {
+				at = b
+			} else {
+				at = place(from, from.Lookup(table).Nodes[nodeOf(from, table, st.From)])
+			}
+			if err := ensureTable(ctx, dst, st.To, fromDSN(to, st.To), at, fromDSN(from, at.DataSource), opts); err != nil {
+				return err
+			}
+			member := at.qualified()
+			if typ, sharded := types[table]; sharded {
+				if err := ensureHashHelper(ctx, src, typ); err != nil {
+					return fmt.Errorf("data source %s: %w", st.From, err)
+				}
+				f, err := rowFilter(to, table, typ, nodeOf(to, table, st.To))
+				if err != nil {
+					return err
+				}
+				member += " WHERE (" + f + ")"
+			}
+			members = append(members, member)
+		}
+		name := streamName(st.From, st.To)
+		fmt.Fprintf(opts.Progress, "reshard: %s -> %s: publication and slot %s\n", st.From, st.To, name)
+		if _, err := src.Exec(ctx, "CREATE PUBLICATION "+name+" FOR TABLE "+strings.Join(members, ", ")); err != nil {
+			return fmt.Errorf("data source %s: creating publication %s: %w", st.From, name, err)
+		}
+		// The slot first, then a subscription that uses it: a subscription that made
+		// its own slot on a server it shares with its publisher would wait for itself.
+		if _, err := src.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", name); err != nil {
+			return fmt.Errorf("data source %s: creating slot %s: %w", st.From, name, err)
+		}
+		conninfo := strings.ReplaceAll(fromDSN(from, st.From), "'", "''")
+		if _, err := dst.Exec(ctx, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION %s WITH (create_slot = false, slot_name = '%s', copy_data = true)",
+			name, conninfo, name, name)); err != nil {
+			return fmt.Errorf("data source %s: creating subscription %s: %w", st.To, name, err)
+		}
+	}
+	return nil
+}
+
+func fromDSN(l *rules.Compiled, ds string) string {
+	for _, d := range l.DataSources() {
+		if d.Name == ds {
+			return d.DSN
+		}
+	}
+	return ""
+}
+
+// ensureHashHelper creates on a source the hash-partitioned table of the key's type
+// that pghash's row filters name (satisfies_hash_partition needs one).
+func ensureHashHelper(ctx context.Context, c *pgx.Conn, typ rules.KeyType) error {
+	_, err := c.Exec(ctx, fmt.Sprintf("CREATE SCHEMA IF NOT EXISTS %s; CREATE TABLE IF NOT EXISTS %s.hash_%s (k %s) PARTITION BY HASH (k)", prefix, prefix, typ, typ))
+	return err
+}
+
+// ensureTable makes sure the destination has the table, empty: it copies the
+// definition from the source with pg_dump when it is missing (and marks it as the
+// move's), and refuses one that has rows already.
+func ensureTable(ctx context.Context, dst *pgx.Conn, dstName, dstDSN string, at Place, srcDSN string, opts CopyOptions) error {
+	var exists bool
+	if err := dst.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", at.qualified()).Scan(&exists); err != nil {
+		return fmt.Errorf("data source %s: %w", dstName, err)
+	}
+	if exists {
+		var any bool
+		if err := dst.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+at.qualified()+")").Scan(&any); err != nil {
+			return fmt.Errorf("data source %s: %w", dstName, err)
+		}
+		if any {
+			return fmt.Errorf("data source %s: table %s has rows already; a data source the move adds must start without them", dstName, at.Table)
+		}
+		return nil
+	}
+	dump := opts.PGDump
+	if dump == "" {
+		dump = "pg_dump"
+	}
+	// pg_dump's --table takes a pattern: each part quoted, so that it names one table.
+	pattern := pgx.Identifier{at.Table}.Sanitize()
+	if at.Schema != "" {
+		pattern = pgx.Identifier{at.Schema, at.Table}.Sanitize()
+	}
+	cmd := exec.CommandContext(ctx, dump, "--schema-only", "--no-owner", "--no-privileges", "--no-publications", "--no-subscriptions",
+		"--table", pattern, "--dbname", srcDSN)
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return fmt.Errorf("pg_dump of %s: %v: %s", at, err, ee.Stderr)
+		}
+		return fmt.Errorf("pg_dump of %s: %w", at, err)
+	}
+	fmt.Fprintf(opts.Progress, "reshard: %s: creating table %s from %s's definition\n", dstName, at.Table, at.DataSource)
+	// pg_dump writes a psql script (recent versions open it with \restrict): psql runs it.
+	load := exec.CommandContext(ctx, cmp.Or(opts.PSQL, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "--dbname", dstDSN)
+	load.Stdin = bytes.NewReader(out)
+	if msg, err := load.CombinedOutput(); err != nil {
+		return fmt.Errorf("data source %s: creating %s from pg_dump's definition: %v: %s", dstName, at.Table, err, msg)
+	}
+	_, err = dst.Exec(ctx, fmt.Sprintf("COMMENT ON TABLE %s IS '%s'", at.qualified(), createdComment))
+	return err
+}

@@ -1,0 +1,198 @@
+package reshard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/reshard"
+)
+
+func queryString(t *testing.T, dsn, sql string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var s string
+	if err := c.QueryRow(ctx, sql).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return s
+}
+
+// logicalCluster is a throwaway cluster that can carry a move of 2 data sources to 4.
+func logicalCluster(t *testing.T) *pgtest.Cluster {
+	return pgtest.StartClusterWith(t, "wal_level = logical", "max_logical_replication_workers = 10", "max_worker_processes = 16",
+		"max_replication_slots = 20", "max_wal_senders = 20")
+}
+
+// TestCopyGrowsUnderWrites starts a move of 2 data sources to 4 while a writer inserts,
+// updates and deletes rows where the current layout places them (by PostgreSQL's own
+// hash partitioning): the new data sources get the tables (from the sources'
+// definitions), and once the writer stops each holds exactly the rows the target
+// places there, as they are on the source (a checksum of every row), and the broadcast
+// table. Status shows the streams ready; a second start is refused; cancel removes
+// every publication, slot, subscription, helper and copied table, and leaves the
+// sources as they were.
+func TestCopyGrowsUnderWrites(t *testing.T) {
+	c := logicalCluster(t)
+	var dsns []string
+	for range 4 {
+		dsns = append(dsns, c.NewDatabase("reshard"))
+	}
+	const rows = 2000
+	fill(t, dsns[:2], 2, rows)
+	from, to := layout(t, dsns[:2]), layout(t, dsns)
+	ctx := context.Background()
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var writes atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var conns []*pgx.Conn
+		for _, d := range dsns[:2] {
+			cn, err := pgx.Connect(ctx, d)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer cn.Close(ctx)
+			conns = append(conns, cn)
+		}
+		for id := rows + 1; !stop.Load(); id++ {
+			for i, cn := range conns {
+				// Each write goes where the current layout places its key.
+				if _, err := cn.Exec(ctx, `INSERT INTO people SELECT $1::bigint, 'new'
+					WHERE satisfies_hash_partition('hash_oracle'::regclass, 2, $2::int, $1::bigint)`, id, i); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := cn.Exec(ctx, "UPDATE people SET name = name || '+' WHERE id = $1", id%rows); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := cn.Exec(ctx, "DELETE FROM people WHERE id = $1", (id*7)%rows); err != nil {
+					t.Error(err)
+					return
+				}
+				writes.Add(3)
+			}
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if _, err := reshard.Start(ctx, from, to, reshard.CopyOptions{}); err != nil {
+		stop.Store(true)
+		wg.Wait()
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	stop.Store(true)
+	wg.Wait()
+	if writes.Load() < 100 {
+		t.Fatalf("only %d writes during the copy", writes.Load())
+	}
+	if _, err := reshard.Start(ctx, from, to, reshard.CopyOptions{}); !errors.Is(err, reshard.ErrUnderWay) {
+		t.Errorf("a second start: %v, want ErrUnderWay", err)
+	}
+
+	sum := "SELECT coalesce(md5(string_agg(id || ':' || name, ',' ORDER BY id)), '') || ' ' || count(*) FROM people"
+	deadline := time.Now().Add(60 * time.Second)
+	for k := 2; k < 4; k++ {
+		want := queryString(t, dsns[k-2], sum+fmt.Sprintf(" WHERE satisfies_hash_partition('hash_oracle'::regclass, 4, %d, id)", k))
+		for {
+			got := queryString(t, dsns[k], sum)
+			if got == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("ds_%d holds %s, want %s (the rows of ds_%d that the target places there)", k, got, want, k-2)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if n := queryInt(t, dsns[k], "SELECT count(*) FROM countries"); n != 3 {
+			t.Errorf("ds_%d has %d countries, want the broadcast table's 3", k, n)
+		}
+	}
+	st, err := reshard.GetStatus(ctx, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Streams) != 3 || !st.Ready() {
+		t.Errorf("status %+v: want 3 streams, every table ready", st.Streams)
+	}
+
+	before := []int64{queryInt(t, dsns[0], "SELECT count(*) FROM people"), queryInt(t, dsns[1], "SELECT count(*) FROM people")}
+	if err := reshard.Cancel(ctx, from, to, reshard.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := queryInt(t, c.DSN(), "SELECT count(*) FROM pg_replication_slots"); n != 0 {
+		t.Errorf("%d slots left after cancel", n)
+	}
+	if n := queryInt(t, c.DSN(), "SELECT count(*) FROM pg_subscription"); n != 0 {
+		t.Errorf("%d subscriptions left after cancel", n)
+	}
+	for i, d := range dsns {
+		if n := queryInt(t, d, "SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_namespace WHERE nspname = 'shardlab_reshard')"); n != 0 {
+			t.Errorf("ds_%d: %d publications and helper schemas left after cancel", i, n)
+		}
+		if i < 2 {
+			if n := queryInt(t, d, "SELECT count(*) FROM people"); n != before[i] {
+				t.Errorf("ds_%d has %d people after cancel, %d before", i, n, before[i])
+			}
+		} else if n := queryInt(t, d, "SELECT count(*) FROM pg_class WHERE relname IN ('people', 'countries')"); n != 0 {
+			t.Errorf("ds_%d keeps %d of the tables the move created", i, n)
+		}
+	}
+	if st, err := reshard.GetStatus(ctx, from, to); err != nil || len(st.Streams) != 0 {
+		t.Errorf("status after cancel: %+v, %v", st, err)
+	}
+}
+
+// TestCopyRefusesWhatIsNotBuilt: a move into a data source the current layout reads
+// (2 to 3 under pghash exchanges rows between the old two), and one whose publication
+// would break the sources' UPDATEs (no replica identity), are refused before anything
+// is made.
+func TestCopyRefusesWhatIsNotBuilt(t *testing.T) {
+	c := logicalCluster(t)
+	dsns := []string{c.NewDatabase("reshard"), c.NewDatabase("reshard"), c.NewDatabase("reshard")}
+	fill(t, dsns[:2], 2, 300)
+	_, err := reshard.Start(context.Background(), layout(t, dsns[:2]), layout(t, dsns), reshard.CopyOptions{})
+	if !errors.Is(err, reshard.ErrNotYet) || !containsAll(err.Error(), "rows would move into ds_0, which the current layout reads", "rows would move into ds_1") {
+		t.Errorf("2 to 3: %v, want ErrNotYet naming ds_0 and ds_1", err)
+	}
+	// A sharded table without a primary key: published, its UPDATEs and DELETEs on
+	// the sources would fail while the move runs.
+	exec(t, dsns[0], "ALTER TABLE people DROP CONSTRAINT people_pkey")
+	_, err = reshard.Start(context.Background(), layout(t, dsns[:2]), layout(t, []string{dsns[0], dsns[1], c.NewDatabase("reshard"), c.NewDatabase("reshard")}), reshard.CopyOptions{})
+	if err == nil || !containsAll(err.Error(), "ds_0.people has no replica identity", "REPLICA IDENTITY FULL") {
+		t.Errorf("a table without a primary key: %v, want a refusal naming it", err)
+	}
+	for i, d := range dsns {
+		if n := queryInt(t, d, "SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_subscription)"); n != 0 {
+			t.Errorf("ds_%d: %d publications, slots and subscriptions after a refused start", i, n)
+		}
+	}
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,150 @@
+package reshard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardlab/shardlab/rules"
+)
+
+// StreamStatus is where one replication stream of a move stands.
+type StreamStatus struct {
+	From, To string
+	// Tables maps each table of the subscription to its state on the destination:
+	// "init", "copying", "synced" (copied, catching up) or "ready" (streaming).
+	Tables map[string]string
+	// Rows holds each table's rows on the destination now: what was copied so far
+	// (the destinations are data sources the move adds, which start empty).
+	Rows map[string]int64
+	// LagBytes is the WAL the destination has yet to confirm from its source's slot.
+	LagBytes int64
+	// Streaming reports whether the source has a WAL sender on the slot.
+	Streaming bool
+}
+
+// Ready reports whether every table was copied and is streaming.
+func (s StreamStatus) Ready() bool {
+	for _, st := range s.Tables {
+		if st != "ready" {
+			return false
+		}
+	}
+	return len(s.Tables) > 0
+}
+
+// Status is where a move stands: its streams (none when no move is under way).
+type Status struct {
+	Streams []StreamStatus
+	At      time.Time
+}
+
+// Ready reports whether a move is under way and every stream is streaming.
+func (s *Status) Ready() bool {
+	for _, st := range s.Streams {
+		if !st.Ready() {
+			return false
+		}
+	}
+	return len(s.Streams) > 0
+}
+
+var subStates = map[string]string{"i": "init", "d": "copying", "f": "copied", "s": "synced", "r": "ready"}
+
+// GetStatus reads where the move from layout from to layout to stands, from the
+// servers' own catalogs: the subscriptions it made on the destinations, their tables'
+// states, and the lag of their slots on the sources.
+func GetStatus(ctx context.Context, from, to *rules.Compiled) (*Status, error) {
+	conns, err := connectAll(ctx, from, to)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(conns)
+	st := &Status{At: time.Now()}
+	for _, src := range from.DataSources() {
+		for _, dst := range to.DataSources() {
+			if src.Name == dst.Name {
+				continue
+			}
+			ss, ok, err := streamStatus(ctx, conns[src.Name], conns[dst.Name], src.Name, dst.Name)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				st.Streams = append(st.Streams, ss)
+			}
+		}
+	}
+	return st, nil
+}
+
+func streamStatus(ctx context.Context, src, dst *pgx.Conn, from, to string) (StreamStatus, bool, error) {
+	name := streamName(from, to)
+	ss := StreamStatus{From: from, To: to, Tables: map[string]string{}, Rows: map[string]int64{}}
+	rows, err := dst.Query(ctx, `SELECT c.oid::regclass::text, r.srsubstate FROM pg_subscription s
+		JOIN pg_subscription_rel r ON r.srsubid = s.oid JOIN pg_class c ON c.oid = r.srrelid
+		WHERE s.subname = $1`, name)
+	if err != nil {
+		return ss, false, fmt.Errorf("data source %s: %w", to, err)
+	}
+	var found bool
+	for rows.Next() {
+		var table, state string
+		if err := rows.Scan(&table, &state); err != nil {
+			rows.Close()
+			return ss, false, err
+		}
+		found = true
+		if s, ok := subStates[state]; ok {
+			state = s
+		}
+		ss.Tables[table] = state
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return ss, false, fmt.Errorf("data source %s: %w", to, err)
+	}
+	if !found {
+		var n int
+		if err := dst.QueryRow(ctx, "SELECT count(*) FROM pg_subscription WHERE subname = $1", name).Scan(&n); err != nil || n == 0 {
+			return ss, false, err
+		}
+	}
+	for table := range ss.Tables {
+		var n int64
+		if err := dst.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+			return ss, false, fmt.Errorf("data source %s: %w", to, err)
+		}
+		ss.Rows[table] = n
+	}
+	err = src.QueryRow(ctx, `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint, active
+		FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&ss.LagBytes, &ss.Streaming)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return ss, false, fmt.Errorf("data source %s: %w", from, err)
+	}
+	return ss, true, nil
+}
+
+// WriteText writes the status for a person.
+func (s *Status) WriteText(b *strings.Builder) {
+	if len(s.Streams) == 0 {
+		b.WriteString("no move is under way between these layouts\n")
+		return
+	}
+	for _, st := range s.Streams {
+		fmt.Fprintf(b, "%s -> %s: lag %d bytes, %s\n", st.From, st.To, st.LagBytes, map[bool]string{true: "streaming", false: "not streaming"}[st.Streaming])
+		for _, t := range slices.Sorted(maps.Keys(st.Tables)) {
+			fmt.Fprintf(b, "  %s: %s, %s rows on %s\n", t, st.Tables[t], strconv.FormatInt(st.Rows[t], 10), st.To)
+		}
+	}
+	if s.Ready() {
+		b.WriteString("every table is copied and streaming: the move is ready for the cutover (not built yet)\n")
+	}
+}
