@@ -1,4 +1,4 @@
-package main
+package reshard
 
 import (
 	"bytes"
@@ -33,7 +33,7 @@ func writeRules(t *testing.T, dsns ...string) string {
 // TestUsage: help, and each bad invocation an exit-2 error saying what is wrong.
 func TestUsage(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if err := run(context.Background(), []string{"--help"}, &out, &errOut); err != nil || !strings.Contains(out.String(), "plan [--json]") || !strings.Contains(out.String(), "cancel") {
+	if err := Main(context.Background(), []string{"--help"}, &out, &errOut); err != nil || !strings.Contains(out.String(), "plan [--json]") || !strings.Contains(out.String(), "cancel") {
 		t.Errorf("--help: %v\n%s", err, out.String())
 	}
 	bad := filepath.Join(t.TempDir(), "bad.toml")
@@ -43,7 +43,7 @@ func TestUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "reshard plan --from"},
+		{nil, "reshard plan|start|status|cancel --from"},
 		{[]string{"move"}, `unknown command "move"`},
 		{[]string{"plan"}, "plan needs --from and --to"},
 		{[]string{"cancel", "--to", good}, "cancel needs --from and --to"},
@@ -53,8 +53,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"plan", "--from", good, "--to", filepath.Join(t.TempDir(), "missing.toml")}, "--to: "},
 		{[]string{"plan", "--frm", good}, "flag provided but not defined: -frm"},
 	} {
-		err := run(context.Background(), tc.args, &out, &errOut)
-		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+		err := Main(context.Background(), tc.args, &out, &errOut)
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want a usage error containing %q", tc.args, err, tc.want)
 		}
 	}
@@ -79,7 +79,7 @@ func TestPlanCommand(t *testing.T) {
 	}
 	from, to := writeRules(t, a), writeRules(t, a, b)
 	var out, errOut bytes.Buffer
-	err = run(ctx, []string{"plan", "--from", from, "--to", to}, &out, &errOut)
+	err = Main(ctx, []string{"plan", "--from", from, "--to", to}, &out, &errOut)
 	if walLevel == "logical" {
 		if err != nil {
 			t.Errorf("plan: %v\n%s", err, out.String())
@@ -91,7 +91,7 @@ func TestPlanCommand(t *testing.T) {
 		t.Errorf("plan:\n%s", out.String())
 	}
 	out.Reset()
-	run(ctx, []string{"plan", "--from", from, "--to", to, "--json"}, &out, &errOut)
+	Main(ctx, []string{"plan", "--from", from, "--to", to, "--json"}, &out, &errOut)
 	if !strings.Contains(out.String(), `"Name": "items"`) || !strings.Contains(out.String(), `"Streams": [`) {
 		t.Errorf("--json:\n%s", out.String())
 	}
@@ -100,7 +100,7 @@ func TestPlanCommand(t *testing.T) {
 // TestExampleLayouts: the layouts docs/reshard.md plans between are valid rules.
 func TestExampleLayouts(t *testing.T) {
 	for _, f := range []string{"layout2.toml", "layout3.toml", "layout4.toml"} {
-		c, err := rules.Load(filepath.Join("..", "..", "examples", "reshard", f))
+		c, err := rules.Load(filepath.Join("..", "..", "..", "examples", "reshard", f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +129,7 @@ func TestStartStatusCancel(t *testing.T) {
 	step := func(want error, args ...string) string {
 		t.Helper()
 		var out, errOut bytes.Buffer
-		err := run(ctx, append(args, "--from", from, "--to", to), &out, &errOut)
+		err := Main(ctx, append(args, "--from", from, "--to", to), &out, &errOut)
 		if (want == nil) != (err == nil) || (want != nil && !errors.Is(err, want)) {
 			t.Fatalf("%v: %v, want %v\n%s%s", args, err, want, out.String(), errOut.String())
 		}
@@ -142,7 +142,7 @@ func TestStartStatusCancel(t *testing.T) {
 		t.Errorf("status: %s", out)
 	}
 	var out, errOut bytes.Buffer
-	if err := run(ctx, []string{"start", "--from", from, "--to", to}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "under way") {
+	if err := Main(ctx, []string{"start", "--from", from, "--to", to}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "under way") {
 		t.Errorf("a second start: %v", err)
 	}
 	step(nil, "cancel")
