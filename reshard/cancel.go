@@ -40,9 +40,11 @@ func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
 			}
 		}
 	}
-	for _, src := range from.DataSources() {
-		if _, err := conns[src.Name].Exec(ctx, "DROP SCHEMA IF EXISTS "+prefix+" CASCADE"); err != nil {
-			return fmt.Errorf("data source %s: %w", src.Name, err)
+	// The hash helpers: on the sources for the publications, on the destinations for
+	// verify.
+	for name, c := range conns {
+		if _, err := c.Exec(ctx, "DROP SCHEMA IF EXISTS "+prefix+" CASCADE"); err != nil {
+			return fmt.Errorf("data source %s: %w", name, err)
 		}
 	}
 	names, err := shardedTables(ctx, from, conns)

@@ -135,6 +135,40 @@ func TestCopyGrowsUnderWrites(t *testing.T) {
 		t.Errorf("status %+v: want 3 streams, every table ready", st.Streams)
 	}
 
+	d, err := reshard.Verify(ctx, from, to, reshard.VerifyOptions{ChunkRows: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Clean() || len(d.Tables) != 4 {
+		t.Errorf("verify after the copy caught up: %+v, want 4 tables clean (people and countries from ds_0 to ds_2, countries from ds_0 to ds_3, people from ds_1 to ds_3)", d.Tables)
+	}
+	var chunks int
+	for _, rd := range d.Tables {
+		chunks += rd.Chunks
+	}
+	if chunks < 10 {
+		t.Errorf("%d chunks of 100 rows over about 1,000 moving rows", chunks)
+	}
+	// A destination that differs: a row changed, one lost, one that does not belong.
+	changed := queryInt(t, dsns[2], "SELECT min(id) FROM people")
+	lost := queryInt(t, dsns[2], "SELECT max(id) FROM people")
+	stray := queryInt(t, dsns[0], "SELECT g FROM generate_series(1, 1000) g WHERE NOT satisfies_hash_partition('hash_oracle'::regclass, 4, 2, g::bigint) LIMIT 1")
+	exec(t, dsns[2], fmt.Sprintf("UPDATE people SET name = 'tampered' WHERE id = %d", changed), fmt.Sprintf("DELETE FROM people WHERE id = %d", lost),
+		fmt.Sprintf("INSERT INTO people VALUES (%d, 'stray')", stray))
+	d, err = reshard.Verify(ctx, from, to, reshard.VerifyOptions{ChunkRows: 100, Settle: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, rd := range d.Tables {
+		if !rd.Clean() {
+			got = append(got, fmt.Sprintf("%s->%s %s: missing %v extra %v different %v", rd.From, rd.To, rd.Table, rd.Missing, rd.Extra, rd.Different))
+		}
+	}
+	if want := fmt.Sprintf("[ds_0->ds_2 people: missing [%d] extra [%d] different [%d]]", lost, stray, changed); fmt.Sprint(got) != want || d.Clean() {
+		t.Errorf("verify of a tampered destination: %v, want %s", got, want)
+	}
+
 	before := []int64{queryInt(t, dsns[0], "SELECT count(*) FROM people"), queryInt(t, dsns[1], "SELECT count(*) FROM people")}
 	if err := reshard.Cancel(ctx, from, to, reshard.Options{}); err != nil {
 		t.Fatal(err)

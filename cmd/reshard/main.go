@@ -1,6 +1,6 @@
 // Command reshard moves a sharded deployment from one layout to another (issue 23):
 //
-//	reshard plan|start|status|cancel --from CURRENT.toml --to TARGET.toml
+//	reshard plan|start|status|verify|cancel --from CURRENT.toml --to TARGET.toml
 //
 // Exit status: 0 done (plan: the move can start), 1 failed (plan: it cannot, and the
 // reasons are printed), 2 bad usage. docs/reshard.md says what each step does.

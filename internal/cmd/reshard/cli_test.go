@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -43,7 +44,7 @@ func TestUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "reshard plan|start|status|cancel --from"},
+		{nil, "reshard plan|start|status|verify|cancel --from"},
 		{[]string{"move"}, `unknown command "move"`},
 		{[]string{"plan"}, "plan needs --from and --to"},
 		{[]string{"cancel", "--to", good}, "cancel needs --from and --to"},
@@ -144,6 +145,31 @@ func TestStartStatusCancel(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if err := Main(ctx, []string{"start", "--from", from, "--to", to}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "under way") {
 		t.Errorf("a second start: %v", err)
+	}
+	// Once copied, verify finds every row; a row lost on the destination fails it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out.Reset()
+		err := Main(ctx, []string{"verify", "--settle", "200ms", "--from", from, "--to", to}, &out, &errOut)
+		if err == nil && strings.Contains(out.String(), "every stream's rows are on its destination") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("verify: %v\n%s", err, out.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	bconn, err := pgx.Connect(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bconn.Close(ctx)
+	if _, err := bconn.Exec(ctx, "DELETE FROM items WHERE id = (SELECT min(id) FROM items)"); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := Main(ctx, []string{"verify", "--settle", "200ms", "--from", from, "--to", to}, &out, &errOut); err == nil || !strings.Contains(out.String(), "1 missing") {
+		t.Errorf("verify with a row lost: %v\n%s", err, out.String())
 	}
 	step(nil, "cancel")
 	if out := step(nil, "status"); !strings.Contains(out, "no move is under way") {

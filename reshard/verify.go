@@ -1,0 +1,360 @@
+package reshard
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardlab/shardlab/rules"
+)
+
+// VerifyOptions tune Verify.
+type VerifyOptions struct {
+	Options
+	// ChunkRows is how many source rows one checksum covers (default 10,000).
+	ChunkRows int
+	// Settle is how long a chunk that differs is compared again, while writes that
+	// the destination has not applied yet may explain the difference (default 5 s).
+	Settle time.Duration
+	// MaxRows bounds the rows each kind of difference lists (default 20); the counts
+	// are exact.
+	MaxRows int
+}
+
+// RowDiff is one table's comparison over one stream.
+type RowDiff struct {
+	From, To string
+	Table    string
+	Rows     int64 // compared, on the source
+	Chunks   int
+	// Missing are keys the destination lacks, Extra keys it has that the source does
+	// not (or that the target does not place there), Different keys whose row differs.
+	Missing, Extra, Different             []string
+	MissingN, ExtraN, DifferentN, Retried int64
+}
+
+// Clean reports whether nothing differs.
+func (d RowDiff) Clean() bool { return d.MissingN+d.ExtraN+d.DifferentN == 0 }
+
+// Diff is what Verify found.
+type Diff struct {
+	Tables []RowDiff
+	Took   time.Duration
+}
+
+// Clean reports whether every table of every stream matched.
+func (d *Diff) Clean() bool {
+	for _, t := range d.Tables {
+		if !t.Clean() {
+			return false
+		}
+	}
+	return true
+}
+
+// Verify compares, for every stream of a move under way, the rows the source has that
+// the target places on the destination with the rows the destination has: chunked by
+// key on the source (ChunkRows rows each), a count and a checksum of every row's text
+// per chunk on both sides, and only where they differ the rows themselves, by key.
+// It also counts rows on a destination that the target does not place there. A chunk
+// that differs is compared again for up to Settle, since the destination applies the
+// source's writes a moment later; what still differs is reported. Run it while the
+// moving tables take no writes (it is not pinned to one point of the sources' WAL yet),
+// before the cutover and after it. It reads only, apart from the helper table pghash's
+// filters need on a destination.
+func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (*Diff, error) {
+	start := time.Now()
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if opts.ChunkRows <= 0 {
+		opts.ChunkRows = 10000
+	}
+	if opts.Settle <= 0 {
+		opts.Settle = 5 * time.Second
+	}
+	if opts.MaxRows <= 0 {
+		opts.MaxRows = 20
+	}
+	st, err := GetStatus(ctx, from, to)
+	if err != nil {
+		return nil, err
+	}
+	if len(st.Streams) == 0 {
+		return nil, fmt.Errorf("reshard: no move is under way between these layouts: nothing to verify")
+	}
+	conns, err := connectAll(ctx, from, to)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(conns)
+	names, err := shardedTables(ctx, from, conns)
+	if err != nil {
+		return nil, err
+	}
+	types, err := checkKeyTypes(ctx, from, to, names, conns)
+	if err != nil {
+		return nil, err
+	}
+	typeOf := map[string]rules.KeyType{}
+	for i, n := range names {
+		typeOf[n] = types[i][0]
+	}
+	d := &Diff{}
+	for _, s := range st.Streams {
+		for _, table := range slices.Sorted(mapKeys(s.Tables)) {
+			name := unqualified(table)
+			v := verifier{ctx: ctx, src: conns[s.From], dst: conns[s.To], opts: opts}
+			rd := RowDiff{From: s.From, To: s.To, Table: name}
+			typ, sharded := typeOf[name]
+			if sharded {
+				r := from.Lookup(name)
+				v.key = pgx.Identifier{r.KeyColumns()[0]}.Sanitize()
+				v.keyType = string(typ)
+				v.at = place(from, r.Nodes[nodeOf(from, name, s.From)]).qualified()
+				for _, c := range []*pgx.Conn{v.src, v.dst} {
+					if err := ensureHashHelper(ctx, c, typ); err != nil {
+						return nil, err
+					}
+				}
+				if v.srcFilter, err = rowFilter(to, name, typ, nodeOf(to, name, s.To)); err != nil {
+					return nil, err
+				}
+				if v.dstFilter, err = rowFilter(from, name, typ, nodeOf(from, name, s.From)); err != nil {
+					return nil, err
+				}
+				// What the destination holds that the target does not place there; the
+				// chunks compare the rest.
+				if err := v.misplaced(&rd); err != nil {
+					return nil, fmt.Errorf("data source %s: %w", s.To, err)
+				}
+				v.dstFilter = "(" + v.dstFilter + ") AND (" + v.srcFilter + ")"
+			} else {
+				// A broadcast table, whole.
+				key, err := primaryKey(ctx, v.src, table)
+				if err != nil {
+					return nil, fmt.Errorf("data source %s: %w", s.From, err)
+				}
+				v.key, v.at, v.srcFilter, v.dstFilter = key, table, "true", "true"
+			}
+			if err := v.compare(&rd); err != nil {
+				return nil, fmt.Errorf("%s -> %s, table %s: %w", s.From, s.To, name, err)
+			}
+			fmt.Fprintf(opts.Progress, "reshard verify: %s -> %s %s: %d rows in %d chunks, %d missing, %d extra, %d different\n",
+				s.From, s.To, name, rd.Rows, rd.Chunks, rd.MissingN, rd.ExtraN, rd.DifferentN)
+			d.Tables = append(d.Tables, rd)
+		}
+	}
+	d.Took = time.Since(start)
+	return d, nil
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// unqualified drops a schema from a table name as regclass prints it.
+func unqualified(table string) string {
+	if i := strings.LastIndexByte(table, '.'); i >= 0 {
+		return strings.Trim(table[i+1:], `"`)
+	}
+	return strings.Trim(table, `"`)
+}
+
+// primaryKey returns a table's primary key columns, quoted and separated by commas.
+func primaryKey(ctx context.Context, c *pgx.Conn, table string) (string, error) {
+	var cols []string
+	rows, err := c.Query(ctx, `SELECT quote_ident(a.attname) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+		WHERE i.indrelid = to_regclass($1) AND i.indisprimary ORDER BY array_position(i.indkey, a.attnum)`, table)
+	if err != nil {
+		return "", err
+	}
+	if cols, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return "", err
+	}
+	if len(cols) == 0 {
+		return "", fmt.Errorf("table %s has no primary key to compare its rows by", table)
+	}
+	return strings.Join(cols, ", "), nil
+}
+
+// verifier compares one table's rows of one stream.
+type verifier struct {
+	ctx                  context.Context
+	src, dst             *pgx.Conn
+	at                   string // the table, quoted
+	key                  string // its key columns, quoted
+	keyType              string // the key's type, for chunks; "" compares the table as one chunk
+	srcFilter, dstFilter string // the stream's rows on each side
+	opts                 VerifyOptions
+}
+
+// misplaced notes the rows on the destination that the target does not place there.
+func (v *verifier) misplaced(rd *RowDiff) error {
+	if err := v.dst.QueryRow(v.ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE NOT (%s)", v.at, v.srcFilter)).Scan(&rd.ExtraN); err != nil {
+		return err
+	}
+	rows, err := v.dst.Query(v.ctx, fmt.Sprintf("SELECT (%s)::text FROM %s WHERE NOT (%s) ORDER BY %s LIMIT %d", v.key, v.at, v.srcFilter, v.key, v.opts.MaxRows))
+	if err != nil {
+		return err
+	}
+	rd.Extra, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	return err
+}
+
+// compare walks the source's rows in chunks of ChunkRows keys: [the first, the
+// ChunkRows+1-th), ... The first chunk is open below and the last above, so that rows
+// with keys outside the source's (extra on the destination) fall in one.
+func (v *verifier) compare(rd *RowDiff) error {
+	var bounds []string
+	if v.keyType != "" {
+		rows, err := v.src.Query(v.ctx, fmt.Sprintf(`SELECT k FROM (SELECT (%s)::text AS k, row_number() OVER (ORDER BY %s) AS n
+			FROM %s WHERE %s) q WHERE n %% %d = 1 ORDER BY n`, v.key, v.key, v.at, v.srcFilter, v.opts.ChunkRows))
+		if err != nil {
+			return err
+		}
+		if bounds, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return err
+		}
+	}
+	if len(bounds) == 0 {
+		bounds = []string{""} // one chunk: the whole table, or no rows on the source
+	}
+	literal := func(text string) string {
+		return "'" + strings.ReplaceAll(text, "'", "''") + "'::" + v.keyType
+	}
+	for i := range bounds {
+		var conds []string
+		if i > 0 {
+			conds = append(conds, fmt.Sprintf("%s >= %s", v.key, literal(bounds[i])))
+		}
+		if i+1 < len(bounds) {
+			conds = append(conds, fmt.Sprintf("%s < %s", v.key, literal(bounds[i+1])))
+		}
+		cond := "true"
+		if len(conds) > 0 {
+			cond = strings.Join(conds, " AND ")
+		}
+		if err := v.chunk(rd, cond); err != nil {
+			return err
+		}
+		rd.Chunks++
+	}
+	return nil
+}
+
+// chunk compares one chunk, again while it differs and Settle has not passed.
+func (v *verifier) chunk(rd *RowDiff, cond string) error {
+	sum := func(c *pgx.Conn, filter string) (n int64, h string, err error) {
+		// An order-free checksum: the sum (numeric, exact) of 60 bits of each row's md5.
+		err = c.QueryRow(v.ctx, fmt.Sprintf(`SELECT count(*), coalesce(sum(('x' || substr(md5(t::text), 1, 15))::bit(60)::bigint), 0)::text
+			FROM %s t WHERE (%s) AND (%s)`, v.at, filter, cond)).Scan(&n, &h)
+		return n, h, err
+	}
+	deadline := time.Now().Add(v.opts.Settle)
+	for tries := 0; ; tries++ {
+		n, h, err := sum(v.src, v.srcFilter)
+		if err != nil {
+			return err
+		}
+		m, g, err := sum(v.dst, v.dstFilter)
+		if err != nil {
+			return err
+		}
+		if n == m && h == g {
+			rd.Rows += n
+			return nil
+		}
+		if time.Now().After(deadline) {
+			rd.Rows += n
+			break
+		}
+		if tries == 0 {
+			rd.Retried++
+		}
+		select {
+		case <-v.ctx.Done():
+			return v.ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	// The rows themselves, by key.
+	read := func(c *pgx.Conn, filter string) (map[string]string, error) {
+		rows, err := c.Query(v.ctx, fmt.Sprintf("SELECT (%s)::text, md5(t::text) FROM %s t WHERE (%s) AND (%s)", v.key, v.at, filter, cond))
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]string{}
+		var k, h string
+		_, err = pgx.ForEachRow(rows, []any{&k, &h}, func() error { out[k] = h; return nil })
+		return out, err
+	}
+	a, err := read(v.src, v.srcFilter)
+	if err != nil {
+		return err
+	}
+	b, err := read(v.dst, v.dstFilter)
+	if err != nil {
+		return err
+	}
+	note := func(list *[]string, n *int64, k string) {
+		*n++
+		if len(*list) < v.opts.MaxRows {
+			*list = append(*list, k)
+		}
+	}
+	for _, k := range slices.Sorted(mapKeys(a)) {
+		switch h, ok := b[k]; {
+		case !ok:
+			note(&rd.Missing, &rd.MissingN, k)
+		case h != a[k]:
+			note(&rd.Different, &rd.DifferentN, k)
+		}
+	}
+	for _, k := range slices.Sorted(mapKeys(b)) {
+		if _, ok := a[k]; !ok {
+			note(&rd.Extra, &rd.ExtraN, k)
+		}
+	}
+	return nil
+}
+
+// WriteText writes the diff for a person.
+func (d *Diff) WriteText(w io.Writer) error {
+	var b strings.Builder
+	for _, t := range d.Tables {
+		fmt.Fprintf(&b, "%s -> %s, %s: %d rows in %d chunks: ", t.From, t.To, t.Table, t.Rows, t.Chunks)
+		if t.Clean() {
+			b.WriteString("the same\n")
+			continue
+		}
+		fmt.Fprintf(&b, "%d missing, %d extra, %d different\n", t.MissingN, t.ExtraN, t.DifferentN)
+		for _, l := range []struct {
+			what string
+			keys []string
+		}{{"missing", t.Missing}, {"extra", t.Extra}, {"different", t.Different}} {
+			if len(l.keys) > 0 {
+				fmt.Fprintf(&b, "  %s: %s\n", l.what, strings.Join(l.keys, ", "))
+			}
+		}
+	}
+	if d.Clean() {
+		b.WriteString("every stream's rows are on its destination, as on its source\n")
+	} else {
+		b.WriteString("the destinations differ from the sources\n")
+	}
+	fmt.Fprintf(&b, "compared in %s\n", d.Took.Round(time.Millisecond))
+	_, err := io.WriteString(w, b.String())
+	return err
+}
