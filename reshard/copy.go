@@ -151,6 +151,12 @@ func distinctSources(l *rules.Compiled, r *rules.TableRule) []int {
 func checkReplicaIdentities(ctx context.Context, p *Plan, from *rules.Compiled, conns map[string]*pgx.Conn) error {
 	var errs []string
 	check := func(at Place, key string) error {
+		if only, err := onlyOf(ctx, conns[at.DataSource], at); err != nil {
+			return err
+		} else if only == "" {
+			errs = append(errs, fmt.Sprintf("%s is a partitioned table: moving one is not supported yet", at))
+			return nil
+		}
 		var has, covered bool
 		err := conns[at.DataSource].QueryRow(ctx, `WITH ident AS (
 				SELECT a.attname FROM pg_class c JOIN pg_index i ON i.indrelid = c.oid

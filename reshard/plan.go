@@ -104,11 +104,14 @@ type BroadcastPlan struct {
 type Stream struct {
 	From, To string // data sources
 	Tables   []string
+	// PhysicalTables counts the tables the subscription copies (one per logical table
+	// with one table per data source).
+	PhysicalTables int
 }
 
 // Server is one PostgreSQL server the move touches, and what it has for it.
 type Server struct {
-	Addr        string   // host:port
+	Addr        string   // host:port, as the first data source's DSN names it
 	DataSources []string // of either layout, on this server
 	WALLevel    string
 	// Slots and senders the move's streams take on this server as a publisher (one
@@ -118,6 +121,9 @@ type Server struct {
 	SlotsNeeded, SlotsFree     int
 	SendersNeeded, SendersFree int
 	WorkersNeeded, WorkersFree int
+	// Origins a subscriber keeps, one per subscription and per table being copied;
+	// max_replication_slots bounds them too.
+	OriginsNeeded, OriginsFree int
 }
 
 // Plan is a move from one layout to another, measured.
@@ -166,7 +172,11 @@ func MakePlan(ctx context.Context, from, to *rules.Compiled, opts Options) (*Pla
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTables(from, to, names); err != nil {
+	others, err := defaultTables(ctx, from, conns)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTables(from, to, names, others); err != nil {
 		return nil, err
 	}
 	types, err := checkKeyTypes(ctx, from, to, names, conns)
@@ -252,7 +262,9 @@ func shardedTables(ctx context.Context, from *rules.Compiled, conns map[string]*
 	for _, t := range from.Rules().Tables {
 		prefix, ok := strings.CutSuffix(t.Name, "*")
 		if !ok {
-			names = append(names, t.Name)
+			if !slices.Contains(names, t.Name) {
+				names = append(names, t.Name)
+			}
 			continue
 		}
 		ds := from.DataSources()[0].Name
@@ -270,6 +282,17 @@ func shardedTables(ctx context.Context, from *rules.Compiled, conns map[string]*
 			return nil, fmt.Errorf("data source %s: listing the tables of rule %s: %w", ds, t.Name, err)
 		}
 		for _, m := range matched {
+			if t.TablesPerDataSource > 1 {
+				// The physical tables of a logical one are NAME_0, NAME_1 ...
+				i := strings.LastIndexByte(m, '_')
+				if i < 0 {
+					continue
+				}
+				if _, err := strconv.Atoi(m[i+1:]); err != nil {
+					continue
+				}
+				m = m[:i]
+			}
 			if r := from.Lookup(m); r.Kind == rules.KindSharded && !slices.Contains(names, m) {
 				names = append(names, m)
 			}
@@ -278,18 +301,41 @@ func shardedTables(ctx context.Context, from *rules.Compiled, conns map[string]*
 	return names, nil
 }
 
+// defaultTables lists the tables on the current layout's default data source.
+func defaultTables(ctx context.Context, from *rules.Compiled, conns map[string]*pgx.Conn) ([]string, error) {
+	ds := from.DataSources()[from.DefaultDataSource()].Name
+	rows, err := conns[ds].Query(ctx, `SELECT c.relname FROM pg_class c
+		WHERE c.relkind IN ('r', 'p') AND pg_table_is_visible(c.oid) AND NOT c.relispartition ORDER BY c.relname`)
+	if err != nil {
+		return nil, fmt.Errorf("data source %s: listing its tables: %w", ds, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("data source %s: listing its tables: %w", ds, err)
+	}
+	return names, nil
+}
+
 // checkTables refuses a target that is not a reshard of the current layout: a sharded
 // or broadcast table that it loses or turns into another kind, or a sharded table
 // whose key columns or declared types change.
-func checkTables(from, to *rules.Compiled, sharded []string) error {
+func checkTables(from, to *rules.Compiled, sharded, others []string) error {
 	var errs []string
+	// Tables on the default data source that a pattern of the target would shard.
+	for _, name := range others {
+		if from.Lookup(name).Kind == rules.KindDefault && to.Lookup(name).Kind == rules.KindSharded && !slices.Contains(to.Rules().Broadcast, name) {
+			if !slices.ContainsFunc(to.Rules().Tables, func(t rules.Table) bool { return t.Name == name }) {
+				errs = append(errs, fmt.Sprintf("table %s would be sharded (by a pattern of the target) and is on the default data source now: sharding a table is not a reshard", name))
+			}
+		}
+	}
 	for _, name := range sharded {
 		a, b := from.Lookup(name), to.Lookup(name)
 		if b.Kind != rules.KindSharded {
 			errs = append(errs, fmt.Sprintf("table %s is sharded now and would be %s: a reshard keeps every table's kind", name, kindName(b.Kind)))
 			continue
 		}
-		if !slices.Equal(a.KeyColumns(), b.KeyColumns()) {
+		if ka, kb := slices.Sorted(slices.Values(a.KeyColumns())), slices.Sorted(slices.Values(b.KeyColumns())); !slices.Equal(ka, kb) {
 			errs = append(errs, fmt.Sprintf("table %s is sharded by %s now and would be by %s: a reshard keeps the sharding columns",
 				name, strings.Join(a.KeyColumns(), ", "), strings.Join(b.KeyColumns(), ", ")))
 			continue
@@ -424,7 +470,11 @@ func planTable(ctx context.Context, from, to *rules.Compiled, name string, types
 		for _, c := range cols {
 			sel = append(sel, pgx.Identifier{c}.Sanitize()+"::text")
 		}
-		sql := fmt.Sprintf("SELECT %s, pg_column_size(t.*) FROM ONLY %s t", strings.Join(sel, ", "), src.qualified())
+		only, err := onlyOf(ctx, conns[src.DataSource], src)
+		if err != nil {
+			return TablePlan{}, err
+		}
+		sql := fmt.Sprintf("SELECT %s, pg_column_size(t.*) FROM %s%s t", strings.Join(sel, ", "), only, src.qualified())
 		rows, err := conns[src.DataSource].Query(ctx, sql, pgx.QueryExecModeSimpleProtocol)
 		if err != nil {
 			return TablePlan{}, fmt.Errorf("%s: reading its keys: %w", src, err)
@@ -497,6 +547,22 @@ func planTable(ctx context.Context, from, to *rules.Compiled, name string, types
 	return tp, nil
 }
 
+// onlyOf is "ONLY " for a plain table, whose inheritance children (if any) are other
+// tables, and "" for a partitioned one, whose rows are all in its partitions.
+func onlyOf(ctx context.Context, c *pgx.Conn, at Place) (string, error) {
+	var kind string
+	if err := c.QueryRow(ctx, "SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)", at.qualified()).Scan(&kind); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return "", fmt.Errorf("%s: no such table", at)
+		}
+		return "", fmt.Errorf("%s: %w", at, err)
+	}
+	if kind == "p" {
+		return "", nil
+	}
+	return "ONLY ", nil
+}
+
 // placeOf is the index of the one node of r that holds a row with these keys.
 func placeOf(r *rules.TableRule, values map[string]rules.Key, types map[string]rules.KeyType) (int, error) {
 	shards, err := r.ShardsFor(values, types)
@@ -525,38 +591,59 @@ func planBroadcast(ctx context.Context, from, to *rules.Compiled, name string, c
 	if len(bp.To) == 0 {
 		return bp, nil
 	}
-	err := conns[src.DataSource].QueryRow(ctx, "SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0) FROM ONLY "+src.qualified()+" t").Scan(&bp.Rows, &bp.Bytes)
+	only, err := onlyOf(ctx, conns[src.DataSource], src)
+	if err != nil {
+		return bp, err
+	}
+	err = conns[src.DataSource].QueryRow(ctx, "SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0) FROM "+only+src.qualified()+" t").Scan(&bp.Rows, &bp.Bytes)
 	if err != nil {
 		return bp, fmt.Errorf("%s: %w", src, err)
 	}
 	return bp, nil
 }
 
-// streams groups the moves into one replication stream per pair of data sources.
+// streams groups the moves into one replication stream per pair of data sources, and
+// notes as problems the moves logical replication cannot carry: inside one data source
+// (a change of tables per data source), and into a table of another name (logical
+// replication matches tables by schema and name).
 func streams(p *Plan) []Stream {
 	tables := map[[2]string][]string{}
-	add := func(from, to, table string) {
+	physical := map[[2]string]map[string]bool{}
+	add := func(from, to, table, phys string) {
 		k := [2]string{from, to}
 		if !slices.Contains(tables[k], table) {
 			tables[k] = append(tables[k], table)
 		}
+		if physical[k] == nil {
+			physical[k] = map[string]bool{}
+		}
+		physical[k][phys] = true
 	}
 	for _, t := range p.Tables {
 		for _, m := range t.Moves {
-			if !m.Stays() && m.Rows > 0 {
-				add(m.From.DataSource, m.To.DataSource, t.Name)
+			switch {
+			case m.Stays() || m.Rows == 0:
+			case m.From.DataSource == m.To.DataSource:
+				p.Problems = append(p.Problems, fmt.Sprintf("%d rows of %s move inside data source %s, from %s to %s: moves inside one data source (a change of tables per data source) are not supported yet",
+					m.Rows, t.Name, m.From.DataSource, m.From.Table, m.To.Table))
+			case m.From.Table != m.To.Table || m.From.Schema != m.To.Schema:
+				p.Problems = append(p.Problems, fmt.Sprintf("%d rows of %s move from %s to %s: logical replication carries rows only into a table of the same schema and name",
+					m.Rows, t.Name, m.From, m.To))
+				add(m.From.DataSource, m.To.DataSource, t.Name, m.To.Table)
+			default:
+				add(m.From.DataSource, m.To.DataSource, t.Name, m.To.Table)
 			}
 		}
 	}
 	for _, b := range p.Broadcast {
 		for _, ds := range b.To {
-			add(b.From.DataSource, ds, b.Name)
+			add(b.From.DataSource, ds, b.Name, b.From.Table)
 		}
 	}
 	var out []Stream
 	for k, ts := range tables {
 		slices.Sort(ts)
-		out = append(out, Stream{From: k[0], To: k[1], Tables: ts})
+		out = append(out, Stream{From: k[0], To: k[1], Tables: ts, PhysicalTables: len(physical[k])})
 	}
 	slices.SortFunc(out, func(a, b Stream) int { return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.To, b.To)) })
 	return out

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -147,7 +148,7 @@ func TestPlanDoubling(t *testing.T) {
 	if len(p.Broadcast) != 1 || p.Broadcast[0].Rows != 3 || fmt.Sprint(p.Broadcast[0].To) != "[ds_2 ds_3]" {
 		t.Errorf("broadcast %+v, want countries' 3 rows copied to ds_2 and ds_3", p.Broadcast)
 	}
-	if got := fmt.Sprint(p.Streams); got != "[{ds_0 ds_2 [countries people]} {ds_0 ds_3 [countries]} {ds_1 ds_3 [people]}]" {
+	if got := fmt.Sprint(p.Streams); got != "[{ds_0 ds_2 [countries people] 2} {ds_0 ds_3 [countries] 1} {ds_1 ds_3 [people] 1}]" {
 		t.Errorf("streams %s", got)
 	}
 	if len(p.Servers) != 1 || p.Servers[0].WALLevel != "logical" || p.Servers[0].SlotsNeeded != 7 || p.Servers[0].WorkersNeeded != 7 {
@@ -195,12 +196,9 @@ func TestPlanDoubling(t *testing.T) {
 func TestPlanFindsStrandedRows(t *testing.T) {
 	dsns := []string{pgtest.NewDatabase(t, "reshard"), pgtest.NewDatabase(t, "reshard"), pgtest.NewDatabase(t, "reshard")}
 	fill(t, dsns, 2, 200)
-	// Row 1's right place under modulus 2, and the stray copy on the other.
-	right := queryInt(t, dsns[1], "SELECT count(*) FROM people WHERE id = 1")
-	exec(t, dsns[right], "INSERT INTO people VALUES (100001, 'stray')")
-	if queryInt(t, dsns[right], "SELECT count(*) FROM people WHERE id = 100001 AND satisfies_hash_partition('hash_oracle'::regclass, 2, "+fmt.Sprint(right)+", id)") == 1 {
-		t.Skip("100001 belongs where it was put; the test needs a key that does not")
-	}
+	// A key whose place under modulus 2 is ds_1, put on ds_0.
+	stray := queryInt(t, dsns[0], "SELECT g FROM generate_series(100001, 100100) g WHERE satisfies_hash_partition('hash_oracle'::regclass, 2, 1, g::bigint) LIMIT 1")
+	exec(t, dsns[0], fmt.Sprintf("INSERT INTO people VALUES (%d, 'stray')", stray))
 	p, err := reshard.MakePlan(context.Background(), layout(t, dsns[:2]), layout(t, dsns), reshard.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -258,4 +256,91 @@ func TestPlanRefuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPlanLayouts plans layouts beyond one pghash table: a server reached as localhost
+// and as 127.0.0.1 is one server; a pattern rule and an exact rule of one table plan it
+// once; a partitioned shard is read through its partitions; a pattern over tables per
+// data source finds the logical tables; a data source renamed (a new name for an old
+// database) cannot stream into itself, and the plan says so.
+func TestPlanLayouts(t *testing.T) {
+	dsns := []string{pgtest.NewDatabase(t, "reshard"), pgtest.NewDatabase(t, "reshard")}
+	local := strings.Replace(dsns[1], "127.0.0.1", "localhost", 1)
+	if local == dsns[1] {
+		t.Skip("the test server's DSN does not name 127.0.0.1")
+	}
+	fill(t, dsns, 2, 400)
+	ctx := context.Background()
+
+	t.Run("one server by two names", func(t *testing.T) {
+		p, err := reshard.MakePlan(ctx, layout(t, dsns[:1]), layout(t, []string{dsns[0], local}), reshard.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Servers) != 1 || fmt.Sprint(p.Servers[0].DataSources) != "[ds_0 ds_1]" {
+			t.Errorf("servers %+v: want one, holding ds_0 and ds_1", p.Servers)
+		}
+	})
+	t.Run("a pattern and an exact rule", func(t *testing.T) {
+		twice := func(r *rules.Rules) {
+			r.Tables = append([]rules.Table{{Name: "peop*", Strategy: rules.Strategy{Column: "id"}}}, r.Tables...)
+		}
+		p, err := reshard.MakePlan(ctx, layout(t, dsns, twice), layout(t, dsns, twice), reshard.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Tables) != 1 {
+			t.Fatalf("tables %+v", p.Tables)
+		}
+		if all, moving := p.Tables[0].Rows(); all != 400 || moving != 0 {
+			t.Errorf("%d rows, %d moving; want 400, none moving", all, moving)
+		}
+	})
+	t.Run("a partitioned shard", func(t *testing.T) {
+		for i, d := range dsns {
+			exec(t, d, "CREATE TABLE events (id bigint, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at)",
+				"CREATE TABLE events_2026 PARTITION OF events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')",
+				fmt.Sprintf(`INSERT INTO events SELECT g, '2026-06-01' FROM generate_series(1, 300) g
+					WHERE satisfies_hash_partition('hash_oracle'::regclass, 2, %d, g::bigint)`, i))
+		}
+		ev := func(r *rules.Rules) { r.Tables = []rules.Table{{Name: "events", Strategy: rules.Strategy{Column: "id"}}} }
+		p, err := reshard.MakePlan(ctx, layout(t, dsns, ev), layout(t, dsns[:1], ev), reshard.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if all, moving := p.Tables[0].Rows(); all != 300 || moving == 0 {
+			t.Errorf("events: %d rows, %d moving; want all 300 read, ds_1's moving", all, moving)
+		}
+	})
+	t.Run("tables per data source under a pattern", func(t *testing.T) {
+		for _, d := range dsns {
+			exec(t, d, "CREATE TABLE orders_0 (id bigint PRIMARY KEY)", "CREATE TABLE orders_1 (id bigint PRIMARY KEY)")
+		}
+		two := func(r *rules.Rules) {
+			r.Tables = []rules.Table{{Name: "orde*", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2}}
+		}
+		p, err := reshard.MakePlan(ctx, layout(t, dsns, two), layout(t, dsns, two), reshard.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Tables) != 1 || p.Tables[0].Name != "orders" {
+			t.Errorf("tables %+v, want the logical table orders", p.Tables)
+		}
+	})
+	t.Run("a data source renamed", func(t *testing.T) {
+		renamed := layout(t, dsns[:1])
+		r := renamed.Rules()
+		r.DataSources = append(r.DataSources, rules.DataSource{Name: "ds_9", DSN: dsns[0] + "&application_name=renamed"})
+		to, err := rules.Compile(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := reshard.MakePlan(ctx, layout(t, dsns[:1]), to, reshard.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(p.Problems, func(s string) bool { return strings.Contains(s, "data sources ds_0 and ds_9 are one database") }) {
+			t.Errorf("problems %q: want ds_0 and ds_9 named as one database", p.Problems)
+		}
+	})
 }

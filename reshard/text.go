@@ -52,10 +52,10 @@ func (p *Plan) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintln(&b, "servers:")
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  server\tdata sources\twal_level\tslots needed/free\tWAL senders needed/free\tlogical workers needed/free")
+	fmt.Fprintln(tw, "  server\tdata sources\twal_level\tslots needed/free\tWAL senders needed/free\tlogical workers needed/free\torigins needed/free")
 	for _, s := range p.Servers {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d\t%d/%d\t%d/%d\n", s.Addr, strings.Join(s.DataSources, ","), s.WALLevel,
-			s.SlotsNeeded, s.SlotsFree, s.SendersNeeded, s.SendersFree, s.WorkersNeeded, s.WorkersFree)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d\t%d/%d\t%d/%d\t%d/%d\n", s.Addr, strings.Join(s.DataSources, ","), s.WALLevel,
+			s.SlotsNeeded, s.SlotsFree, s.SendersNeeded, s.SendersFree, s.WorkersNeeded, s.WorkersFree, s.OriginsNeeded, s.OriginsFree)
 	}
 	tw.Flush()
 	if p.Runnable() {

@@ -72,8 +72,9 @@ Commands:
         extended --pgbench-scale 1 --pool-size 20 --shards 4 (schema shards on
         shard0, as the local sweep has them); each ARG goes to proxysweep run as
         given and replaces the default it names, e.g. --sweep-arg=--threads=8,32,64
-        (see go run ./cmd/proxysweep run --help; at most 290 threads, shard0's
-        max_connections being 300). Brought up by the run, the network has 1 shard
+        (see go run ./cmd/proxysweep run --help; shard0's max_connections is 300,
+        which bounds the thread and pgbench client counts and --pool-size x --shards
+        to 295). Brought up by the run, the network has 1 shard
         host. Writes results/runs/netlab-sweep-<time>/, the sweep's results and
         report.md in sweep/.
   run scenarios [--scenario-arg ARG]...
@@ -1536,7 +1537,7 @@ run_sweep() {
 		--warmup 2s --trials 3 --pgbench-clients 8 --pgbench-modes extended --pgbench-scale 1 --pool-size 20 --shards 4
 		"${sweep_args[@]}")
 	{
-		echo "workload: proxysweep run$(quote_args "${args[@]}") on mw, sysbench and pgbench on the client, PostgreSQL on shard0 (the sweep's schema shards in one database there)"
+		echo "workload: proxysweep run --out $(show_path "$run_dir/sweep") --proxy $(bin shard-proxy) --server $(shard_addr 0):$pg_port --listen $mw_addr:$mw_raw_port --reach $mw_addr:$mw_port --client-netns $(ns client)$(quote_args "${args[@]}") on mw, sysbench and pgbench on the client, PostgreSQL on shard0 (the sweep's schema shards in one database there)"
 		echo "rtt_check: $(state_get rtt_check)"
 		echo "rtt (SQL SELECT 1 round trips through the shaped path, netprobe):"
 		sed 's/^/  /' "$run_dir/rtt.txt"
@@ -1553,7 +1554,9 @@ run_sweep() {
 		--listen "$mw_addr:$mw_raw_port" --reach "$mw_addr:$mw_port" --client-netns "$(ns client)" "${args[@]}" \
 		>"$run_dir/logs/sweep.txt" 2>&1 </dev/null 9>&- || status=$?
 	d1=$(delayline_ticks)
-	if ((status == 2)); then
+	# proxysweep says 2 for a refused flag, before it writes anything; a Go panic says 2
+	# too, but after the sweep started its results: keep those.
+	if ((status == 2)) && [[ ! -e $run_dir/sweep/results.csv ]]; then
 		cat "$run_dir/logs/sweep.txt" >&2
 		discard_run_dir # nothing ran: nothing to keep
 		bad "proxysweep refused its arguments (see above)"

@@ -109,6 +109,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if cfg.Out == "" || cfg.ProxyBin == "" {
 			return fmt.Errorf("%w: --out and --proxy are required", errUsage)
 		}
+		for _, f := range []struct{ name, v string }{{"--server", cfg.Server}, {"--listen", cfg.Listen}, {"--reach", cfg.Reach}} {
+			if f.v == "" {
+				continue
+			}
+			if err := proxysweep.CheckAddr(f.v); err != nil {
+				return fmt.Errorf("%w: %s: %v", errUsage, f.name, err)
+			}
+		}
 		if cfg.Reach != "" && cfg.Listen == "" {
 			return fmt.Errorf("%w: --reach needs --listen (the port the delay line forwards to)", errUsage)
 		}

@@ -141,6 +141,13 @@ func parseEndpoint(s string) (endpoint, error) {
 	return endpoint{host, port}, nil
 }
 
+// CheckAddr reports whether s is HOST:PORT with a numeric port, as --server,
+// --listen and --reach take it.
+func CheckAddr(s string) error {
+	_, err := parseEndpoint(s)
+	return err
+}
+
 // serviceAddrs is where the next service listens and where the clients reach it:
 // Config.Listen and Config.Reach, or a free loopback port for both.
 func (s *sweep) serviceAddrs() (listen, reach endpoint, err error) {

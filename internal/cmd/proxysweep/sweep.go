@@ -122,6 +122,7 @@ func (r Row) record() []string {
 type sweep struct {
 	cfg     Config
 	db      endpoint // the PostgreSQL server, as the clients and the services reach it
+	created []string // databases this run created (dropped at the end on a --server)
 	runAs   string
 	csv     *csv.Writer
 	csvFile *os.File
@@ -161,7 +162,13 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("server: %w", err)
 		}
 		s.progress("using the PostgreSQL server at %s", s.db)
-		if err := s.checkServer(ctx, maxThreads); err != nil {
+		// Direct runs and pgbouncer in session mode hold a server connection per
+		// thread, the relay one per pgbench client, the proxy up to its pool per shard.
+		need := max(maxThreads, s.cfg.PoolSize*s.cfg.Shards)
+		for _, c := range cfg.PgbenchClients {
+			need = max(need, c)
+		}
+		if err := s.checkServer(ctx, need); err != nil {
 			return err
 		}
 	} else {
@@ -182,7 +189,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	err = s.setup(ctx)
 	if cfg.Server != "" {
-		// The databases were created by this run (setup refuses ones that exist).
 		defer s.dropDatabases()
 	}
 	if err != nil {
@@ -230,7 +236,7 @@ func (s *sweep) dsn(db string) string {
 
 // checkServer refuses a server given with --server that cannot take the sweep: one
 // with too few connections for its largest thread count, or with its databases.
-func (s *sweep) checkServer(ctx context.Context, maxThreads int) error {
+func (s *sweep) checkServer(ctx context.Context, need int) error {
 	conn, err := pgx.Connect(ctx, s.dsn("postgres"))
 	if err != nil {
 		return fmt.Errorf("server %s: %w", s.db, err)
@@ -240,10 +246,10 @@ func (s *sweep) checkServer(ctx context.Context, maxThreads int) error {
 	if err := conn.QueryRow(ctx, "SELECT current_setting('max_connections')::int").Scan(&maxConns); err != nil {
 		return err
 	}
-	// Direct runs and pgbouncer in session mode hold a server connection per thread;
-	// the sweep's own sampler holds one more.
-	if maxThreads+5 > maxConns {
-		return fmt.Errorf("server %s has max_connections = %d: too few for %d threads (a connection each, and the sweep's own)", s.db, maxConns, maxThreads)
+	// The sweep's own sampler holds one more, and superuser_reserved_connections
+	// (3 by default) are not for the sweep's clients.
+	if need+5 > maxConns {
+		return fmt.Errorf("server %s has max_connections = %d: too few for the sweep's %d server connections at most (the largest of the thread counts, the pgbench client counts, and --pool-size x --shards), and its own", s.db, maxConns, need)
 	}
 	for _, db := range []string{directDB, shardedDB} {
 		var exists bool
@@ -261,7 +267,9 @@ func (s *sweep) checkServer(ctx context.Context, maxThreads int) error {
 func (s *sweep) dropDatabases() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, db := range []string{directDB, shardedDB} {
+	// Only those this run created: another may have made one of the same name
+	// between the check and the creation.
+	for _, db := range s.created {
 		if err := s.exec(ctx, "postgres", "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)"); err != nil {
 			s.progress("dropping database %s on %s: %v", db, s.db, err)
 		}
@@ -287,6 +295,7 @@ func (s *sweep) setup(ctx context.Context) error {
 		if err := s.exec(ctx, "postgres", "CREATE DATABASE "+db); err != nil {
 			return err
 		}
+		s.created = append(s.created, db)
 	}
 	for i := range cfg.Shards {
 		if err := s.exec(ctx, shardedDB, fmt.Sprintf("CREATE SCHEMA s%d", i)); err != nil {
