@@ -303,7 +303,9 @@ func TestPlanLayouts(t *testing.T) {
 				fmt.Sprintf(`INSERT INTO events SELECT g, '2026-06-01' FROM generate_series(1, 300) g
 					WHERE satisfies_hash_partition('hash_oracle'::regclass, 2, %d, g::bigint)`, i))
 		}
-		ev := func(r *rules.Rules) { r.Tables = []rules.Table{{Name: "events", Strategy: rules.Strategy{Column: "id"}}} }
+		ev := func(r *rules.Rules) {
+			r.Tables = []rules.Table{{Name: "events", Strategy: rules.Strategy{Column: "id"}}}
+		}
 		p, err := reshard.MakePlan(ctx, layout(t, dsns, ev), layout(t, dsns[:1], ev), reshard.Options{})
 		if err != nil {
 			t.Fatal(err)
