@@ -6,6 +6,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -58,12 +59,26 @@ SHOW DATABASES  the data sources
 SHOW CLIENTS    how many client sessions there are
 SHOW ROUTE sql  where a statement (values inline) would run: targets, rewritten SQL, merge
 SHOW TWO_PHASE  two-phase transactions in doubt (how many, the oldest's age) and what the settler did
+SHOW PAUSE      whether the proxy is paused, and how many clients hold server connections
+PAUSE [seconds] holds every client's next transaction (or statement outside one) and waits, up to
+                seconds (default 30), until the transactions in progress end; if they do not, the
+                pause is lifted and PAUSE fails
+RESUME          ends the pause: the held clients go on
 SHOW HELP       this list`
 
 // Answer runs one admin statement.
 func (a *Admin) Answer(ctx context.Context, sql string) (*Result, error) {
 	q := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(sql), ";"))
 	words := strings.Fields(q)
+	switch {
+	case len(words) >= 1 && len(words) <= 2 && strings.EqualFold(words[0], "PAUSE"):
+		return a.pause(ctx, words[1:])
+	case len(words) == 1 && strings.EqualFold(words[0], "RESUME"):
+		if err := a.router.Resume(); err != nil {
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "the proxy is not paused"}
+		}
+		return &Result{Tag: "RESUME"}, nil
+	}
 	if len(words) < 2 || !strings.EqualFold(words[0], "SHOW") {
 		return nil, unknown(q)
 	}
@@ -78,6 +93,11 @@ func (a *Admin) Answer(ctx context.Context, sql string) (*Result, error) {
 		return r, nil
 	case "TWO_PHASE":
 		return a.twoPhase(), nil
+	case "PAUSE":
+		paused, active := a.router.Paused()
+		r := result("SHOW", "paused", Text, "clients_holding_connections", Bigint)
+		r.Rows = [][]string{{map[bool]string{true: "yes", false: "no"}[paused], strconv.Itoa(active)}}
+		return r, nil
 	case "HELP":
 		r := result("SHOW", "command", Text)
 		for line := range strings.SplitSeq(Help, "\n") {
@@ -98,6 +118,27 @@ func (a *Admin) Answer(ctx context.Context, sql string) (*Result, error) {
 		return r, nil
 	}
 	return nil, unknown(q)
+}
+
+// pause carries out PAUSE [seconds].
+func (a *Admin) pause(ctx context.Context, args []string) (*Result, error) {
+	wait := 30 * time.Second
+	if len(args) == 1 {
+		secs, err := strconv.ParseFloat(args[0], 64)
+		if err != nil || secs <= 0 || secs > 3600 {
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "22023", Message: fmt.Sprintf("PAUSE takes a number of seconds from 0 to 3600, got %q", args[0])}
+		}
+		wait = time.Duration(secs * float64(time.Second))
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if err := a.router.Pause(ctx); err != nil {
+		if errors.Is(err, router.ErrPaused) {
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "the proxy is paused already (RESUME ends it)"}
+		}
+		return nil, &pgconn.PgError{Severity: "ERROR", Code: "57014", Message: "PAUSE gave up: " + err.Error()}
+	}
+	return &Result{Tag: "PAUSE"}, nil
 }
 
 func unknown(q string) error {

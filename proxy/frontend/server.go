@@ -630,7 +630,9 @@ func (c *client) adminLoop() {
 					}
 					fields[i] = pgproto3.FieldDescription{Name: []byte(name), DataTypeOID: res.Types[i], DataTypeSize: size, TypeModifier: -1}
 				}
-				c.wr.Send(&pgproto3.RowDescription{Fields: fields})
+				if len(fields) > 0 { // PAUSE and RESUME answer with their tag alone
+					c.wr.Send(&pgproto3.RowDescription{Fields: fields})
+				}
 				for _, row := range res.Rows {
 					vals := make([][]byte, len(row))
 					for i, v := range row {

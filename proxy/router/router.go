@@ -164,6 +164,8 @@ type Router struct {
 	// nil without a bound.
 	turns       chan struct{}
 	turnTimeout time.Duration
+	// pause holds new units of work during the admin console's PAUSE.
+	pause pauseGate
 
 	// generation counts schema changes made through the proxy: a client's prepared
 	// statement planned in an older generation is planned again before it runs.

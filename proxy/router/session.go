@@ -695,11 +695,11 @@ func (l *leases) kept() []int {
 // takeTurn makes the client hold one of the router's turns (Config.MaxTransactions)
 // for one more connection, waiting for one if it holds none (until intr closes); pool
 // counts the wait among its waiting clients.
+//
+// The first connection of a unit of work also enters the router's pause gate, which
+// holds it while the router is paused (Router.Pause).
 func (l *leases) takeTurn(ctx context.Context, intr <-chan struct{}, pool *backend.Pool) error {
 	r := l.s.r
-	if r.turns == nil {
-		return nil
-	}
 	l.turnMu.Lock()
 	defer l.turnMu.Unlock()
 	l.mu.Lock()
@@ -709,6 +709,26 @@ func (l *leases) takeTurn(ctx context.Context, intr <-chan struct{}, pool *backe
 		return nil
 	}
 	l.mu.Unlock()
+	if err := r.pause.enter(ctx, intr, l.bound(pool.CheckoutTimeout())); err != nil {
+		return err
+	}
+	if err := l.waitTurn(ctx, intr, pool); err != nil {
+		r.pause.leave()
+		return err
+	}
+	l.mu.Lock()
+	l.turn, l.turnUsers = true, 1
+	l.mu.Unlock()
+	return nil
+}
+
+// waitTurn takes one of the router's turns (Config.MaxTransactions), if they are
+// counted.
+func (l *leases) waitTurn(ctx context.Context, intr <-chan struct{}, pool *backend.Pool) error {
+	r := l.s.r
+	if r.turns == nil {
+		return nil
+	}
 	select {
 	case r.turns <- struct{}{}:
 	default:
@@ -728,17 +748,12 @@ func (l *leases) takeTurn(ctx context.Context, intr <-chan struct{}, pool *backe
 			return ctx.Err()
 		}
 	}
-	l.mu.Lock()
-	l.turn, l.turnUsers = true, 1
-	l.mu.Unlock()
 	return nil
 }
 
-// giveTurn ends one use of the client's turn; the last gives the turn back.
+// giveTurn ends one use of the client's turn; the last gives the turn back, and ends
+// the client's unit of work.
 func (l *leases) giveTurn() {
-	if l.s.r.turns == nil {
-		return
-	}
 	l.mu.Lock()
 	if !l.turn {
 		l.mu.Unlock()
@@ -751,7 +766,10 @@ func (l *leases) giveTurn() {
 	}
 	l.mu.Unlock()
 	if last {
-		<-l.s.r.turns
+		if l.s.r.turns != nil {
+			<-l.s.r.turns
+		}
+		l.s.r.pause.leave()
 	}
 }
 
