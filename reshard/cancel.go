@@ -26,16 +26,29 @@ func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
 		return err
 	}
 	defer closeAll(conns)
+	// The databases the current layout serves, known by what they are (server and
+	// database), not by the names the layouts give them: nothing in them is cleared.
 	current := map[string]bool{}
 	for _, d := range from.DataSources() {
-		current[d.Name] = true
+		id, err := databaseID(ctx, conns[d.Name])
+		if err != nil {
+			return fmt.Errorf("data source %s: %w", d.Name, err)
+		}
+		current[id] = true
 	}
+	fed := map[string]bool{} // destinations a subscription of this move fed
 	for _, src := range from.DataSources() {
 		for _, dst := range to.DataSources() {
 			if src.Name == dst.Name {
 				continue
 			}
-			if err := dropStream(ctx, conns[src.Name], conns[dst.Name], src.Name, dst.Name, opts.Progress); err != nil {
+			name := streamName(src, dst)
+			had, err := hasSubscription(ctx, conns[dst.Name], name)
+			if err != nil {
+				return fmt.Errorf("data source %s: %w", dst.Name, err)
+			}
+			fed[dst.Name] = fed[dst.Name] || had
+			if err := dropStream(ctx, conns[src.Name], conns[dst.Name], src.Name, dst.Name, name, opts.Progress); err != nil {
 				return err
 			}
 		}
@@ -53,11 +66,15 @@ func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
 	}
 	names = append(names, from.Rules().Broadcast...)
 	for _, dst := range to.DataSources() {
-		if current[dst.Name] {
+		id, err := databaseID(ctx, conns[dst.Name])
+		if err != nil {
+			return fmt.Errorf("data source %s: %w", dst.Name, err)
+		}
+		if current[id] {
 			continue
 		}
 		for _, table := range names {
-			if err := clearCopy(ctx, conns[dst.Name], dst.Name, to, table, opts.Progress); err != nil {
+			if err := clearCopy(ctx, conns[dst.Name], dst.Name, to, table, fed[dst.Name], opts.Progress); err != nil {
 				return err
 			}
 		}
@@ -65,10 +82,26 @@ func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
 	return nil
 }
 
+// databaseID names the database a connection is to: its server's system identifier
+// (or address) and port, and the database.
+func databaseID(ctx context.Context, c *pgx.Conn) (string, error) {
+	st, err := readServer(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	return st.id + "/" + st.database, nil
+}
+
+// hasSubscription reports whether the connection's database has subscription name.
+func hasSubscription(ctx context.Context, c *pgx.Conn, name string) (bool, error) {
+	var n int
+	err := c.QueryRow(ctx, "SELECT count(*) FROM pg_subscription WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())", name).Scan(&n)
+	return n > 0, err
+}
+
 // dropStream removes one stream: the subscription (stopping its workers), then every
 // slot it used on the source, then the publication.
-func dropStream(ctx context.Context, src, dst *pgx.Conn, from, to string, progress io.Writer) error {
-	name := streamName(from, to)
+func dropStream(ctx context.Context, src, dst *pgx.Conn, from, to, name string, progress io.Writer) error {
 	var subOID uint32
 	err := dst.QueryRow(ctx, "SELECT oid FROM pg_subscription WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())", name).Scan(&subOID)
 	switch {
@@ -93,7 +126,8 @@ func dropStream(ctx context.Context, src, dst *pgx.Conn, from, to string, progre
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		rows, err := src.Query(ctx, "SELECT slot_name, active_pid FROM pg_replication_slots WHERE slot_name = $1 OR slot_name LIKE $2", name, pattern)
+		rows, err := src.Query(ctx, `SELECT slot_name, active_pid FROM pg_replication_slots
+			WHERE database = current_database() AND (slot_name = $1 OR slot_name LIKE $2)`, name, pattern)
 		if err != nil {
 			return fmt.Errorf("data source %s: %w", from, err)
 		}
@@ -144,8 +178,9 @@ func dropStream(ctx context.Context, src, dst *pgx.Conn, from, to string, progre
 }
 
 // clearCopy removes what a move copied into a data source it adds: the table itself
-// when the move created it, else its rows (the table was empty when the move began).
-func clearCopy(ctx context.Context, c *pgx.Conn, ds string, to *rules.Compiled, table string, progress io.Writer) error {
+// when the move created it; else its rows, when a subscription of the move fed it (the
+// table was empty when the move began); else nothing.
+func clearCopy(ctx context.Context, c *pgx.Conn, ds string, to *rules.Compiled, table string, fed bool, progress io.Writer) error {
 	r := to.Lookup(table)
 	i := nodeOf(to, table, ds)
 	if i < 0 {
@@ -164,6 +199,7 @@ func clearCopy(ctx context.Context, c *pgx.Conn, ds string, to *rules.Compiled, 
 		if _, err := c.Exec(ctx, "DROP TABLE "+at.qualified()); err != nil {
 			return fmt.Errorf("data source %s: %w", ds, err)
 		}
+	case !fed:
 	default:
 		fmt.Fprintf(progress, "reshard: %s: deleting the rows copied into %s\n", ds, at.Table)
 		if _, err := c.Exec(ctx, "DELETE FROM "+at.qualified()); err != nil {

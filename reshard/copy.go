@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -32,8 +34,23 @@ const prefix = "shardlab_reshard"
 // it and no other.
 const createdComment = "created by shardlab reshard; dropped by reshard cancel"
 
-// streamName names a stream's publication, slot and subscription.
-func streamName(from, to string) string { return prefix + "_" + from + "_" + to }
+// streamName names a stream's publication, slot and subscription. Slot and
+// subscription names are the server's, not the database's: a digest of the two data
+// sources' DSNs keeps two deployments on one server apart.
+func streamName(from, to rules.DataSource) string {
+	sum := sha256.Sum256([]byte(from.DSN + "\x00" + to.DSN))
+	return prefix + "_" + from.Name + "_" + to.Name + "_" + hex.EncodeToString(sum[:4])
+}
+
+// dataSource returns layout l's data source named name.
+func dataSource(l *rules.Compiled, name string) rules.DataSource {
+	for _, d := range l.DataSources() {
+		if d.Name == name {
+			return d
+		}
+	}
+	return rules.DataSource{Name: name}
+}
 
 // CopyOptions tune Start.
 type CopyOptions struct {
@@ -79,22 +96,53 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 	}
 	for _, st := range p.Streams {
 		var n int
-		if err := conns[st.From].QueryRow(ctx, "SELECT count(*) FROM pg_publication WHERE pubname = $1", streamName(st.From, st.To)).Scan(&n); err != nil {
+		name := streamName(dataSource(from, st.From), dataSource(to, st.To))
+		if err := conns[st.From].QueryRow(ctx, "SELECT count(*) FROM pg_publication WHERE pubname = $1", name).Scan(&n); err != nil {
 			return p, fmt.Errorf("data source %s: %w", st.From, err)
 		}
 		if n > 0 {
-			return p, fmt.Errorf("%w: data source %s has publication %s (reshard status shows it; reshard cancel ends it)", ErrUnderWay, st.From, streamName(st.From, st.To))
+			return p, fmt.Errorf("%w: data source %s has publication %s (reshard status shows it; reshard cancel ends it)", ErrUnderWay, st.From, name)
 		}
 	}
-	if err := start(ctx, p, from, to, conns, opts); err != nil {
+	made := &made{}
+	if err := start(ctx, p, from, to, conns, opts, made); err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if cerr := Cancel(cctx, from, to, opts.Options); cerr != nil {
-			return p, fmt.Errorf("%w (and removing what the move made failed too: %v)", err, cerr)
+		if cerr := made.undo(cctx, conns, opts.Progress); cerr != nil {
+			return p, fmt.Errorf("%w (and removing what the start made failed too: %v)", err, cerr)
 		}
 		return p, err
 	}
 	return p, nil
+}
+
+// made records what a start created, so that a start that fails part way removes
+// that and nothing else (never rows or tables that were there before it).
+type made struct {
+	streams []madeStream
+	tables  []madeTable
+}
+
+type madeStream struct{ from, to, name string }
+
+type madeTable struct {
+	ds string
+	at Place
+}
+
+// undo removes what the start made: its streams (subscriptions, slots, publications),
+// then the tables it created, with the rows copied into them.
+func (m *made) undo(ctx context.Context, conns map[string]*pgx.Conn, progress io.Writer) error {
+	var errs []error
+	for _, s := range slices.Backward(m.streams) {
+		errs = append(errs, dropStream(ctx, conns[s.from], conns[s.to], s.from, s.to, s.name, progress))
+	}
+	for _, t := range m.tables {
+		if _, err := conns[t.ds].Exec(ctx, "DROP TABLE IF EXISTS "+t.at.qualified()); err != nil {
+			errs = append(errs, fmt.Errorf("data source %s: %w", t.ds, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // checkCopyable refuses what this step of resharding cannot move yet.
@@ -178,9 +226,6 @@ func checkReplicaIdentities(ctx context.Context, p *Plan, from *rules.Compiled, 
 		return nil
 	}
 	for _, t := range p.Tables {
-		if _, moving := t.Rows(); moving == 0 {
-			continue
-		}
 		for _, n := range from.Lookup(t.Name).Nodes {
 			if err := check(place(from, n), t.Keys[0]); err != nil {
 				return err
@@ -211,7 +256,12 @@ func rowFilter(l *rules.Compiled, name string, typ rules.KeyType, i int) (string
 		return fmt.Sprintf("((%s %% %d) + %d) %% %d = %d", key, n, n, n, i), nil
 	case rules.AlgorithmRange:
 		var conds []string
-		for _, s := range l.Rules().Tables {
+		// The rule Lookup takes: the exact one, else the longest pattern that matches.
+		tables := slices.Clone(l.Rules().Tables)
+		slices.SortStableFunc(tables, func(a, b rules.Table) int {
+			return cmp.Or(-cmp.Compare(boolInt(a.Name == name), boolInt(b.Name == name)), -cmp.Compare(len(a.Name), len(b.Name)))
+		})
+		for _, s := range tables {
 			if s.Name != name && !(strings.HasSuffix(s.Name, "*") && strings.HasPrefix(name, strings.TrimSuffix(s.Name, "*"))) {
 				continue
 			}
@@ -236,6 +286,13 @@ func rowFilter(l *rules.Compiled, name string, typ rules.KeyType, i int) (string
 	}
 }
 
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // nodeOf is the index of the node of a table that layout l has on data source ds.
 func nodeOf(l *rules.Compiled, name, ds string) int {
 	for i, n := range l.Lookup(name).Nodes {
@@ -246,7 +303,7 @@ func nodeOf(l *rules.Compiled, name, ds string) int {
 	return -1
 }
 
-func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[string]*pgx.Conn, opts CopyOptions) error {
+func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[string]*pgx.Conn, opts CopyOptions, m *made) error {
 	types := map[string]rules.KeyType{}
 	for _, t := range p.Tables {
 		types[t.Name] = t.KeyTypes[0]
@@ -255,19 +312,36 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 	for _, b := range p.Broadcast {
 		sources[b.Name] = b.From
 	}
+	sourceOf := func(st Stream, table string) Place {
+		if b, ok := sources[table]; ok {
+			return b
+		}
+		return place(from, from.Lookup(table).Nodes[nodeOf(from, table, st.From)])
+	}
+	// Every destination's tables first, each once, before any subscription copies
+	// into one (a destination may be fed by several sources).
+	ready := map[string]bool{}
+	for _, st := range p.Streams {
+		for _, table := range st.Tables {
+			if ready[st.To+"\x00"+table] {
+				continue
+			}
+			ready[st.To+"\x00"+table] = true
+			at := sourceOf(st, table)
+			created, err := ensureTable(ctx, conns[st.To], st.To, fromDSN(to, st.To), at, fromDSN(from, at.DataSource), opts)
+			if err != nil {
+				return err
+			}
+			if created {
+				m.tables = append(m.tables, madeTable{ds: st.To, at: at})
+			}
+		}
+	}
 	for _, st := range p.Streams {
 		src, dst := conns[st.From], conns[st.To]
 		var members []string
 		for _, table := range st.Tables {
-			at := Place{DataSource: st.From, Table: table}
-			if b, ok := sources[table]; ok {
-				at = b
-			} else {
-				at = place(from, from.Lookup(table).Nodes[nodeOf(from, table, st.From)])
-			}
-			if err := ensureTable(ctx, dst, st.To, fromDSN(to, st.To), at, fromDSN(from, at.DataSource), opts); err != nil {
-				return err
-			}
+			at := sourceOf(st, table)
 			member := at.qualified()
 			if typ, sharded := types[table]; sharded {
 				if err := ensureHashHelper(ctx, src, typ); err != nil {
@@ -281,9 +355,12 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 			}
 			members = append(members, member)
 		}
-		name := streamName(st.From, st.To)
+		name := streamName(dataSource(from, st.From), dataSource(to, st.To))
+		m.streams = append(m.streams, madeStream{from: st.From, to: st.To, name: name})
 		fmt.Fprintf(opts.Progress, "reshard: %s -> %s: publication and slot %s\n", st.From, st.To, name)
-		if _, err := src.Exec(ctx, "CREATE PUBLICATION "+name+" FOR TABLE "+strings.Join(members, ", ")); err != nil {
+		// Row filters do not apply to TRUNCATE: a TRUNCATE on one source would empty a
+		// destination's rows from all of them. Not published; the copy carries rows.
+		if _, err := src.Exec(ctx, "CREATE PUBLICATION "+name+" FOR TABLE "+strings.Join(members, ", ")+" WITH (publish = 'insert, update, delete')"); err != nil {
 			return fmt.Errorf("data source %s: creating publication %s: %w", st.From, name, err)
 		}
 		// The slot first, then a subscription that uses it: a subscription that made
@@ -319,20 +396,20 @@ func ensureHashHelper(ctx context.Context, c *pgx.Conn, typ rules.KeyType) error
 // ensureTable makes sure the destination has the table, empty: it copies the
 // definition from the source with pg_dump when it is missing (and marks it as the
 // move's), and refuses one that has rows already.
-func ensureTable(ctx context.Context, dst *pgx.Conn, dstName, dstDSN string, at Place, srcDSN string, opts CopyOptions) error {
+func ensureTable(ctx context.Context, dst *pgx.Conn, dstName, dstDSN string, at Place, srcDSN string, opts CopyOptions) (created bool, err error) {
 	var exists bool
 	if err := dst.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", at.qualified()).Scan(&exists); err != nil {
-		return fmt.Errorf("data source %s: %w", dstName, err)
+		return false, fmt.Errorf("data source %s: %w", dstName, err)
 	}
 	if exists {
 		var any bool
 		if err := dst.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+at.qualified()+")").Scan(&any); err != nil {
-			return fmt.Errorf("data source %s: %w", dstName, err)
+			return false, fmt.Errorf("data source %s: %w", dstName, err)
 		}
 		if any {
-			return fmt.Errorf("data source %s: table %s has rows already; a data source the move adds must start without them", dstName, at.Table)
+			return false, fmt.Errorf("data source %s: table %s has rows already; a data source the move adds must start without them", dstName, at.Table)
 		}
-		return nil
+		return false, nil
 	}
 	dump := opts.PGDump
 	if dump == "" {
@@ -349,17 +426,17 @@ func ensureTable(ctx context.Context, dst *pgx.Conn, dstName, dstDSN string, at 
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return fmt.Errorf("pg_dump of %s: %v: %s", at, err, ee.Stderr)
+			return false, fmt.Errorf("pg_dump of %s: %v: %s", at, err, ee.Stderr)
 		}
-		return fmt.Errorf("pg_dump of %s: %w", at, err)
+		return false, fmt.Errorf("pg_dump of %s: %w", at, err)
 	}
 	fmt.Fprintf(opts.Progress, "reshard: %s: creating table %s from %s's definition\n", dstName, at.Table, at.DataSource)
 	// pg_dump writes a psql script (recent versions open it with \restrict): psql runs it.
 	load := exec.CommandContext(ctx, cmp.Or(opts.PSQL, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "--dbname", dstDSN)
 	load.Stdin = bytes.NewReader(out)
 	if msg, err := load.CombinedOutput(); err != nil {
-		return fmt.Errorf("data source %s: creating %s from pg_dump's definition: %v: %s", dstName, at.Table, err, msg)
+		return false, fmt.Errorf("data source %s: creating %s from pg_dump's definition: %v: %s", dstName, at.Table, err, msg)
 	}
 	_, err = dst.Exec(ctx, fmt.Sprintf("COMMENT ON TABLE %s IS '%s'", at.qualified(), createdComment))
-	return err
+	return true, err
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardlab/shardlab/internal/pgtest"
 	"github.com/shardlab/shardlab/reshard"
+	"github.com/shardlab/shardlab/rules"
 )
 
 func queryString(t *testing.T, dsn, sql string) string {
@@ -54,7 +55,14 @@ func TestCopyGrowsUnderWrites(t *testing.T) {
 	}
 	const rows = 2000
 	fill(t, dsns[:2], 2, rows)
-	from, to := layout(t, dsns[:2]), layout(t, dsns)
+	// notes is empty when the move starts: its rows all come during it.
+	withNotes := func(r *rules.Rules) {
+		r.Tables = append(r.Tables, rules.Table{Name: "notes", Strategy: rules.Strategy{Column: "id"}})
+	}
+	for _, d := range dsns[:2] {
+		exec(t, d, "CREATE TABLE notes (id bigint PRIMARY KEY, body text)")
+	}
+	from, to := layout(t, dsns[:2], withNotes), layout(t, dsns, withNotes)
 	ctx := context.Background()
 
 	var stop atomic.Bool
@@ -77,6 +85,11 @@ func TestCopyGrowsUnderWrites(t *testing.T) {
 			for i, cn := range conns {
 				// Each write goes where the current layout places its key.
 				if _, err := cn.Exec(ctx, `INSERT INTO people SELECT $1::bigint, 'new'
+					WHERE satisfies_hash_partition('hash_oracle'::regclass, 2, $2::int, $1::bigint)`, id, i); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := cn.Exec(ctx, `INSERT INTO notes SELECT $1::bigint, 'note'
 					WHERE satisfies_hash_partition('hash_oracle'::regclass, 2, $2::int, $1::bigint)`, id, i); err != nil {
 					t.Error(err)
 					return
@@ -123,6 +136,17 @@ func TestCopyGrowsUnderWrites(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+		notes := "SELECT coalesce(md5(string_agg(id || ':' || body, ',' ORDER BY id)), '') || ' ' || count(*) FROM notes"
+		wantNotes := queryString(t, dsns[k-2], notes+fmt.Sprintf(" WHERE satisfies_hash_partition('hash_oracle'::regclass, 4, %d, id)", k))
+		for got := queryString(t, dsns[k], notes); got != wantNotes; got = queryString(t, dsns[k], notes) {
+			if time.Now().After(deadline) {
+				t.Fatalf("ds_%d holds notes %s, want %s (a table empty when the move began)", k, got, wantNotes)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if strings.HasSuffix(wantNotes, " 0") {
+			t.Errorf("no notes for ds_%d were written during the move", k)
+		}
 		if n := queryInt(t, dsns[k], "SELECT count(*) FROM countries"); n != 3 {
 			t.Errorf("ds_%d has %d countries, want the broadcast table's 3", k, n)
 		}
@@ -139,8 +163,8 @@ func TestCopyGrowsUnderWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !d.Clean() || len(d.Tables) != 4 {
-		t.Errorf("verify after the copy caught up: %+v, want 4 tables clean (people and countries from ds_0 to ds_2, countries from ds_0 to ds_3, people from ds_1 to ds_3)", d.Tables)
+	if !d.Clean() || len(d.Tables) != 6 {
+		t.Errorf("verify after the copy caught up: %+v, want 6 tables clean (people, notes and countries from ds_0 to ds_2, countries from ds_0 to ds_3, people and notes from ds_1 to ds_3)", d.Tables)
 	}
 	var chunks int
 	for _, rd := range d.Tables {
@@ -187,7 +211,7 @@ func TestCopyGrowsUnderWrites(t *testing.T) {
 			if n := queryInt(t, d, "SELECT count(*) FROM people"); n != before[i] {
 				t.Errorf("ds_%d has %d people after cancel, %d before", i, n, before[i])
 			}
-		} else if n := queryInt(t, d, "SELECT count(*) FROM pg_class WHERE relname IN ('people', 'countries')"); n != 0 {
+		} else if n := queryInt(t, d, "SELECT count(*) FROM pg_class WHERE relname IN ('people', 'countries', 'notes')"); n != 0 {
 			t.Errorf("ds_%d keeps %d of the tables the move created", i, n)
 		}
 	}
@@ -218,6 +242,23 @@ func TestCopyRefusesWhatIsNotBuilt(t *testing.T) {
 	for i, d := range dsns {
 		if n := queryInt(t, d, "SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_subscription)"); n != 0 {
 			t.Errorf("ds_%d: %d publications, slots and subscriptions after a refused start", i, n)
+		}
+	}
+	// A new data source whose table has rows already: refused, and its rows stay (a
+	// refused start removes what it made, and nothing else).
+	exec(t, dsns[0], "ALTER TABLE people ADD PRIMARY KEY (id)")
+	d3, d4 := c.NewDatabase("reshard"), c.NewDatabase("reshard")
+	exec(t, d3, "CREATE TABLE people (id bigint PRIMARY KEY, name text)", "INSERT INTO people VALUES (-1, 'mine')")
+	_, err = reshard.Start(context.Background(), layout(t, dsns[:2]), layout(t, []string{dsns[0], dsns[1], d3, d4}), reshard.CopyOptions{})
+	if err == nil || !strings.Contains(err.Error(), "has rows already") {
+		t.Errorf("a destination with rows: %v, want a refusal", err)
+	}
+	if n := queryInt(t, d3, "SELECT count(*) FROM people WHERE id = -1"); n != 1 {
+		t.Errorf("the refused start removed the destination's own row")
+	}
+	for _, d := range append(dsns, d4) {
+		if n := queryInt(t, d, "SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_class WHERE relname = 'countries' AND obj_description(oid, 'pg_class') IS NOT NULL)"); n != 0 {
+			t.Errorf("%d publications, slots, subscriptions or created tables after a refused start", n)
 		}
 	}
 }

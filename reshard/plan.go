@@ -200,7 +200,7 @@ func MakePlan(ctx context.Context, from, to *rules.Compiled, opts Options) (*Pla
 			p.Broadcast = append(p.Broadcast, bp)
 		}
 	}
-	p.Streams = streams(p)
+	p.Streams = streams(p, from, to)
 	if err := checkServers(ctx, p, from, to, conns); err != nil {
 		return nil, err
 	}
@@ -606,7 +606,13 @@ func planBroadcast(ctx context.Context, from, to *rules.Compiled, name string, c
 // notes as problems the moves logical replication cannot carry: inside one data source
 // (a change of tables per data source), and into a table of another name (logical
 // replication matches tables by schema and name).
-func streams(p *Plan) []Stream {
+//
+// The streams follow from the layouts, not from the rows there are now: a pair of a
+// source and a destination that no row joins today still carries the rows written
+// during the move. A pair is left out only where the algorithm proves no key can join
+// them (pghash and mod: a key on i of N can go to j of M only if i and j are equal
+// modulo gcd(N, M)).
+func streams(p *Plan, from, to *rules.Compiled) []Stream {
 	tables := map[[2]string][]string{}
 	physical := map[[2]string]map[string]bool{}
 	add := func(from, to, table, phys string) {
@@ -629,9 +635,15 @@ func streams(p *Plan) []Stream {
 			case m.From.Table != m.To.Table || m.From.Schema != m.To.Schema:
 				p.Problems = append(p.Problems, fmt.Sprintf("%d rows of %s move from %s to %s: logical replication carries rows only into a table of the same schema and name",
 					m.Rows, t.Name, m.From, m.To))
-				add(m.From.DataSource, m.To.DataSource, t.Name, m.To.Table)
-			default:
-				add(m.From.DataSource, m.To.DataSource, t.Name, m.To.Table)
+			}
+		}
+		a, b := from.Lookup(t.Name), to.Lookup(t.Name)
+		for i, n := range a.Nodes {
+			for j, o := range b.Nodes {
+				src, dst := place(from, n), place(to, o)
+				if src.DataSource != dst.DataSource && mayMove(a, b, i, j) {
+					add(src.DataSource, dst.DataSource, t.Name, dst.Table)
+				}
 			}
 		}
 	}
@@ -647,6 +659,29 @@ func streams(p *Plan) []Stream {
 	}
 	slices.SortFunc(out, func(a, b Stream) int { return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.To, b.To)) })
 	return out
+}
+
+// mayMove reports whether a key on node i of table rule a can belong on node j of b.
+func mayMove(a, b *rules.TableRule, i, j int) bool {
+	cols := a.KeyColumns()
+	if len(cols) != 1 || a.ShardCount() != len(distinctSources(nil, a)) || b.ShardCount() != len(distinctSources(nil, b)) {
+		return true
+	}
+	switch alg := a.Algorithm(cols[0]); {
+	case alg != b.Algorithm(cols[0]):
+		return true
+	case alg == rules.AlgorithmPGHash || alg == rules.AlgorithmMod || alg == "":
+		g := gcd(a.ShardCount(), b.ShardCount())
+		return i%g == j%g
+	}
+	return true
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // serverAddr is a data source's server, host:port.

@@ -28,10 +28,17 @@ type StreamStatus struct {
 	LagBytes int64
 	// Streaming reports whether the source has a WAL sender on the slot.
 	Streaming bool
+	// Slot reports whether the stream's slot exists on the source, and Enabled whether
+	// its subscription is enabled on the destination.
+	Slot, Enabled bool
 }
 
-// Ready reports whether every table was copied and is streaming.
+// Ready reports whether every table was copied and is streaming, over a slot that
+// exists, by a subscription that is enabled.
 func (s StreamStatus) Ready() bool {
+	if !s.Slot || !s.Enabled {
+		return false
+	}
 	for _, st := range s.Tables {
 		if st != "ready" {
 			return false
@@ -73,7 +80,7 @@ func GetStatus(ctx context.Context, from, to *rules.Compiled) (*Status, error) {
 			if src.Name == dst.Name {
 				continue
 			}
-			ss, ok, err := streamStatus(ctx, conns[src.Name], conns[dst.Name], src.Name, dst.Name)
+			ss, ok, err := streamStatus(ctx, conns[src.Name], conns[dst.Name], src.Name, dst.Name, streamName(src, dst))
 			if err != nil {
 				return nil, err
 			}
@@ -85,12 +92,11 @@ func GetStatus(ctx context.Context, from, to *rules.Compiled) (*Status, error) {
 	return st, nil
 }
 
-func streamStatus(ctx context.Context, src, dst *pgx.Conn, from, to string) (StreamStatus, bool, error) {
-	name := streamName(from, to)
+func streamStatus(ctx context.Context, src, dst *pgx.Conn, from, to, name string) (StreamStatus, bool, error) {
 	ss := StreamStatus{From: from, To: to, Tables: map[string]string{}, Rows: map[string]int64{}}
 	rows, err := dst.Query(ctx, `SELECT c.oid::regclass::text, r.srsubstate FROM pg_subscription s
 		JOIN pg_subscription_rel r ON r.srsubid = s.oid JOIN pg_class c ON c.oid = r.srrelid
-		WHERE s.subname = $1`, name)
+		WHERE s.subname = $1 AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, name)
 	if err != nil {
 		return ss, false, fmt.Errorf("data source %s: %w", to, err)
 	}
@@ -113,7 +119,7 @@ func streamStatus(ctx context.Context, src, dst *pgx.Conn, from, to string) (Str
 	}
 	if !found {
 		var n int
-		if err := dst.QueryRow(ctx, "SELECT count(*) FROM pg_subscription WHERE subname = $1", name).Scan(&n); err != nil || n == 0 {
+		if err := dst.QueryRow(ctx, "SELECT count(*) FROM pg_subscription WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())", name).Scan(&n); err != nil || n == 0 {
 			return ss, false, err
 		}
 	}
@@ -124,9 +130,16 @@ func streamStatus(ctx context.Context, src, dst *pgx.Conn, from, to string) (Str
 		}
 		ss.Rows[table] = n
 	}
+	if err := dst.QueryRow(ctx, "SELECT subenabled FROM pg_subscription WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())", name).Scan(&ss.Enabled); err != nil {
+		return ss, false, fmt.Errorf("data source %s: %w", to, err)
+	}
 	err = src.QueryRow(ctx, `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint, active
-		FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&ss.LagBytes, &ss.Streaming)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, name).Scan(&ss.LagBytes, &ss.Streaming)
+	switch {
+	case err == nil:
+		ss.Slot = true
+	case errors.Is(err, pgx.ErrNoRows):
+	default:
 		return ss, false, fmt.Errorf("data source %s: %w", from, err)
 	}
 	return ss, true, nil
@@ -139,7 +152,14 @@ func (s *Status) WriteText(b *strings.Builder) {
 		return
 	}
 	for _, st := range s.Streams {
-		fmt.Fprintf(b, "%s -> %s: lag %d bytes, %s\n", st.From, st.To, st.LagBytes, map[bool]string{true: "streaming", false: "not streaming"}[st.Streaming])
+		switch {
+		case !st.Slot:
+			fmt.Fprintf(b, "%s -> %s: its slot is missing on %s: the stream is broken (reshard cancel, then start again)\n", st.From, st.To, st.From)
+		case !st.Enabled:
+			fmt.Fprintf(b, "%s -> %s: its subscription is disabled on %s\n", st.From, st.To, st.To)
+		default:
+			fmt.Fprintf(b, "%s -> %s: lag %d bytes, %s\n", st.From, st.To, st.LagBytes, map[bool]string{true: "streaming", false: "not streaming"}[st.Streaming])
+		}
 		for _, t := range slices.Sorted(maps.Keys(st.Tables)) {
 			fmt.Fprintf(b, "  %s: %s, %s rows on %s\n", t, st.Tables[t], strconv.FormatInt(st.Rows[t], 10), st.To)
 		}

@@ -20,7 +20,7 @@ type VerifyOptions struct {
 	ChunkRows int
 	// Settle is how long a chunk that differs is compared again, while writes that
 	// the destination has not applied yet may explain the difference (default 5 s).
-	Settle time.Duration
+	Settle time.Duration // 0: no second comparison; below 0: the default
 	// MaxRows bounds the rows each kind of difference lists (default 20); the counts
 	// are exact.
 	MaxRows int
@@ -75,7 +75,7 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 	if opts.ChunkRows <= 0 {
 		opts.ChunkRows = 10000
 	}
-	if opts.Settle <= 0 {
+	if opts.Settle < 0 {
 		opts.Settle = 5 * time.Second
 	}
 	if opts.MaxRows <= 0 {
@@ -106,6 +106,7 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 		typeOf[n] = types[i][0]
 	}
 	d := &Diff{}
+	counted := map[string]bool{} // destination tables whose misplaced rows were counted
 	for _, s := range st.Streams {
 		for _, table := range slices.Sorted(mapKeys(s.Tables)) {
 			name := unqualified(table)
@@ -116,6 +117,11 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 				r := from.Lookup(name)
 				v.key = pgx.Identifier{r.KeyColumns()[0]}.Sanitize()
 				v.keyType = string(typ)
+				if typ == rules.TypeText {
+					// One order on both sides, whatever their collations: the chunks'
+					// bounds come from the source and bound the destination's rows.
+					v.order = ` COLLATE "C"`
+				}
 				v.at = place(from, r.Nodes[nodeOf(from, name, s.From)]).qualified()
 				for _, c := range []*pgx.Conn{v.src, v.dst} {
 					if err := ensureHashHelper(ctx, c, typ); err != nil {
@@ -128,10 +134,14 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 				if v.dstFilter, err = rowFilter(from, name, typ, nodeOf(from, name, s.From)); err != nil {
 					return nil, err
 				}
-				// What the destination holds that the target does not place there; the
-				// chunks compare the rest.
-				if err := v.misplaced(&rd); err != nil {
-					return nil, fmt.Errorf("data source %s: %w", s.To, err)
+				// What the destination holds that the target does not place there
+				// (once per destination and table, whatever feeds it); the chunks
+				// compare the rest.
+				if !counted[s.To+"\x00"+name] {
+					counted[s.To+"\x00"+name] = true
+					if err := v.misplaced(&rd); err != nil {
+						return nil, fmt.Errorf("data source %s: %w", s.To, err)
+					}
 				}
 				v.dstFilter = "(" + v.dstFilter + ") AND (" + v.srcFilter + ")"
 			} else {
@@ -196,6 +206,7 @@ type verifier struct {
 	at                   string // the table, quoted
 	key                  string // its key columns, quoted
 	keyType              string // the key's type, for chunks; "" compares the table as one chunk
+	order                string // the collation clause of text keys, for their order and bounds
 	srcFilter, dstFilter string // the stream's rows on each side
 	opts                 VerifyOptions
 }
@@ -219,8 +230,8 @@ func (v *verifier) misplaced(rd *RowDiff) error {
 func (v *verifier) compare(rd *RowDiff) error {
 	var bounds []string
 	if v.keyType != "" {
-		rows, err := v.src.Query(v.ctx, fmt.Sprintf(`SELECT k FROM (SELECT (%s)::text AS k, row_number() OVER (ORDER BY %s) AS n
-			FROM %s WHERE %s) q WHERE n %% %d = 1 ORDER BY n`, v.key, v.key, v.at, v.srcFilter, v.opts.ChunkRows))
+		rows, err := v.src.Query(v.ctx, fmt.Sprintf(`SELECT k FROM (SELECT (%s)::text AS k, row_number() OVER (ORDER BY %s%s) AS n
+			FROM %s WHERE %s) q WHERE n %% %d = 1 ORDER BY n`, v.key, v.key, v.order, v.at, v.srcFilter, v.opts.ChunkRows))
 		if err != nil {
 			return err
 		}
@@ -237,10 +248,10 @@ func (v *verifier) compare(rd *RowDiff) error {
 	for i := range bounds {
 		var conds []string
 		if i > 0 {
-			conds = append(conds, fmt.Sprintf("%s >= %s", v.key, literal(bounds[i])))
+			conds = append(conds, fmt.Sprintf("%s%s >= %s", v.key, v.order, literal(bounds[i])))
 		}
 		if i+1 < len(bounds) {
-			conds = append(conds, fmt.Sprintf("%s < %s", v.key, literal(bounds[i+1])))
+			conds = append(conds, fmt.Sprintf("%s%s < %s", v.key, v.order, literal(bounds[i+1])))
 		}
 		cond := "true"
 		if len(conds) > 0 {

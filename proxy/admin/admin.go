@@ -136,6 +136,9 @@ func (a *Admin) pause(ctx context.Context, args []string) (*Result, error) {
 		if errors.Is(err, router.ErrPaused) {
 			return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "the proxy is paused already (RESUME ends it)"}
 		}
+		if errors.Is(err, router.ErrNotPaused) {
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "57014", Message: "PAUSE ended by a RESUME before the transactions in progress had ended"}
+		}
 		return nil, &pgconn.PgError{Severity: "ERROR", Code: "57014", Message: "PAUSE gave up: " + err.Error()}
 	}
 	return &Result{Tag: "PAUSE"}, nil

@@ -25,6 +25,7 @@ var (
 type pauseGate struct {
 	mu      sync.Mutex
 	paused  bool
+	gen     uint64        // counts pauses: a PAUSE that gives up lifts its own only
 	resumed chan struct{} // closed by Resume
 	active  int           // clients inside a unit
 	drained chan struct{} // closed when active reaches 0 while paused
@@ -73,10 +74,12 @@ func (g *pauseGate) leave() {
 
 // Pause holds every new unit of work (a client's next transaction, or statement
 // outside one) and waits until the units in progress end: then no client holds a
-// server connection, apart from those a client keeps for state of its session (a
-// temporary table, session pooling). If they do not end within ctx, the pause is
-// lifted and Pause returns the error: the proxy serves as before. The held clients
-// wait until Resume (each for at most the pool's checkout timeout).
+// server connection. A client that keeps one between transactions (a temporary table,
+// session pooling) is inside a unit until it lets the connection go or leaves. If the
+// units do not end within ctx, the pause is lifted and Pause returns the error: the
+// proxy serves as before. A Resume meanwhile ends the pause, and Pause returns
+// ErrNotPaused. The held clients wait until Resume (each for at most the pool's
+// checkout timeout).
 func (r *Router) Pause(ctx context.Context) error {
 	g := &r.pause
 	g.mu.Lock()
@@ -84,6 +87,8 @@ func (r *Router) Pause(ctx context.Context) error {
 		g.mu.Unlock()
 		return ErrPaused
 	}
+	g.gen++
+	gen := g.gen
 	g.paused, g.resumed = true, make(chan struct{})
 	var drained chan struct{}
 	if g.active > 0 {
@@ -97,12 +102,22 @@ func (r *Router) Pause(ctx context.Context) error {
 	}
 	select {
 	case <-drained:
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if !g.paused || g.gen != gen {
+			return ErrNotPaused // a Resume came first
+		}
 		return nil
 	case <-ctx.Done():
 		g.mu.Lock()
+		defer g.mu.Unlock()
+		if !g.paused || g.gen != gen {
+			return ErrNotPaused
+		}
 		left := g.active
-		g.mu.Unlock()
-		r.Resume()
+		g.paused = false
+		close(g.resumed)
+		g.drained = nil
 		return fmt.Errorf("router: %d of the %d clients in a transaction (or holding server connections) when the pause began still were when it gave up: %w; not paused", left, active, ctx.Err())
 	}
 }
@@ -117,7 +132,10 @@ func (r *Router) Resume() error {
 	}
 	g.paused = false
 	close(g.resumed)
-	g.drained = nil
+	if g.drained != nil {
+		close(g.drained) // wakes the PAUSE that waits: it ends with ErrNotPaused
+		g.drained = nil
+	}
 	return nil
 }
 

@@ -65,7 +65,7 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         slots and publications, the hash helpers, the tables it created on the data
         sources it adds and the rows copied into them. Safe to run again, or after a
         start that was cut short.
-  The cutover, verify, finish and revert are not built yet (docs/reshard.md).
+  The cutover, finish and revert are not built yet (docs/reshard.md).
 
 Rules files are TOML (see the rules package, or examples/orders/rules.example.toml).
 A data source keeps its name and DSN in both layouts; a new one has a new name.
