@@ -78,6 +78,12 @@ type Config struct {
 	MaxConns int
 	// PlanCacheSize bounds the plan cache (sqlplan.Options.CacheSize).
 	PlanCacheSize int
+	// MaxHeld bounds the bytes of rows one statement holds in memory when its answer
+	// is read whole before it is merged (aggregates and DISTINCT across shards): past
+	// it the statement fails with SQLSTATE 54000 (0: sqlexec.DefaultMaxHeld, 1 GiB;
+	// negative: no bound). Streamed answers hold a few batches per shard whatever their
+	// size. See sqlexec.Engine.SetMaxHeld.
+	MaxHeld int64
 	// DeadlockInterval is how often transactions are checked for deadlocks across data
 	// sources, which no one server can see (0: sqlexec.DefaultDeadlockInterval;
 	// negative: never). The victim's statement fails with SQLSTATE 40P01.
@@ -89,7 +95,7 @@ type Config struct {
 }
 
 // Driver is the database/sql driver. Its data source name is the path of a rules file
-// (see package rules), optionally followed by ?two_phase=true&max_conns=N&settle_interval=1s. Data
+// (see package rules), optionally followed by ?two_phase=true&max_conns=N&settle_interval=1s&max_held=BYTES. Data
 // sources are PostgreSQL DSNs, or "sqlite:PATH" for SQLite files (see sqlite.go for
 // the part of the SQL they take).
 type Driver struct{}
@@ -115,8 +121,8 @@ func (Driver) OpenConnector(name string) (driver.Connector, error) {
 }
 
 // ParseDSN reads a data source name: a rules file path, then optional query
-// parameters two_phase (a boolean), max_conns (an integer) and settle_interval (a Go
-// duration).
+// parameters two_phase (a boolean), max_conns (an integer), settle_interval (a Go
+// duration) and max_held (bytes, see Config.MaxHeld).
 func ParseDSN(name string) (Config, error) {
 	path, query, _ := strings.Cut(name, "?")
 	if path == "" {
@@ -137,12 +143,16 @@ func ParseDSN(name string) (Config, error) {
 			if cfg.MaxConns, err = strconv.Atoi(v[0]); err != nil || cfg.MaxConns < 1 {
 				return cfg, fmt.Errorf("shardsql: max_conns=%q: want a positive integer", v[0])
 			}
+		case "max_held":
+			if cfg.MaxHeld, err = strconv.ParseInt(v[0], 10, 64); err != nil {
+				return cfg, fmt.Errorf("shardsql: max_held=%q: want a number of bytes (0 the default, below 0 no bound)", v[0])
+			}
 		case "settle_interval":
 			if cfg.SettleInterval, err = time.ParseDuration(v[0]); err != nil || cfg.SettleInterval <= 0 {
 				return cfg, fmt.Errorf("shardsql: settle_interval=%q: want a positive duration such as 1s", v[0])
 			}
 		default:
-			return cfg, fmt.Errorf("shardsql: unknown parameter %q in the data source name (want two_phase, max_conns, settle_interval)", k)
+			return cfg, fmt.Errorf("shardsql: unknown parameter %q in the data source name (want two_phase, max_conns, settle_interval, max_held)", k)
 		}
 	}
 	if cfg.Rules, err = rules.Load(path); err != nil {
@@ -231,6 +241,7 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 		c.planner = sqlplan.New(cfg.Rules, sqliteCatalog{c.sqlite}, sqlplan.Options{CacheSize: cfg.PlanCacheSize})
 		c.committer = sqlexec.NewCommitter(cfg.Rules, false)
 		c.engine = sqlexec.NewEngine(cfg.Rules, nil, c.committer)
+		c.engine.SetMaxHeld(cfg.MaxHeld)
 		return c, nil
 	}
 	for _, ds := range cfg.Rules.DataSources() {
@@ -253,6 +264,7 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 		c.committer.SetPhaseHook(cfg.PhaseHook)
 	}
 	c.engine = sqlexec.NewEngine(cfg.Rules, c.catalog, c.committer)
+	c.engine.SetMaxHeld(cfg.MaxHeld)
 	if cfg.DeadlockInterval >= 0 {
 		c.detector = sqlexec.NewDeadlockDetector(cfg.Rules, c.pools, cfg.DeadlockInterval)
 		c.detector.Start()

@@ -270,8 +270,62 @@ func TestRegisteredDriver(t *testing.T) {
 			t.Errorf("sql.Open(%q) was accepted", bad)
 		}
 	}
-	if cfg, err := shardsql.ParseDSN(file + "?two_phase=true&max_conns=3&settle_interval=250ms"); err != nil || cfg.SettleInterval != 250*time.Millisecond {
+	if cfg, err := shardsql.ParseDSN(file + "?two_phase=true&max_conns=3&settle_interval=250ms&max_held=1048576"); err != nil || cfg.SettleInterval != 250*time.Millisecond || cfg.MaxHeld != 1<<20 {
 		t.Errorf("%+v %v", cfg, err)
+	}
+	if _, err := shardsql.ParseDSN(file + "?max_held=1MB"); err == nil || !strings.Contains(err.Error(), "max_held") {
+		t.Errorf("max_held=1MB: %v, want an error naming it", err)
+	}
+}
+
+// TestMaxHeld: the driver bounds what a statement holds to merge, as the proxy does:
+// DISTINCT across shards over the bound fails with 54000 and leaves the handle usable;
+// a streamed answer of the same size passes; the default bound takes it.
+func TestMaxHeld(t *testing.T) {
+	dsns := []string{pgtest.NewDatabase(t, "held0"), pgtest.NewDatabase(t, "held1")}
+	r := kv(t, dsns)
+	db, err := shardsql.Open(shardsql.Config{Rules: r, MaxHeld: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE TABLE kv (k int PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	for start := 0; start < 2000; start += 500 {
+		var vals []string
+		for i := start; i < start+500; i++ {
+			vals = append(vals, fmt.Sprintf("(%d, '%d%s')", i, i, strings.Repeat("x", 100)))
+		}
+		if _, err := db.Exec("INSERT INTO kv VALUES " + strings.Join(vals, ", ")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(db *sql.DB, q string) (int, error) {
+		rows, err := db.Query(q)
+		if err != nil {
+			return 0, err
+		}
+		defer rows.Close()
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		return n, rows.Err()
+	}
+	var pe *pgconn.PgError
+	if _, err := count(db, "SELECT DISTINCT v FROM kv"); !errors.As(err, &pe) || pe.Code != "54000" {
+		t.Errorf("DISTINCT over 64 KiB held: %v, want 54000", err)
+	}
+	if n, err := count(db, "SELECT k, v FROM kv"); err != nil || n != 2000 {
+		t.Errorf("a streamed answer over the bound: %d rows, %v", n, err)
+	}
+	if n, err := count(db, "SELECT DISTINCT v FROM kv WHERE k < 50"); err != nil || n != 50 {
+		t.Errorf("DISTINCT under the bound: %d rows, %v", n, err)
+	}
+	def := openDriver(t, r, false)
+	if n, err := count(def, "SELECT DISTINCT v FROM kv"); err != nil || n != 2000 {
+		t.Errorf("DISTINCT under the default bound: %d rows, %v", n, err)
 	}
 }
 
