@@ -53,8 +53,13 @@ func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
 			}
 		}
 	}
-	// The hash helpers: on the sources for the publications, on the destinations for
-	// verify.
+	// The replica identities a start changed, then the hash helpers: on the sources
+	// for the publications, on the destinations for verify.
+	for name, c := range conns {
+		if err := restoreIdentities(ctx, c, name, opts.Progress); err != nil {
+			return err
+		}
+	}
 	for name, c := range conns {
 		if _, err := c.Exec(ctx, "DROP SCHEMA IF EXISTS "+prefix+" CASCADE"); err != nil {
 			return fmt.Errorf("data source %s: %w", name, err)

@@ -55,6 +55,12 @@ func dataSource(l *rules.Compiled, name string) rules.DataSource {
 // CopyOptions tune Start.
 type CopyOptions struct {
 	Options
+	// ReplicaIdentityFull lets Start give a published table without a replica identity
+	// that covers its key (no primary key, as pgbench_history) REPLICA IDENTITY FULL,
+	// so that its UPDATEs and DELETEs go on during the move; Cancel (or a failed Start)
+	// restores what it had. Without it, Start refuses such a table. FULL logs whole old
+	// rows for updates and deletes of that table while the move runs.
+	ReplicaIdentityFull bool
 	// PGDump and PSQL are the programs that copy a table's definition to a destination
 	// that lacks it (default "pg_dump" and "psql" on PATH).
 	PGDump, PSQL string
@@ -91,7 +97,8 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 		return p, err
 	}
 	defer closeAll(conns)
-	if err := checkReplicaIdentities(ctx, p, from, conns); err != nil {
+	needFull, err := checkReplicaIdentities(ctx, p, from, conns, opts.ReplicaIdentityFull)
+	if err != nil {
 		return p, err
 	}
 	for _, st := range p.Streams {
@@ -105,7 +112,11 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 		}
 	}
 	made := &made{}
-	if err := start(ctx, p, from, to, conns, opts, made); err != nil {
+	err = setIdentities(ctx, conns, needFull, made, opts.Progress)
+	if err == nil {
+		err = start(ctx, p, from, to, conns, opts, made)
+	}
+	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		if cerr := made.undo(cctx, conns, opts.Progress); cerr != nil {
@@ -119,8 +130,9 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 // made records what a start created, so that a start that fails part way removes
 // that and nothing else (never rows or tables that were there before it).
 type made struct {
-	streams []madeStream
-	tables  []madeTable
+	streams    []madeStream
+	tables     []madeTable
+	identities []Place // tables given REPLICA IDENTITY FULL
 }
 
 type madeStream struct{ from, to, name string }
@@ -141,6 +153,9 @@ func (m *made) undo(ctx context.Context, conns map[string]*pgx.Conn, progress io
 		if _, err := conns[t.ds].Exec(ctx, "DROP TABLE IF EXISTS "+t.at.qualified()); err != nil {
 			errs = append(errs, fmt.Errorf("data source %s: %w", t.ds, err))
 		}
+	}
+	for _, at := range m.identities {
+		errs = append(errs, restoreIdentities(ctx, conns[at.DataSource], at.DataSource, progress))
 	}
 	return errors.Join(errs...)
 }
@@ -196,8 +211,12 @@ func distinctSources(l *rules.Compiled, r *rules.TableRule) []int {
 // current layout goes on taking: PostgreSQL refuses an UPDATE or DELETE on a published
 // table without a replica identity, and on one whose row filter reads a column the
 // replica identity does not cover.
-func checkReplicaIdentities(ctx context.Context, p *Plan, from *rules.Compiled, conns map[string]*pgx.Conn) error {
+//
+// With full, it returns the tables that lack a replica identity (or one covering their
+// key) instead of refusing them, for setIdentities.
+func checkReplicaIdentities(ctx context.Context, p *Plan, from *rules.Compiled, conns map[string]*pgx.Conn, full bool) ([]Place, error) {
 	var errs []string
+	var needFull []Place
 	check := func(at Place, key string) error {
 		if only, err := onlyOf(ctx, conns[at.DataSource], at); err != nil {
 			return err
@@ -216,29 +235,92 @@ func checkReplicaIdentities(ctx context.Context, p *Plan, from *rules.Compiled, 
 		if err != nil {
 			return fmt.Errorf("%s: its replica identity: %w", at, err)
 		}
+		if !covered && full {
+			if !slices.Contains(needFull, at) {
+				needFull = append(needFull, at)
+			}
+			return nil
+		}
 		if !covered {
 			what := "has no replica identity (no primary key)"
 			if has {
 				what = "has a replica identity that does not cover its key column " + key
 			}
-			errs = append(errs, fmt.Sprintf("%s %s: published, its UPDATEs and DELETEs would fail while rows move; give it a primary key (with %s) or ALTER TABLE ... REPLICA IDENTITY FULL", at, what, cmp.Or(key, "its columns")))
+			errs = append(errs, fmt.Sprintf("%s %s: published, its UPDATEs and DELETEs would fail while rows move; give it a primary key (with %s), or start with --replica-identity-full", at, what, cmp.Or(key, "its columns")))
 		}
 		return nil
 	}
 	for _, t := range p.Tables {
 		for _, n := range from.Lookup(t.Name).Nodes {
 			if err := check(place(from, n), t.Keys[0]); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
 	for _, b := range p.Broadcast {
 		if err := check(b.From, ""); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("reshard: the move cannot start:\n  - %s", strings.Join(errs, "\n  - "))
+		return nil, fmt.Errorf("reshard: the move cannot start:\n  - %s", strings.Join(errs, "\n  - "))
+	}
+	return needFull, nil
+}
+
+// setIdentities gives each table REPLICA IDENTITY FULL, first recording the identity
+// it had in the helper schema of its data source, where restoreIdentities finds it.
+func setIdentities(ctx context.Context, conns map[string]*pgx.Conn, tables []Place, m *made, progress io.Writer) error {
+	for _, at := range tables {
+		c := conns[at.DataSource]
+		_, err := c.Exec(ctx, fmt.Sprintf(`CREATE SCHEMA IF NOT EXISTS %[1]s;
+			CREATE TABLE IF NOT EXISTS %[1]s.identities (tbl text PRIMARY KEY, ident "char" NOT NULL)`, prefix))
+		if err == nil {
+			_, err = c.Exec(ctx, fmt.Sprintf(`INSERT INTO %s.identities SELECT $1, relreplident FROM pg_class
+				WHERE oid = to_regclass($1) ON CONFLICT DO NOTHING`, prefix), at.qualified())
+		}
+		if err != nil {
+			return fmt.Errorf("data source %s: %w", at.DataSource, err)
+		}
+		if !slices.Contains(m.identities, at) {
+			m.identities = append(m.identities, at)
+		}
+		fmt.Fprintf(progress, "reshard: %s: REPLICA IDENTITY FULL while rows move\n", at)
+		if _, err := c.Exec(ctx, "ALTER TABLE "+at.qualified()+" REPLICA IDENTITY FULL"); err != nil {
+			return fmt.Errorf("data source %s: %w", at.DataSource, err)
+		}
+	}
+	return nil
+}
+
+// restoreIdentities gives the tables setIdentities changed on a data source the
+// replica identity they had (the default, their primary key, or nothing).
+func restoreIdentities(ctx context.Context, c *pgx.Conn, ds string, progress io.Writer) error {
+	var exists bool
+	if err := c.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", prefix+".identities").Scan(&exists); err != nil || !exists {
+		return err
+	}
+	rows, err := c.Query(ctx, "SELECT tbl, ident::text FROM "+prefix+".identities WHERE to_regclass(tbl) IS NOT NULL")
+	if err != nil {
+		return fmt.Errorf("data source %s: %w", ds, err)
+	}
+	type ident struct{ Table, Kind string }
+	idents, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ident])
+	if err != nil {
+		return fmt.Errorf("data source %s: %w", ds, err)
+	}
+	for _, id := range idents {
+		what := map[string]string{"d": "DEFAULT", "n": "NOTHING", "f": "FULL"}[id.Kind]
+		if what == "" {
+			return fmt.Errorf("data source %s: table %s had replica identity %q, which reshard does not restore", ds, id.Table, id.Kind)
+		}
+		fmt.Fprintf(progress, "reshard: %s: %s back to REPLICA IDENTITY %s\n", ds, id.Table, what)
+		if _, err := c.Exec(ctx, "ALTER TABLE "+id.Table+" REPLICA IDENTITY "+what); err != nil {
+			return fmt.Errorf("data source %s: %w", ds, err)
+		}
+		if _, err := c.Exec(ctx, "DELETE FROM "+prefix+".identities WHERE tbl = $1", id.Table); err != nil {
+			return fmt.Errorf("data source %s: %w", ds, err)
+		}
 	}
 	return nil
 }

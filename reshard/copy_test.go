@@ -236,7 +236,7 @@ func TestCopyRefusesWhatIsNotBuilt(t *testing.T) {
 	// the sources would fail while the move runs.
 	exec(t, dsns[0], "ALTER TABLE people DROP CONSTRAINT people_pkey")
 	_, err = reshard.Start(context.Background(), layout(t, dsns[:2]), layout(t, []string{dsns[0], dsns[1], c.NewDatabase("reshard"), c.NewDatabase("reshard")}), reshard.CopyOptions{})
-	if err == nil || !containsAll(err.Error(), "ds_0.people has no replica identity", "REPLICA IDENTITY FULL") {
+	if err == nil || !containsAll(err.Error(), "ds_0.people has no replica identity", "--replica-identity-full") {
 		t.Errorf("a table without a primary key: %v, want a refusal naming it", err)
 	}
 	for i, d := range dsns {
@@ -270,4 +270,57 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// TestCopyReplicaIdentityFull: a sharded table without a primary key (as
+// pgbench_history) is refused by a plain start; with ReplicaIdentityFull it gets
+// REPLICA IDENTITY FULL, its UPDATEs and DELETEs on the sources go on during the move
+// and reach the destinations; cancel gives it back its default identity.
+func TestCopyReplicaIdentityFull(t *testing.T) {
+	c := logicalCluster(t)
+	var dsns []string
+	for range 4 {
+		dsns = append(dsns, c.NewDatabase("reshard"))
+	}
+	fill(t, dsns[:2], 2, 200)
+	hist := func(r *rules.Rules) {
+		r.Tables = append(r.Tables, rules.Table{Name: "history", Strategy: rules.Strategy{Column: "aid"}})
+	}
+	for i, d := range dsns[:2] {
+		exec(t, d, "CREATE TABLE history (aid bigint, delta int)", fmt.Sprintf(`INSERT INTO history SELECT g, 1 FROM generate_series(1, 400) g
+			WHERE satisfies_hash_partition('hash_oracle'::regclass, 2, %d, g::bigint)`, i))
+	}
+	from, to := layout(t, dsns[:2], hist), layout(t, dsns, hist)
+	ctx := context.Background()
+	if _, err := reshard.Start(ctx, from, to, reshard.CopyOptions{}); err == nil || !containsAll(err.Error(), "ds_0.history has no replica identity", "--replica-identity-full") {
+		t.Fatalf("a table without a primary key: %v, want a refusal naming the option", err)
+	}
+	if _, err := reshard.Start(ctx, from, to, reshard.CopyOptions{ReplicaIdentityFull: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dsns[:2] {
+		if got := queryString(t, d, "SELECT relreplident::text FROM pg_class WHERE relname = 'history'"); got != "f" {
+			t.Errorf("history's replica identity during the move: %q, want f", got)
+		}
+		exec(t, d, "UPDATE history SET delta = delta + 1 WHERE aid % 3 = 0", "DELETE FROM history WHERE aid % 5 = 0")
+	}
+	sum := "SELECT coalesce(md5(string_agg(aid || ':' || delta, ',' ORDER BY aid)), '') || ' ' || count(*) FROM history"
+	deadline := time.Now().Add(60 * time.Second)
+	for k := 2; k < 4; k++ {
+		want := queryString(t, dsns[k-2], sum+fmt.Sprintf(" WHERE satisfies_hash_partition('hash_oracle'::regclass, 4, %d, aid)", k))
+		for got := queryString(t, dsns[k], sum); got != want; got = queryString(t, dsns[k], sum) {
+			if time.Now().After(deadline) {
+				t.Fatalf("ds_%d holds history %s, want %s", k, got, want)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	if err := reshard.Cancel(ctx, from, to, reshard.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dsns[:2] {
+		if got := queryString(t, d, "SELECT relreplident::text FROM pg_class WHERE relname = 'history'"); got != "d" {
+			t.Errorf("history's replica identity after cancel: %q, want d (its default)", got)
+		}
+	}
 }

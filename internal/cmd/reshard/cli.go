@@ -40,7 +40,7 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         of another kind, a key column or type changed, another default data source)
         and a data source that does not answer. Exit 0: the move can start; 1: it
         cannot, and the plan says why; 2: bad usage.
-  start [--pg-dump PATH]
+  start [--replica-identity-full] [--pg-dump PATH]
         begins the move: for each stream a publication on the source (a row filter
         keeps the rows the target places on the destination), a logical replication
         slot, and a subscription on the destination that copies them and keeps them
@@ -49,6 +49,10 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         --schema-only). For now: moves into data sources the current layout does not
         use (growing), tables sharded by one column with pghash, mod or range and one
         table per data source; anything else is refused before anything is made.
+        A table without a replica identity covering its key (no primary key, as
+        pgbench_history) is refused, since PostgreSQL would refuse its UPDATEs and
+        DELETEs once published; --replica-identity-full gives it REPLICA IDENTITY
+        FULL for the move instead, and cancel restores it.
   status
         where the move stands, from the servers' catalogs: per stream its tables'
         states (copying, synced, ready), the rows on the destination, the slot's lag.
@@ -94,6 +98,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "plan: print the plan as JSON instead of text")
 	chunkRows := fs.Int("chunk-rows", 10000, "verify: source rows per checksum")
 	settle := fs.Duration("settle", 5*time.Second, "verify: how long a chunk that differs is compared again")
+	identityFull := fs.Bool("replica-identity-full", false, "start: give published tables without a replica identity covering their key (no primary key) REPLICA IDENTITY FULL while rows move; cancel restores it")
 	pgDump := fs.String("pg-dump", "pg_dump", "start: the pg_dump program that copies a table's definition to a destination that lacks it")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -118,7 +123,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	opts := resharding.Options{Progress: stderr}
 	switch command {
 	case "start":
-		if _, err := resharding.Start(ctx, from, to, resharding.CopyOptions{Options: opts, PGDump: *pgDump}); err != nil {
+		if _, err := resharding.Start(ctx, from, to, resharding.CopyOptions{Options: opts, PGDump: *pgDump, ReplicaIdentityFull: *identityFull}); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, "the move has started: reshard status shows it, reshard cancel ends it")
