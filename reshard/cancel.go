@@ -36,33 +36,15 @@ func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
 		}
 		current[id] = true
 	}
-	fed := map[string]bool{} // destinations a subscription of this move fed
 	for _, src := range from.DataSources() {
 		for _, dst := range to.DataSources() {
 			if src.Name == dst.Name {
 				continue
 			}
 			name := streamName(src, dst)
-			had, err := hasSubscription(ctx, conns[dst.Name], name)
-			if err != nil {
-				return fmt.Errorf("data source %s: %w", dst.Name, err)
-			}
-			fed[dst.Name] = fed[dst.Name] || had
 			if err := dropStream(ctx, conns[src.Name], conns[dst.Name], src.Name, dst.Name, name, opts.Progress); err != nil {
 				return err
 			}
-		}
-	}
-	// The replica identities a start changed, then the hash helpers: on the sources
-	// for the publications, on the destinations for verify.
-	for name, c := range conns {
-		if err := restoreIdentities(ctx, c, name, opts.Progress); err != nil {
-			return err
-		}
-	}
-	for name, c := range conns {
-		if _, err := c.Exec(ctx, "DROP SCHEMA IF EXISTS "+prefix+" CASCADE"); err != nil {
-			return fmt.Errorf("data source %s: %w", name, err)
 		}
 	}
 	names, err := shardedTables(ctx, from, conns)
@@ -79,9 +61,22 @@ func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
 			continue
 		}
 		for _, table := range names {
-			if err := clearCopy(ctx, conns[dst.Name], dst.Name, to, table, fed[dst.Name], opts.Progress); err != nil {
+			if err := clearCopy(ctx, conns[dst.Name], dst.Name, to, table, opts.Progress); err != nil {
 				return err
 			}
+		}
+	}
+	// The replica identities a start changed, then the helper schemas: the hash
+	// helpers on the sources (for the publications) and destinations (for verify), and
+	// the marks of what the move fed.
+	for name, c := range conns {
+		if err := restoreIdentities(ctx, c, name, opts.Progress); err != nil {
+			return err
+		}
+	}
+	for name, c := range conns {
+		if _, err := c.Exec(ctx, "DROP SCHEMA IF EXISTS "+prefix+" CASCADE"); err != nil {
+			return fmt.Errorf("data source %s: %w", name, err)
 		}
 	}
 	return nil
@@ -95,13 +90,6 @@ func databaseID(ctx context.Context, c *pgx.Conn) (string, error) {
 		return "", err
 	}
 	return st.id + "/" + st.database, nil
-}
-
-// hasSubscription reports whether the connection's database has subscription name.
-func hasSubscription(ctx context.Context, c *pgx.Conn, name string) (bool, error) {
-	var n int
-	err := c.QueryRow(ctx, "SELECT count(*) FROM pg_subscription WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())", name).Scan(&n)
-	return n > 0, err
 }
 
 // dropStream removes one stream: the subscription (stopping its workers), then every
@@ -183,9 +171,9 @@ func dropStream(ctx context.Context, src, dst *pgx.Conn, from, to, name string, 
 }
 
 // clearCopy removes what a move copied into a data source it adds: the table itself
-// when the move created it; else its rows, when a subscription of the move fed it (the
-// table was empty when the move began); else nothing.
-func clearCopy(ctx context.Context, c *pgx.Conn, ds string, to *rules.Compiled, table string, fed bool, progress io.Writer) error {
+// when the move created it; else its rows, when start marked it as fed by the move
+// (the table was empty when the move began); else nothing.
+func clearCopy(ctx context.Context, c *pgx.Conn, ds string, to *rules.Compiled, table string, progress io.Writer) error {
 	r := to.Lookup(table)
 	i := nodeOf(to, table, ds)
 	if i < 0 {
@@ -196,6 +184,17 @@ func clearCopy(ctx context.Context, c *pgx.Conn, ds string, to *rules.Compiled, 
 	var exists bool
 	if err := c.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, obj_description(to_regclass($1), 'pg_class')", at.qualified()).Scan(&exists, &comment); err != nil {
 		return fmt.Errorf("data source %s: %w", ds, err)
+	}
+	var fed bool
+	if exists {
+		if err := c.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", prefix+".fed").Scan(&fed); err != nil {
+			return fmt.Errorf("data source %s: %w", ds, err)
+		}
+		if fed {
+			if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+prefix+".fed WHERE tbl = $1)", at.qualified()).Scan(&fed); err != nil {
+				return fmt.Errorf("data source %s: %w", ds, err)
+			}
+		}
 	}
 	switch {
 	case !exists:

@@ -37,9 +37,18 @@ const createdComment = "created by shardlab reshard; dropped by reshard cancel"
 // streamName names a stream's publication, slot and subscription. Slot and
 // subscription names are the server's, not the database's: a digest of the two data
 // sources' DSNs keeps two deployments on one server apart.
+//
+// PostgreSQL cuts names at 63 bytes (and refuses a slot name that long in CREATE
+// SUBSCRIPTION): the data source names are shortened to fit, the digest, over both
+// names and DSNs, keeps the whole name apart.
 func streamName(from, to rules.DataSource) string {
-	sum := sha256.Sum256([]byte(from.DSN + "\x00" + to.DSN))
-	return prefix + "_" + from.Name + "_" + to.Name + "_" + hex.EncodeToString(sum[:4])
+	sum := sha256.Sum256([]byte(from.Name + "\x00" + from.DSN + "\x00" + to.Name + "\x00" + to.DSN))
+	names := from.Name + "_" + to.Name
+	const room = 63 - len(prefix) - 2 - 8
+	if len(names) > room {
+		names = names[:room]
+	}
+	return prefix + "_" + names + "_" + hex.EncodeToString(sum[:4])
 }
 
 // dataSource returns layout l's data source named name.
@@ -133,6 +142,7 @@ type made struct {
 	streams    []madeStream
 	tables     []madeTable
 	identities []Place // tables given REPLICA IDENTITY FULL
+	fed        []madeTable // tables that were there, empty, and that streams feed
 }
 
 type madeStream struct{ from, to, name string }
@@ -154,8 +164,21 @@ func (m *made) undo(ctx context.Context, conns map[string]*pgx.Conn, progress io
 			errs = append(errs, fmt.Errorf("data source %s: %w", t.ds, err))
 		}
 	}
+	for _, t := range m.fed {
+		if _, err := conns[t.ds].Exec(ctx, "DELETE FROM "+t.at.qualified()); err != nil {
+			errs = append(errs, fmt.Errorf("data source %s: %w", t.ds, err))
+		}
+	}
 	for _, at := range m.identities {
 		errs = append(errs, restoreIdentities(ctx, conns[at.DataSource], at.DataSource, progress))
+	}
+	// The helper schemas it made (hash helpers, marks, recorded identities).
+	if errors.Join(errs...) == nil {
+		for name, c := range conns {
+			if _, err := c.Exec(ctx, "DROP SCHEMA IF EXISTS "+prefix+" CASCADE"); err != nil {
+				errs = append(errs, fmt.Errorf("data source %s: %w", name, err))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -338,19 +361,7 @@ func rowFilter(l *rules.Compiled, name string, typ rules.KeyType, i int) (string
 		return fmt.Sprintf("((%s %% %d) + %d) %% %d = %d", key, n, n, n, i), nil
 	case rules.AlgorithmRange:
 		var conds []string
-		// The rule Lookup takes: the exact one, else the longest pattern that matches.
-		tables := slices.Clone(l.Rules().Tables)
-		slices.SortStableFunc(tables, func(a, b rules.Table) int {
-			return cmp.Or(-cmp.Compare(boolInt(a.Name == name), boolInt(b.Name == name)), -cmp.Compare(len(a.Name), len(b.Name)))
-		})
-		for _, s := range tables {
-			if s.Name != name && !(strings.HasSuffix(s.Name, "*") && strings.HasPrefix(name, strings.TrimSuffix(s.Name, "*"))) {
-				continue
-			}
-			b := s.Strategy.Bounds
-			if s.DatabaseStrategy != nil {
-				b = s.DatabaseStrategy.Bounds
-			}
+		if b, ok := rangeBounds(l, name); ok {
 			if i > 0 {
 				conds = append(conds, fmt.Sprintf("%s >= %d", key, b[i-1]))
 			}
@@ -366,6 +377,25 @@ func rowFilter(l *rules.Compiled, name string, typ rules.KeyType, i int) (string
 	default:
 		return "", fmt.Errorf("%w: table %s: algorithm %s", ErrNotYet, name, a)
 	}
+}
+
+// rangeBounds returns the range bounds of table name under layout l: those of the rule
+// Lookup takes (the exact one, else the longest pattern that matches).
+func rangeBounds(l *rules.Compiled, name string) ([]int64, bool) {
+	tables := slices.Clone(l.Rules().Tables)
+	slices.SortStableFunc(tables, func(a, b rules.Table) int {
+		return cmp.Or(-cmp.Compare(boolInt(a.Name == name), boolInt(b.Name == name)), -cmp.Compare(len(a.Name), len(b.Name)))
+	})
+	for _, s := range tables {
+		if s.Name != name && !(strings.HasSuffix(s.Name, "*") && strings.HasPrefix(name, strings.TrimSuffix(s.Name, "*"))) {
+			continue
+		}
+		if s.DatabaseStrategy != nil {
+			return s.DatabaseStrategy.Bounds, true
+		}
+		return s.Strategy.Bounds, true
+	}
+	return nil, false
 }
 
 func boolInt(b bool) int {
@@ -411,11 +441,24 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 			ready[st.To+"\x00"+table] = true
 			at := sourceOf(st, table)
 			created, err := ensureTable(ctx, conns[st.To], st.To, fromDSN(to, st.To), at, fromDSN(from, at.DataSource), opts)
+			if created {
+				m.tables = append(m.tables, madeTable{ds: st.To, at: at})
+			}
 			if err != nil {
 				return err
 			}
-			if created {
-				m.tables = append(m.tables, madeTable{ds: st.To, at: at})
+			if !created {
+				// A table that was there, empty: marked, so that a cancel (even one
+				// run again after a crash) knows the rows in it are the move's.
+				m.fed = append(m.fed, madeTable{ds: st.To, at: at})
+				_, err := conns[st.To].Exec(ctx, fmt.Sprintf(`CREATE SCHEMA IF NOT EXISTS %[1]s;
+					CREATE TABLE IF NOT EXISTS %[1]s.fed (tbl text PRIMARY KEY)`, prefix))
+				if err == nil {
+					_, err = conns[st.To].Exec(ctx, "INSERT INTO "+prefix+".fed VALUES ($1) ON CONFLICT DO NOTHING", at.qualified())
+				}
+				if err != nil {
+					return fmt.Errorf("data source %s: %w", st.To, err)
+				}
 			}
 		}
 	}
@@ -514,11 +557,13 @@ func ensureTable(ctx context.Context, dst *pgx.Conn, dstName, dstDSN string, at 
 	}
 	fmt.Fprintf(opts.Progress, "reshard: %s: creating table %s from %s's definition\n", dstName, at.Table, at.DataSource)
 	// pg_dump writes a psql script (recent versions open it with \restrict): psql runs it.
-	load := exec.CommandContext(ctx, cmp.Or(opts.PSQL, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "--dbname", dstDSN)
-	load.Stdin = bytes.NewReader(out)
+	// In one transaction with the comment that marks it as the move's: a table is
+	// there, marked, or not at all.
+	load := exec.CommandContext(ctx, cmp.Or(opts.PSQL, "psql"), "-X", "-q", "-1", "-v", "ON_ERROR_STOP=1", "--dbname", dstDSN)
+	script := append(out, fmt.Sprintf("\nRESET search_path;\nCOMMENT ON TABLE %s IS '%s';\n", at.qualified(), createdComment)...)
+	load.Stdin = bytes.NewReader(script)
 	if msg, err := load.CombinedOutput(); err != nil {
 		return false, fmt.Errorf("data source %s: creating %s from pg_dump's definition: %v: %s", dstName, at.Table, err, msg)
 	}
-	_, err = dst.Exec(ctx, fmt.Sprintf("COMMENT ON TABLE %s IS '%s'", at.qualified(), createdComment))
-	return true, err
+	return true, nil
 }

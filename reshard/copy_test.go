@@ -324,3 +324,52 @@ func TestCopyReplicaIdentityFull(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamNames: names fit PostgreSQL's 63 bytes whatever the data source names,
+// and differ where the DSNs do.
+func TestStreamNames(t *testing.T) {
+	long := strings.Repeat("customers_primary_", 3)
+	a := reshard.StreamName(rules.DataSource{Name: long + "0", DSN: "postgres://a/x"}, rules.DataSource{Name: long + "1", DSN: "postgres://a/y"})
+	b := reshard.StreamName(rules.DataSource{Name: long + "0", DSN: "postgres://b/x"}, rules.DataSource{Name: long + "1", DSN: "postgres://b/y"})
+	if len(a) > 63 || len(b) > 63 || a == b {
+		t.Errorf("%q (%d bytes) and %q (%d bytes): want both at most 63 bytes and apart", a, len(a), b, len(b))
+	}
+}
+
+// TestCancelAfterACutShortCancel: a destination table that was there, empty, and that
+// a stream fed keeps the move's mark, so that a cancel run again after one that
+// stopped between dropping the subscription and clearing the rows still clears them;
+// the table itself, not the move's, stays.
+func TestCancelAfterACutShortCancel(t *testing.T) {
+	c := logicalCluster(t)
+	dsns := []string{c.NewDatabase("reshard"), c.NewDatabase("reshard")}
+	fill(t, dsns[:1], 1, 300)
+	exec(t, dsns[1], "CREATE TABLE people (id bigint PRIMARY KEY, name text)", "CREATE TABLE countries (code text PRIMARY KEY, name text)")
+	from, to := layout(t, dsns[:1]), layout(t, dsns)
+	ctx := context.Background()
+	if _, err := reshard.Start(ctx, from, to, reshard.CopyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for queryInt(t, dsns[1], "SELECT count(*) FROM people") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("nothing copied in 30 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// What a cancel cut short after dropping the subscription leaves.
+	name := queryString(t, dsns[1], "SELECT subname FROM pg_subscription WHERE subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())")
+	exec(t, dsns[1], "ALTER SUBSCRIPTION "+name+" DISABLE", "ALTER SUBSCRIPTION "+name+" SET (slot_name = NONE)", "DROP SUBSCRIPTION "+name)
+	if err := reshard.Cancel(ctx, from, to, reshard.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := queryInt(t, dsns[1], "SELECT (SELECT count(*) FROM people) + (SELECT count(*) FROM countries)"); n != 0 {
+		t.Errorf("%d copied rows left after the second cancel", n)
+	}
+	if n := queryInt(t, dsns[1], "SELECT count(*) FROM pg_class WHERE relname IN ('people', 'countries')"); n != 2 {
+		t.Errorf("the destination's own tables: %d of 2 left", n)
+	}
+	if n := queryInt(t, c.DSN(), "SELECT count(*) FROM pg_replication_slots"); n != 0 {
+		t.Errorf("%d slots left", n)
+	}
+}

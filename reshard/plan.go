@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -641,7 +642,7 @@ func streams(p *Plan, from, to *rules.Compiled) []Stream {
 		for i, n := range a.Nodes {
 			for j, o := range b.Nodes {
 				src, dst := place(from, n), place(to, o)
-				if src.DataSource != dst.DataSource && mayMove(a, b, i, j) {
+				if src.DataSource != dst.DataSource && mayMove(from, to, t.Name, i, j) {
 					add(src.DataSource, dst.DataSource, t.Name, dst.Table)
 				}
 			}
@@ -661,8 +662,10 @@ func streams(p *Plan, from, to *rules.Compiled) []Stream {
 	return out
 }
 
-// mayMove reports whether a key on node i of table rule a can belong on node j of b.
-func mayMove(a, b *rules.TableRule, i, j int) bool {
+// mayMove reports whether a key of table name on node i of layout from can belong on
+// node j of layout to.
+func mayMove(from, to *rules.Compiled, name string, i, j int) bool {
+	a, b := from.Lookup(name), to.Lookup(name)
 	cols := a.KeyColumns()
 	if len(cols) != 1 || a.ShardCount() != len(distinctSources(nil, a)) || b.ShardCount() != len(distinctSources(nil, b)) {
 		return true
@@ -673,6 +676,29 @@ func mayMove(a, b *rules.TableRule, i, j int) bool {
 	case alg == rules.AlgorithmPGHash || alg == rules.AlgorithmMod || alg == "":
 		g := gcd(a.ShardCount(), b.ShardCount())
 		return i%g == j%g
+	case alg == rules.AlgorithmRange:
+		// The two nodes' key intervals overlap.
+		ba, okA := rangeBounds(from, name)
+		bb, okB := rangeBounds(to, name)
+		if !okA || !okB {
+			return true
+		}
+		// [lo, hi) of each; an open end is no bound.
+		lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
+		openTop := true
+		if i > 0 {
+			lo = max(lo, ba[i-1])
+		}
+		if j > 0 {
+			lo = max(lo, bb[j-1])
+		}
+		if i < len(ba) {
+			hi, openTop = min(hi, ba[i]), false
+		}
+		if j < len(bb) {
+			hi, openTop = min(hi, bb[j]), false
+		}
+		return lo < hi || openTop
 	}
 	return true
 }

@@ -346,3 +346,34 @@ func TestPlanLayouts(t *testing.T) {
 		}
 	})
 }
+
+// TestPlanRangeStreams: growing a range layout by a new top range streams only into the
+// new data source, from the source whose keys reach it, so that the move can start.
+func TestPlanRangeStreams(t *testing.T) {
+	c := logicalCluster(t)
+	dsns := []string{c.NewDatabase("reshard"), c.NewDatabase("reshard"), c.NewDatabase("reshard")}
+	for i, d := range dsns[:2] {
+		exec(t, d, "CREATE TABLE people (id bigint PRIMARY KEY, name text)", "CREATE TABLE countries (code text PRIMARY KEY, name text)")
+		lo, hi := 1, 999
+		if i == 1 {
+			lo, hi = 1000, 2500
+		}
+		exec(t, d, fmt.Sprintf("INSERT INTO people SELECT g, 'p' FROM generate_series(%d, %d) g", lo, hi))
+	}
+	ranged := func(bounds ...int64) func(*rules.Rules) {
+		return func(r *rules.Rules) {
+			r.Tables[0].Strategy.Algorithm = rules.AlgorithmRange
+			r.Tables[0].Strategy.Bounds = bounds
+		}
+	}
+	p, err := reshard.MakePlan(context.Background(), layout(t, dsns[:2], ranged(1000)), layout(t, dsns, ranged(1000, 2000)), reshard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(p.Streams); got != "[{ds_0 ds_2 [countries] 1} {ds_1 ds_2 [people] 1}]" {
+		t.Errorf("streams %s, want countries from ds_0 and people from ds_1 only, into ds_2", got)
+	}
+	if _, moving := p.Tables[0].Rows(); moving != 501 {
+		t.Errorf("%d rows move, want the 501 of 2000..2500", moving)
+	}
+}

@@ -19,8 +19,9 @@ type VerifyOptions struct {
 	// ChunkRows is how many source rows one checksum covers (default 10,000).
 	ChunkRows int
 	// Settle is how long a chunk that differs is compared again, while writes that
-	// the destination has not applied yet may explain the difference (default 5 s).
-	Settle time.Duration // 0: no second comparison; below 0: the default
+	// the destination has not applied yet may explain the difference: 0 compares each
+	// chunk once, below 0 takes 5 s (the command's default).
+	Settle time.Duration
 	// MaxRows bounds the rows each kind of difference lists (default 20); the counts
 	// are exact.
 	MaxRows int

@@ -114,6 +114,9 @@ func (r *Router) Pause(ctx context.Context) error {
 		if !g.paused || g.gen != gen {
 			return ErrNotPaused
 		}
+		if g.active == 0 {
+			return nil // the last unit ended as the bound came: paused
+		}
 		left := g.active
 		g.paused = false
 		close(g.resumed)

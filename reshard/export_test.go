@@ -1,0 +1,4 @@
+package reshard
+
+// StreamName exposes streamName to the tests.
+var StreamName = streamName
