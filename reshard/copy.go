@@ -141,7 +141,7 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 type made struct {
 	streams    []madeStream
 	tables     []madeTable
-	identities []Place // tables given REPLICA IDENTITY FULL
+	identities []Place     // tables given REPLICA IDENTITY FULL
 	fed        []madeTable // tables that were there, empty, and that streams feed
 }
 
