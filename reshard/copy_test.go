@@ -17,22 +17,6 @@ import (
 	"github.com/shardlab/shardlab/rules"
 )
 
-func queryString(t *testing.T, dsn, sql string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	var s string
-	if err := c.QueryRow(ctx, sql).Scan(&s); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return s
-}
-
 // logicalCluster is a throwaway cluster that can carry a move of 2 data sources to 4.
 func logicalCluster(t *testing.T) *pgtest.Cluster {
 	return pgtest.StartClusterWith(t, "wal_level = logical", "max_logical_replication_workers = 10", "max_worker_processes = 16",

@@ -33,7 +33,8 @@ func exec(t *testing.T, dsn string, sqls ...string) {
 	}
 }
 
-func queryInt(t *testing.T, dsn, sql string) int64 {
+// queryOne runs a query that answers one value, on a connection of its own.
+func queryOne[T any](t *testing.T, dsn, sql string) T {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -42,11 +43,18 @@ func queryInt(t *testing.T, dsn, sql string) int64 {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
-	var n int64
-	if err := c.QueryRow(ctx, sql).Scan(&n); err != nil {
+	var v T
+	if err := c.QueryRow(ctx, sql).Scan(&v); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
-	return n
+	return v
+}
+
+func queryInt(t *testing.T, dsn, sql string) int64 { t.Helper(); return queryOne[int64](t, dsn, sql) }
+
+func queryString(t *testing.T, dsn, sql string) string {
+	t.Helper()
+	return queryOne[string](t, dsn, sql)
 }
 
 // layout compiles a layout of people (sharded by id) and countries (broadcast) over
