@@ -118,7 +118,8 @@ func (r *Router) NewSession(client Client, user string, login Identity, startup 
 	}
 	told := &toldClient{Client: client, told: map[string]string{}}
 	s := &Session{r: r, id: r.sessions.Add(1), client: told, told: told, user: user, login: login, pools: pools, stmts: map[string]*statement{}, portals: map[string]*portal{}}
-	s.leases = &leases{s: s, held: map[int]*lease{}, pinned: map[int]*backend.Conn{}, check: map[int]bool{}, forget: map[int]bool{}, listens: map[int]bool{}}
+	s.leases = &leases{s: s, held: map[int]*lease{}, pinned: map[int]*backend.Conn{}, check: map[int]bool{}, forget: map[int]bool{}, listens: map[int]bool{},
+		turnMu: make(chan struct{}, 1)}
 	s.noticeSink = s.queueNotice
 	s.tx = sqlexec.NewSession(s.leases, r.committer)
 	if r.detector != nil {
@@ -382,7 +383,10 @@ type leases struct {
 	listens map[int]bool
 	// turn: the client holds one of the router's turns (Config.MaxTransactions), for
 	// turnUsers connections held or being acquired; the last to go gives it back.
-	turnMu    sync.Mutex // serialises taking the turn among concurrent Acquires
+	// turnMu serialises taking the turn among concurrent Acquires (of one statement
+	// over several shards): a channel, so that a cancel request or the context ends
+	// the wait of those behind the one that waits for a turn or a pause.
+	turnMu chan struct{}
 	turn      bool
 	turnUsers int
 	// waitBound, when set, shortens the waits for a turn and for a connection (the
@@ -700,8 +704,14 @@ func (l *leases) kept() []int {
 // holds it while the router is paused (Router.Pause).
 func (l *leases) takeTurn(ctx context.Context, intr <-chan struct{}, pool *backend.Pool) error {
 	r := l.s.r
-	l.turnMu.Lock()
-	defer l.turnMu.Unlock()
+	select {
+	case l.turnMu <- struct{}{}:
+	case <-intr:
+		return userCancel()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-l.turnMu }()
 	l.mu.Lock()
 	if l.turn {
 		l.turnUsers++
