@@ -386,7 +386,7 @@ type leases struct {
 	// turnMu serialises taking the turn among concurrent Acquires (of one statement
 	// over several shards): a channel, so that a cancel request or the context ends
 	// the wait of those behind the one that waits for a turn or a pause.
-	turnMu chan struct{}
+	turnMu    chan struct{}
 	turn      bool
 	turnUsers int
 	// waitBound, when set, shortens the waits for a turn and for a connection (the
