@@ -145,8 +145,24 @@ func streamStatus(ctx context.Context, src, dst *pgx.Conn, from, to, name string
 	return ss, true, nil
 }
 
-// WriteText writes the status for a person.
-func (s *Status) WriteText(b *strings.Builder) {
+// Rows returns the rows on the destination of the stream from -> to (every table), and
+// whether the status has that stream.
+func (s *Status) Rows(from, to string) (int64, bool) {
+	for _, st := range s.Streams {
+		if st.From == from && st.To == to {
+			var n int64
+			for _, r := range st.Rows {
+				n += r
+			}
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// WriteText writes the status for a person; with an earlier status prev, also each
+// stream's copy rate since then.
+func (s *Status) WriteText(b *strings.Builder, prev ...*Status) {
 	if len(s.Streams) == 0 {
 		b.WriteString("no move is under way between these layouts\n")
 		return
@@ -158,7 +174,16 @@ func (s *Status) WriteText(b *strings.Builder) {
 		case !st.Enabled:
 			fmt.Fprintf(b, "%s -> %s: its subscription is disabled on %s\n", st.From, st.To, st.To)
 		default:
-			fmt.Fprintf(b, "%s -> %s: lag %d bytes, %s\n", st.From, st.To, st.LagBytes, map[bool]string{true: "streaming", false: "not streaming"}[st.Streaming])
+			rate := ""
+			if len(prev) > 0 && prev[0] != nil {
+				now, _ := s.Rows(st.From, st.To)
+				if before, ok := prev[0].Rows(st.From, st.To); ok {
+					if d := s.At.Sub(prev[0].At).Seconds(); d > 0 {
+						rate = fmt.Sprintf(", %.0f rows/s", float64(now-before)/d)
+					}
+				}
+			}
+			fmt.Fprintf(b, "%s -> %s: lag %d bytes, %s%s\n", st.From, st.To, st.LagBytes, map[bool]string{true: "streaming", false: "not streaming"}[st.Streaming], rate)
 		}
 		for _, t := range slices.Sorted(maps.Keys(st.Tables)) {
 			fmt.Fprintf(b, "  %s: %s, %s rows on %s\n", t, st.Tables[t], strconv.FormatInt(st.Rows[t], 10), st.To)

@@ -53,9 +53,11 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         pgbench_history) is refused, since PostgreSQL would refuse its UPDATEs and
         DELETEs once published; --replica-identity-full gives it REPLICA IDENTITY
         FULL for the move instead, and cancel restores it.
-  status
+  status [--watch D]
         where the move stands, from the servers' catalogs: per stream its tables'
-        states (copying, synced, ready), the rows on the destination, the slot's lag.
+        states (copying, synced, ready), the rows on the destination, the slot's lag;
+        with --watch, again every D with each stream's copy rate, until every stream
+        is ready (or Ctrl-C).
   verify [--chunk-rows N] [--settle D]
         compares, per stream, the rows the source has that the target places on the
         destination with the destination's: a count and a checksum per chunk of N
@@ -96,6 +98,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fromPath := fs.String("from", "", "the current layout's rules file (required)")
 	toPath := fs.String("to", "", "the target layout's rules file (required)")
 	asJSON := fs.Bool("json", false, "plan: print the plan as JSON instead of text")
+	watch := fs.Duration("watch", 0, "status: print it again every interval, with each stream's copy rate, until every stream is ready (0: once)")
 	chunkRows := fs.Int("chunk-rows", 10000, "verify: source rows per checksum")
 	settle := fs.Duration("settle", 5*time.Second, "verify: how long a chunk that differs is compared again")
 	identityFull := fs.Bool("replica-identity-full", false, "start: give published tables without a replica identity covering their key (no primary key) REPLICA IDENTITY FULL while rows move; cancel restores it")
@@ -129,14 +132,34 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "the move has started: reshard status shows it, reshard cancel ends it")
 		return nil
 	case "status":
-		st, err := resharding.GetStatus(ctx, from, to)
-		if err != nil {
-			return err
+		if *watch < 0 {
+			return fmt.Errorf("%w: --watch takes a positive interval, such as 2s", ErrUsage)
 		}
-		var b strings.Builder
-		st.WriteText(&b)
-		_, err = io.WriteString(stdout, b.String())
-		return err
+		var prev *resharding.Status
+		for {
+			st, err := resharding.GetStatus(ctx, from, to)
+			if err != nil {
+				return err
+			}
+			var b strings.Builder
+			if *watch > 0 {
+				fmt.Fprintf(&b, "%s\n", st.At.UTC().Format("15:04:05"))
+			}
+			st.WriteText(&b, prev)
+			if _, err := io.WriteString(stdout, b.String()); err != nil {
+				return err
+			}
+			// Watching ends once every stream is ready (or none is under way).
+			if *watch == 0 || st.Ready() || len(st.Streams) == 0 {
+				return nil
+			}
+			prev = st
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(*watch):
+			}
+		}
 	case "verify":
 		if *chunkRows < 1 || *settle < 0 {
 			return fmt.Errorf("%w: --chunk-rows must be positive and --settle 0 or more", ErrUsage)

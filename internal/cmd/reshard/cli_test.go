@@ -142,6 +142,16 @@ func TestStartStatusCancel(t *testing.T) {
 	if out := step(nil, "status"); !strings.Contains(out, "ds_0 -> ds_1") || !strings.Contains(out, "items") {
 		t.Errorf("status: %s", out)
 	}
+	// Watching returns once the stream is ready, having printed a rate.
+	{
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		var out, errOut bytes.Buffer
+		err := Main(wctx, []string{"status", "--watch", "100ms", "--from", from, "--to", to}, &out, &errOut)
+		cancel()
+		if err != nil || !strings.Contains(out.String(), "the move is ready for the cutover") {
+			t.Errorf("status --watch: %v\n%s", err, out.String())
+		}
+	}
 	var out, errOut bytes.Buffer
 	if err := Main(ctx, []string{"start", "--from", from, "--to", to}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "under way") {
 		t.Errorf("a second start: %v", err)
