@@ -126,10 +126,16 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 		err = start(ctx, p, from, to, conns, opts, made)
 	}
 	if err != nil {
+		// Fresh connections: a cancelled context closes the ones a statement was on.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if cerr := made.undo(cctx, conns, opts.Progress); cerr != nil {
-			return p, fmt.Errorf("%w (and removing what the start made failed too: %v)", err, cerr)
+		fresh, cerr := connectAll(cctx, from, to)
+		if cerr == nil {
+			defer closeAll(fresh)
+			cerr = made.undo(cctx, fresh, opts.Progress)
+		}
+		if cerr != nil {
+			return p, fmt.Errorf("%w (and removing what the start made failed too: %v; reshard cancel removes it)", err, cerr)
 		}
 		return p, err
 	}

@@ -357,3 +357,58 @@ func TestCancelAfterACutShortCancel(t *testing.T) {
 		t.Errorf("%d slots left", n)
 	}
 }
+
+// TestStartCancelledPartWay: a start whose context ends part way (after its first
+// stream, as its second is made) removes what it made: the first stream's
+// subscription, slot and publication, the tables it created, its helper schemas.
+func TestStartCancelledPartWay(t *testing.T) {
+	c := logicalCluster(t)
+	var dsns []string
+	for range 4 {
+		dsns = append(dsns, c.NewDatabase("reshard"))
+	}
+	fill(t, dsns[:2], 2, 300)
+	// The context ends when the second stream's publication is being made (its
+	// progress line is written just before).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &cancelAfter{n: 2, cancel: cancel}
+	_, err := reshard.Start(ctx, layout(t, dsns[:2]), layout(t, dsns), reshard.CopyOptions{Options: reshard.Options{Progress: w}})
+	if err == nil {
+		t.Fatal("a start whose context ended succeeded")
+	}
+	if strings.Contains(err.Error(), "removing what the start made failed") {
+		t.Fatalf("%v", err)
+	}
+	if n := queryInt(t, c.DSN(), "SELECT (SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_subscription)"); n != 0 {
+		t.Errorf("%d slots and subscriptions left", n)
+	}
+	for i, d := range dsns {
+		if n := queryInt(t, d, "SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_namespace WHERE nspname = 'shardlab_reshard')"); n != 0 {
+			t.Errorf("ds_%d: %d publications and helper schemas left", i, n)
+		}
+		if i >= 2 {
+			if n := queryInt(t, d, "SELECT count(*) FROM pg_class WHERE relname IN ('people', 'countries')"); n != 0 {
+				t.Errorf("ds_%d keeps %d tables the start created", i, n)
+			}
+		}
+	}
+}
+
+// cancelAfter cancels once it has been written n lines about publications.
+type cancelAfter struct {
+	mu     sync.Mutex
+	n      int
+	cancel func()
+}
+
+func (w *cancelAfter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if strings.Contains(string(b), "publication and slot") {
+		if w.n--; w.n == 0 {
+			w.cancel()
+		}
+	}
+	return len(b), nil
+}
