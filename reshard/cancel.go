@@ -26,6 +26,9 @@ func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
 		return err
 	}
 	defer closeAll(conns)
+	if err := checkMove(ctx, from, to, conns); err != nil {
+		return err
+	}
 	// The databases the current layout serves, known by what they are (server and
 	// database), not by the names the layouts give them: nothing in them is cleared.
 	current := map[string]bool{}

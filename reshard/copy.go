@@ -95,17 +95,23 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 	if err != nil {
 		return nil, err
 	}
+	if err := checkCopyable(p, from, to); err != nil {
+		return p, err
+	}
 	if !p.Runnable() {
 		return p, fmt.Errorf("reshard: the move cannot start:\n  - %s", strings.Join(p.Problems, "\n  - "))
 	}
-	if err := checkCopyable(p, from, to); err != nil {
-		return p, err
+	if len(p.Streams) == 0 {
+		return p, errors.New("reshard: nothing moves: the two layouts place every row alike, on the same data sources")
 	}
 	conns, err := connectAll(ctx, from, to)
 	if err != nil {
 		return p, err
 	}
 	defer closeAll(conns)
+	if err := checkMove(ctx, from, to, conns); err != nil {
+		return p, err
+	}
 	needFull, err := checkReplicaIdentities(ctx, p, from, conns, opts.ReplicaIdentityFull)
 	if err != nil {
 		return p, err
@@ -121,7 +127,10 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 		}
 	}
 	made := &made{}
-	err = setIdentities(ctx, conns, needFull, made, opts.Progress)
+	err = recordMove(ctx, from, to, conns)
+	if err == nil {
+		err = setIdentities(ctx, conns, needFull, made, opts.Progress)
+	}
 	if err == nil {
 		err = start(ctx, p, from, to, conns, opts, made)
 	}

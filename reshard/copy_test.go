@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -135,9 +136,25 @@ func TestCopyGrowsUnderWrites(t *testing.T) {
 			t.Errorf("ds_%d has %d countries, want the broadcast table's 3", k, n)
 		}
 	}
-	st, err := reshard.GetStatus(ctx, from, to)
-	if err != nil {
-		t.Fatal(err)
+	// Status, verify and cancel given another target refuse, and the move goes on.
+	other := layout(t, dsns[:3], withNotes)
+	if err := reshard.Cancel(ctx, from, other, reshard.Options{}); !errors.Is(err, reshard.ErrOtherMove) {
+		t.Errorf("cancel with another target: %v, want ErrOtherMove", err)
+	}
+	if _, err := reshard.GetStatus(ctx, from, other); !errors.Is(err, reshard.ErrOtherMove) {
+		t.Errorf("status with another target: %v, want ErrOtherMove", err)
+	}
+	var st *reshard.Status
+	for {
+		var err error
+		st, err = reshard.GetStatus(ctx, from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Ready() || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	if len(st.Streams) != 3 || !st.Ready() {
 		t.Errorf("status %+v: want 3 streams, every table ready", st.Streams)
@@ -212,7 +229,19 @@ func TestCopyRefusesWhatIsNotBuilt(t *testing.T) {
 	c := logicalCluster(t)
 	dsns := []string{c.NewDatabase("reshard"), c.NewDatabase("reshard"), c.NewDatabase("reshard")}
 	fill(t, dsns[:2], 2, 300)
-	_, err := reshard.Start(context.Background(), layout(t, dsns[:2]), layout(t, dsns), reshard.CopyOptions{})
+	p, err := reshard.MakePlan(context.Background(), layout(t, dsns[:2]), layout(t, dsns), reshard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Runnable() || !slices.ContainsFunc(p.Problems, func(s string) bool {
+		return strings.HasPrefix(s, "start cannot do this yet: rows would move into ds_0")
+	}) {
+		t.Errorf("the plan of 2 to 3: problems %q, want what start cannot do yet", p.Problems)
+	}
+	if _, err := reshard.Start(context.Background(), layout(t, dsns[:2]), layout(t, dsns[:2]), reshard.CopyOptions{}); err == nil || !strings.Contains(err.Error(), "nothing moves") {
+		t.Errorf("a start to the same layout: %v, want nothing moves", err)
+	}
+	_, err = reshard.Start(context.Background(), layout(t, dsns[:2]), layout(t, dsns), reshard.CopyOptions{})
 	if !errors.Is(err, reshard.ErrNotYet) || !containsAll(err.Error(), "rows would move into ds_0, which the current layout reads", "rows would move into ds_1") {
 		t.Errorf("2 to 3: %v, want ErrNotYet naming ds_0 and ds_1", err)
 	}

@@ -205,6 +205,12 @@ func MakePlan(ctx context.Context, from, to *rules.Compiled, opts Options) (*Pla
 	if err := checkServers(ctx, p, from, to, conns); err != nil {
 		return nil, err
 	}
+	// What start cannot do yet is a problem of the plan too.
+	if err := checkCopyable(p, from, to); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n  - ")[1:] {
+			p.Problems = append(p.Problems, "start cannot do this yet: "+line)
+		}
+	}
 	p.Took = time.Since(start)
 	return p, nil
 }
@@ -660,6 +666,46 @@ func streams(p *Plan, from, to *rules.Compiled) []Stream {
 	}
 	slices.SortFunc(out, func(a, b Stream) int { return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.To, b.To)) })
 	return out
+}
+
+// neededStreams lists the pairs of data sources (from, to) a move between the two
+// layouts streams rows over, from the layouts alone (without reading any row).
+func neededStreams(ctx context.Context, from, to *rules.Compiled, conns map[string]*pgx.Conn) ([][2]string, error) {
+	names, err := shardedTables(ctx, from, conns)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[[2]string]bool{}
+	var out [][2]string
+	add := func(a, b string) {
+		if k := [2]string{a, b}; a != b && !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	for _, name := range names {
+		a, b := from.Lookup(name), to.Lookup(name)
+		for i, n := range a.Nodes {
+			for j, o := range b.Nodes {
+				if mayMove(from, to, name, i, j) {
+					add(place(from, n).DataSource, place(to, o).DataSource)
+				}
+			}
+		}
+	}
+	for _, name := range from.Rules().Broadcast {
+		have := map[string]bool{}
+		for _, n := range from.Lookup(name).Nodes {
+			have[place(from, n).DataSource] = true
+		}
+		src := place(from, from.Lookup(name).Nodes[0]).DataSource
+		for _, n := range to.Lookup(name).Nodes {
+			if ds := place(to, n).DataSource; !have[ds] {
+				add(src, ds)
+			}
+		}
+	}
+	return out, nil
 }
 
 // mayMove reports whether a key of table name on node i of layout from can belong on

@@ -31,12 +31,14 @@ type StreamStatus struct {
 	// Slot reports whether the stream's slot exists on the source, and Enabled whether
 	// its subscription is enabled on the destination.
 	Slot, Enabled bool
+	// Missing marks a stream the layouts need that is not there.
+	Missing bool
 }
 
 // Ready reports whether every table was copied and is streaming, over a slot that
 // exists, by a subscription that is enabled.
 func (s StreamStatus) Ready() bool {
-	if !s.Slot || !s.Enabled {
+	if s.Missing || !s.Slot || !s.Enabled || !s.Streaming {
 		return false
 	}
 	for _, st := range s.Tables {
@@ -74,7 +76,25 @@ func GetStatus(ctx context.Context, from, to *rules.Compiled) (*Status, error) {
 		return nil, err
 	}
 	defer closeAll(conns)
+	if err := checkMove(ctx, from, to, conns); err != nil {
+		return nil, err
+	}
 	st := &Status{At: time.Now()}
+	defer func() {
+		if len(st.Streams) == 0 {
+			return // no move under way
+		}
+		// The streams the layouts need that are not there.
+		need, err := neededStreams(ctx, from, to, conns)
+		if err != nil {
+			return
+		}
+		for _, k := range need {
+			if _, ok := st.Rows(k[0], k[1]); !ok {
+				st.Streams = append(st.Streams, StreamStatus{From: k[0], To: k[1], Missing: true})
+			}
+		}
+	}()
 	for _, src := range from.DataSources() {
 		for _, dst := range to.DataSources() {
 			if src.Name == dst.Name {
@@ -169,6 +189,9 @@ func (s *Status) WriteText(b *strings.Builder, prev ...*Status) {
 	}
 	for _, st := range s.Streams {
 		switch {
+		case st.Missing:
+			fmt.Fprintf(b, "%s -> %s: missing: the move needs this stream and it is not there (reshard cancel, then start again)\n", st.From, st.To)
+			continue
 		case !st.Slot:
 			fmt.Fprintf(b, "%s -> %s: its slot is missing on %s: the stream is broken (reshard cancel, then start again)\n", st.From, st.To, st.From)
 		case !st.Enabled:

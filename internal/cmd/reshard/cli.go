@@ -73,8 +73,11 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         start that was cut short.
   The cutover, finish and revert are not built yet (docs/reshard.md).
 
-Rules files are TOML (see the rules package, or examples/orders/rules.example.toml).
+Rules files are TOML (see the rules package, or examples/reshard/*.toml).
 A data source keeps its name and DSN in both layouts; a new one has a new name.
+start records the move on the current layout's data sources: give status, verify and
+cancel the same --from and --to files, or they refuse. The command comes first:
+reshard plan --from ..., not reshard --from ... plan.
 `
 
 // Main runs the command with its arguments (without the program name), writing
