@@ -246,7 +246,12 @@ func connectAll(ctx context.Context, layouts ...*rules.Compiled) (map[string]*pg
 				cfg.ConnectTimeout = 10 * time.Second
 			}
 			c, err := pgx.ConnectConfig(ctx, cfg)
-			if err != nil {
+			var pe *pgconn.PgError
+			switch {
+			case errors.As(err, &pe) && pe.Code == "3D000":
+				closeAll(conns)
+				return nil, fmt.Errorf("data source %s: its database %q does not exist (create it: a data source the move adds starts as an empty database): %w", d.Name, cfg.Database, err)
+			case err != nil:
 				closeAll(conns)
 				return nil, fmt.Errorf("data source %s does not answer, and a reshard needs every data source of both layouts: %w", d.Name, err)
 			}

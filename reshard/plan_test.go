@@ -256,6 +256,8 @@ func TestPlanRefuses(t *testing.T) {
 			"data source ds_1 is"},
 		{"a data source down", layout(t, []string{dsns[0], dsns[1], "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}), false,
 			"data source ds_2 does not answer"},
+		{"a database not created", layout(t, []string{dsns[0], dsns[1], strings.Replace(dsns[0], "/reshard", "/no_such_reshard", 1)}), false,
+			"data source ds_2: its database \"no_such_reshard"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := reshard.MakePlan(context.Background(), from, tc.to, reshard.Options{})
