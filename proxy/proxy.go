@@ -27,6 +27,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardlab/shardlab/proxy/admin"
@@ -103,6 +104,14 @@ type Config struct {
 	ClientTCP backend.TCP
 	// Logger receives the proxy's log; nil discards it.
 	Logger *slog.Logger
+	// CheckLayout reads, at New, the layout a resharding move recorded on the data
+	// sources (reshard.InForce): New fails if they record another layout than Rules,
+	// and between a move's cutover and its finish the proxy reads through the move's
+	// views.
+	CheckLayout bool
+	// ReshardDrain and ReshardCatchUp bound the steps of the admin console's RESHARD
+	// CUTOVER (0: reshard's defaults; see reshard.CutoverOptions).
+	ReshardDrain, ReshardCatchUp time.Duration
 }
 
 // DefaultMaxClients is the cap on client connections unless Config says otherwise.
@@ -114,9 +123,15 @@ var ErrConfig = errors.New("proxy: bad config")
 // Server is a running proxy: pools, router and frontend. Serve it on a listener;
 // Shutdown stops it.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	pools    []*backend.Pool
+	cfg Config
+	log *slog.Logger
+	// layout is the rules the proxy routes by, as given (before Aggregate merges
+	// them), the views of a move between its cutover and its finish included.
+	layout atomic.Pointer[rules.Compiled]
+	// reshardMu lets one RESHARD command run at a time.
+	reshardMu sync.Mutex
+	// router is the router the proxy started with; Router().Current() is the one in
+	// force after layout switches.
 	router   *router.Router
 	frontend *frontend.Server
 	admin    *admin.Admin
@@ -152,6 +167,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.CheckLayout {
+		l, err := checkLayout(ctx, cfg.Rules)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Rules = l
+	}
+	given := cfg.Rules
 	if cfg.Aggregate {
 		merged, groups, err := AggregateSchemas(cfg.Rules)
 		if err != nil {
@@ -170,33 +193,24 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	cfg.ClientTCP = cfg.ClientTCP.WithDefaults()
 	s := &Server{cfg: cfg, log: log}
-	for _, ds := range cfg.Rules.DataSources() {
-		p, err := backend.NewPool(ds.Name, ds.DSN, cfg.Pool)
-		if err != nil {
-			s.closePools()
-			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
-		}
-		s.pools = append(s.pools, p)
-	}
-	r, err := router.New(router.Config{Rules: cfg.Rules, Pools: s.pools, Mode: cfg.PoolMode, TwoPhase: cfg.TwoPhase, SettleInterval: cfg.SettleInterval,
-		SettleDial: cfg.Pool.TCP.WithDefaults().Dial(), LockWaitTimeout: cfg.LockWaitTimeout, DeadlockInterval: cfg.DeadlockInterval, CrossPoolWait: cfg.CrossPoolWait,
-		MaxTransactions: cfg.MaxTransactions, CheckoutTimeout: cfg.Pool.CheckoutTimeout, PoolFor: s.poolFor, Logger: log,
-		MaxHeld: cfg.MaxHeld})
+	s.layout.Store(given)
+	r, err := s.newRouter(cfg.Rules)
 	if err != nil {
-		s.closePools()
-		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		return nil, err
 	}
 	s.router = r
 	if cfg.AdminDatabase == cfg.Database {
+		r.Close()
 		s.closePools()
 		return nil, fmt.Errorf("%w: the admin database cannot be the database clients use (%q)", ErrConfig, cfg.Database)
 	}
 	s.admin = admin.New(r, func() int { return s.frontend.Stats().Clients })
+	s.admin.SetReshard(s.reshardCommand)
 	s.frontend = frontend.NewServer(frontend.Config{Router: r, Database: cfg.Database, Users: cfg.Users, TLS: cfg.TLS,
 		MaxClients: cfg.MaxClients, MaxMessage: cfg.MaxMessage, AdminDatabase: cfg.AdminDatabase, Admin: s.admin, Logger: log})
 	// Statements run under the frontend's context, which ends when a shutdown gives up
 	// waiting: the pools watch it once per connection rather than once per statement.
-	for _, p := range s.pools {
+	for _, p := range r.Pools() {
 		p.InterruptOn(s.frontend.Context())
 	}
 	// The settler's first pass finishes what a crash left in doubt before any client
@@ -229,28 +243,64 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// poolFor makes the pool of a server login other than the data sources' own for data
-// source i: as its DSN says, but for the user and password (router.PoolFor).
-func (s *Server) poolFor(id router.Identity, i int) (*backend.Pool, error) {
-	o := s.cfg.Pool
-	o.User, o.Password = id.User, id.Password
-	ds := s.cfg.Rules.DataSources()[i]
-	p, err := backend.NewPool(ds.Name, ds.DSN, o)
-	if err != nil {
-		return nil, err
+// newRouter makes the pools of layout l's data sources and a router over them, as the
+// proxy starts and at a layout switch (SwitchLayout). Every server connection tells
+// its server which layout it routes by (rules.Compiled.Digest, as the setting
+// shardlab.layout), so that a resharding move's fence can refuse the writes of a
+// process that routes by another.
+func (s *Server) newRouter(l *rules.Compiled) (*router.Router, error) {
+	cfg := s.cfg
+	opts := cfg.Pool
+	opts.RuntimeParams = map[string]string{rules.LayoutSetting: l.Digest()}
+	var pools []*backend.Pool
+	closeAll := func() {
+		for _, p := range pools {
+			p.Close()
+		}
 	}
-	p.InterruptOn(s.frontend.Context())
-	s.log.Info("pool made for a server login", "data_source", ds.Name, "user", id.User)
-	return p, nil
+	for _, ds := range l.DataSources() {
+		p, err := backend.NewPool(ds.Name, ds.DSN, opts)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		if s.frontend != nil {
+			p.InterruptOn(s.frontend.Context())
+		}
+		pools = append(pools, p)
+	}
+	// poolFor makes the pool of a server login other than the data sources' own for
+	// data source i: as its DSN says, but for the user and password (router.PoolFor).
+	poolFor := func(id router.Identity, i int) (*backend.Pool, error) {
+		o := opts
+		o.User, o.Password = id.User, id.Password
+		ds := l.DataSources()[i]
+		p, err := backend.NewPool(ds.Name, ds.DSN, o)
+		if err != nil {
+			return nil, err
+		}
+		p.InterruptOn(s.frontend.Context())
+		s.log.Info("pool made for a server login", "data_source", ds.Name, "user", id.User)
+		return p, nil
+	}
+	r, err := router.New(router.Config{Rules: l, Pools: pools, Mode: cfg.PoolMode, TwoPhase: cfg.TwoPhase, SettleInterval: cfg.SettleInterval,
+		SettleDial: cfg.Pool.TCP.WithDefaults().Dial(), LockWaitTimeout: cfg.LockWaitTimeout, DeadlockInterval: cfg.DeadlockInterval, CrossPoolWait: cfg.CrossPoolWait,
+		MaxTransactions: cfg.MaxTransactions, CheckoutTimeout: cfg.Pool.CheckoutTimeout, PoolFor: poolFor, Logger: s.log,
+		MaxHeld: cfg.MaxHeld})
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	return r, nil
 }
 
 // allPools returns every pool: the data sources' own user's, and those made for other
 // server logins.
 func (s *Server) allPools() []*backend.Pool {
 	if s.router == nil {
-		return s.pools
+		return nil
 	}
-	return s.router.AllPools()
+	return s.router.Current().AllPools()
 }
 
 func (s *Server) closePools() {
@@ -259,8 +309,8 @@ func (s *Server) closePools() {
 	}
 }
 
-// Router returns the proxy's router.
-func (s *Server) Router() *router.Router { return s.router }
+// Router returns the proxy's router in force (a layout switch replaces it).
+func (s *Server) Router() *router.Router { return s.router.Current() }
 
 // MetricsHandler serves the proxy's metrics (per pool: connections in use, idle,
 // waiting; clients) in Prometheus's text format, for /metrics.
@@ -331,7 +381,7 @@ func (s *Server) ListenAndServe(addr string, ready func(net.Addr)) error {
 		return err
 	}
 	s.log.Info("shard-proxy listening", "addr", ln.Addr().String(), "database", s.cfg.Database,
-		"data_sources", len(s.pools), "pool_mode", s.cfg.PoolMode.String(), "max_transactions", s.router.MaxTransactions(),
+		"data_sources", len(s.Router().Pools()), "pool_mode", s.cfg.PoolMode.String(), "max_transactions", s.Router().MaxTransactions(),
 		"procs", runtime.GOMAXPROCS(0))
 	if ready != nil {
 		ready(ln.Addr())
@@ -356,7 +406,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.serving.Wait()
 		close(s.stop)
 		s.logger.Wait()
-		s.router.Close()
+		s.Router().Close()
 		s.closePools()
 		s.logPools("pools at shutdown")
 	})

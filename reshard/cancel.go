@@ -29,6 +29,11 @@ func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
 	if err := checkMove(ctx, from, to, conns); err != nil {
 		return err
 	}
+	if cur, err := currentRecord(ctx, from, to, conns); err != nil {
+		return err
+	} else if cur != nil && cur.Digest == to.Digest() {
+		return fmt.Errorf("reshard: the move was cut over (layout version %d is in force): a cancel no longer applies; finish it", cur.Version)
+	}
 	// The databases the current layout serves, known by what they are (server and
 	// database), not by the names the layouts give them: nothing in them is cleared.
 	current := map[string]bool{}

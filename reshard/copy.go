@@ -477,9 +477,19 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 			}
 		}
 	}
+	// The marker table on every data source of a stream: a cutover writes a row in it
+	// on each source once the transactions in flight ended, and a destination that has
+	// the row has applied every change committed before it (see catchUp).
+	for _, st := range p.Streams {
+		for _, ds := range []string{st.From, st.To} {
+			if err := ensureMarker(ctx, conns[ds]); err != nil {
+				return fmt.Errorf("data source %s: %w", ds, err)
+			}
+		}
+	}
 	for _, st := range p.Streams {
 		src, dst := conns[st.From], conns[st.To]
-		var members []string
+		members := []string{markerTable}
 		for _, table := range st.Tables {
 			at := sourceOf(st, table)
 			member := at.qualified()
@@ -515,6 +525,15 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 		}
 	}
 	return nil
+}
+
+// markerTable is the table a cutover marks each stream's end in (see catchUp).
+const markerTable = prefix + ".marker"
+
+// ensureMarker makes the marker table on a data source.
+func ensureMarker(ctx context.Context, c *pgx.Conn) error {
+	_, err := c.Exec(ctx, fmt.Sprintf("CREATE SCHEMA IF NOT EXISTS %s; CREATE TABLE IF NOT EXISTS %s (stream text PRIMARY KEY, token bigint NOT NULL)", prefix, markerTable))
+	return err
 }
 
 func fromDSN(l *rules.Compiled, ds string) string {

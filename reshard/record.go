@@ -2,9 +2,6 @@ package reshard
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -18,11 +15,7 @@ import (
 var ErrOtherMove = errors.New("reshard: another move is under way")
 
 // layoutDigest identifies a layout: its rules, data sources and DSNs included.
-func layoutDigest(l *rules.Compiled) string {
-	b, _ := json.Marshal(l.Rules())
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
-}
+func layoutDigest(l *rules.Compiled) string { return l.Digest() }
 
 // recordMove writes on every source which move is under way, before anything else
 // of it: status, verify and cancel given other layouts then refuse, instead of

@@ -79,6 +79,11 @@ func GetStatus(ctx context.Context, from, to *rules.Compiled) (*Status, error) {
 	if err := checkMove(ctx, from, to, conns); err != nil {
 		return nil, err
 	}
+	return statusOn(ctx, from, to, conns)
+}
+
+// statusOn is GetStatus over connections to every data source of both layouts.
+func statusOn(ctx context.Context, from, to *rules.Compiled, conns map[string]*pgx.Conn) (*Status, error) {
 	st := &Status{At: time.Now()}
 	defer func() {
 		if len(st.Streams) == 0 {
@@ -128,6 +133,9 @@ func streamStatus(ctx context.Context, src, dst *pgx.Conn, from, to, name string
 			return ss, false, err
 		}
 		found = true
+		if table == markerTable {
+			continue // the move's own (see catchUp)
+		}
 		if s, ok := subStates[state]; ok {
 			state = s
 		}

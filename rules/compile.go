@@ -1,8 +1,12 @@
 package rules
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -59,6 +63,15 @@ type Compiled struct {
 	// identity, sources are the rules' data sources).
 	sources []DataSource
 	place   []SchemaMerge
+	// names gives some tables other physical names on some data sources
+	// (WithTableNames).
+	names map[TableAt]string
+}
+
+// TableAt is a logical table on a data source (by name).
+type TableAt struct {
+	Table      string
+	DataSource string
 }
 
 // tableSpec is a Table rule after validation.
@@ -210,7 +223,7 @@ func (c *Compiled) MergeSchemas(merge []SchemaMerge) (*Compiled, error) {
 	if len(merge) != len(c.rules.DataSources) {
 		return nil, fmt.Errorf("%w: MergeSchemas wants one entry per data source (%d), got %d", ErrInvalid, len(c.rules.DataSources), len(merge))
 	}
-	n := &Compiled{rules: c.rules, exact: c.exact, patterns: c.patterns, broadcast: c.broadcast, bindingOf: c.bindingOf}
+	n := &Compiled{rules: c.rules, exact: c.exact, patterns: c.patterns, broadcast: c.broadcast, bindingOf: c.bindingOf, names: c.names}
 	newIndex := map[int]int{}
 	for i, m := range merge {
 		if m.Into < 0 || m.Into >= len(merge) || merge[m.Into].Into != m.Into {
@@ -235,6 +248,35 @@ func (c *Compiled) MergeSchemas(merge []SchemaMerge) (*Compiled, error) {
 	n.defaultDS = n.place[c.defaultDS].Into
 	return n, nil
 }
+
+// WithTableNames returns rules that place every table as c does, but that name some
+// of the physical tables otherwise: names maps a logical table on a data source to the
+// name of the table (or view) that stands for it there. Rules and every placement stay
+// c's. Between a resharding move's cutover and its finish, a data source keeps rows
+// that moved away beside those it still owns; the move reads and writes the table
+// there through a view that shows only the rows it owns.
+func (c *Compiled) WithTableNames(names map[TableAt]string) *Compiled {
+	return &Compiled{rules: c.rules, defaultDS: c.defaultDS, exact: c.exact, patterns: c.patterns, broadcast: c.broadcast,
+		bindingOf: c.bindingOf, sources: c.sources, place: c.place, names: maps.Clone(names)}
+}
+
+// LayoutSetting is the server setting through which a process that routes by rules
+// (the proxy, the driver) tells each server connection it opens which rules: their
+// Digest. A resharding move's fence refuses the writes of connections that name
+// another layout than the one in force (package reshard).
+const LayoutSetting = "shardlab.layout"
+
+// Digest identifies the rules: their data sources (names and DSNs) and every rule. It
+// is what a resharding move records as the layout in force, and what the proxy and the
+// driver tell the servers they route by (see package reshard's fence).
+func (c *Compiled) Digest() string {
+	b, _ := json.Marshal(c.rules)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// TableNames returns the physical names WithTableNames gave (nil for none).
+func (c *Compiled) TableNames() map[TableAt]string { return maps.Clone(c.names) }
 
 // node places physical table name of data source d (an index of the rules' data
 // sources).
@@ -481,7 +523,11 @@ func (c *Compiled) build(name string) *TableRule {
 			if spec.perDS > 1 {
 				phys = name + "_" + strconv.Itoa(t)
 			}
-			r.Nodes = append(r.Nodes, c.node(d, phys))
+			n := c.node(d, phys)
+			if other, ok := c.names[TableAt{Table: name, DataSource: c.rules.DataSources[d].Name}]; ok {
+				n.Table = other
+			}
+			r.Nodes = append(r.Nodes, n)
 		}
 	}
 	return r

@@ -110,6 +110,10 @@ func Algorithms() []Algorithm {
 
 // UnmarshalText accepts an algorithm name; a rules file gets an error naming its line.
 func (a *Algorithm) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*a = "" // the default, as when the field is left out
+		return nil
+	}
 	v := Algorithm(strings.ToLower(string(b)))
 	if !slices.Contains(Algorithms(), v) {
 		return fmt.Errorf("unknown algorithm %q (want one of %s)", b, joinNames(Algorithms()))
@@ -152,6 +156,10 @@ func ParseKeyType(name string) (KeyType, error) {
 
 // UnmarshalText accepts a type name; a rules file gets an error naming its line.
 func (t *KeyType) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*t = TypeUnknown // the catalog's, as when the field is left out
+		return nil
+	}
 	v, err := ParseKeyType(string(b))
 	if err != nil {
 		return err

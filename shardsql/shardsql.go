@@ -247,7 +247,11 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 	for _, ds := range cfg.Rules.DataSources() {
 		// The project's one pool constructor (timeouts as everywhere), seen through pgx's
 		// database/sql driver.
-		pool, err := postgresdb.NewPool(ctx, ds.DSN, postgresdb.Options{PoolSize: int32(cfg.MaxConns), Lazy: true})
+		// Every connection tells its server the layout it routes by: after a
+		// resharding move switched to another, the move's fence refuses its writes
+		// (package reshard).
+		pool, err := postgresdb.NewPool(ctx, ds.DSN, postgresdb.Options{PoolSize: int32(cfg.MaxConns), Lazy: true,
+			RuntimeParams: map[string]string{rules.LayoutSetting: cfg.Rules.Digest()}})
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("shardsql: data source %s: %w", ds.Name, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -39,6 +40,8 @@ type Options struct {
 	// Lazy makes Open succeed without reaching the server, so a set can start with a
 	// shard down. See the package documentation.
 	Lazy bool
+	// RuntimeParams are settings every connection starts with (its startup packet).
+	RuntimeParams map[string]string
 }
 
 // WithDefaults returns o with the defaults above filled in, or an error wrapping
@@ -96,6 +99,7 @@ func PoolConfig(dsn string, opts Options) (*pgxpool.Config, error) {
 	} else if cfg.ConnConfig.ConnectTimeout <= 0 {
 		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
 	}
+	maps.Copy(cfg.ConnConfig.RuntimeParams, o.RuntimeParams)
 	return cfg, nil
 }
 

@@ -5,10 +5,13 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,12 +20,19 @@ import (
 
 	"github.com/shardlab/shardlab/proxy/backend"
 	"github.com/shardlab/shardlab/proxy/router"
+	"github.com/shardlab/shardlab/rules"
 )
 
 // Admin answers the admin database's statements. It is safe for concurrent use.
 type Admin struct {
 	router  *router.Router
 	clients func() int
+	reshard func(ctx context.Context, verb, arg string) (*Result, error)
+}
+
+// SetReshard sets what carries out RESHARD CUTOVER 'rules file' and RESHARD FINISH.
+func (a *Admin) SetReshard(f func(ctx context.Context, verb, arg string) (*Result, error)) {
+	a.reshard = f
 }
 
 // New returns an admin over r; clients reports the number of client sessions.
@@ -64,6 +74,13 @@ PAUSE [seconds] holds every client's next transaction (or statement outside one)
                 seconds (default 30), until the transactions in progress end; if they do not, the
                 pause is lifted and PAUSE fails
 RESUME          ends the pause: the held clients go on
+SHOW LAYOUT     the layout the proxy routes by: its digest, data sources, and the views a
+                resharding move reads through between its cutover and its finish
+RESHARD CUTOVER 'file'  switches to the target rules of the move under way (reshard start):
+                holds new transactions, lets those in flight end, waits until the new data
+                sources caught up, switches, releases the held transactions
+RESHARD FINISH  ends a move that was cut over: deletes the moved rows from where they were,
+                drops the views, streams and slots
 SHOW HELP       this list`
 
 // Answer runs one admin statement.
@@ -73,8 +90,22 @@ func (a *Admin) Answer(ctx context.Context, sql string) (*Result, error) {
 	switch {
 	case len(words) >= 1 && len(words) <= 2 && strings.EqualFold(words[0], "PAUSE"):
 		return a.pause(ctx, words[1:])
+	case len(words) >= 2 && strings.EqualFold(words[0], "RESHARD") && a.reshard != nil:
+		verb := strings.ToUpper(words[1])
+		arg := strings.TrimSpace(q[strings.Index(strings.ToUpper(q), verb)+len(verb):])
+		if verb == "CUTOVER" {
+			unq, ok := strings.CutPrefix(arg, "'")
+			if unq, ok2 := strings.CutSuffix(unq, "'"); ok && ok2 && unq != "" {
+				return a.reshard(ctx, verb, strings.ReplaceAll(unq, "''", "'"))
+			}
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "42601", Message: "RESHARD CUTOVER takes the target rules file, quoted: RESHARD CUTOVER '/path/to/rules.toml'"}
+		}
+		if arg != "" {
+			return nil, unknown(q)
+		}
+		return a.reshard(ctx, verb, "")
 	case len(words) == 1 && strings.EqualFold(words[0], "RESUME"):
-		if err := a.router.Resume(); err != nil {
+		if err := a.router.Current().Resume(); err != nil {
 			return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "the proxy is not paused"}
 		}
 		return &Result{Tag: "RESUME"}, nil
@@ -93,8 +124,10 @@ func (a *Admin) Answer(ctx context.Context, sql string) (*Result, error) {
 		return r, nil
 	case "TWO_PHASE":
 		return a.twoPhase(), nil
+	case "LAYOUT":
+		return a.layout(), nil
 	case "PAUSE":
-		paused, active := a.router.Paused()
+		paused, active := a.router.Current().Paused()
 		r := result("SHOW", "paused", Text, "clients_holding_connections", Bigint)
 		r.Rows = [][]string{{map[bool]string{true: "yes", false: "no"}[paused], strconv.Itoa(active)}}
 		return r, nil
@@ -107,7 +140,7 @@ func (a *Admin) Answer(ctx context.Context, sql string) (*Result, error) {
 	case "ROUTE":
 		// The statement is what follows the keyword ROUTE, as written.
 		i := strings.Index(strings.ToUpper(q), "ROUTE")
-		text, err := a.router.Route(ctx, strings.TrimSpace(q[i+len("ROUTE"):]))
+		text, err := a.router.Current().Route(ctx, strings.TrimSpace(q[i+len("ROUTE"):]))
 		if err != nil {
 			return nil, err
 		}
@@ -132,7 +165,7 @@ func (a *Admin) pause(ctx context.Context, args []string) (*Result, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	if err := a.router.Pause(ctx); err != nil {
+	if err := a.router.Current().Pause(ctx); err != nil {
 		if errors.Is(err, router.ErrPaused) {
 			return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "the proxy is paused already (RESUME ends it)"}
 		}
@@ -142,6 +175,24 @@ func (a *Admin) pause(ctx context.Context, args []string) (*Result, error) {
 		return nil, &pgconn.PgError{Severity: "ERROR", Code: "57014", Message: "PAUSE gave up: " + err.Error()}
 	}
 	return &Result{Tag: "PAUSE"}, nil
+}
+
+// layout answers SHOW LAYOUT.
+func (a *Admin) layout() *Result {
+	l := a.router.Current().Rules()
+	r := result("SHOW", "item", Text, "value", Text)
+	r.Rows = append(r.Rows, []string{"digest", l.Digest()})
+	for _, d := range l.DataSources() {
+		r.Rows = append(r.Rows, []string{"data_source", d.Name})
+	}
+	names := l.TableNames()
+	keys := slices.SortedFunc(maps.Keys(names), func(a, b rules.TableAt) int {
+		return cmp.Or(cmp.Compare(a.DataSource, b.DataSource), cmp.Compare(a.Table, b.Table))
+	})
+	for _, k := range keys {
+		r.Rows = append(r.Rows, []string{"view", k.DataSource + "." + k.Table + " -> " + names[k]})
+	}
+	return r
 }
 
 func unknown(q string) error {
@@ -166,7 +217,7 @@ func (a *Admin) pools() *Result {
 	i := strconv.FormatInt
 	for _, st := range a.allStats() {
 		r.Rows = append(r.Rows, []string{st.DataSource, st.User, i(st.InUse, 10), i(st.Waiting+st.TurnWaiting, 10), "0", "0",
-			i(st.InUse, 10), "0", "0", i(st.Idle, 10), "0", "0", "0", "0", "0", a.router.Mode().String(),
+			i(st.InUse, 10), "0", "0", i(st.Idle, 10), "0", "0", "0", "0", "0", a.router.Current().Mode().String(),
 			i(st.Pinned, 10), i(st.Resets, 10), i(st.StateChecks, 10)})
 	}
 	return r
@@ -177,7 +228,7 @@ func (a *Admin) pools() *Result {
 func (a *Admin) databases() *Result {
 	r := result("SHOW", "name", Text, "host", Text, "port", Text, "database", Text, "schema", Text,
 		"pool_size", Bigint, "pool_mode", Text, "opened", Bigint, "closed", Bigint, "checkout_timeouts", Bigint)
-	dss := a.router.Rules().DataSources()
+	dss := a.router.Current().Rules().DataSources()
 	sums := a.stats()
 	for _, st := range a.allStats()[len(sums):] {
 		for k := range sums {
@@ -195,7 +246,7 @@ func (a *Admin) databases() *Result {
 			schema = u.Query().Get("search_path")
 		}
 		r.Rows = append(r.Rows, []string{st.DataSource, host, port, db, schema, strconv.Itoa(st.Size),
-			a.router.Mode().String(), strconv.FormatInt(st.Opened, 10), strconv.FormatInt(st.Closed, 10),
+			a.router.Current().Mode().String(), strconv.FormatInt(st.Opened, 10), strconv.FormatInt(st.Closed, 10),
 			strconv.FormatInt(st.Timeouts, 10)})
 	}
 	return r
@@ -209,7 +260,7 @@ func (a *Admin) twoPhase() *Result {
 	r := result("SHOW", "two_phase", Text, "in_doubt", Bigint, "oldest_in_doubt_ms", Bigint, "committed", Bigint,
 		"rolled_back", Bigint, "retried", Bigint, "passes", Bigint, "failed_passes", Bigint,
 		"unreachable_data_sources", Bigint, "interval_ms", Bigint, "last_pass_ms_ago", Bigint)
-	s := a.router.Settler()
+	s := a.router.Current().Settler()
 	if s == nil {
 		r.Rows = [][]string{{"off", "0", "0", "0", "0", "0", "0", "0", "0", "0", "0"}}
 		return r
@@ -228,7 +279,7 @@ func (a *Admin) twoPhase() *Result {
 // stats returns the data sources' own user's pools, in data source order.
 func (a *Admin) stats() []backend.Stats {
 	var out []backend.Stats
-	for _, p := range a.router.Pools() {
+	for _, p := range a.router.Current().Pools() {
 		out = append(out, p.Stats())
 	}
 	return out
@@ -237,7 +288,7 @@ func (a *Admin) stats() []backend.Stats {
 // allStats returns every pool's: the data sources' own user's, then other logins'.
 func (a *Admin) allStats() []backend.Stats {
 	var out []backend.Stats
-	for _, p := range a.router.AllPools() {
+	for _, p := range a.router.Current().AllPools() {
 		out = append(out, p.Stats())
 	}
 	return out

@@ -65,7 +65,7 @@ func (a *Admin) Collect(ch chan<- prometheus.Metric) {
 		counter(descStateChecks, float64(st.StateChecks))
 	}
 	ch <- prometheus.MustNewConstMetric(descClients, prometheus.GaugeValue, float64(a.clients()))
-	if s := a.router.Settler(); s != nil {
+	if s := a.router.Current().Settler(); s != nil {
 		st := s.Stats()
 		ch <- prometheus.MustNewConstMetric(descInDoubt, prometheus.GaugeValue, float64(st.InDoubt))
 		ch <- prometheus.MustNewConstMetric(descOldestInDoubt, prometheus.GaugeValue, st.OldestInDoubt.Seconds())

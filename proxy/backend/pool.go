@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -78,6 +79,9 @@ type Options struct {
 	// (a pool per server user; Password "" for a login that needs none).
 	User     string
 	Password string
+	// RuntimeParams are sent in every connection's startup packet, as settings the
+	// connection starts with (and returns to on RESET ALL or DISCARD ALL).
+	RuntimeParams map[string]string
 }
 
 func (o Options) withDefaults() Options {
@@ -157,6 +161,7 @@ func NewPool(name, dsn string, o Options) (*Pool, error) {
 	if o.User != "" {
 		cfg.User, cfg.Password = o.User, o.Password
 	}
+	maps.Copy(cfg.RuntimeParams, o.RuntimeParams)
 	dial := o.TCP.Dial()
 	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		nc, err := dial(ctx, network, addr)

@@ -549,6 +549,24 @@ func (c *client) loop() {
 		}
 		var opErr error
 		extended := true
+		switch msg.(type) {
+		case *pgproto3.Query, *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Close, *pgproto3.FunctionCall:
+			// The message starts the client's unit of work unless one is in progress:
+			// it waits here while the proxy is paused, before it is planned.
+			if err := c.sess.Hold(ctx); err != nil {
+				c.sendError(err, "ERROR")
+				switch msg.(type) {
+				case *pgproto3.Query, *pgproto3.FunctionCall:
+					c.readyForQuery()
+				default:
+					skipping = true
+				}
+				if c.wr.Err() != nil {
+					return
+				}
+				continue
+			}
+		}
 		switch m := msg.(type) {
 		case *pgproto3.Query:
 			extended = false
@@ -662,6 +680,7 @@ func (c *client) readyForQuery() {
 	c.sess.PendingNotifications()
 	status := c.sess.TxStatus()
 	c.rfq.TxStatus = status
+	c.sess.Release()
 	c.wr.Send(&c.rfq)
 	if c.wr.Flush() == nil && status == 'I' && c.rd.Buffered() == 0 {
 		c.setIdle(true)

@@ -170,8 +170,12 @@ type Router struct {
 	// generation counts schema changes made through the proxy: a client's prepared
 	// statement planned in an older generation is planned again before it runs.
 	generation atomic.Uint64
-	// sessions numbers the sessions.
-	sessions atomic.Uint64
+	// sessions numbers the sessions; a router that takes another's place (Supersede)
+	// shares its counter, so that sessions keep unique numbers across a switch.
+	sessions *atomic.Uint64
+	// successor is the router that took this one's place (Supersede): sessions move
+	// to it at the start of their next unit of work.
+	successor atomic.Pointer[Router]
 
 	describes describeCache
 
@@ -221,6 +225,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	r := &Router{rules: cfg.Rules, pools: cfg.Pools, poolFor: cfg.PoolFor, mode: cfg.Mode, log: log, lockWait: cfg.LockWaitTimeout, poolWait: cfg.CrossPoolWait}
 	r.logins.pools = map[string][]*backend.Pool{}
+	r.sessions = new(atomic.Uint64)
 	if r.poolWait <= 0 {
 		r.poolWait = DefaultCrossPoolWait
 	}
@@ -287,6 +292,45 @@ func (r *Router) MaxTransactions() int { return cap(r.turns) }
 
 // Rules returns the router's rules.
 func (r *Router) Rules() *rules.Compiled { return r.rules }
+
+// Current returns the router in force: r, or the one that took its place (Supersede),
+// or the one that took that one's place, and so on.
+func (r *Router) Current() *Router {
+	for {
+		n := r.successor.Load()
+		if n == nil {
+			return r
+		}
+		r = n
+	}
+}
+
+// ErrNotDrained is wrapped by Supersede when the router is not paused with every unit
+// of work ended.
+var ErrNotDrained = errors.New("router: not paused, or clients are inside a unit of work")
+
+// Supersede puts n in r's place, as a layout switch does: new sessions start on n, and
+// each session of r moves to n at the start of its next unit of work (Session.Hold),
+// its prepared statements planned again there. r must be paused (Pause) with no unit
+// of work in progress, so that no client holds a connection of r's pools or a plan of
+// r's layout; its held clients go on once it is resumed (Resume), on n. n must be new
+// (no session yet). r's pools, settler and deadlock detector are the caller's to close.
+func (r *Router) Supersede(n *Router) error {
+	g := &r.pause
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.paused || g.active > 0 {
+		return fmt.Errorf("%w (paused %v, %d inside)", ErrNotDrained, g.paused, g.active)
+	}
+	if r.successor.Load() != nil {
+		return errors.New("router: superseded already")
+	}
+	n.sessions = r.sessions
+	// Every statement prepared on r is planned again on n, by n's rules.
+	n.generation.Store(r.generation.Load() + 1)
+	r.successor.Store(n)
+	return nil
+}
 
 // Close stops the router's settler and deadlock detector. Sessions must have ended.
 func (r *Router) Close() {

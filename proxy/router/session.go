@@ -100,6 +100,9 @@ type Session struct {
 	// connections' view of the schema (planContext), and the plans and descriptions
 	// made meanwhile are forgotten when it ends.
 	txDDL bool
+	// inUnit: the client is inside a unit of work (Hold), counted by its router's
+	// pause gate.
+	inUnit bool
 }
 
 // setting is one SET statement and the parameter it sets (lower case).
@@ -112,6 +115,7 @@ type setting struct {
 // data sources as login; startup holds the startup packet's parameters (user and
 // database are left out). Call Start before serving statements.
 func (r *Router) NewSession(client Client, user string, login Identity, startup map[string]string) (*Session, error) {
+	r = r.Current()
 	pools, err := r.poolsOf(login)
 	if err != nil {
 		return nil, err
@@ -226,6 +230,10 @@ func (s *Session) Start(ctx context.Context) (map[string]string, error) {
 	// client's settings are then checked at its first statement.
 	s.leases.waitBound = s.r.poolWait
 	defer func() { s.leases.waitBound = 0 }()
+	if err := s.Hold(ctx); err != nil {
+		return nil, err
+	}
+	defer s.Release()
 	err := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
 		params = readParameters(c.PgConn())
 		return nil
@@ -328,7 +336,70 @@ func (s *Session) End(ctx context.Context) error {
 	err := s.tx.Close(ctx)
 	s.explicit, s.implicit = false, false
 	s.leases.closeAll(ctx)
+	if s.inUnit {
+		s.inUnit = false
+		s.r.pause.leave()
+	}
 	return err
+}
+
+// Hold starts the client's unit of work, if it is not inside one: call it before
+// handling each message of the client's. A unit runs from the first message after the
+// client was idle (outside a transaction, keeping no server connection) to the next
+// ReadyForQuery that finds it idle again (Release). While the router is paused
+// (Router.Pause) a new unit waits, up to the pool's checkout timeout, a cancel request,
+// or ctx; units in progress go on, so that their transactions can finish. A unit
+// starts before its statements are planned: a session whose router a layout switch
+// replaced (Router.Supersede) moves to the new router first, so that no plan of the
+// old layout runs after the switch.
+func (s *Session) Hold(ctx context.Context) error {
+	if s.inUnit {
+		return nil
+	}
+	for {
+		r := s.r
+		bound := s.leases.bound(s.pools[r.rules.DefaultDataSource()].CheckoutTimeout())
+		if err := r.pause.enter(ctx, s.leases.interrupter(), bound); err != nil {
+			return err
+		}
+		n := r.successor.Load()
+		if n == nil {
+			s.inUnit = true
+			return nil
+		}
+		r.pause.leave()
+		if err := s.moveTo(n); err != nil {
+			return err
+		}
+	}
+}
+
+// Release ends the client's unit of work if the client is idle: outside a
+// transaction, keeping no server connection (session pooling, a temporary table, a
+// LISTEN). Call it when ReadyForQuery is sent.
+func (s *Session) Release() {
+	if !s.inUnit || s.TxStatus() != 'I' || s.leases.keeps() {
+		return
+	}
+	s.inUnit = false
+	s.r.pause.leave()
+}
+
+// moveTo moves an idle session to the router n that took its router's place: n's
+// pools of the client's login, a transaction state of n's engine, and its prepared
+// statements planned again (n's generation is ahead of the old router's).
+func (s *Session) moveTo(n *Router) error {
+	pools, err := n.Current().poolsOf(s.login)
+	if err != nil {
+		return err
+	}
+	n = n.Current()
+	s.r, s.pools = n, pools
+	s.tx = sqlexec.NewSession(s.leases, n.committer)
+	if n.detector != nil {
+		s.tx.SetDeadlockDetector(n.detector)
+	}
+	return nil
 }
 
 // Cancel asks the servers running the client's current statement to cancel it
@@ -688,6 +759,13 @@ func (l *leases) isPinned(ds int) bool {
 	return l.pinned[ds] != nil
 }
 
+// keeps reports whether the client keeps a connection between transactions.
+func (l *leases) keeps() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pinned) > 0
+}
+
 // kept returns the data sources whose connections the client keeps between
 // transactions, in order.
 func (l *leases) kept() []int {
@@ -699,11 +777,7 @@ func (l *leases) kept() []int {
 // takeTurn makes the client hold one of the router's turns (Config.MaxTransactions)
 // for one more connection, waiting for one if it holds none (until intr closes); pool
 // counts the wait among its waiting clients.
-//
-// The first connection of a unit of work also enters the router's pause gate, which
-// holds it while the router is paused (Router.Pause).
 func (l *leases) takeTurn(ctx context.Context, intr <-chan struct{}, pool *backend.Pool) error {
-	r := l.s.r
 	select {
 	case l.turnMu <- struct{}{}:
 	case <-intr:
@@ -719,11 +793,7 @@ func (l *leases) takeTurn(ctx context.Context, intr <-chan struct{}, pool *backe
 		return nil
 	}
 	l.mu.Unlock()
-	if err := r.pause.enter(ctx, intr, l.bound(pool.CheckoutTimeout())); err != nil {
-		return err
-	}
 	if err := l.waitTurn(ctx, intr, pool); err != nil {
-		r.pause.leave()
 		return err
 	}
 	l.mu.Lock()
@@ -761,8 +831,7 @@ func (l *leases) waitTurn(ctx context.Context, intr <-chan struct{}, pool *backe
 	return nil
 }
 
-// giveTurn ends one use of the client's turn; the last gives the turn back, and ends
-// the client's unit of work.
+// giveTurn ends one use of the client's turn; the last gives the turn back.
 func (l *leases) giveTurn() {
 	l.mu.Lock()
 	if !l.turn {
@@ -779,7 +848,6 @@ func (l *leases) giveTurn() {
 		if l.s.r.turns != nil {
 			<-l.s.r.turns
 		}
-		l.s.r.pause.leave()
 	}
 }
 

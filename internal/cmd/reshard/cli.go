@@ -10,9 +10,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	resharding "github.com/shardlab/shardlab/reshard"
 	"github.com/shardlab/shardlab/rules"
 )
@@ -71,7 +75,29 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         slots and publications, the hash helpers, the tables it created on the data
         sources it adds and the rows copied into them. Safe to run again, or after a
         start that was cut short.
-  The cutover, finish and revert are not built yet (docs/reshard.md).
+  cutover [--proxy-admin DSN] [--catch-up D]
+        switches to the target layout once every stream is ready: on the data
+        sources that keep rows which move away, a view per sharded table shows only
+        the rows that stay; every table the move touches gets the layout fence. With
+        --proxy-admin (the proxy's admin database, e.g.
+        postgres://127.0.0.1:6432/shardlab_admin), the proxy does the cutover
+        (its admin console's RESHARD CUTOVER, given the absolute path of --to, which
+        it reads): it holds new transactions, lets those in flight end (within its
+        --reshard-drain, default 5s), waits until the destinations applied
+        everything up to a WAL position taken then and stops the streams (within its
+        --reshard-catch-up, default 5s), records the new layout on every data
+        source, switches and releases the held transactions onto it. If a step
+        overruns, the old layout serves on.
+        Without --proxy-admin the data sources switch alone: every process that
+        routes by the current rules is then refused its writes (the fence), and is to
+        be restarted with the target rules.
+  finish [--proxy-admin DSN]
+        ends a move that was cut over: drops the streams, deletes the moved rows from
+        the data sources they left (in batches, while the load goes on), switches
+        the proxy from the views to the tables, drops the views. Give the proxy that
+        serves the deployment; without one, restart proxies after it.
+  Revert, and moves into data sources the current layout uses, are not built yet
+  (docs/reshard.md).
 
 Rules files are TOML (see the rules package, or examples/reshard/*.toml).
 A data source keeps its name and DSN in both layouts; a new one has a new name.
@@ -84,15 +110,15 @@ reshard plan --from ..., not reshard --from ... plan.
 // results to stdout and progress to stderr.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: reshard plan|start|status|verify|cancel --from CURRENT.toml --to TARGET.toml (reshard --help)", ErrUsage)
+		return fmt.Errorf("%w: reshard plan|start|status|verify|cancel|cutover|finish --from CURRENT.toml --to TARGET.toml (reshard --help)", ErrUsage)
 	}
 	switch args[0] {
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
-	case "plan", "start", "status", "verify", "cancel":
+	case "plan", "start", "status", "verify", "cancel", "cutover", "finish":
 	default:
-		return fmt.Errorf("%w: unknown command %q (plan, start, status, verify or cancel; reshard --help)", ErrUsage, args[0])
+		return fmt.Errorf("%w: unknown command %q (plan, start, status, verify, cancel, cutover or finish; reshard --help)", ErrUsage, args[0])
 	}
 	command := args[0]
 	fs := flag.NewFlagSet("reshard "+command, flag.ContinueOnError)
@@ -106,6 +132,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	settle := fs.Duration("settle", 5*time.Second, "verify: how long a chunk that differs is compared again")
 	identityFull := fs.Bool("replica-identity-full", false, "start: give published tables without a replica identity covering their key (no primary key) REPLICA IDENTITY FULL while rows move; cancel restores it")
 	pgDump := fs.String("pg-dump", "pg_dump", "start: the pg_dump program that copies a table's definition to a destination that lacks it")
+	proxyAdmin := fs.String("proxy-admin", "", "cutover, finish: the DSN of the proxy's admin database; the proxy then does the step (RESHARD CUTOVER, RESHARD FINISH)")
+	catchUp := fs.Duration("catch-up", resharding.DefaultCatchUp, "cutover without --proxy-admin: how long the destinations may take to apply the last changes and stop")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -178,12 +206,43 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return errors.New("the destinations differ from the sources")
 		}
 		return nil
+	case "cutover":
+		if *proxyAdmin != "" {
+			abs, err := filepath.Abs(*toPath)
+			if err != nil {
+				return err
+			}
+			return adminCommand(ctx, *proxyAdmin, "RESHARD CUTOVER '"+strings.ReplaceAll(abs, "'", "''")+"'", stdout)
+		}
+		rep, err := resharding.Cutover(ctx, from, to, nil, resharding.CutoverOptions{CatchUp: *catchUp, Progress: stderr})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "layout version %d is in force on the data sources (catch-up %v): restart every process that routes by the old rules with the new ones; until then their writes are refused\n",
+			rep.Version, rep.CatchUp.Round(time.Millisecond))
+		return nil
+	case "finish":
+		if *proxyAdmin != "" {
+			return adminCommand(ctx, *proxyAdmin, "RESHARD FINISH", stdout)
+		}
+		rep, err := resharding.Finish(ctx, from, to, nil, resharding.FinishOptions{Progress: stderr})
+		if err != nil {
+			return err
+		}
+		for _, k := range slices.Sorted(maps.Keys(rep.Deleted)) {
+			fmt.Fprintf(stdout, "%s: %d moved rows deleted\n", k, rep.Deleted[k])
+		}
+		fmt.Fprintln(stdout, "the move is finished")
+		return nil
 	case "cancel":
 		if err := resharding.Cancel(ctx, from, to, opts); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, "no move is under way between these layouts: everything it made is gone")
 		return nil
+	}
+	if *proxyAdmin != "" {
+		return fmt.Errorf("%w: --proxy-admin is for cutover and finish", ErrUsage)
 	}
 	p, err := resharding.MakePlan(ctx, from, to, opts)
 	if err != nil {
@@ -201,6 +260,32 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if !p.Runnable() {
 		return errBlocked
+	}
+	return nil
+}
+
+// adminCommand runs one statement on the proxy's admin database and prints its answer.
+func adminCommand(ctx context.Context, dsn, sql string, stdout io.Writer) error {
+	c, err := pgconn.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("--proxy-admin: %w", err)
+	}
+	defer c.Close(context.Background())
+	res, err := c.Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return fmt.Errorf("the proxy: %w", err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			return fmt.Errorf("the proxy: %w", r.Err)
+		}
+		for _, row := range r.Rows {
+			var cells []string
+			for _, v := range row {
+				cells = append(cells, string(v))
+			}
+			fmt.Fprintln(stdout, strings.Join(cells, "\t"))
+		}
 	}
 	return nil
 }

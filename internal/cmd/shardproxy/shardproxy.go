@@ -24,6 +24,7 @@ import (
 	"github.com/shardlab/shardlab/proxy/auth"
 	"github.com/shardlab/shardlab/proxy/backend"
 	"github.com/shardlab/shardlab/proxy/router"
+	"github.com/shardlab/shardlab/reshard"
 	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/sqlexec"
 )
@@ -58,6 +59,7 @@ type options struct {
 	maxHeld                             int64
 	procs, maxTransactions              int
 	checkoutTimeout, connectTimeout     time.Duration
+	reshardDrain, reshardCatchUp        time.Duration
 	shutdownTimeout, lockWaitTimeout    time.Duration
 	deadlockInterval, crossPoolWait     time.Duration
 	statsInterval, settleInterval       time.Duration
@@ -93,6 +95,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.config, "config", "", "rules file (TOML, the SQL core's format) instead of --shard/--sharded/--broadcast")
 	fs.StringVar(&o.poolMode, "pool-mode", "transaction", "transaction (a server connection per transaction) or session (per client)")
 	fs.IntVar(&o.poolSize, "pool-size", backend.DefaultSize, "server connections per data source")
+	fs.DurationVar(&o.reshardDrain, "reshard-drain", reshard.DefaultDrain, "the admin console's RESHARD CUTOVER: how long the transactions in flight may take to end once new ones are held")
+	fs.DurationVar(&o.reshardCatchUp, "reshard-catch-up", reshard.DefaultCatchUp, "the admin console's RESHARD CUTOVER: how long the new data sources may take to apply the last changes")
 	fs.DurationVar(&o.checkoutTimeout, "checkout-timeout", backend.DefaultCheckoutTimeout, "how long a statement waits for a free server connection before it fails (53300)")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", backend.DefaultConnectTimeout, "bound on connecting to a shard")
 	fs.DurationVar(&o.keepIdle, "tcp-keepalive-idle", backend.DefaultKeepAliveIdle, "client and server connections: silence before the first TCP keepalive probe; 0 turns probes off")
@@ -228,6 +232,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Pool:      backend.Options{Size: o.poolSize, CheckoutTimeout: o.checkoutTimeout, ConnectTimeout: o.connectTimeout, TCP: tcpFlags(o, o.userTimeout), BanTime: offIfZero(o.banTime)},
 		ClientTCP: tcpFlags(o, o.clientUserTimeout),
 		Logger:    log,
+		// A resharding move may have switched the layout: a proxy given the old rules
+		// refuses to start, and one between a cutover and its finish reads through
+		// the move's views.
+		CheckLayout:    true,
+		ReshardDrain:   o.reshardDrain,
+		ReshardCatchUp: o.reshardCatchUp,
 	}
 	if o.poolMode == "session" {
 		cfg.PoolMode = router.PoolSession

@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/proxy/admin"
+	"github.com/shardlab/shardlab/reshard"
+	"github.com/shardlab/shardlab/rules"
+)
+
+// SwitchLayout routes by layout l from now on: a router over pools of l's data sources
+// takes the place of the one in force (router.Router.Supersede), and the old one's
+// pools close. The router in force must be paused with no transaction in flight; its
+// held clients go on, on l, once it resumes. A resharding move's cutover and finish
+// call it (reshard.Cutover, reshard.Finish).
+func (s *Server) SwitchLayout(ctx context.Context, l *rules.Compiled) error {
+	given := l
+	if s.cfg.Aggregate {
+		merged, _, err := AggregateSchemas(l)
+		if err != nil {
+			return fmt.Errorf("proxy: aggregate: %w", err)
+		}
+		l = merged
+	}
+	old := s.Router()
+	n, err := s.newRouter(l)
+	if err != nil {
+		return err
+	}
+	drop := func() {
+		n.Close()
+		for _, p := range n.AllPools() {
+			p.Close()
+		}
+	}
+	if err := n.StartSettler(ctx); err != nil {
+		drop()
+		return err
+	}
+	if err := old.Supersede(n); err != nil {
+		drop()
+		return err
+	}
+	s.layout.Store(given)
+	old.Close()
+	for _, p := range old.AllPools() {
+		p.Close()
+	}
+	s.log.Info("layout switched", "layout", l.Digest(), "data_sources", l.NumDataSources(), "views", len(l.TableNames()))
+	return nil
+}
+
+// reshardProxy is the proxy as a resharding move sees it.
+type reshardProxy struct{ s *Server }
+
+func (p reshardProxy) Pause(ctx context.Context) (func() error, error) {
+	r := p.s.Router()
+	if err := r.Pause(ctx); err != nil {
+		return nil, err
+	}
+	return r.Resume, nil
+}
+
+func (p reshardProxy) Switch(ctx context.Context, l *rules.Compiled) error {
+	return p.s.SwitchLayout(ctx, l)
+}
+
+// reshardCommand carries out the admin console's RESHARD CUTOVER 'file' and RESHARD
+// FINISH: one at a time.
+func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.Result, error) {
+	if !s.reshardMu.TryLock() {
+		return nil, &pgconn.PgError{Severity: "ERROR", Code: "55006", Message: "a RESHARD command is running already"}
+	}
+	defer s.reshardMu.Unlock()
+	if paused, _ := s.Router().Paused(); paused {
+		return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "the proxy is paused (PAUSE): RESUME first"}
+	}
+	var out strings.Builder
+	current := s.layout.Load()
+	switch verb {
+	case "CUTOVER":
+		to, err := rules.Load(arg)
+		if err != nil {
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "22023", Message: "RESHARD CUTOVER: " + err.Error()}
+		}
+		rep, err := reshard.Cutover(ctx, current, to, reshardProxy{s}, reshard.CutoverOptions{Drain: s.cfg.ReshardDrain, CatchUp: s.cfg.ReshardCatchUp, Progress: &out})
+		if err != nil {
+			return nil, reshardError(err)
+		}
+		r := &admin.Result{Tag: "RESHARD", Columns: []string{"step", "ms"}, Types: []uint32{admin.Text, admin.Text}}
+		for _, st := range []struct {
+			name string
+			d    time.Duration
+		}{{"drain", rep.Drain}, {"catch_up", rep.CatchUp}, {"switch", rep.Switch}, {"pause", rep.Pause}} {
+			r.Rows = append(r.Rows, []string{st.name, fmt.Sprintf("%.3f", float64(st.d.Microseconds())/1000)})
+		}
+		r.Rows = append(r.Rows, []string{"layout_version", fmt.Sprint(rep.Version)})
+		s.log.Info("reshard: cut over", "version", rep.Version, "pause", rep.Pause)
+		return r, nil
+	case "FINISH":
+		rec, err := reshard.ReadLayout(ctx, current)
+		if err != nil {
+			return nil, reshardError(err)
+		}
+		if rec == nil || rec.From == nil || rec.Digest != current.Digest() {
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "RESHARD FINISH: no move of this proxy's layout was cut over"}
+		}
+		from, err := rules.Compile(*rec.From)
+		if err != nil {
+			return nil, reshardError(err)
+		}
+		// The target itself, without the views the proxy reads through until now.
+		rep, err := reshard.Finish(ctx, from, current.WithTableNames(nil), reshardProxy{s}, reshard.FinishOptions{Drain: s.cfg.ReshardDrain, Progress: &out})
+		if err != nil {
+			return nil, reshardError(err)
+		}
+		r := &admin.Result{Tag: "RESHARD", Columns: []string{"table", "moved_rows_deleted"}, Types: []uint32{admin.Text, admin.Bigint}}
+		for k, n := range rep.Deleted {
+			r.Rows = append(r.Rows, []string{k, fmt.Sprint(n)})
+		}
+		return r, nil
+	}
+	return nil, &pgconn.PgError{Severity: "ERROR", Code: "42601", Message: "RESHARD takes CUTOVER 'rules file' or FINISH"}
+}
+
+// reshardError is a move's error as the admin console answers it.
+func reshardError(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return err
+	}
+	code := "55000"
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, reshard.ErrCutover) {
+		code = "57014"
+	}
+	return &pgconn.PgError{Severity: "ERROR", Code: code, Message: err.Error()}
+}
+
+// checkLayout returns the rules to route by, given rules l (reshard.InForce).
+func checkLayout(ctx context.Context, l *rules.Compiled) (*rules.Compiled, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return reshard.InForce(ctx, l)
+}
+
+var _ reshard.Proxy = reshardProxy{}
+
+// ReshardProxy returns the proxy as a resharding move switches it (reshard.Cutover,
+// reshard.Finish), for a move driven from the same process.
+func (s *Server) ReshardProxy() reshard.Proxy { return reshardProxy{s} }

@@ -1,0 +1,396 @@
+package reshard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardlab/shardlab/rules"
+)
+
+// Proxy is a running proxy that a cutover switches from one layout to another
+// (package proxy's Server). Without one, a cutover switches the data sources alone:
+// every process that routes by the old rules is then fenced off, and is to be
+// restarted with the new ones.
+type Proxy interface {
+	// Pause holds new transactions and waits, within ctx, until those in flight end
+	// (as the admin console's PAUSE). resume lifts that pause, after a Switch too.
+	Pause(ctx context.Context) (resume func() error, err error)
+	// Switch routes by rules l from now on; the proxy is paused.
+	Switch(ctx context.Context, l *rules.Compiled) error
+}
+
+// CutoverOptions bound a cutover's steps.
+type CutoverOptions struct {
+	// Drain bounds the wait for the transactions in flight to end once new ones are
+	// held (0: DefaultDrain).
+	Drain time.Duration
+	// CatchUp bounds the wait for the destinations to apply the sources' changes up to
+	// the WAL position taken once the transactions in flight ended, and for the
+	// streams to stop (0: DefaultCatchUp).
+	CatchUp time.Duration
+	// Progress receives a line per step.
+	Progress io.Writer
+}
+
+// Defaults of CutoverOptions.
+const (
+	DefaultDrain   = 5 * time.Second
+	DefaultCatchUp = 5 * time.Second
+)
+
+// ErrCutover is wrapped when a cutover gave up: the old layout serves on, untouched.
+var ErrCutover = errors.New("reshard: the cutover gave up, and the old layout serves on")
+
+// CutoverReport says how a cutover went.
+type CutoverReport struct {
+	Version int64 // the layout version now in force
+	// Pause is how long new transactions were held: from the start of the pause to
+	// its end; Drain, CatchUp and Switch are its steps.
+	Pause, Drain, CatchUp, Switch time.Duration
+	Views                         []View
+}
+
+// viewSuffix ends the name of the view that stands for a table between cutover and
+// finish.
+const viewSuffix = "__shardlab_owned"
+
+// Cutover switches a deployment from layout from to layout to, once the copy of
+// Start is streaming: the proxy px (nil: none) holds new transactions, those in flight
+// finish (within Drain), the destinations apply every change the sources committed
+// meanwhile (within CatchUp), the streams stop, the data sources record layout to as
+// the one in force, and the proxy routes by it from then on; then the held
+// transactions go on. If a step overruns its bound or fails, the cutover undoes what
+// it did and the old layout serves on (ErrCutover).
+//
+// Until Finish, the rows that moved are on their old data sources too: there, each
+// sharded table is read and written through a view that shows only the rows layout to
+// places there, so that no read sees a moved row twice. Before the hold, the cutover
+// makes those views and puts the fence on every table the move touches.
+func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts CutoverOptions) (*CutoverReport, error) {
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if opts.Drain <= 0 {
+		opts.Drain = DefaultDrain
+	}
+	if opts.CatchUp <= 0 {
+		opts.CatchUp = DefaultCatchUp
+	}
+	conns, err := connectAll(ctx, from, to)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(conns)
+	if err := checkMove(ctx, from, to, conns); err != nil {
+		return nil, err
+	}
+	cur, err := currentRecord(ctx, from, to, conns)
+	if err != nil {
+		return nil, err
+	}
+	if cur != nil && cur.Digest == to.Digest() {
+		return nil, fmt.Errorf("reshard: the move was cut over already (layout version %d); finish it", cur.Version)
+	}
+	if cur != nil && cur.Digest != from.Digest() {
+		return nil, fmt.Errorf("%w: layout version %d (%s) is in force, not the current rules given (%s)", ErrStaleLayout, cur.Version, cur.Digest, from.Digest())
+	}
+	st, err := statusOn(ctx, from, to, conns)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Ready() {
+		var b strings.Builder
+		st.WriteText(&b)
+		return nil, fmt.Errorf("reshard: the copy is not streaming every table yet, so the move cannot cut over:\n%s", b.String())
+	}
+	streams := streamsOf(from, to, st)
+
+	// Before the hold: the views and the fence. Neither changes what the old layout
+	// reads or writes.
+	names, err := shardedTables(ctx, from, conns)
+	if err != nil {
+		return nil, err
+	}
+	types, err := checkKeyTypes(ctx, from, to, names, conns)
+	if err != nil {
+		return nil, err
+	}
+	views, err := makeViews(ctx, from, to, names, types, conns, opts.Progress)
+	if err != nil {
+		return nil, err
+	}
+	version := int64(1)
+	if cur != nil {
+		version = cur.Version
+	}
+	before := &Record{Version: version, Digest: from.Digest(), Phase: "done", Switched: time.Now().UTC()}
+	if err := fenceAll(ctx, from, to, names, conns, cur == nil, before); err != nil {
+		return nil, err
+	}
+
+	rep := &CutoverReport{Version: version + 1, Views: views}
+	after := &Record{Version: version + 1, Digest: to.Digest(), Phase: "cutover", Views: views, Switched: time.Now().UTC()}
+	fromRules := from.Rules()
+	after.From = &fromRules
+
+	// The hold.
+	held := time.Now()
+	resume := func() error { return nil }
+	if px != nil {
+		dctx, stop := context.WithTimeout(ctx, opts.Drain)
+		resume, err = px.Pause(dctx)
+		stop()
+		if err != nil {
+			return nil, fmt.Errorf("%w: the transactions in flight did not end within %v: %v", ErrCutover, opts.Drain, err)
+		}
+	}
+	rep.Drain = time.Since(held)
+	fmt.Fprintf(opts.Progress, "reshard: new transactions held; those in flight ended in %v\n", rep.Drain.Round(time.Microsecond))
+	fail := func(step string, err error, undo ...func() error) (*CutoverReport, error) {
+		for _, u := range undo {
+			if uerr := u(); uerr != nil {
+				err = errors.Join(err, uerr)
+			}
+		}
+		if rerr := resume(); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return nil, fmt.Errorf("%w: %s: %v", ErrCutover, step, err)
+	}
+	t := time.Now()
+	cctx, stop := context.WithTimeout(ctx, opts.CatchUp)
+	err = catchUp(cctx, streams, conns)
+	if err == nil {
+		err = stopStreams(cctx, streams, conns)
+	}
+	stop()
+	restart := func() error { return startStreams(context.WithoutCancel(ctx), streams, conns) }
+	if err != nil {
+		return fail("catching up", err, restart)
+	}
+	rep.CatchUp = time.Since(t)
+	fmt.Fprintf(opts.Progress, "reshard: the destinations applied every change and the streams stopped in %v\n", rep.CatchUp.Round(time.Microsecond))
+
+	t = time.Now()
+	var written []string
+	restore := func() error {
+		var errs []error
+		for _, ds := range written {
+			var err error
+			if cur == nil {
+				err = writeRecord(context.WithoutCancel(ctx), conns[ds], before)
+			} else {
+				err = writeRecord(context.WithoutCancel(ctx), conns[ds], cur)
+			}
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}
+	for _, ds := range allDataSources(from, to) {
+		if err := writeRecord(ctx, conns[ds], after); err != nil {
+			return fail("recording the layout on data source "+ds, err, restore, restart)
+		}
+		written = append(written, ds)
+	}
+	if px != nil {
+		if err := px.Switch(ctx, withViews(to, views)); err != nil {
+			return fail("switching the proxy", err, restore, restart)
+		}
+	}
+	rep.Switch = time.Since(t)
+	if err := resume(); err != nil {
+		return nil, fmt.Errorf("reshard: the layout switched, but the pause did not lift: %w", err)
+	}
+	rep.Pause = time.Since(held)
+	fmt.Fprintf(opts.Progress, "reshard: layout version %d in force; held transactions went on after %v\n", rep.Version, rep.Pause.Round(time.Microsecond))
+	return rep, nil
+}
+
+// currentRecord reads the layout record of the data sources of both layouts: the one
+// with the highest version (nil: none).
+func currentRecord(ctx context.Context, from, to *rules.Compiled, conns map[string]*pgx.Conn) (*Record, error) {
+	var cur *Record
+	for _, ds := range allDataSources(from, to) {
+		rec, err := readRecord(ctx, conns[ds])
+		if err != nil {
+			return nil, fmt.Errorf("data source %s: reading the layout record: %w", ds, err)
+		}
+		if rec != nil && (cur == nil || rec.Version > cur.Version) {
+			cur = rec
+		}
+	}
+	return cur, nil
+}
+
+// allDataSources names the data sources of both layouts once, the current layout's
+// first.
+func allDataSources(from, to *rules.Compiled) []string {
+	var out []string
+	for _, l := range []*rules.Compiled{from, to} {
+		for _, d := range l.DataSources() {
+			if !slices.Contains(out, d.Name) {
+				out = append(out, d.Name)
+			}
+		}
+	}
+	return out
+}
+
+// makeViews makes, on each data source both layouts share, for each sharded table, the
+// view that shows the rows layout to places there.
+func makeViews(ctx context.Context, from, to *rules.Compiled, names []string, types [][]rules.KeyType, conns map[string]*pgx.Conn, progress io.Writer) ([]View, error) {
+	var views []View
+	for i, name := range names {
+		for _, n := range from.Lookup(name).Nodes {
+			at := place(from, n)
+			node := nodeOf(to, name, at.DataSource)
+			if node < 0 {
+				continue
+			}
+			filter, err := rowFilter(to, name, types[i][0], node)
+			if err != nil {
+				return nil, err
+			}
+			v := View{Table: name, DataSource: at.DataSource, Schema: at.Schema, Name: at.Table + viewSuffix}
+			vq := Place{Schema: at.Schema, Table: v.Name}.qualified()
+			if _, err := conns[at.DataSource].Exec(ctx, fmt.Sprintf("CREATE OR REPLACE VIEW %s AS SELECT * FROM %s WHERE %s", vq, at.qualified(), filter)); err != nil {
+				return nil, fmt.Errorf("data source %s: creating view %s: %w", at.DataSource, vq, err)
+			}
+			fmt.Fprintf(progress, "reshard: %s: view %s shows the rows of %s that stay\n", at.DataSource, vq, at.qualified())
+			views = append(views, v)
+		}
+	}
+	return views, nil
+}
+
+// fenceAll puts the layout record's table and the fence on every data source of both
+// layouts, on each of the sharded tables names and the broadcast tables there; with
+// first (no record yet), it records layout before, the current one.
+func fenceAll(ctx context.Context, from, to *rules.Compiled, names []string, conns map[string]*pgx.Conn, first bool, before *Record) error {
+	for _, ds := range allDataSources(from, to) {
+		c := conns[ds]
+		if err := createLayoutTable(ctx, c); err != nil {
+			return fmt.Errorf("data source %s: %w", ds, err)
+		}
+		if first {
+			if err := writeRecord(ctx, c, before); err != nil {
+				return fmt.Errorf("data source %s: recording the layout: %w", ds, err)
+			}
+		}
+	}
+	tables := append(slices.Clone(names), from.Rules().Broadcast...)
+	done := map[Place]bool{}
+	for _, l := range []*rules.Compiled{from, to} {
+		for _, name := range tables {
+			for _, n := range l.Lookup(name).Nodes {
+				at := place(l, n)
+				if done[at] {
+					continue
+				}
+				done[at] = true
+				if err := installFence(ctx, conns[at.DataSource], at); err != nil {
+					return fmt.Errorf("data source %s: the fence on %s: %w", at.DataSource, at.qualified(), err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// stream is one replication stream of a move, by its data sources' names.
+type stream struct {
+	from, to, name string
+}
+
+// streamsOf lists the move's streams that st found.
+func streamsOf(from, to *rules.Compiled, st *Status) []stream {
+	var out []stream
+	for _, s := range st.Streams {
+		out = append(out, stream{from: s.From, to: s.To, name: streamName(dataSource(from, s.From), dataSource(to, s.To))})
+	}
+	return out
+}
+
+// catchUp waits until every stream's destination has applied every change its
+// source committed so far: it writes a new token in the marker table on each source,
+// for each of its streams, and waits until each destination has its stream's token.
+// A subscription applies its source's transactions in commit order, so the token
+// arrives after all that came before it. (The slot's confirmed position would tell
+// too, but a subscriber reports it only every second or so.)
+func catchUp(ctx context.Context, streams []stream, conns map[string]*pgx.Conn) error {
+	token := time.Now().UnixNano()
+	for _, s := range streams {
+		if _, err := conns[s.from].Exec(ctx, "INSERT INTO "+markerTable+" VALUES ($1, $2) ON CONFLICT (stream) DO UPDATE SET token = excluded.token", s.name, token); err != nil {
+			return fmt.Errorf("data source %s: marking stream %s: %w", s.from, s.name, err)
+		}
+	}
+	for _, s := range streams {
+		for {
+			var got int64
+			err := conns[s.to].QueryRow(ctx, "SELECT coalesce((SELECT token FROM "+markerTable+" WHERE stream = $1), 0)", s.name).Scan(&got)
+			if err != nil {
+				return fmt.Errorf("data source %s: %w", s.to, err)
+			}
+			if got == token {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("stream %s -> %s had not applied its source's last changes: %w", s.from, s.to, ctx.Err())
+			case <-time.After(500 * time.Microsecond):
+			}
+		}
+	}
+	return nil
+}
+
+// stopStreams disables every stream's subscription and waits until its apply worker
+// has stopped: from then on the new layout writes the destinations itself.
+func stopStreams(ctx context.Context, streams []stream, conns map[string]*pgx.Conn) error {
+	for _, s := range streams {
+		// A disabled subscription's worker notices only when it next wakes (up to a
+		// second): it is ended at once instead, and not started again.
+		if _, err := conns[s.to].Exec(ctx, "ALTER SUBSCRIPTION "+s.name+" DISABLE"); err != nil {
+			return fmt.Errorf("data source %s: %w", s.to, err)
+		}
+		if _, err := conns[s.to].Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_subscription WHERE subname = $1 AND pid IS NOT NULL", s.name); err != nil {
+			return fmt.Errorf("data source %s: %w", s.to, err)
+		}
+	}
+	for _, s := range streams {
+		for {
+			var running bool
+			err := conns[s.to].QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_stat_subscription WHERE subname = $1 AND pid IS NOT NULL)", s.name).Scan(&running)
+			if err != nil {
+				return fmt.Errorf("data source %s: %w", s.to, err)
+			}
+			if !running {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("the subscription %s on %s did not stop: %w", s.name, s.to, ctx.Err())
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// startStreams enables the streams again (a cutover that gives up).
+func startStreams(ctx context.Context, streams []stream, conns map[string]*pgx.Conn) error {
+	var errs []error
+	for _, s := range streams {
+		if _, err := conns[s.to].Exec(ctx, "ALTER SUBSCRIPTION "+s.name+" ENABLE"); err != nil {
+			errs = append(errs, fmt.Errorf("data source %s: %w", s.to, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,368 @@
+package reshard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/proxy"
+	"github.com/shardlab/shardlab/proxy/backend"
+	"github.com/shardlab/shardlab/reshard"
+	"github.com/shardlab/shardlab/rules"
+)
+
+// withAccounts adds the accounts table, sharded by id, to a layout.
+func withAccounts(r *rules.Rules) {
+	r.Tables = append(r.Tables, rules.Table{Name: "accounts", Strategy: rules.Strategy{Column: "id"}})
+}
+
+// rulesFile writes layout l as a rules file.
+func rulesFile(t *testing.T, l *rules.Compiled) string {
+	t.Helper()
+	var b strings.Builder
+	r := l.Rules()
+	fmt.Fprintf(&b, "broadcast = [%q]\n", r.Broadcast[0])
+	for _, d := range r.DataSources {
+		fmt.Fprintf(&b, "\n[[data_source]]\nname = %q\ndsn = %q\n", d.Name, d.DSN)
+	}
+	for _, tb := range r.Tables {
+		fmt.Fprintf(&b, "\n[[sharded_table]]\nname = %q\ncolumn = %q\n", tb.Name, tb.Strategy.Column)
+	}
+	path := filepath.Join(t.TempDir(), "to.toml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := rules.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Digest() != l.Digest() {
+		t.Fatalf("the rules file is another layout: %s, want %s", got.Digest(), l.Digest())
+	}
+	return path
+}
+
+// serve runs a proxy over layout l (checking the layout the data sources record) and
+// returns its address, or New's error.
+func serve(t *testing.T, l *rules.Compiled) (string, *proxy.Server, error) {
+	t.Helper()
+	srv, err := proxy.New(context.Background(), proxy.Config{Rules: l, Database: "app", AdminDatabase: "shardlab_admin", CheckLayout: true,
+		Pool: backend.Options{Size: 10, CheckoutTimeout: 10 * time.Second}, DeadlockInterval: -1})
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	return ln.Addr().String(), srv, nil
+}
+
+// TestCutoverThroughProxy grows a deployment from 2 data sources to 4 through a running
+// proxy while clients transfer money between accounts through it and a reader counts
+// them: the proxy's RESHARD CUTOVER holds new transactions, switches and releases them
+// onto the new layout, and RESHARD FINISH deletes the moved rows from where they were.
+// No client transaction fails, the count of accounts never changes (no read sees a
+// moved row twice, nor misses one), the money adds up after, every row ends on the
+// data source the new layout places it on and on no other, and nothing of the move
+// is left on the servers. A proxy given the old rules refuses to start, and a
+// process that routes by them is refused its writes (the fence).
+func TestCutoverThroughProxy(t *testing.T) {
+	c := logicalCluster(t)
+	var dsns []string
+	for range 4 {
+		dsns = append(dsns, c.NewDatabase("reshard"))
+	}
+	const rows = 2000
+	fill(t, dsns, 2, 200)
+	for i, d := range dsns[:2] {
+		exec(t, d, "CREATE TABLE accounts (id bigint PRIMARY KEY, bal bigint NOT NULL)",
+			fmt.Sprintf(`INSERT INTO accounts SELECT g, 100 FROM generate_series(1, %d) g
+				WHERE satisfies_hash_partition('hash_oracle'::regclass, 2, %d, g::bigint)`, rows, i))
+	}
+	from, to := layout(t, dsns[:2], withAccounts), layout(t, dsns, withAccounts)
+	toPath := rulesFile(t, to)
+	ctx := context.Background()
+
+	addr, _, err := serve(t, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := func(db string) string { return "postgres://postgres@" + addr + "/" + db + "?sslmode=disable" }
+	if _, err := reshard.Start(ctx, from, to, reshard.CopyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, from, to)
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var txs, reads atomic.Int64
+	var failures []string
+	var mu sync.Mutex
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(failures) < 10 {
+			failures = append(failures, fmt.Sprintf(format, args...))
+		}
+	}
+	for w := range 4 {
+		wg.Go(func() {
+			cn, err := pgx.Connect(ctx, url("app"))
+			if err != nil {
+				fail("connect: %v", err)
+				return
+			}
+			defer cn.Close(ctx)
+			for i := 0; !stop.Load(); i++ {
+				a, b := int64((w*7919+i*31)%rows+1), int64((w*104729+i*17)%rows+1)
+				if a == b {
+					continue
+				}
+				err := pgx.BeginFunc(ctx, cn, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "UPDATE accounts SET bal = bal - 1 WHERE id = $1", a); err != nil {
+						return err
+					}
+					_, err := tx.Exec(ctx, "UPDATE accounts SET bal = bal + 1 WHERE id = $1", b)
+					return err
+				})
+				if err != nil {
+					fail("transfer %d -> %d: %v", a, b, err)
+					return
+				}
+				txs.Add(1)
+			}
+		})
+	}
+	wg.Go(func() {
+		cn, err := pgx.Connect(ctx, url("app"))
+		if err != nil {
+			fail("reader: %v", err)
+			return
+		}
+		defer cn.Close(ctx)
+		for !stop.Load() {
+			var n int64
+			if err := cn.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil {
+				fail("reader: %v", err)
+				return
+			}
+			if n != rows {
+				fail("the reader counted %d accounts, want %d", n, rows)
+			}
+			reads.Add(1)
+		}
+	})
+	admin := func(sql string) ([]*pgconn.Result, error) {
+		a, err := pgconn.Connect(ctx, url("shardlab_admin"))
+		if err != nil {
+			return nil, err
+		}
+		defer a.Close(ctx)
+		return a.Exec(ctx, sql).ReadAll()
+	}
+	time.Sleep(500 * time.Millisecond)
+	before := txs.Load()
+	res, err := admin("RESHARD CUTOVER '" + toPath + "'")
+	if err != nil {
+		stop.Store(true)
+		wg.Wait()
+		t.Fatalf("RESHARD CUTOVER: %v", err)
+	}
+	for _, row := range res[0].Rows {
+		t.Logf("cutover %s: %s", row[0], row[1])
+	}
+	readsAt := reads.Load()
+	time.Sleep(700 * time.Millisecond)
+	if txs.Load() == before || reads.Load() == readsAt {
+		t.Errorf("no transfer or read after the cutover (%d transfers, %d reads in all)", txs.Load(), reads.Load())
+	}
+
+	// A proxy given the old rules refuses to start; a process that routes by them is
+	// refused its writes, and one that says nothing (psql) is not.
+	if _, _, err := serve(t, from); !errors.Is(err, reshard.ErrStaleLayout) {
+		t.Errorf("a proxy given the old rules: %v, want ErrStaleLayout", err)
+	}
+	stale, err := pgconn.Connect(ctx, dsns[0]+"&options=-c%20"+reshard.LayoutSetting+"%3D"+from.Digest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pe *pgconn.PgError
+	if _, err := stale.Exec(ctx, "UPDATE accounts SET bal = bal WHERE id = 1").ReadAll(); !errors.As(err, &pe) || pe.Code != "55000" {
+		t.Errorf("a write of a process on the old layout: %v, want the fence's 55000", err)
+	}
+	stale.Close(ctx)
+	exec(t, dsns[0], "UPDATE accounts SET bal = bal WHERE id = 1")
+	if res, err := admin("SHOW LAYOUT"); err != nil {
+		t.Error(err)
+	} else if !strings.Contains(fmt.Sprint(rowsText(res)), "ds_0.accounts -> accounts__shardlab_owned") {
+		t.Errorf("SHOW LAYOUT: %v", rowsText(res))
+	}
+
+	if _, err := admin("RESHARD FINISH"); err != nil {
+		t.Errorf("RESHARD FINISH: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	for _, f := range failures {
+		t.Error(f)
+	}
+	t.Logf("%d transfers, %d counts", txs.Load(), reads.Load())
+
+	// Every account on the data source the new layout places it on, and on no other.
+	total := int64(0)
+	for k, d := range dsns {
+		var all, owned int64
+		cn, err := pgx.Connect(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cn.QueryRow(ctx, fmt.Sprintf(`SELECT count(*), count(*) FILTER (WHERE satisfies_hash_partition('hash_oracle'::regclass, 4, %d, id)) FROM accounts`, k)).Scan(&all, &owned); err != nil {
+			t.Fatal(err)
+		}
+		var leftovers int64
+		if err := cn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_subscription) +
+			(SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_views WHERE viewname LIKE '%shardlab%')`).Scan(&leftovers); err != nil {
+			t.Fatal(err)
+		}
+		cn.Close(ctx)
+		if all != owned {
+			t.Errorf("ds_%d holds %d accounts, %d of them its own by the new layout", k, all, owned)
+		}
+		if leftovers != 0 {
+			t.Errorf("ds_%d: %d publications, subscriptions, slots or views of the move are left", k, leftovers)
+		}
+		total += all
+	}
+	if total != rows {
+		t.Errorf("the data sources hold %d accounts in all, want %d", total, rows)
+	}
+	cn, err := pgx.Connect(ctx, url("app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cn.Close(ctx)
+	var n, sum int64
+	if err := cn.QueryRow(ctx, "SELECT count(*), sum(bal) FROM accounts").Scan(&n, &sum); err != nil {
+		t.Fatal(err)
+	}
+	if n != rows || sum != rows*100 {
+		t.Errorf("through the proxy after the finish: %d accounts holding %d, want %d holding %d", n, sum, rows, rows*100)
+	}
+	// A proxy started now with the new rules serves them.
+	if _, _, err := serve(t, to); err != nil {
+		t.Errorf("a proxy given the new rules after the finish: %v", err)
+	}
+}
+
+// TestCutoverGivesUp: a transaction that stays open outlasts the cutover's bound on
+// the transactions in flight; the cutover gives up, and the old layout serves on with
+// the streams running again, the transaction's writes intact, and no layout recorded
+// but the old one.
+func TestCutoverGivesUp(t *testing.T) {
+	c := logicalCluster(t)
+	var dsns []string
+	for range 4 {
+		dsns = append(dsns, c.NewDatabase("reshard"))
+	}
+	fill(t, dsns, 2, 500)
+	from, to := layout(t, dsns[:2]), layout(t, dsns)
+	ctx := context.Background()
+	addr, srv, err := serve(t, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reshard.Start(ctx, from, to, reshard.CopyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, from, to)
+	cn, err := pgx.Connect(ctx, "postgres://postgres@"+addr+"/app?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cn.Close(ctx)
+	// A table the move does not touch (on the default data source): the transaction
+	// holds no lock that the cutover's fence would wait for.
+	exec(t, dsns[0], "CREATE TABLE notes (id int PRIMARY KEY, body text)")
+	tx, err := cn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO notes VALUES (7, 'held')"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = reshard.Cutover(ctx, from, to, srv.ReshardProxy(), reshard.CutoverOptions{Drain: 300 * time.Millisecond})
+	if !errors.Is(err, reshard.ErrCutover) {
+		t.Fatalf("a cutover that a transaction outlasts: %v, want ErrCutover", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := cn.QueryRow(ctx, "SELECT count(*) FROM notes WHERE body = 'held'").Scan(&n); err != nil || n != 1 {
+		t.Errorf("after the cutover gave up: %d rows of the transaction's write (%v), want 1", n, err)
+	}
+	if got := srv.Router().Rules().Digest(); got != from.Digest() {
+		t.Errorf("the proxy routes by %s after the cutover gave up, want the old layout %s", got, from.Digest())
+	}
+	rec, err := reshard.ReadLayout(ctx, to)
+	if err != nil || rec == nil || rec.Digest != from.Digest() {
+		t.Errorf("the layout recorded after the cutover gave up: %+v (%v), want the old one", rec, err)
+	}
+	waitReady(t, from, to)
+	if err := reshard.Cancel(ctx, from, to, reshard.Options{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitReady(t *testing.T, from, to *rules.Compiled) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := reshard.GetStatus(context.Background(), from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Ready() {
+			return
+		}
+		if time.Now().After(deadline) {
+			var b strings.Builder
+			st.WriteText(&b)
+			t.Fatalf("the copy is not ready after 60 s:\n%s", b.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func rowsText(res []*pgconn.Result) []string {
+	var out []string
+	for _, r := range res {
+		for _, row := range r.Rows {
+			var cells []string
+			for _, v := range row {
+				cells = append(cells, string(v))
+			}
+			out = append(out, strings.Join(cells, " "))
+		}
+	}
+	return out
+}

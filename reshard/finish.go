@@ -1,0 +1,192 @@
+package reshard
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardlab/shardlab/rules"
+)
+
+// FinishOptions tune Finish.
+type FinishOptions struct {
+	// Batch is how many moved rows one statement deletes from an old data source (0:
+	// DefaultFinishBatch): each batch is a transaction of its own, so that the delete
+	// holds no lock for long and the live load goes on beside it.
+	Batch int
+	// Drain bounds the proxy's pause for its switch to the plain layout (0:
+	// DefaultDrain).
+	Drain time.Duration
+	// Progress receives a line per step, and one per table deleted from.
+	Progress io.Writer
+}
+
+// DefaultFinishBatch is the usual FinishOptions.Batch.
+const DefaultFinishBatch = 10000
+
+// FinishReport says what Finish did.
+type FinishReport struct {
+	Deleted map[string]int64 // moved rows deleted from their old data sources, by "data source.table"
+	Pause   time.Duration    // the proxy's pause for its switch to the plain layout
+}
+
+// Finish ends a move that was cut over: it drops the streams (subscriptions, slots,
+// publications), deletes the moved rows from the data sources they left (in batches,
+// while the load goes on: the views hide them meanwhile), switches the proxy px (nil:
+// none) from the views to the tables themselves, drops the views, and records the
+// move as done. It can be run again after a failure or a crash, and picks up where it
+// stopped. The fence stays: a process that still routes by the old rules stays
+// refused.
+//
+// Without px, a proxy that still reads through the views would fail once they are
+// dropped: give the proxy that serves the deployment, or restart it with the new
+// rules after the finish.
+func Finish(ctx context.Context, from, to *rules.Compiled, px Proxy, opts FinishOptions) (*FinishReport, error) {
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = DefaultFinishBatch
+	}
+	if opts.Drain <= 0 {
+		opts.Drain = DefaultDrain
+	}
+	conns, err := connectAll(ctx, from, to)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(conns)
+	cur, err := currentRecord(ctx, from, to, conns)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case cur == nil || (cur.Digest == from.Digest()):
+		return nil, fmt.Errorf("reshard: the move from layout %s to %s was not cut over: cut it over first (or cancel it)", from.Digest(), to.Digest())
+	case cur.Digest != to.Digest():
+		return nil, fmt.Errorf("%w: layout version %d (%s) is in force, not the target given (%s)", ErrStaleLayout, cur.Version, cur.Digest, to.Digest())
+	case cur.Phase != "cutover":
+		return nil, fmt.Errorf("reshard: the move to layout version %d (%s) is finished already", cur.Version, cur.Digest)
+	}
+	if err := checkMove(ctx, from, to, conns); err != nil {
+		return nil, err
+	}
+	rep := &FinishReport{Deleted: map[string]int64{}}
+
+	// The streams first: they stopped at the cutover, and a slot kept would hold the
+	// WAL of the deletes below.
+	for _, src := range from.DataSources() {
+		for _, dst := range to.DataSources() {
+			if src.Name == dst.Name {
+				continue
+			}
+			if err := dropStream(ctx, conns[src.Name], conns[dst.Name], src.Name, dst.Name, streamName(src, dst), opts.Progress); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	names, err := shardedTables(ctx, from, conns)
+	if err != nil {
+		return nil, err
+	}
+	types, err := checkKeyTypes(ctx, from, to, names, conns)
+	if err != nil {
+		return nil, err
+	}
+	typeOf := map[string]rules.KeyType{}
+	for i, n := range names {
+		typeOf[n] = types[i][0]
+	}
+	for _, v := range cur.Views {
+		n, err := deleteMoved(ctx, conns[v.DataSource], to, v, typeOf[v.Table], opts.Batch, opts.Progress)
+		rep.Deleted[v.DataSource+"."+v.Table] = n
+		if err != nil {
+			return rep, err
+		}
+	}
+
+	if px != nil {
+		held := time.Now()
+		dctx, stop := context.WithTimeout(ctx, opts.Drain)
+		resume, err := px.Pause(dctx)
+		stop()
+		if err != nil {
+			return rep, fmt.Errorf("reshard: pausing the proxy to switch it from the views to the tables: %w; run finish again", err)
+		}
+		err = px.Switch(ctx, to)
+		if rerr := resume(); err == nil {
+			err = rerr
+		}
+		rep.Pause = time.Since(held)
+		if err != nil {
+			return rep, fmt.Errorf("reshard: switching the proxy from the views to the tables: %w; run finish again", err)
+		}
+		fmt.Fprintf(opts.Progress, "reshard: the proxy reads the tables themselves (paused %v)\n", rep.Pause.Round(time.Microsecond))
+	}
+	for _, v := range cur.Views {
+		vq := Place{Schema: v.Schema, Table: v.Name}.qualified()
+		if _, err := conns[v.DataSource].Exec(ctx, "DROP VIEW IF EXISTS "+vq); err != nil {
+			return rep, fmt.Errorf("data source %s: dropping view %s: %w", v.DataSource, vq, err)
+		}
+	}
+	for _, d := range from.DataSources() {
+		if err := restoreIdentities(ctx, conns[d.Name], d.Name, opts.Progress); err != nil {
+			return rep, err
+		}
+	}
+	done := &Record{Version: cur.Version, Digest: cur.Digest, Phase: "done", Switched: cur.Switched}
+	for _, ds := range allDataSources(from, to) {
+		if err := writeRecord(ctx, conns[ds], done); err != nil {
+			return rep, fmt.Errorf("data source %s: recording the move as finished: %w", ds, err)
+		}
+		// The move's own schema: its record, the hash helpers, the marker, the marks
+		// of what it fed and of the replica identities it changed.
+		if _, err := conns[ds].Exec(ctx, "DROP SCHEMA IF EXISTS "+prefix+" CASCADE"); err != nil {
+			return rep, fmt.Errorf("data source %s: %w", ds, err)
+		}
+	}
+	fmt.Fprintf(opts.Progress, "reshard: the move to layout version %d is finished\n", cur.Version)
+	return rep, nil
+}
+
+// deleteMoved deletes from a table on an old data source the rows that layout to
+// places elsewhere (those view v hides), batch rows per transaction.
+func deleteMoved(ctx context.Context, c *pgx.Conn, to *rules.Compiled, v View, typ rules.KeyType, batch int, progress io.Writer) (int64, error) {
+	at := Place{DataSource: v.DataSource, Schema: v.Schema, Table: unqualifiedView(v)}
+	filter, err := rowFilter(to, v.Table, typ, nodeOf(to, v.Table, v.DataSource))
+	if err != nil {
+		return 0, err
+	}
+	// The move's own writes pass the fence as the layout in force.
+	if _, err := c.Exec(ctx, "SELECT set_config($1, $2, false)", LayoutSetting, to.Digest()); err != nil {
+		return 0, fmt.Errorf("data source %s: %w", v.DataSource, err)
+	}
+	sql := fmt.Sprintf("DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(SELECT ctid FROM %[1]s WHERE NOT (%[2]s) LIMIT %[3]d))", at.qualified(), filter, batch)
+	var total int64
+	last := time.Now()
+	for {
+		tag, err := c.Exec(ctx, sql)
+		if err != nil {
+			return total, fmt.Errorf("data source %s: deleting the rows of %s that moved: %w", v.DataSource, at.qualified(), err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() == 0 {
+			break
+		}
+		if time.Since(last) > 5*time.Second {
+			fmt.Fprintf(progress, "reshard: %s: %d moved rows of %s deleted so far\n", v.DataSource, total, at.qualified())
+			last = time.Now()
+		}
+	}
+	fmt.Fprintf(progress, "reshard: %s: deleted the %d rows of %s that moved away\n", v.DataSource, total, at.qualified())
+	return total, nil
+}
+
+// unqualifiedView is the name of the table view v stands for.
+func unqualifiedView(v View) string {
+	return v.Name[:len(v.Name)-len(viewSuffix)]
+}
