@@ -78,6 +78,8 @@ func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.R
 		return nil, &pgconn.PgError{Severity: "ERROR", Code: "55006", Message: "a RESHARD command is running already"}
 	}
 	defer s.reshardMu.Unlock()
+	s.resharding.Store(true)
+	defer s.resharding.Store(false)
 	if paused, _ := s.Router().Paused(); paused {
 		return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "the proxy is paused (PAUSE): RESUME first"}
 	}
@@ -85,6 +87,9 @@ func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.R
 	current := s.layout.Load()
 	switch verb {
 	case "CUTOVER":
+		if len(current.TableNames()) > 0 {
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "RESHARD CUTOVER: the last move is cut over and not finished: RESHARD FINISH first"}
+		}
 		to, err := rules.Load(arg)
 		if err != nil {
 			return nil, &pgconn.PgError{Severity: "ERROR", Code: "22023", Message: "RESHARD CUTOVER: " + err.Error()}

@@ -128,8 +128,9 @@ type Server struct {
 	// layout is the rules the proxy routes by, as given (before Aggregate merges
 	// them), the views of a move between its cutover and its finish included.
 	layout atomic.Pointer[rules.Compiled]
-	// reshardMu lets one RESHARD command run at a time.
-	reshardMu sync.Mutex
+	// reshardMu lets one RESHARD command run at a time; resharding is set meanwhile.
+	reshardMu  sync.Mutex
+	resharding atomic.Bool
 	// router is the router the proxy started with; Router().Current() is the one in
 	// force after layout switches.
 	router   *router.Router
@@ -205,7 +206,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: the admin database cannot be the database clients use (%q)", ErrConfig, cfg.Database)
 	}
 	s.admin = admin.New(r, func() int { return s.frontend.Stats().Clients })
-	s.admin.SetReshard(s.reshardCommand)
+	s.admin.SetReshard(s.reshardCommand, s.resharding.Load)
 	s.frontend = frontend.NewServer(frontend.Config{Router: r, Database: cfg.Database, Users: cfg.Users, TLS: cfg.TLS,
 		MaxClients: cfg.MaxClients, MaxMessage: cfg.MaxMessage, AdminDatabase: cfg.AdminDatabase, Admin: s.admin, Logger: log})
 	// Statements run under the frontend's context, which ends when a shutdown gives up

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,6 +59,18 @@ func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
 	names, err := shardedTables(ctx, from, conns)
 	if err != nil {
 		return err
+	}
+	// The views of a cutover that gave up (the move's own, by their comment).
+	for _, name := range names {
+		for _, n := range from.Lookup(name).Nodes {
+			at := place(from, n)
+			vq := Place{Schema: at.Schema, Table: at.Table + viewSuffix}.qualified()
+			if _, err := conns[at.DataSource].Exec(ctx, fmt.Sprintf(`DO $$ BEGIN
+				IF obj_description(to_regclass('%[1]s'), 'pg_class') = '%[2]s' THEN DROP VIEW %[3]s; END IF; END $$`,
+				strings.ReplaceAll(vq, "'", "''"), viewComment, vq)); err != nil {
+				return fmt.Errorf("data source %s: dropping view %s: %w", at.DataSource, vq, err)
+			}
+		}
 	}
 	names = append(names, from.Rules().Broadcast...)
 	for _, dst := range to.DataSources() {

@@ -112,6 +112,14 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 	if err := checkMove(ctx, from, to, conns); err != nil {
 		return p, err
 	}
+	switch cur, err := currentRecord(ctx, from, to, conns); {
+	case err != nil:
+		return p, err
+	case cur != nil && cur.Phase == "cutover":
+		return p, fmt.Errorf("%w: the move to layout version %d (%s) was cut over and not finished: finish it first", ErrUnderWay, cur.Version, cur.Digest)
+	case cur != nil && cur.Digest != from.Digest():
+		return p, fmt.Errorf("%w: layout version %d (%s) is in force, not the current rules given (%s)", ErrStaleLayout, cur.Version, cur.Digest, from.Digest())
+	}
 	needFull, err := checkReplicaIdentities(ctx, p, from, conns, opts.ReplicaIdentityFull)
 	if err != nil {
 		return p, err

@@ -31,9 +31,10 @@ type CutoverOptions struct {
 	// Drain bounds the wait for the transactions in flight to end once new ones are
 	// held (0: DefaultDrain).
 	Drain time.Duration
-	// CatchUp bounds the wait for the destinations to apply the sources' changes up to
-	// the WAL position taken once the transactions in flight ended, and for the
-	// streams to stop (0: DefaultCatchUp).
+	// CatchUp bounds the rest of the hold once the transactions in flight ended: no
+	// prepared transaction left on the sources, the new layout recorded, every
+	// destination applying its source's changes up to a marker written then, and the
+	// streams stopped (0: DefaultCatchUp).
 	CatchUp time.Duration
 	// Progress receives a line per step.
 	Progress io.Writer
@@ -57,16 +58,20 @@ type CutoverReport struct {
 	Views                         []View
 }
 
+// viewComment marks the views a move makes, so that no other is replaced or dropped.
+const viewComment = "made by shardlab reshard cutover; dropped by reshard finish and cancel"
+
 // viewSuffix ends the name of the view that stands for a table between cutover and
 // finish.
 const viewSuffix = "__shardlab_owned"
 
 // Cutover switches a deployment from layout from to layout to, once the copy of
 // Start is streaming: the proxy px (nil: none) holds new transactions, those in flight
-// finish (within Drain), the destinations apply every change the sources committed
-// meanwhile (within CatchUp), the streams stop, the data sources record layout to as
-// the one in force, and the proxy routes by it from then on; then the held
-// transactions go on. If a step overruns its bound or fails, the cutover undoes what
+// finish (within Drain), the data sources record layout to as the one in force (the
+// fence refuses the writes of processes that route by from from then on), the
+// destinations apply every change the sources committed before (within CatchUp), the
+// streams stop, and the proxy routes by to from then on; then the held transactions
+// go on. If a step overruns its bound or fails, the cutover undoes what
 // it did and the old layout serves on (ErrCutover).
 //
 // Until Finish, the rows that moved are on their old data sources too: there, each
@@ -111,6 +116,16 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 		return nil, fmt.Errorf("reshard: the copy is not streaming every table yet, so the move cannot cut over:\n%s", b.String())
 	}
 	streams := streamsOf(from, to, st)
+	for _, s := range streams {
+		var ok bool
+		if err := conns[s.from].QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_publication_tables WHERE pubname = $1
+			AND schemaname = $2 AND tablename = 'marker')`, s.name, prefix).Scan(&ok); err != nil {
+			return nil, fmt.Errorf("data source %s: %w", s.from, err)
+		}
+		if !ok {
+			return nil, fmt.Errorf("reshard: publication %s on %s has no marker table (a move started by an older reshard): cancel the move and start it again", s.name, s.from)
+		}
+	}
 
 	// Before the hold: the views and the fence. Neither changes what the old layout
 	// reads or writes.
@@ -164,41 +179,47 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 		}
 		return nil, fmt.Errorf("%w: %s: %v", ErrCutover, step, err)
 	}
+	// The new layout is recorded first: from then on no write routed by the old one
+	// is in progress or starts (writeRecord waits for those that passed the fence),
+	// so the catch-up below carries every write the old layout took.
 	t := time.Now()
-	cctx, stop := context.WithTimeout(ctx, opts.CatchUp)
-	err = catchUp(cctx, streams, conns)
-	if err == nil {
-		err = stopStreams(cctx, streams, conns)
-	}
-	stop()
-	restart := func() error { return startStreams(context.WithoutCancel(ctx), streams, conns) }
-	if err != nil {
-		return fail("catching up", err, restart)
-	}
-	rep.CatchUp = time.Since(t)
-	fmt.Fprintf(opts.Progress, "reshard: the destinations applied every change and the streams stopped in %v\n", rep.CatchUp.Round(time.Microsecond))
-
-	t = time.Now()
 	var written []string
 	restore := func() error {
 		var errs []error
 		for _, ds := range written {
-			var err error
-			if cur == nil {
-				err = writeRecord(context.WithoutCancel(ctx), conns[ds], before)
-			} else {
-				err = writeRecord(context.WithoutCancel(ctx), conns[ds], cur)
+			old := before
+			if cur != nil {
+				old = cur
 			}
-			errs = append(errs, err)
+			errs = append(errs, writeRecord(context.WithoutCancel(ctx), conns[ds], old))
 		}
 		return errors.Join(errs...)
 	}
+	cctx, stop := context.WithTimeout(ctx, opts.CatchUp)
+	defer stop()
+	// A transaction prepared for two-phase commit and not yet committed would commit
+	// its changes after the streams stop: the hold waits for none to be left.
+	if err := noPrepared(cctx, streams, conns); err != nil {
+		return fail("waiting for prepared transactions", err)
+	}
 	for _, ds := range allDataSources(from, to) {
-		if err := writeRecord(ctx, conns[ds], after); err != nil {
-			return fail("recording the layout on data source "+ds, err, restore, restart)
+		if err := writeRecord(cctx, conns[ds], after); err != nil {
+			return fail("recording the layout on data source "+ds, err, restore)
 		}
 		written = append(written, ds)
 	}
+	restart := func() error { return startStreams(context.WithoutCancel(ctx), streams, conns) }
+	err = catchUp(cctx, streams, conns)
+	if err == nil {
+		err = stopStreams(cctx, streams, conns)
+	}
+	if err != nil {
+		return fail("catching up", err, restore, restart)
+	}
+	rep.CatchUp = time.Since(t)
+	fmt.Fprintf(opts.Progress, "reshard: layout recorded; the destinations applied every change and the streams stopped in %v\n", rep.CatchUp.Round(time.Microsecond))
+
+	t = time.Now()
 	if px != nil {
 		if err := px.Switch(ctx, withViews(to, views)); err != nil {
 			return fail("switching the proxy", err, restore, restart)
@@ -222,7 +243,7 @@ func currentRecord(ctx context.Context, from, to *rules.Compiled, conns map[stri
 		if err != nil {
 			return nil, fmt.Errorf("data source %s: reading the layout record: %w", ds, err)
 		}
-		if rec != nil && (cur == nil || rec.Version > cur.Version) {
+		if newer(rec, cur) {
 			cur = rec
 		}
 	}
@@ -260,7 +281,18 @@ func makeViews(ctx context.Context, from, to *rules.Compiled, names []string, ty
 			}
 			v := View{Table: name, DataSource: at.DataSource, Schema: at.Schema, Name: at.Table + viewSuffix}
 			vq := Place{Schema: at.Schema, Table: v.Name}.qualified()
-			if _, err := conns[at.DataSource].Exec(ctx, fmt.Sprintf("CREATE OR REPLACE VIEW %s AS SELECT * FROM %s WHERE %s", vq, at.qualified(), filter)); err != nil {
+			c := conns[at.DataSource]
+			// A relation of that name that the move did not make is not replaced.
+			var comment *string
+			var exists bool
+			if err := c.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, obj_description(to_regclass($1), 'pg_class')", vq).Scan(&exists, &comment); err != nil {
+				return nil, fmt.Errorf("data source %s: %w", at.DataSource, err)
+			}
+			if exists && (comment == nil || *comment != viewComment) {
+				return nil, fmt.Errorf("data source %s: %s exists and is not the move's view: rename it", at.DataSource, vq)
+			}
+			if _, err := c.Exec(ctx, fmt.Sprintf("CREATE OR REPLACE VIEW %s AS SELECT * FROM %s WHERE %s; COMMENT ON VIEW %s IS '%s'",
+				vq, at.qualified(), filter, vq, viewComment)); err != nil {
 				return nil, fmt.Errorf("data source %s: creating view %s: %w", at.DataSource, vq, err)
 			}
 			fmt.Fprintf(progress, "reshard: %s: view %s shows the rows of %s that stay\n", at.DataSource, vq, at.qualified())
@@ -378,6 +410,32 @@ func stopStreams(ctx context.Context, streams []stream, conns map[string]*pgx.Co
 			case <-ctx.Done():
 				return fmt.Errorf("the subscription %s on %s did not stop: %w", s.name, s.to, ctx.Err())
 			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// noPrepared waits until no source of a stream holds a prepared transaction.
+func noPrepared(ctx context.Context, streams []stream, conns map[string]*pgx.Conn) error {
+	seen := map[string]bool{}
+	for _, s := range streams {
+		if seen[s.from] {
+			continue
+		}
+		seen[s.from] = true
+		for {
+			var n int
+			if err := conns[s.from].QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()").Scan(&n); err != nil {
+				return fmt.Errorf("data source %s: %w", s.from, err)
+			}
+			if n == 0 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("data source %s holds %d prepared transactions (pg_prepared_xacts): %w", s.from, n, ctx.Err())
+			case <-time.After(5 * time.Millisecond):
 			}
 		}
 	}

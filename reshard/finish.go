@@ -68,14 +68,40 @@ func Finish(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Finish
 		return nil, fmt.Errorf("reshard: the move from layout %s to %s was not cut over: cut it over first (or cancel it)", from.Digest(), to.Digest())
 	case cur.Digest != to.Digest():
 		return nil, fmt.Errorf("%w: layout version %d (%s) is in force, not the target given (%s)", ErrStaleLayout, cur.Version, cur.Digest, to.Digest())
-	case cur.Phase != "cutover":
-		return nil, fmt.Errorf("reshard: the move to layout version %d (%s) is finished already", cur.Version, cur.Digest)
-	}
-	if err := checkMove(ctx, from, to, conns); err != nil {
-		return nil, err
 	}
 	rep := &FinishReport{Deleted: map[string]int64{}}
+	if cur.Phase == "cutover" {
+		if err := finishMoved(ctx, from, to, cur, conns, px, opts, rep); err != nil {
+			return rep, err
+		}
+	}
+	// What is left is dropped last, and again by a finish run after one that stopped
+	// part way: the views (no layout in force reads through them any more) and the
+	// move's own schema (its record, the hash helpers, the marker, the marks of what it
+	// fed and of the replica identities it changed).
+	for _, v := range cur.Views {
+		vq := Place{Schema: v.Schema, Table: v.Name}.qualified()
+		if _, err := conns[v.DataSource].Exec(ctx, "DROP VIEW IF EXISTS "+vq); err != nil {
+			return rep, fmt.Errorf("data source %s: dropping view %s: %w", v.DataSource, vq, err)
+		}
+	}
+	for _, ds := range allDataSources(from, to) {
+		if _, err := conns[ds].Exec(ctx, "DROP SCHEMA IF EXISTS "+prefix+" CASCADE"); err != nil {
+			return rep, fmt.Errorf("data source %s: %w", ds, err)
+		}
+	}
+	fmt.Fprintf(opts.Progress, "reshard: the move to layout version %d is finished\n", cur.Version)
+	return rep, nil
+}
 
+// finishMoved carries out the steps of a finish that need the move cut over and not
+// finished: the streams dropped, the moved rows deleted, the proxy switched to the
+// tables, the replica identities restored, and the move recorded as done (the views
+// kept in the record, so that a finish run again drops them).
+func finishMoved(ctx context.Context, from, to *rules.Compiled, cur *Record, conns map[string]*pgx.Conn, px Proxy, opts FinishOptions, rep *FinishReport) error {
+	if err := checkMove(ctx, from, to, conns); err != nil {
+		return err
+	}
 	// The streams first: they stopped at the cutover, and a slot kept would hold the
 	// WAL of the deletes below.
 	for _, src := range from.DataSources() {
@@ -84,18 +110,17 @@ func Finish(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Finish
 				continue
 			}
 			if err := dropStream(ctx, conns[src.Name], conns[dst.Name], src.Name, dst.Name, streamName(src, dst), opts.Progress); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-
 	names, err := shardedTables(ctx, from, conns)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	types, err := checkKeyTypes(ctx, from, to, names, conns)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	typeOf := map[string]rules.KeyType{}
 	for i, n := range names {
@@ -105,17 +130,16 @@ func Finish(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Finish
 		n, err := deleteMoved(ctx, conns[v.DataSource], to, v, typeOf[v.Table], opts.Batch, opts.Progress)
 		rep.Deleted[v.DataSource+"."+v.Table] = n
 		if err != nil {
-			return rep, err
+			return err
 		}
 	}
-
 	if px != nil {
 		held := time.Now()
 		dctx, stop := context.WithTimeout(ctx, opts.Drain)
 		resume, err := px.Pause(dctx)
 		stop()
 		if err != nil {
-			return rep, fmt.Errorf("reshard: pausing the proxy to switch it from the views to the tables: %w; run finish again", err)
+			return fmt.Errorf("reshard: pausing the proxy to switch it from the views to the tables: %w; run finish again", err)
 		}
 		err = px.Switch(ctx, to)
 		if rerr := resume(); err == nil {
@@ -123,58 +147,55 @@ func Finish(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Finish
 		}
 		rep.Pause = time.Since(held)
 		if err != nil {
-			return rep, fmt.Errorf("reshard: switching the proxy from the views to the tables: %w; run finish again", err)
+			return fmt.Errorf("reshard: switching the proxy from the views to the tables: %w; run finish again", err)
 		}
 		fmt.Fprintf(opts.Progress, "reshard: the proxy reads the tables themselves (paused %v)\n", rep.Pause.Round(time.Microsecond))
 	}
-	for _, v := range cur.Views {
-		vq := Place{Schema: v.Schema, Table: v.Name}.qualified()
-		if _, err := conns[v.DataSource].Exec(ctx, "DROP VIEW IF EXISTS "+vq); err != nil {
-			return rep, fmt.Errorf("data source %s: dropping view %s: %w", v.DataSource, vq, err)
-		}
-	}
 	for _, d := range from.DataSources() {
 		if err := restoreIdentities(ctx, conns[d.Name], d.Name, opts.Progress); err != nil {
-			return rep, err
+			return err
 		}
 	}
-	done := &Record{Version: cur.Version, Digest: cur.Digest, Phase: "done", Switched: cur.Switched}
+	done := *cur
+	done.Phase = "done"
+	done.From = nil
 	for _, ds := range allDataSources(from, to) {
-		if err := writeRecord(ctx, conns[ds], done); err != nil {
-			return rep, fmt.Errorf("data source %s: recording the move as finished: %w", ds, err)
-		}
-		// The move's own schema: its record, the hash helpers, the marker, the marks
-		// of what it fed and of the replica identities it changed.
-		if _, err := conns[ds].Exec(ctx, "DROP SCHEMA IF EXISTS "+prefix+" CASCADE"); err != nil {
-			return rep, fmt.Errorf("data source %s: %w", ds, err)
+		if err := writeRecord(ctx, conns[ds], &done); err != nil {
+			return fmt.Errorf("data source %s: recording the move as finished: %w; run finish again", ds, err)
 		}
 	}
-	fmt.Fprintf(opts.Progress, "reshard: the move to layout version %d is finished\n", cur.Version)
-	return rep, nil
+	return nil
 }
 
 // deleteMoved deletes from a table on an old data source the rows that layout to
-// places elsewhere (those view v hides), batch rows per transaction.
+// places elsewhere (those view v hides), batch rows per transaction, in key order: each
+// batch starts where the last ended, so that the table is read once in all.
 func deleteMoved(ctx context.Context, c *pgx.Conn, to *rules.Compiled, v View, typ rules.KeyType, batch int, progress io.Writer) (int64, error) {
 	at := Place{DataSource: v.DataSource, Schema: v.Schema, Table: unqualifiedView(v)}
-	filter, err := rowFilter(to, v.Table, typ, nodeOf(to, v.Table, v.DataSource))
+	node := nodeOf(to, v.Table, v.DataSource)
+	filter, err := rowFilter(to, v.Table, typ, node)
 	if err != nil {
 		return 0, err
 	}
+	key := pgx.Identifier{to.Lookup(v.Table).KeyColumns()[0]}.Sanitize()
 	// The move's own writes pass the fence as the layout in force.
 	if _, err := c.Exec(ctx, "SELECT set_config($1, $2, false)", LayoutSetting, to.Digest()); err != nil {
 		return 0, fmt.Errorf("data source %s: %w", v.DataSource, err)
 	}
-	sql := fmt.Sprintf("DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(SELECT ctid FROM %[1]s WHERE NOT (%[2]s) LIMIT %[3]d))", at.qualified(), filter, batch)
+	// $1 is the last key deleted, as text (NULL: from the first).
+	sql := fmt.Sprintf(`WITH d AS (DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(SELECT ctid FROM %[1]s
+			WHERE ($1::text IS NULL OR %[2]s > $1::text::%[4]s) AND NOT (%[3]s) ORDER BY %[2]s LIMIT %[5]d)) RETURNING %[2]s)
+		SELECT count(*), ((array_agg(%[2]s ORDER BY %[2]s DESC))[1])::text FROM d`, at.qualified(), key, filter, typ, batch)
 	var total int64
+	var after *string
 	last := time.Now()
 	for {
-		tag, err := c.Exec(ctx, sql)
-		if err != nil {
+		var n int64
+		if err := c.QueryRow(ctx, sql, after).Scan(&n, &after); err != nil {
 			return total, fmt.Errorf("data source %s: deleting the rows of %s that moved: %w", v.DataSource, at.qualified(), err)
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() == 0 {
+		total += n
+		if n == 0 {
 			break
 		}
 		if time.Since(last) > 5*time.Second {

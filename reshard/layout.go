@@ -79,6 +79,9 @@ func createLayoutTable(ctx context.Context, c *pgx.Conn) error {
 			IF mine IS NULL OR mine = '' THEN
 				RETURN NULL;
 			END IF;
+			-- Shared until the transaction ends: a new record (writeRecord) waits for
+			-- the writes that passed the fence, and those that come after read it.
+			PERFORM pg_advisory_xact_lock_shared(%[4]d);
 			SELECT version, digest INTO v, d FROM %[2]s;
 			IF FOUND AND d <> mine THEN
 				RAISE EXCEPTION 'shardlab: this process routes by layout %%, and the data sources are at layout version %% (%%): its writes are refused; restart it with the rules in force', mine, v, d
@@ -86,7 +89,7 @@ func createLayoutTable(ctx context.Context, c *pgx.Conn) error {
 			END IF;
 			RETURN NULL;
 		END
-		$fence$`, layoutSchema, layoutTable, LayoutSetting))
+		$fence$`, layoutSchema, layoutTable, LayoutSetting, fenceLock))
 	return err
 }
 
@@ -114,16 +117,39 @@ func readRecord(ctx context.Context, c *pgx.Conn) (*Record, error) {
 	return rec, nil
 }
 
-// writeRecord replaces a data source's record.
+// fenceLock is the advisory lock key that orders the fence and the record: every
+// write that passes the fence holds it shared until its transaction ends; a new
+// record is written holding it exclusively.
+const fenceLock = 0x5348524c
+
+// recordWait bounds how long writing a record waits for the writes in progress that
+// passed the fence (those of other processes: the proxy's were drained).
+var recordWait = 2 * time.Second
+
+// writeRecord replaces a data source's record. It first waits, up to recordWait, for
+// every transaction that passed the fence to end, so that once it is written no write
+// routed by the layout it replaces is in progress, and none starts.
 func writeRecord(ctx context.Context, c *pgx.Conn, rec *Record) error {
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	_, err = c.Exec(ctx, "INSERT INTO "+layoutTable+` (version, digest, phase, record) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (one) DO UPDATE SET version = excluded.version, digest = excluded.digest, phase = excluded.phase, record = excluded.record`,
-		rec.Version, rec.Digest, rec.Phase, raw)
-	return err
+	return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", recordWait.Milliseconds())); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(fenceLock)); err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "55P03" {
+				return fmt.Errorf("a transaction that writes through the fence stayed open for %v (see pg_stat_activity): %w", recordWait, err)
+			}
+			return err
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO "+layoutTable+` (version, digest, phase, record) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (one) DO UPDATE SET version = excluded.version, digest = excluded.digest, phase = excluded.phase, record = excluded.record`,
+			rec.Version, rec.Digest, rec.Phase, raw)
+		return err
+	})
 }
 
 // installFence puts the fence's trigger on a table of a data source. Making a
@@ -176,6 +202,9 @@ func InForce(ctx context.Context, l *rules.Compiled) (*rules.Compiled, error) {
 		return nil, fmt.Errorf("%w: data source %s is at layout version %d (%s), and these rules are %s: give the rules in force",
 			ErrStaleLayout, at, rec.Version, rec.Digest, l.Digest())
 	}
+	if rec.Phase != "cutover" {
+		return l, nil
+	}
 	return withViews(l, rec.Views), nil
 }
 
@@ -208,11 +237,24 @@ func readLayout(ctx context.Context, l *rules.Compiled) (*Record, string, error)
 		if err != nil {
 			return nil, "", fmt.Errorf("data source %s: reading the layout record: %w", d.Name, err)
 		}
-		if rec != nil && (found == nil || rec.Version > found.Version) {
+		if newer(rec, found) {
 			found, foundAt = rec, d.Name
 		}
 	}
 	return found, foundAt, nil
+}
+
+// newer reports whether record a stands over b: a higher version, or the same in
+// phase "cutover" (a finish that stopped part way recorded "done" on some data
+// sources only).
+func newer(a, b *Record) bool {
+	switch {
+	case a == nil:
+		return false
+	case b == nil || a.Version > b.Version:
+		return true
+	}
+	return a.Version == b.Version && a.Phase == "cutover" && b.Phase != "cutover"
 }
 
 // withViews returns l reading and writing through views (none: l).

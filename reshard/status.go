@@ -221,6 +221,6 @@ func (s *Status) WriteText(b *strings.Builder, prev ...*Status) {
 		}
 	}
 	if s.Ready() {
-		b.WriteString("every table is copied and streaming: the move is ready for the cutover (not built yet)\n")
+		b.WriteString("every table is copied and streaming: the move is ready for the cutover (reshard cutover)\n")
 	}
 }

@@ -3,6 +3,7 @@ package charts
 import (
 	"io"
 
+	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
@@ -28,6 +29,15 @@ type Timeline struct {
 type TimelineChart struct {
 	Title  string
 	Series []Timeline
+	// Marks are moments drawn as labelled vertical lines on both panels (a resharding
+	// move's steps, say).
+	Marks []Mark
+}
+
+// Mark is a labelled moment of a timeline.
+type Mark struct {
+	T     float64 // seconds, as Sample.T
+	Label string
 }
 
 // Render draws the chart in format f.
@@ -76,6 +86,30 @@ func (c TimelineChart) Render(w io.Writer, f Format) error {
 		return ErrNoData
 	}
 	top.Y.Min, bottom.Y.Min = 0, 0
+	for i, m := range c.Marks {
+		for j, p := range []*plot.Plot{top, bottom} {
+			ymax := p.Y.Max // the data's, once the series are added
+			l, err := plotter.NewLine(plotter.XYs{{X: m.T, Y: 0}, {X: m.T, Y: ymax}})
+			if err != nil {
+				return err
+			}
+			l.Color = Faded(Color(len(c.Series)+i), 0.6)
+			l.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+			p.Add(l)
+			if j == 0 {
+				// Labels alternate in height, so that close moments stay readable.
+				y := ymax * (0.97 - 0.08*float64(i%4))
+				lb, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: m.T, Y: y}}, Labels: []string{m.Label}})
+				if err != nil {
+					return err
+				}
+				for k := range lb.TextStyle {
+					lb.TextStyle[k].Font.Size = vg.Points(7)
+				}
+				p.Add(lb)
+			}
+		}
+	}
 	top.Add(plotter.NewGrid())
 	bottom.Add(plotter.NewGrid())
 	return render(w, f, 7*vg.Inch, 5.5*vg.Inch, top, bottom)

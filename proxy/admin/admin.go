@@ -28,11 +28,15 @@ type Admin struct {
 	router  *router.Router
 	clients func() int
 	reshard func(ctx context.Context, verb, arg string) (*Result, error)
+	// resharding reports whether a RESHARD command is running: PAUSE and RESUME are
+	// refused meanwhile (its hold is a pause).
+	resharding func() bool
 }
 
-// SetReshard sets what carries out RESHARD CUTOVER 'rules file' and RESHARD FINISH.
-func (a *Admin) SetReshard(f func(ctx context.Context, verb, arg string) (*Result, error)) {
-	a.reshard = f
+// SetReshard sets what carries out RESHARD CUTOVER 'rules file' and RESHARD FINISH,
+// and what says whether one is running.
+func (a *Admin) SetReshard(f func(ctx context.Context, verb, arg string) (*Result, error), running func() bool) {
+	a.reshard, a.resharding = f, running
 }
 
 // New returns an admin over r; clients reports the number of client sessions.
@@ -69,7 +73,8 @@ SHOW DATABASES  the data sources
 SHOW CLIENTS    how many client sessions there are
 SHOW ROUTE sql  where a statement (values inline) would run: targets, rewritten SQL, merge
 SHOW TWO_PHASE  two-phase transactions in doubt (how many, the oldest's age) and what the settler did
-SHOW PAUSE      whether the proxy is paused, and how many clients hold server connections
+SHOW PAUSE      whether the proxy is paused, and how many clients are in a transaction (or hold
+                server connections between them)
 PAUSE [seconds] holds every client's next transaction (or statement outside one) and waits, up to
                 seconds (default 30), until the transactions in progress end; if they do not, the
                 pause is lifted and PAUSE fails
@@ -87,6 +92,9 @@ SHOW HELP       this list`
 func (a *Admin) Answer(ctx context.Context, sql string) (*Result, error) {
 	q := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(sql), ";"))
 	words := strings.Fields(q)
+	if len(words) >= 1 && (strings.EqualFold(words[0], "PAUSE") || strings.EqualFold(words[0], "RESUME")) && a.resharding != nil && a.resharding() {
+		return nil, &pgconn.PgError{Severity: "ERROR", Code: "55006", Message: "a RESHARD command is running, and its hold is a pause: " + strings.ToUpper(words[0]) + " waits until it ends"}
+	}
 	switch {
 	case len(words) >= 1 && len(words) <= 2 && strings.EqualFold(words[0], "PAUSE"):
 		return a.pause(ctx, words[1:])
@@ -128,7 +136,7 @@ func (a *Admin) Answer(ctx context.Context, sql string) (*Result, error) {
 		return a.layout(), nil
 	case "PAUSE":
 		paused, active := a.router.Current().Paused()
-		r := result("SHOW", "paused", Text, "clients_holding_connections", Bigint)
+		r := result("SHOW", "paused", Text, "clients_in_transactions", Bigint)
 		r.Rows = [][]string{{map[bool]string{true: "yes", false: "no"}[paused], strconv.Itoa(active)}}
 		return r, nil
 	case "HELP":

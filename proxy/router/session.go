@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardlab/shardlab/rules"
+
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -182,6 +184,8 @@ func startupSettings(name, value string) ([]string, error) {
 		return out, nil
 	}
 	switch name {
+	case rules.LayoutSetting:
+		return nil, &pgconn.PgError{Severity: "FATAL", Code: "42501", Message: rules.LayoutSetting + " is the proxy's: it tells the servers which layout the proxy routes by"}
 	case "replication":
 		return nil, &pgconn.PgError{Severity: "FATAL", Code: "0A000", Message: "the shardlab proxy does not support replication connections"}
 	}
@@ -224,16 +228,20 @@ func (s *Session) Start(ctx context.Context) (map[string]string, error) {
 	base := s.r.serverParameters(ctx)
 	out := maps.Clone(base)
 	out["session_authorization"] = s.user
-	ds := s.r.rules.DefaultDataSource()
 	var params map[string]string
 	// With every connection or turn taken, the login does not wait long for one: the
 	// client's settings are then checked at its first statement.
 	s.leases.waitBound = s.r.poolWait
 	defer func() { s.leases.waitBound = 0 }()
 	if err := s.Hold(ctx); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "53300" {
+			return out, nil // paused: the client's settings wait for its first statement
+		}
 		return nil, err
 	}
 	defer s.Release()
+	ds := s.r.rules.DefaultDataSource() // after Hold, which may move the session to another router
 	err := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
 		params = readParameters(c.PgConn())
 		return nil

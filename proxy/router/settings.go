@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/shardlab/shardlab/rules"
+
 	"github.com/jackc/pgx/v5/pgproto3"
 	pg "github.com/pganalyze/pg_query_go/v6"
 
@@ -185,6 +187,9 @@ func (s *Session) set(ctx context.Context, sql string) error {
 	kind, name, err := classifySet(sql)
 	if err != nil {
 		return err
+	}
+	if name == rules.LayoutSetting {
+		return pgError("42501", "%s is the proxy's: it tells the servers which layout the proxy routes by (a resharding move's fence)", rules.LayoutSetting)
 	}
 	if name == "client_encoding" && (kind == setValue || kind == setLocal) {
 		s.noteEncoding(setValueOf(sql))

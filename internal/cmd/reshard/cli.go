@@ -99,6 +99,13 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
   Revert, and moves into data sources the current layout uses, are not built yet
   (docs/reshard.md).
 
+  timeline --run DIR --accounts N
+        reports a run of scripts/reshard_tpcb.sh (the move under pgbench's TPC-B):
+        the steps' durations, the copy rate, the longest wait of a client through
+        the cutover, p99 latency before, during and around it, failures, the
+        reader's counts, the lag, the TPC-B invariant, where the rows ended; writes
+        timeline.csv and timeline.svg into DIR. Takes no --from or --to.
+
 Rules files are TOML (see the rules package, or examples/reshard/*.toml).
 A data source keeps its name and DSN in both layouts; a new one has a new name.
 start records the move on the current layout's data sources: give status, verify and
@@ -116,6 +123,21 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
+	case "timeline":
+		fs := flag.NewFlagSet("reshard timeline", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		run := fs.String("run", "", "the run directory of scripts/reshard_tpcb.sh (required)")
+		accounts := fs.Int64("accounts", 0, "how many accounts the reader must count (pgbench's scale x 100000; required)")
+		if err := fs.Parse(args[1:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return fmt.Errorf("%w: %v", ErrUsage, err)
+		}
+		if *run == "" || *accounts <= 0 || fs.NArg() > 0 {
+			return fmt.Errorf("%w: reshard timeline --run DIR --accounts N", ErrUsage)
+		}
+		return timeline(*run, *accounts, stdout)
 	case "plan", "start", "status", "verify", "cancel", "cutover", "finish":
 	default:
 		return fmt.Errorf("%w: unknown command %q (plan, start, status, verify, cancel, cutover or finish; reshard --help)", ErrUsage, args[0])

@@ -1,0 +1,309 @@
+package reshard
+
+import (
+	"bufio"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/shardlab/shardlab/lab/charts"
+)
+
+// The timeline command reads a run directory of scripts/reshard_tpcb.sh and reports
+// the move under load: its steps' durations, the copy rate, the replication lag, the
+// longest wait of a client, latency and throughput around the cutover, failures, the
+// reader's counts, the TPC-B invariant, where the rows ended, and a timeline chart.
+
+// txn is one pgbench transaction: when it ended (unix µs), how long it took and how
+// long it waited for its schedule (µs; -1 for a failed one).
+type txn struct {
+	end, latency, lag int64
+	failed            bool
+}
+
+// readTransactions reads pgbench's per-transaction log ("client_id transaction_no
+// time script_no time_epoch time_us [schedule_lag]"), plain or gzipped.
+func readTransactions(path string) ([]txn, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if strings.HasSuffix(path, ".gz") {
+		gz, err := gzip.NewReader(f)
+		if err != nil {
+			return nil, err
+		}
+		defer gz.Close()
+		r = gz
+	}
+	var out []txn
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 6 {
+			continue
+		}
+		sec, err1 := strconv.ParseInt(fs[4], 10, 64)
+		us, err2 := strconv.ParseInt(fs[5], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		t := txn{end: sec*1_000_000 + us}
+		if fs[2] == "failed" {
+			t.failed = true
+		} else if fs[2] == "skipped" {
+			continue
+		} else if t.latency, err = strconv.ParseInt(fs[2], 10, 64); err != nil {
+			continue
+		}
+		if len(fs) >= 7 {
+			t.lag, _ = strconv.ParseInt(fs[6], 10, 64)
+		}
+		out = append(out, t)
+	}
+	slices.SortFunc(out, func(a, b txn) int { return int(a.end - b.end) })
+	return out, sc.Err()
+}
+
+// readEvents reads "unix_ms name" lines.
+func readEvents(path string) (map[string]int64, []string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	at := map[string]int64{}
+	var order []string
+	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+		ms, name, ok := strings.Cut(line, " ")
+		v, err := strconv.ParseInt(ms, 10, 64)
+		if !ok || err != nil {
+			continue
+		}
+		at[name] = v
+		order = append(order, name)
+	}
+	return at, order, nil
+}
+
+func percentile(sorted []int64, p float64) int64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// window returns the latencies (µs) of the transactions that ended in [from, to) ms.
+func window(ts []txn, from, to int64) []int64 {
+	var out []int64
+	for _, t := range ts {
+		if !t.failed && t.end >= from*1000 && t.end < to*1000 {
+			out = append(out, t.latency)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func readFile(dir, name string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, name))
+	return strings.TrimSpace(string(b))
+}
+
+// timeline reports run directory dir (accounts: how many the reader must count).
+func timeline(dir string, accounts int64, stdout io.Writer) error {
+	ts, err := readTransactions(filepath.Join(dir, "transactions.log.gz"))
+	if errors.Is(err, os.ErrNotExist) {
+		ts, err = readTransactions(filepath.Join(dir, "transactions.log"))
+	}
+	if err != nil {
+		return fmt.Errorf("pgbench's transaction log: %w", err)
+	}
+	if len(ts) == 0 {
+		return errors.New("pgbench's transaction log has no transaction")
+	}
+	ev, order, err := readEvents(filepath.Join(dir, "events.txt"))
+	if err != nil {
+		return err
+	}
+	for _, need := range []string{"load", "copy_start", "copy_ready", "cutover_start", "cutover_end", "finish_start", "finish_end", "stop"} {
+		if _, ok := ev[need]; !ok {
+			return fmt.Errorf("events.txt has no %s: the run did not finish", need)
+		}
+	}
+	secs := func(a, b string) float64 { return float64(ev[b]-ev[a]) / 1000 }
+	var b strings.Builder
+	rate := strings.Fields(readFile(dir, "rate.txt"))
+	fmt.Fprintf(&b, "command: %s\n", readFile(dir, "command.txt"))
+	if len(rate) == 2 {
+		fmt.Fprintf(&b, "load: pgbench TPC-B -M extended through shard-proxy at %s tps (pgbench -R), %s measured just before\n", rate[1], rate[0])
+	}
+
+	// The steps.
+	var copied int64
+	for line := range strings.SplitSeq(readFile(dir, "copied-accounts.txt"), "\n") {
+		n, _ := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
+		copied += n
+	}
+	copySecs := secs("copy_start", "copy_ready")
+	fmt.Fprintf(&b, "copy: %.1f s, %d accounts to the new data sources (%.0f rows/s, pgbench_history and the broadcast tables besides)\n",
+		copySecs, copied, float64(copied)/copySecs)
+	if _, ok := ev["verify_end"]; ok {
+		verdict := "clean"
+		if readFile(dir, "verify-rc.txt") != "0" {
+			verdict = "DIFFERENCES (verify.txt)"
+		}
+		fmt.Fprintf(&b, "verify: %.1f s, %s (under load; it is not pinned to one WAL position)\n", secs("verify_start", "verify_end"), verdict)
+	}
+	steps := map[string]string{}
+	for line := range strings.SplitSeq(readFile(dir, "cutover.txt"), "\n") {
+		if k, v, ok := strings.Cut(line, "\t"); ok {
+			steps[k] = v
+		}
+	}
+	fmt.Fprintf(&b, "cutover: the proxy paused %s ms (drain %s, catch-up %s, switch %s); the command took %.2f s\n",
+		steps["pause"], steps["drain"], steps["catch_up"], steps["switch"], secs("cutover_start", "cutover_end"))
+	fmt.Fprintf(&b, "finish: %.1f s\n", secs("finish_start", "finish_end"))
+
+	// Clients.
+	var failed int
+	for _, t := range ts {
+		if t.failed {
+			failed++
+		}
+	}
+	aborted := strings.Count(readFile(dir, "pgbench.stderr"), "aborted")
+	fmt.Fprintf(&b, "transactions: %d logged, %d failed, %d client aborts (pgbench.stderr)\n", len(ts), failed, aborted)
+	// The longest wait: among the transactions that ran through the cutover, the
+	// greatest latency plus schedule lag (a held transaction delays the client's next).
+	cs, ce := ev["cutover_start"], ev["cutover_end"]
+	var longest int64
+	for _, t := range ts {
+		start := t.end - t.latency
+		if !t.failed && t.end >= cs*1000 && start <= ce*1000+1_000_000 {
+			longest = max(longest, t.latency+t.lag)
+		}
+	}
+	fmt.Fprintf(&b, "the longest wait of a client through the cutover: %.1f ms (latency plus schedule lag)\n", float64(longest)/1000)
+	pre := window(ts, ev["load"]+2000, ev["copy_start"])
+	during := window(ts, ev["copy_start"], ev["copy_ready"])
+	around := window(ts, cs-1000, ce+1000)
+	after := window(ts, ev["finish_end"], ev["stop"])
+	ms := func(us int64) float64 { return float64(us) / 1000 }
+	fmt.Fprintf(&b, "p99 latency: before the move %.2f ms, during the copy %.2f ms, from 1 s before to 1 s after the cutover %.2f ms, after the finish %.2f ms\n",
+		ms(percentile(pre, 0.99)), ms(percentile(during, 0.99)), ms(percentile(around, 0.99)), ms(percentile(after, 0.99)))
+	fmt.Fprintf(&b, "p50 latency: before %.2f ms, around the cutover %.2f ms\n", ms(percentile(pre, 0.5)), ms(percentile(around, 0.5)))
+
+	// The reader.
+	var reads, wrong int
+	var badSample string
+	for line := range strings.SplitSeq(readFile(dir, "reader.txt"), "\n") {
+		fs := strings.Fields(line)
+		if len(fs) < 2 {
+			continue
+		}
+		reads++
+		if n, err := strconv.ParseInt(fs[1], 10, 64); err != nil || n != accounts {
+			wrong++
+			if badSample == "" {
+				badSample = line
+			}
+		}
+	}
+	fmt.Fprintf(&b, "reader: %d counts of pgbench_accounts through the proxy, %d not %d", reads, wrong, accounts)
+	if badSample != "" {
+		fmt.Fprintf(&b, " (first: %q)", badSample)
+	}
+	b.WriteString("\n")
+
+	// Lag.
+	var maxLag int64
+	lagAt := map[int64]int64{} // second -> the greatest lag of any slot then
+	for line := range strings.SplitSeq(readFile(dir, "lag.txt"), "\n") {
+		fs := strings.Fields(line)
+		if len(fs) != 3 {
+			continue
+		}
+		at, _ := strconv.ParseInt(fs[0], 10, 64)
+		v, _ := strconv.ParseInt(fs[2], 10, 64)
+		maxLag = max(maxLag, v)
+		lagAt[at/1000] = max(lagAt[at/1000], v)
+	}
+	fmt.Fprintf(&b, "replication lag: at most %.1f MB of WAL behind (lag.txt, per second in timeline.csv)\n", float64(maxLag)/1e6)
+
+	// The invariant and the placement.
+	inv := strings.Fields(readFile(dir, "invariant.txt"))
+	if len(inv) == 5 {
+		ok := inv[0] == inv[1] && inv[1] == inv[2] && inv[2] == inv[3]
+		fmt.Fprintf(&b, "TPC-B invariant: sum(abalance) %s, sum(bbalance) %s, sum(tbalance) %s, sum(delta) %s: %s; %s accounts\n",
+			inv[0], inv[1], inv[2], inv[3], map[bool]string{true: "equal", false: "NOT EQUAL"}[ok], inv[4])
+	}
+	var misplaced, total, leftovers int64
+	bsums := map[string]bool{}
+	for line := range strings.SplitSeq(readFile(dir, "placement.txt"), "\n") {
+		fs := strings.Fields(line)
+		if len(fs) != 5 {
+			continue
+		}
+		n, _ := strconv.ParseInt(fs[1], 10, 64)
+		m, _ := strconv.ParseInt(fs[2], 10, 64)
+		l, _ := strconv.ParseInt(fs[4], 10, 64)
+		total, misplaced, leftovers = total+n, misplaced+m, leftovers+l
+		bsums[fs[3]] = true
+	}
+	fmt.Fprintf(&b, "placement: %d accounts on the four data sources, %d not where the new layout places them; the branches' balances agree on every data source: %v; %d slots, subscriptions or publications left\n",
+		total, misplaced, len(bsums) == 1, leftovers)
+
+	// The timeline.
+	t0 := ev["load"] / 1000
+	last := ts[len(ts)-1].end / 1_000_000
+	var samples []charts.Sample
+	var csv strings.Builder
+	csv.WriteString("second,tps,p50_ms,p99_ms,max_ms,failed,lag_bytes\n")
+	i := 0
+	for s := t0; s <= last; s++ {
+		var lat []int64
+		var fails int
+		for ; i < len(ts) && ts[i].end < (s+1)*1_000_000; i++ {
+			if ts[i].end < s*1_000_000 {
+				continue
+			}
+			if ts[i].failed {
+				fails++
+				continue
+			}
+			lat = append(lat, ts[i].latency)
+		}
+		slices.Sort(lat)
+		p99 := ms(percentile(lat, 0.99))
+		fmt.Fprintf(&csv, "%d,%d,%.3f,%.3f,%.3f,%d,%d\n", s-t0, len(lat), ms(percentile(lat, 0.5)), p99, ms(percentile(lat, 1)), fails, lagAt[s])
+		samples = append(samples, charts.Sample{T: float64(s - t0), Throughput: float64(len(lat)), P99: p99})
+	}
+	if err := os.WriteFile(filepath.Join(dir, "timeline.csv"), []byte(csv.String()), 0o644); err != nil {
+		return err
+	}
+	var marks []charts.Mark
+	for _, name := range order {
+		if name == "load" || name == "stop" {
+			continue
+		}
+		marks = append(marks, charts.Mark{T: float64(ev[name]-ev["load"]) / 1000, Label: strings.ReplaceAll(name, "_", " ")})
+	}
+	chart := charts.TimelineChart{Title: "pgbench TPC-B through shard-proxy while it reshards from 2 to 4 data sources",
+		Series: []charts.Timeline{{Label: "per second", Trials: [][]charts.Sample{samples}}}, Marks: marks}
+	if err := charts.Save(chart, filepath.Join(dir, "timeline.svg")); err != nil {
+		return err
+	}
+	b.WriteString("timeline: timeline.csv, timeline.svg\n")
+	_, err = io.WriteString(stdout, b.String())
+	return err
+}

@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# reshard_tpcb.sh: the resharding measurement (issue 23, docs/reshard.md "The
+# measurement"). pgbench's TPC-B runs through shard-proxy the whole time while the
+# deployment grows from 2 data sources to 4: start (the copy), verify, the proxy's
+# RESHARD CUTOVER, RESHARD FINISH. A reader counts the accounts through the proxy
+# throughout.
+set -euo pipefail
+
+usage() {
+	cat <<'EOF'
+Usage: scripts/reshard_tpcb.sh [options]
+
+Starts a throwaway PostgreSQL cluster (wal_level = logical) on this machine, four
+databases in it (rs_0 ... rs_3), and shard-proxy over the first two (pgbench_accounts
+and pgbench_history sharded by aid, pgbench_branches and pgbench_tellers copied to
+every data source). Loads pgbench's tables through the proxy (pgbench -i), measures
+the capacity (pgbench -M extended, --clients, --capacity-time seconds), then runs
+pgbench's TPC-B at --rate-fraction of it (pgbench -R) the whole time while the move
+runs: --before seconds of load, reshard start (--replica-identity-full: pgbench_history
+has no primary key), until every stream is ready, reshard verify, the cutover through
+the proxy's admin console, --after seconds, the finish, --after seconds. A reader
+counts pgbench_accounts through the proxy every 0.2 s; the replication slots' lag is
+read every second.
+
+The run directory (results/runs/reshard-tpcb-<time>/) gets the raw data (pgbench's
+per-transaction logs, the reader's counts, the lag, each step's output, the proxy's
+log) and what reshard timeline makes of it: summary.txt, timeline.csv, timeline.svg.
+
+Options:
+  --scale N           pgbench -i --scale (default 50: 5 million accounts)
+  --clients N         pgbench -c (default 8)
+  --rate-fraction F   pgbench -R as a fraction of the capacity measured (default 0.7)
+  --capacity-time S   seconds of the capacity run (default 20)
+  --before S          seconds of load before the move starts (default 15)
+  --after S           seconds of load after the cutover, and after the finish (default 20)
+  --port N            the throwaway cluster's port (default 5491); the proxy takes N+1
+  --runs-dir DIR      where run directories go (default results/runs)
+  -h, --help          this text
+
+Needs root (the cluster runs as the postgres user through runuser), psql, pgbench,
+initdb and pg_ctl ($SHARDLAB_PG_BINDIR, default /usr/lib/postgresql/15/bin), and go.
+Run one heavy benchmark at a time on a shared machine.
+EOF
+}
+
+root=$(cd "$(dirname "$0")/.." && pwd -P)
+. "$root/scripts/lib.sh"
+scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 port=5491 runs="$root/results/runs"
+args=("$@")
+while (($#)); do
+	case $1 in
+	--scale) scale=$2; shift 2 ;;
+	--clients) clients=$2; shift 2 ;;
+	--rate-fraction) fraction=$2; shift 2 ;;
+	--capacity-time) capacity_time=$2; shift 2 ;;
+	--before) before=$2; shift 2 ;;
+	--after) after=$2; shift 2 ;;
+	--port) port=$2; shift 2 ;;
+	--runs-dir) runs=$2; shift 2 ;;
+	-h | --help) usage; exit 0 ;;
+	*) echo "reshard_tpcb.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
+	esac
+done
+for v in scale clients capacity_time before after port; do
+	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "reshard_tpcb.sh: --${v//_/-} takes a positive integer, got '${!v}'" >&2; exit 2; }
+done
+[[ $fraction =~ ^0?\.[0-9]+$|^1(\.0*)?$ ]] || { echo "reshard_tpcb.sh: --rate-fraction takes a number in (0, 1], got '$fraction'" >&2; exit 2; }
+((port < 65000)) || { echo "reshard_tpcb.sh: --port must be below 65000" >&2; exit 2; }
+pg_bin=${SHARDLAB_PG_BINDIR:-/usr/lib/postgresql/15/bin}
+for p in "$pg_bin/initdb" "$pg_bin/pg_ctl"; do [[ -x $p ]] || { echo "reshard_tpcb.sh: $p is missing: install postgresql-15 or set SHARDLAB_PG_BINDIR" >&2; exit 2; }; done
+for p in psql pgbench go runuser; do command -v "$p" >/dev/null || { echo "reshard_tpcb.sh: $p is missing" >&2; exit 2; }; done
+((EUID == 0)) || { echo "reshard_tpcb.sh: run it as root (the cluster runs as postgres through runuser)" >&2; exit 2; }
+pport=$((port + 1))
+for p in $port $pport; do
+	if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+		echo "reshard_tpcb.sh: port $p is in use (--port)" >&2
+		exit 2
+	fi
+done
+
+claim_run_dir "$runs" "$(new_run_id reshard-tpcb-)"
+echo "run directory: $run_dir" >&2
+echo "scripts/reshard_tpcb.sh$(quote_args "${args[@]}")" >"$run_dir/command.txt"
+note() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+event() { printf '%s %s\n' "$(date +%s%3N)" "$1" >>"$run_dir/events.txt"; note "$1"; }
+
+pids=()
+cleanup() {
+	local rc=$?
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	if [[ -d $run_dir/pg/data ]]; then
+		runuser -u postgres -- "$pg_bin/pg_ctl" -D "$run_dir/pg/data" -m immediate stop >/dev/null 2>&1 || true
+		rm -rf "$run_dir/pg/data"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+note "building shard-proxy and reshard"
+(cd "$root" && go build -o "$run_dir/bin/" ./cmd/shard-proxy ./cmd/reshard)
+
+note "a throwaway cluster on port $port"
+mkdir -p "$run_dir/pg"
+chown postgres: "$run_dir/pg"
+(cd "$run_dir/pg" && runuser -u postgres -- "$pg_bin/initdb" -D "$run_dir/pg/data" -U postgres -A trust -E UTF8 --locale=C --no-instructions \
+	>"$run_dir/pg/initdb.log" 2>&1) || { cat "$run_dir/pg/initdb.log" >&2; exit 1; }
+cat >>"$run_dir/pg/data/postgresql.conf" <<EOF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = ''
+max_connections = 200
+shared_buffers = 256MB
+wal_level = logical
+max_wal_senders = 20
+max_replication_slots = 20
+max_logical_replication_workers = 10
+max_worker_processes = 16
+EOF
+(cd "$run_dir/pg" && runuser -u postgres -- "$pg_bin/pg_ctl" -D "$run_dir/pg/data" -l "$run_dir/pg/postgres.log" -w -t 60 start >/dev/null) ||
+	{ cat "$run_dir/pg/postgres.log" >&2; exit 1; }
+pg() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres "$@"; }
+for i in 0 1 2 3; do pg -d postgres -c "CREATE DATABASE rs_$i"; done
+
+layout() { # N: the rules of the first N databases
+	echo 'broadcast = ["pgbench_branches", "pgbench_tellers"]'
+	for ((i = 0; i < $1; i++)); do
+		printf '\n[[data_source]]\nname = "ds_%d"\ndsn = "postgres://postgres@127.0.0.1:%d/rs_%d?sslmode=disable"\n' "$i" "$port" "$i"
+	done
+	printf '\n[[sharded_table]]\nname = "pgbench_accounts"\ncolumn = "aid"\n'
+	printf '\n[[sharded_table]]\nname = "pgbench_history"\ncolumn = "aid"\n'
+}
+layout 2 >"$run_dir/layout2.toml"
+layout 4 >"$run_dir/layout4.toml"
+
+note "shard-proxy on port $pport over rs_0 and rs_1"
+"$run_dir/bin/shard-proxy" --config "$run_dir/layout2.toml" --listen "127.0.0.1:$pport" --database app --admin-database shardlab_admin \
+	>"$run_dir/proxy.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+	psql -X -h 127.0.0.1 -p "$pport" -U postgres -d app -Atc 'SELECT 1' >/dev/null 2>&1 && break
+	sleep 0.1
+done
+app() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pport" -U postgres -d app "$@"; }
+pgb() { pgbench -h 127.0.0.1 -p "$pport" -U postgres "$@" app; }
+reshard() { "$run_dir/bin/reshard" "$1" --from "$run_dir/layout2.toml" --to "$run_dir/layout4.toml" "${@:2}"; }
+admin_dsn="postgres://postgres@127.0.0.1:$pport/shardlab_admin?sslmode=disable"
+
+note "pgbench -i --scale $scale through the proxy"
+pgb -i -q --scale "$scale" >"$run_dir/pgbench-init.txt" 2>&1 || { cat "$run_dir/pgbench-init.txt" >&2; exit 1; }
+accounts=$((scale * 100000))
+
+note "capacity: pgbench -M extended -c $clients for $capacity_time s"
+pgb -n -M extended -c "$clients" -j 2 -T "$capacity_time" >"$run_dir/capacity.txt" 2>&1 || { cat "$run_dir/capacity.txt" >&2; exit 1; }
+tps=$(awk '/^tps = / { print int($3); exit }' "$run_dir/capacity.txt")
+rate=$(awk -v t="$tps" -v f="$fraction" 'BEGIN { r = int(t * f); print (r < 1 ? 1 : r) }')
+note "capacity $tps tps; the load runs at $rate tps (pgbench -R)"
+echo "$tps $rate" >"$run_dir/rate.txt"
+# The capacity run's transactions are part of the TPC-B invariant, as the load's.
+
+(while :; do
+	n=$(app -Atc 'SELECT count(*) FROM pgbench_accounts' 2>&1 | tr '\n' ' ')
+	printf '%s %s\n' "$(date +%s%3N)" "$n"
+	sleep 0.2
+done >"$run_dir/reader.txt") &
+pids+=($!)
+(while :; do
+	pg -d rs_0 -AtF ' ' -c "SELECT (extract(epoch FROM now()) * 1000)::bigint, slot_name, coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
+		FROM pg_replication_slots WHERE slot_name LIKE 'shardlab_reshard%'" 2>/dev/null
+	sleep 1
+done >"$run_dir/lag.txt") &
+pids+=($!)
+
+event load
+pgb -n -M extended -c "$clients" -j 2 -R "$rate" -T 86400 -l --log-prefix="$run_dir/pgbench_log" >"$run_dir/pgbench.txt" 2>"$run_dir/pgbench.stderr" &
+pgbench_pid=$!
+pids+=("$pgbench_pid")
+sleep "$before"
+
+event copy_start
+reshard start --replica-identity-full >"$run_dir/start.txt" 2>&1 || { cat "$run_dir/start.txt" >&2; exit 1; }
+until reshard status >"$run_dir/status.txt" 2>&1 && grep -q 'ready for the cutover' "$run_dir/status.txt"; do
+	kill -0 "$pgbench_pid" 2>/dev/null || { echo "pgbench stopped during the copy:" >&2; cat "$run_dir/pgbench.stderr" >&2; exit 1; }
+	sleep 2
+done
+event copy_ready
+for i in 2 3; do
+	pg -d "rs_$i" -Atc 'SELECT count(*) FROM pgbench_accounts'
+done >"$run_dir/copied-accounts.txt"
+
+event verify_start
+verify_rc=0
+reshard verify --settle 10s >"$run_dir/verify.txt" 2>"$run_dir/verify.stderr" || verify_rc=$?
+event verify_end
+echo "$verify_rc" >"$run_dir/verify-rc.txt"
+
+sleep 5
+event cutover_start
+reshard cutover --proxy-admin "$admin_dsn" >"$run_dir/cutover.txt" 2>&1 || { cat "$run_dir/cutover.txt" >&2; exit 1; }
+event cutover_end
+sleep "$after"
+event finish_start
+reshard finish --proxy-admin "$admin_dsn" >"$run_dir/finish.txt" 2>&1 || { cat "$run_dir/finish.txt" >&2; exit 1; }
+event finish_end
+sleep "$after"
+event stop
+# pgbench has no graceful stop: its per-transaction logs are what is read, and what
+# it had not flushed (the last moments, after the finish) is lost.
+kill "$pgbench_pid" 2>/dev/null || true
+wait "$pgbench_pid" 2>/dev/null || true
+sleep 1
+
+note "the TPC-B invariant, and where the rows are"
+app -AtF ' ' -c 'SELECT (SELECT sum(abalance) FROM pgbench_accounts), (SELECT sum(bbalance) FROM pgbench_branches),
+	(SELECT sum(tbalance) FROM pgbench_tellers), (SELECT coalesce(sum(delta), 0) FROM pgbench_history), (SELECT count(*) FROM pgbench_accounts)' >"$run_dir/invariant.txt"
+for i in 0 1 2 3; do
+	# PostgreSQL's own hash partitioning of modulus 4 says where each account belongs.
+	pg -d "rs_$i" -c 'CREATE TABLE shardlab_layout_check (k int) PARTITION BY HASH (k)'
+	pg -d "rs_$i" -AtF ' ' -c "SELECT $i, (SELECT count(*) FROM pgbench_accounts), (SELECT count(*) FROM pgbench_accounts
+		WHERE NOT satisfies_hash_partition('shardlab_layout_check'::regclass, 4, $i, aid)), (SELECT sum(bbalance) FROM pgbench_branches),
+		(SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_publication)"
+done >"$run_dir/placement.txt"
+cat "$run_dir"/pgbench_log* >"$run_dir/transactions.log" 2>/dev/null || true
+rm -f "$run_dir"/pgbench_log*
+gzip -f "$run_dir/transactions.log"
+
+(cd "$root" && "$run_dir/bin/reshard" timeline --run "$run_dir" --accounts "$accounts") | tee "$run_dir/summary.txt"
