@@ -126,16 +126,35 @@ const fenceLock = 0x5348524c
 // passed the fence (those of other processes: the proxy's were drained).
 var recordWait = 2 * time.Second
 
-// writeRecord replaces a data source's record. It first waits, up to recordWait, for
-// every transaction that passed the fence to end, so that once it is written no write
-// routed by the layout it replaces is in progress, and none starts.
+// writeRecord replaces a data source's record. When it changes the layout, it first
+// waits, up to recordWait, for every transaction that passed the fence to end, so that
+// once it is written no write routed by the layout it replaces is in progress, and
+// none starts.
 func writeRecord(ctx context.Context, c *pgx.Conn, rec *Record) error {
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
+	put := func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO "+layoutTable+` (version, digest, phase, record) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (one) DO UPDATE SET version = excluded.version, digest = excluded.digest, phase = excluded.phase, record = excluded.record`,
+			rec.Version, rec.Digest, rec.Phase, raw)
+		return err
+	}
 	return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", recordWait.Milliseconds())); err != nil {
+			return err
+		}
+		// Only a change of layout waits for the writes that passed the fence: a
+		// record of the same layout (its phase) lets nothing new through, and while
+		// the proxy serves, waiting behind its transactions could close a cycle of
+		// waits across data sources that no server sees.
+		var was string
+		err := tx.QueryRow(ctx, "SELECT digest FROM "+layoutTable).Scan(&was)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows) || (err == nil && was == rec.Digest):
+			return put(tx)
+		case err != nil:
 			return err
 		}
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(fenceLock)); err != nil {
@@ -145,10 +164,7 @@ func writeRecord(ctx context.Context, c *pgx.Conn, rec *Record) error {
 			}
 			return err
 		}
-		_, err := tx.Exec(ctx, "INSERT INTO "+layoutTable+` (version, digest, phase, record) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (one) DO UPDATE SET version = excluded.version, digest = excluded.digest, phase = excluded.phase, record = excluded.record`,
-			rec.Version, rec.Digest, rec.Phase, raw)
-		return err
+		return put(tx)
 	})
 }
 
