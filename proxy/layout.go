@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardlab/shardlab/proxy/admin"
+	"github.com/shardlab/shardlab/proxy/backend"
 	"github.com/shardlab/shardlab/reshard"
 	"github.com/shardlab/shardlab/rules"
 )
@@ -17,43 +18,76 @@ import (
 // SwitchLayout routes by layout l from now on: a router over pools of l's data sources
 // takes the place of the one in force (router.Router.Supersede), and the old one's
 // pools close. The router in force must be paused with no transaction in flight; its
-// held clients go on, on l, once it resumes. A resharding move's cutover and finish
-// call it (reshard.Cutover, reshard.Finish).
+// held clients go on, on l, once it resumes. PrepareLayout does the same in two steps,
+// so that the new router is made and its pools warmed before the pause.
 func (s *Server) SwitchLayout(ctx context.Context, l *rules.Compiled) error {
+	sw, _, err := s.PrepareLayout(ctx, l)
+	if err != nil {
+		return err
+	}
+	return sw()
+}
+
+// PrepareLayout makes a router for layout l and warms its pools (as many connections
+// to each data source as the router in force has open to the busiest of its own) while
+// the proxy serves on. sw puts it in force (see SwitchLayout) once the proxy is paused;
+// discard closes it instead. A resharding cutover prepares before its hold, so that
+// the hold does not wait for new connections, and clients meet warm pools after it.
+func (s *Server) PrepareLayout(ctx context.Context, l *rules.Compiled) (sw func() error, discard func(), err error) {
 	given := l
 	if s.cfg.Aggregate {
 		merged, _, err := AggregateSchemas(l)
 		if err != nil {
-			return fmt.Errorf("proxy: aggregate: %w", err)
+			return nil, nil, fmt.Errorf("proxy: aggregate: %w", err)
 		}
 		l = merged
 	}
-	old := s.Router()
 	n, err := s.newRouter(l)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	drop := func() {
+	discard = func() {
 		n.Close()
 		for _, p := range n.AllPools() {
 			p.Close()
 		}
 	}
 	if err := n.StartSettler(ctx); err != nil {
-		drop()
-		return err
+		discard()
+		return nil, nil, err
 	}
-	if err := old.Supersede(n); err != nil {
-		drop()
-		return err
+	warm := 0
+	for _, p := range s.Router().Pools() {
+		st := p.Stats()
+		warm = max(warm, int(st.InUse+st.Idle))
 	}
-	s.layout.Store(given)
-	old.Close()
-	for _, p := range old.AllPools() {
-		p.Close()
+	for _, p := range n.Pools() {
+		var held []*backend.Conn
+		for range min(warm, p.Stats().Size-1) {
+			c, err := p.Acquire(ctx)
+			if err != nil {
+				break // the pool dials on demand later
+			}
+			held = append(held, c)
+		}
+		for _, c := range held {
+			p.Release(c, true)
+		}
 	}
-	s.log.Info("layout switched", "layout", l.Digest(), "data_sources", l.NumDataSources(), "views", len(l.TableNames()))
-	return nil
+	sw = func() error {
+		old := s.Router()
+		if err := old.Supersede(n); err != nil {
+			return err
+		}
+		s.layout.Store(given)
+		old.Close()
+		for _, p := range old.AllPools() {
+			p.Close()
+		}
+		s.log.Info("layout switched", "layout", l.Digest(), "data_sources", l.NumDataSources(), "views", len(l.TableNames()))
+		return nil
+	}
+	return sw, discard, nil
 }
 
 // reshardProxy is the proxy as a resharding move sees it.
@@ -67,8 +101,8 @@ func (p reshardProxy) Pause(ctx context.Context) (func() error, error) {
 	return r.Resume, nil
 }
 
-func (p reshardProxy) Switch(ctx context.Context, l *rules.Compiled) error {
-	return p.s.SwitchLayout(ctx, l)
+func (p reshardProxy) Prepare(ctx context.Context, l *rules.Compiled) (func() error, func(), error) {
+	return p.s.PrepareLayout(ctx, l)
 }
 
 // reshardCommand carries out the admin console's RESHARD CUTOVER 'file' and RESHARD

@@ -22,8 +22,9 @@ type Proxy interface {
 	// Pause holds new transactions and waits, within ctx, until those in flight end
 	// (as the admin console's PAUSE). resume lifts that pause, after a Switch too.
 	Pause(ctx context.Context) (resume func() error, err error)
-	// Switch routes by rules l from now on; the proxy is paused.
-	Switch(ctx context.Context, l *rules.Compiled) error
+	// Prepare readies the proxy to route by rules l while it serves on (a router, its
+	// pools warmed): sw switches to it once the proxy is paused, discard drops it.
+	Prepare(ctx context.Context, l *rules.Compiled) (sw func() error, discard func(), err error)
 }
 
 // CutoverOptions bound a cutover's steps.
@@ -155,6 +156,20 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 	fromRules := from.Rules()
 	after.From = &fromRules
 
+	// The proxy's router for the new layout, made and warmed before the hold.
+	sw, discard := func() error { return nil }, func() {}
+	if px != nil {
+		if sw, discard, err = px.Prepare(ctx, withViews(to, views)); err != nil {
+			return nil, fmt.Errorf("reshard: readying the proxy for the new layout: %w", err)
+		}
+	}
+	switched := false
+	defer func() {
+		if !switched {
+			discard()
+		}
+	}()
+
 	// The hold.
 	held := time.Now()
 	resume := func() error { return nil }
@@ -220,11 +235,10 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 	fmt.Fprintf(opts.Progress, "reshard: layout recorded; the destinations applied every change and the streams stopped in %v\n", rep.CatchUp.Round(time.Microsecond))
 
 	t = time.Now()
-	if px != nil {
-		if err := px.Switch(ctx, withViews(to, views)); err != nil {
-			return fail("switching the proxy", err, restore, restart)
-		}
+	if err := sw(); err != nil {
+		return fail("switching the proxy", err, restore, restart)
 	}
+	switched = true
 	rep.Switch = time.Since(t)
 	if err := resume(); err != nil {
 		return nil, fmt.Errorf("reshard: the layout switched, but the pause did not lift: %w", err)

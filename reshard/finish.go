@@ -134,14 +134,21 @@ func finishMoved(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 		}
 	}
 	if px != nil {
+		sw, discard, err := px.Prepare(ctx, to)
+		if err != nil {
+			return fmt.Errorf("reshard: readying the proxy to read the tables themselves: %w; run finish again", err)
+		}
 		held := time.Now()
 		dctx, stop := context.WithTimeout(ctx, opts.Drain)
 		resume, err := px.Pause(dctx)
 		stop()
 		if err != nil {
+			discard()
 			return fmt.Errorf("reshard: pausing the proxy to switch it from the views to the tables: %w; run finish again", err)
 		}
-		err = px.Switch(ctx, to)
+		if err = sw(); err != nil {
+			discard()
+		}
 		if rerr := resume(); err == nil {
 			err = rerr
 		}

@@ -19,8 +19,8 @@ pgbench's TPC-B at --rate-fraction of it (pgbench -R) the whole time while the m
 runs: --before seconds of load, reshard start (--replica-identity-full: pgbench_history
 has no primary key), until every stream is ready, reshard verify, the cutover through
 the proxy's admin console, --after seconds, the finish, --after seconds. A reader
-counts pgbench_accounts through the proxy every 0.2 s; the replication slots' lag is
-read every second.
+counts pgbench_accounts through the proxy every --read-every seconds; the replication
+slots' lag is read every second.
 
 The run directory (results/runs/reshard-tpcb-<time>/) gets the raw data (pgbench's
 per-transaction logs, the reader's counts, the lag, each step's output, the proxy's
@@ -33,6 +33,8 @@ Options:
   --capacity-time S   seconds of the capacity run (default 20)
   --before S          seconds of load before the move starts (default 15)
   --after S           seconds of load after the cutover, and after the finish (default 20)
+  --read-every S      seconds between the reader's counts (default 1; each count reads
+                      every account, which at scale 50 costs a good part of a core)
   --port N            the throwaway cluster's port (default 5491); the proxy takes N+1
   --runs-dir DIR      where run directories go (default results/runs)
   -h, --help          this text
@@ -45,7 +47,7 @@ EOF
 
 root=$(cd "$(dirname "$0")/.." && pwd -P)
 . "$root/scripts/lib.sh"
-scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 port=5491 runs="$root/results/runs"
+scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs"
 args=("$@")
 while (($#)); do
 	case $1 in
@@ -55,13 +57,14 @@ while (($#)); do
 	--capacity-time) capacity_time=$2; shift 2 ;;
 	--before) before=$2; shift 2 ;;
 	--after) after=$2; shift 2 ;;
+	--read-every) read_every=$2; shift 2 ;;
 	--port) port=$2; shift 2 ;;
 	--runs-dir) runs=$2; shift 2 ;;
 	-h | --help) usage; exit 0 ;;
 	*) echo "reshard_tpcb.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
 	esac
 done
-for v in scale clients capacity_time before after port; do
+for v in scale clients capacity_time before after read_every port; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "reshard_tpcb.sh: --${v//_/-} takes a positive integer, got '${!v}'" >&2; exit 2; }
 done
 [[ $fraction =~ ^0?\.[0-9]+$|^1(\.0*)?$ ]] || { echo "reshard_tpcb.sh: --rate-fraction takes a number in (0, 1], got '$fraction'" >&2; exit 2; }
@@ -162,7 +165,7 @@ echo "$tps $rate" >"$run_dir/rate.txt"
 (while :; do
 	n=$(app -Atc 'SELECT count(*) FROM pgbench_accounts' 2>&1 | tr '\n' ' ')
 	printf '%s %s\n' "$(date +%s%3N)" "$n"
-	sleep 0.2
+	sleep "$read_every"
 done >"$run_dir/reader.txt") &
 pids+=($!)
 (while :; do
