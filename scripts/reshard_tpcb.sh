@@ -81,9 +81,11 @@ for p in $port $pport; do
 	fi
 done
 
+run_info_sample
 claim_run_dir "$runs" "$(new_run_id reshard-tpcb-)"
 echo "run directory: $run_dir" >&2
 echo "scripts/reshard_tpcb.sh$(quote_args "${args[@]}")" >"$run_dir/command.txt"
+run_info_start "$run_dir/run.txt" "scripts/reshard_tpcb.sh$(quote_args "${args[@]}")" "$root"
 note() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 event() { printf '%s %s\n' "$(date +%s%3N)" "$1" >>"$run_dir/events.txt"; note "$1"; }
 
@@ -92,6 +94,7 @@ cleanup() {
 	local rc=$?
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
+	rm -rf "${bin_dir:-/nonexistent}"
 	if [[ -d $run_dir/pg/data ]]; then
 		runuser -u postgres -- "$pg_bin/pg_ctl" -D "$run_dir/pg/data" -m immediate stop >/dev/null 2>&1 || true
 		rm -rf "$run_dir/pg/data"
@@ -102,7 +105,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 note "building shard-proxy and reshard"
-(cd "$root" && go build -o "$run_dir/bin/" ./cmd/shard-proxy ./cmd/reshard)
+bin_dir=$(mktemp -d)
+(cd "$root" && go build -o "$bin_dir/" ./cmd/shard-proxy ./cmd/reshard)
 
 note "a throwaway cluster on port $port"
 mkdir -p "$run_dir/pg"
@@ -138,7 +142,7 @@ layout 2 >"$run_dir/layout2.toml"
 layout 4 >"$run_dir/layout4.toml"
 
 note "shard-proxy on port $pport over rs_0 and rs_1"
-"$run_dir/bin/shard-proxy" --config "$run_dir/layout2.toml" --listen "127.0.0.1:$pport" --database app --admin-database shardlab_admin \
+"$bin_dir/shard-proxy" --config "$run_dir/layout2.toml" --listen "127.0.0.1:$pport" --database app --admin-database shardlab_admin \
 	>"$run_dir/proxy.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do
@@ -147,7 +151,7 @@ for _ in $(seq 100); do
 done
 app() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pport" -U postgres -d app "$@"; }
 pgb() { pgbench -h 127.0.0.1 -p "$pport" -U postgres "$@" app; }
-reshard() { "$run_dir/bin/reshard" "$1" --from "$run_dir/layout2.toml" --to "$run_dir/layout4.toml" "${@:2}"; }
+reshard() { "$bin_dir/reshard" "$1" --from "$run_dir/layout2.toml" --to "$run_dir/layout4.toml" "${@:2}"; }
 admin_dsn="postgres://postgres@127.0.0.1:$pport/shardlab_admin?sslmode=disable"
 
 note "pgbench -i --scale $scale through the proxy"
@@ -238,4 +242,5 @@ cat "$run_dir"/pgbench_log* >"$run_dir/transactions.log" 2>/dev/null || true
 rm -f "$run_dir"/pgbench_log*
 gzip -f "$run_dir/transactions.log"
 
-(cd "$root" && "$run_dir/bin/reshard" timeline --run "$run_dir" --accounts "$accounts") | tee "$run_dir/summary.txt"
+(cd "$root" && "$bin_dir/reshard" timeline --run "$run_dir" --accounts "$accounts") | tee "$run_dir/summary.txt"
+run_info_finish "$run_dir/run.txt"

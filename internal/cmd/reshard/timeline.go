@@ -315,10 +315,10 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 	}
 	chart := charts.TimelineChart{Title: "pgbench TPC-B through shard-proxy while it reshards from 2 to 4 data sources",
 		Series: []charts.Timeline{{Label: "per second", Trials: [][]charts.Sample{samples}}}, Marks: marks}
-	if err := charts.Save(chart, filepath.Join(dir, "timeline.svg")); err != nil {
+	if err := charts.Save(chart, filepath.Join(dir, "timeline.svg"), filepath.Join(dir, "timeline.png")); err != nil {
 		return err
 	}
-	b.WriteString("timeline: timeline.csv, timeline.svg\n")
+	b.WriteString("timeline: timeline.csv, timeline.svg, timeline.png\n")
 	_, err = io.WriteString(stdout, b.String())
 	return err
 }
