@@ -61,6 +61,17 @@ func (g *pauseGate) enter(ctx context.Context, intr <-chan struct{}, bound time.
 	}
 }
 
+// tryEnter starts a client's unit of work if the router is not paused.
+func (g *pauseGate) tryEnter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.paused {
+		return false
+	}
+	g.active++
+	return true
+}
+
 // leave ends a client's unit of work.
 func (g *pauseGate) leave() {
 	g.mu.Lock()

@@ -364,6 +364,16 @@ func (s *Session) Hold(ctx context.Context) error {
 	if s.inUnit {
 		return nil
 	}
+	if s.r.pause.tryEnter() {
+		// Not paused: no bound or cancel channel to set up. Supersede needs the
+		// router paused with no unit inside, so once this unit is in, a successor
+		// seen now is the last word.
+		if s.r.successor.Load() == nil {
+			s.inUnit = true
+			return nil
+		}
+		s.r.pause.leave()
+	}
 	for {
 		r := s.r
 		bound := s.leases.bound(s.pools[r.rules.DefaultDataSource()].CheckoutTimeout())
