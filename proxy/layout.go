@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,10 +82,14 @@ func (s *Server) PrepareLayout(ctx context.Context, l *rules.Compiled) (sw func(
 			return err
 		}
 		s.layout.Store(given)
-		old.Close()
-		for _, p := range old.AllPools() {
-			p.Close()
-		}
+		// No session uses the old router any more (each moves to n as its next unit
+		// starts): it closes beside the held clients going on, not before them.
+		go func() {
+			old.Close()
+			for _, p := range old.AllPools() {
+				p.Close()
+			}
+		}()
 		s.log.Info("layout switched", "layout", l.Digest(), "data_sources", l.NumDataSources(), "views", len(l.TableNames()))
 		return nil
 	}
@@ -150,7 +156,21 @@ func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.R
 		if rec == nil || rec.From == nil || rec.Digest != current.Digest() {
 			return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "RESHARD FINISH: no move of this proxy's layout was cut over"}
 		}
-		from, err := rules.Compile(*rec.From)
+		// The record keeps the old rules without DSNs: a data source keeps its name
+		// and DSN from one layout to the next, so the proxy's own say how to reach it.
+		fromRules := *rec.From
+		fromRules.DataSources = slices.Clone(fromRules.DataSources)
+		dsn := map[string]string{}
+		for _, d := range current.DataSources() {
+			dsn[d.Name] = d.DSN
+		}
+		for i, d := range fromRules.DataSources {
+			if dsn[d.Name] == "" {
+				return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "RESHARD FINISH: the move came from data source " + d.Name + ", which this proxy's rules do not name; run reshard finish with both rules files"}
+			}
+			fromRules.DataSources[i].DSN = dsn[d.Name]
+		}
+		from, err := rules.Compile(fromRules)
 		if err != nil {
 			return nil, reshardError(err)
 		}
@@ -159,10 +179,11 @@ func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.R
 		if err != nil {
 			return nil, reshardError(err)
 		}
-		r := &admin.Result{Tag: "RESHARD", Columns: []string{"table", "moved_rows_deleted"}, Types: []uint32{admin.Text, admin.Bigint}}
-		for k, n := range rep.Deleted {
-			r.Rows = append(r.Rows, []string{k, fmt.Sprint(n)})
+		r := &admin.Result{Tag: "RESHARD", Columns: []string{"item", "value"}, Types: []uint32{admin.Text, admin.Text}}
+		for _, k := range slices.Sorted(maps.Keys(rep.Deleted)) {
+			r.Rows = append(r.Rows, []string{"deleted " + k, fmt.Sprint(rep.Deleted[k])})
 		}
+		r.Rows = append(r.Rows, []string{"pause_ms", fmt.Sprintf("%.3f", float64(rep.Pause.Microseconds())/1000)})
 		return r, nil
 	}
 	return nil, &pgconn.PgError{Severity: "ERROR", Code: "42601", Message: "RESHARD takes CUTOVER 'rules file' or FINISH"}

@@ -153,7 +153,13 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 
 	rep := &CutoverReport{Version: version + 1, Views: views}
 	after := &Record{Version: version + 1, Digest: to.Digest(), Phase: "cutover", Views: views, Switched: time.Now().UTC()}
+	// The old rules, for a finish from the proxy's console; without DSNs, which may
+	// hold passwords (a data source's name says which it is).
 	fromRules := from.Rules()
+	fromRules.DataSources = slices.Clone(fromRules.DataSources)
+	for i := range fromRules.DataSources {
+		fromRules.DataSources[i].DSN = ""
+	}
 	after.From = &fromRules
 
 	// The proxy's router for the new layout, made and warmed before the hold.
@@ -199,16 +205,30 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 	// so the catch-up below carries every write the old layout took.
 	t := time.Now()
 	var written []string
+	// The undo runs on connections of its own: a step cut short by its bound closes
+	// the connection its statement was on.
+	undoOn := func(fn func(ctx context.Context, conns map[string]*pgx.Conn) error) error {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		fresh, err := connectAll(uctx, from, to)
+		if err != nil {
+			return err
+		}
+		defer closeAll(fresh)
+		return fn(uctx, fresh)
+	}
 	restore := func() error {
-		var errs []error
-		for _, ds := range written {
+		return undoOn(func(uctx context.Context, fresh map[string]*pgx.Conn) error {
 			old := before
 			if cur != nil {
 				old = cur
 			}
-			errs = append(errs, writeRecord(context.WithoutCancel(ctx), conns[ds], old))
-		}
-		return errors.Join(errs...)
+			var errs []error
+			for _, ds := range written {
+				errs = append(errs, writeRecord(uctx, fresh[ds], old))
+			}
+			return errors.Join(errs...)
+		})
 	}
 	cctx, stop := context.WithTimeout(ctx, opts.CatchUp)
 	defer stop()
@@ -218,12 +238,17 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 		return fail("waiting for prepared transactions", err)
 	}
 	for _, ds := range allDataSources(from, to) {
+		// Listed before it is written: a commit whose answer was lost may have landed.
+		written = append(written, ds)
 		if err := writeRecord(cctx, conns[ds], after); err != nil {
 			return fail("recording the layout on data source "+ds, err, restore)
 		}
-		written = append(written, ds)
 	}
-	restart := func() error { return startStreams(context.WithoutCancel(ctx), streams, conns) }
+	restart := func() error {
+		return undoOn(func(uctx context.Context, fresh map[string]*pgx.Conn) error {
+			return startStreams(uctx, streams, fresh)
+		})
+	}
 	err = catchUp(cctx, streams, conns)
 	if err == nil {
 		err = stopStreams(cctx, streams, conns)

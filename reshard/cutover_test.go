@@ -379,9 +379,21 @@ func TestCutoverKeepsWritesOfTheOldLayout(t *testing.T) {
 		dsns = append(dsns, c.NewDatabase("reshard"))
 	}
 	fill(t, dsns, 2, 2000)
-	from, to := layout(t, dsns[:2]), layout(t, dsns)
+	// visits has five rows per key and no primary key (as pgbench_history): the
+	// finish's delete, in batches of 7, ends batches inside a key's rows.
+	withVisits := func(r *rules.Rules) {
+		r.Tables = append(r.Tables, rules.Table{Name: "visits", Strategy: rules.Strategy{Column: "id"}})
+	}
+	for i, d := range dsns {
+		exec(t, d, "CREATE TABLE visits (id bigint NOT NULL, n int)")
+		if i < 2 {
+			exec(t, d, fmt.Sprintf(`INSERT INTO visits SELECT g, k FROM generate_series(1, 200) g, generate_series(1, 5) k
+				WHERE satisfies_hash_partition('hash_oracle'::regclass, 2, %d, g::bigint)`, i))
+		}
+	}
+	from, to := layout(t, dsns[:2], withVisits), layout(t, dsns, withVisits)
 	ctx := context.Background()
-	if _, err := reshard.Start(ctx, from, to, reshard.CopyOptions{}); err != nil {
+	if _, err := reshard.Start(ctx, from, to, reshard.CopyOptions{ReplicaIdentityFull: true}); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, from, to)
@@ -449,13 +461,22 @@ func TestCutoverKeepsWritesOfTheOldLayout(t *testing.T) {
 	}
 	// A finish run twice: the second finds the move finished and drops nothing more.
 	for range 2 {
-		if _, err := reshard.Finish(ctx, from, to, nil, reshard.FinishOptions{}); err != nil {
+		if _, err := reshard.Finish(ctx, from, to, nil, reshard.FinishOptions{Batch: 7}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	visits := 0
 	for k, d := range dsns {
-		if n := queryString(t, d, fmt.Sprintf(`SELECT count(*) FILTER (WHERE NOT satisfies_hash_partition('hash_oracle'::regclass, 4, %d, id)) FROM people`, k)); n != "0" {
-			t.Errorf("ds_%d keeps %s people the new layout places elsewhere", k, n)
+		for _, table := range []string{"people", "visits"} {
+			if n := queryString(t, d, fmt.Sprintf(`SELECT count(*) FILTER (WHERE NOT satisfies_hash_partition('hash_oracle'::regclass, 4, %d, id)) FROM %s`, k, table)); n != "0" {
+				t.Errorf("ds_%d keeps %s rows of %s that the new layout places elsewhere", k, n, table)
+			}
 		}
+		var n int
+		fmt.Sscan(queryString(t, d, "SELECT count(*) FROM visits"), &n)
+		visits += n
+	}
+	if visits != 1000 {
+		t.Errorf("%d visits on the four data sources, want 1000", visits)
 	}
 }

@@ -164,8 +164,7 @@ func finishMoved(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 		}
 	}
 	done := *cur
-	done.Phase = "done"
-	done.From = nil
+	done.Phase = "done" // From and Views kept: a finish run again drops what is left
 	for _, ds := range allDataSources(from, to) {
 		if err := writeRecord(ctx, conns[ds], &done); err != nil {
 			return fmt.Errorf("data source %s: recording the move as finished: %w; run finish again", ds, err)
@@ -176,7 +175,9 @@ func finishMoved(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 
 // deleteMoved deletes from a table on an old data source the rows that layout to
 // places elsewhere (those view v hides), batch rows per transaction, in key order: each
-// batch starts where the last ended, so that the table is read once in all.
+// batch starts at the last key the one before deleted (at it, not after it: a key need
+// not be unique, as pgbench_history's aid), so that the table is read about once in
+// all.
 func deleteMoved(ctx context.Context, c *pgx.Conn, to *rules.Compiled, v View, typ rules.KeyType, batch int, progress io.Writer) (int64, error) {
 	at := Place{DataSource: v.DataSource, Schema: v.Schema, Table: unqualifiedView(v)}
 	node := nodeOf(to, v.Table, v.DataSource)
@@ -191,7 +192,7 @@ func deleteMoved(ctx context.Context, c *pgx.Conn, to *rules.Compiled, v View, t
 	}
 	// $1 is the last key deleted, as text (NULL: from the first).
 	sql := fmt.Sprintf(`WITH d AS (DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(SELECT ctid FROM %[1]s
-			WHERE ($1::text IS NULL OR %[2]s > $1::text::%[4]s) AND NOT (%[3]s) ORDER BY %[2]s LIMIT %[5]d)) RETURNING %[2]s)
+			WHERE ($1::text IS NULL OR %[2]s >= $1::text::%[4]s) AND NOT (%[3]s) ORDER BY %[2]s LIMIT %[5]d)) RETURNING %[2]s)
 		SELECT count(*), ((array_agg(%[2]s ORDER BY %[2]s DESC))[1])::text FROM d`, at.qualified(), key, filter, typ, batch)
 	var total int64
 	var after *string

@@ -82,7 +82,13 @@ func createLayoutTable(ctx context.Context, c *pgx.Conn) error {
 			-- Shared until the transaction ends: a new record (writeRecord) waits for
 			-- the writes that passed the fence, and those that come after read it.
 			PERFORM pg_advisory_xact_lock_shared(%[4]d);
-			SELECT version, digest INTO v, d FROM %[2]s;
+			IF current_setting('transaction_isolation') = 'read committed' THEN
+				SELECT version, digest INTO v, d FROM %[2]s; -- a snapshot of its own
+			ELSE
+				-- The transaction's snapshot may predate a new record: a row lock on it
+				-- fails with 40001 if it changed since, and the retry is fenced.
+				SELECT version, digest INTO v, d FROM %[2]s FOR KEY SHARE;
+			END IF;
 			IF FOUND AND d <> mine THEN
 				RAISE EXCEPTION 'shardlab: this process routes by layout %%, and the data sources are at layout version %% (%%): its writes are refused; restart it with the rules in force', mine, v, d
 					USING ERRCODE = '55000', HINT = 'a resharding move switched the layout';

@@ -19,7 +19,8 @@ pgbench's TPC-B at --rate-fraction of it (pgbench -R) the whole time while the m
 runs: --before seconds of load, reshard start (--replica-identity-full: pgbench_history
 has no primary key), until every stream is ready, reshard verify, the cutover through
 the proxy's admin console, --after seconds, the finish, --after seconds. A reader
-counts pgbench_accounts through the proxy every --read-every seconds; the replication
+counts pgbench_accounts through the proxy, waiting --read-every seconds after each count;
+the replication
 slots' lag is read every second.
 
 The run directory (results/runs/reshard-tpcb-<time>/) gets the raw data (pgbench's
@@ -238,7 +239,13 @@ for i in 0 1 2 3; do
 		WHERE NOT satisfies_hash_partition('shardlab_layout_check'::regclass, 4, $i, aid)), (SELECT sum(bbalance) FROM pgbench_branches),
 		(SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_publication)"
 done >"$run_dir/placement.txt"
-cat "$run_dir"/pgbench_log* >"$run_dir/transactions.log" 2>/dev/null || true
+# A newline after each file: a thread's last line, cut short when pgbench stopped, must
+# not run into the next file's first.
+for f in "$run_dir"/pgbench_log*; do
+	[[ -e $f ]] || continue
+	cat "$f"
+	echo
+done >"$run_dir/transactions.log"
 rm -f "$run_dir"/pgbench_log*
 gzip -f "$run_dir/transactions.log"
 

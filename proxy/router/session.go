@@ -407,11 +407,11 @@ func (s *Session) Release() {
 // pools of the client's login, a transaction state of n's engine, and its prepared
 // statements planned again (n's generation is ahead of the old router's).
 func (s *Session) moveTo(n *Router) error {
-	pools, err := n.Current().poolsOf(s.login)
+	n = n.Current()
+	pools, err := n.poolsOf(s.login)
 	if err != nil {
 		return err
 	}
-	n = n.Current()
 	s.r, s.pools = n, pools
 	s.tx = sqlexec.NewSession(s.leases, n.committer)
 	if n.detector != nil {

@@ -83,11 +83,11 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         postgres://127.0.0.1:6432/shardlab_admin), the proxy does the cutover
         (its admin console's RESHARD CUTOVER, given the absolute path of --to, which
         it reads): it holds new transactions, lets those in flight end (within its
-        --reshard-drain, default 5s), waits until the destinations applied
-        everything up to a WAL position taken then and stops the streams (within its
-        --reshard-catch-up, default 5s), records the new layout on every data
-        source, switches and releases the held transactions onto it. If a step
-        overruns, the old layout serves on.
+        --reshard-drain, default 5s), records the new layout on every data source,
+        waits until the new data sources applied everything the old ones committed
+        (a marker written on each source) and stops the streams (within its
+        --reshard-catch-up, default 5s), switches and releases the held transactions
+        onto it. If a step overruns, the old layout serves on.
         Without --proxy-admin the data sources switch alone: every process that
         routes by the current rules is then refused its writes (the fence), and is to
         be restarted with the target rules.

@@ -49,7 +49,9 @@ func readTransactions(path string) ([]txn, error) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
-		if len(fs) < 6 {
+		if len(fs) != 7 {
+			// Under -R every line has seven fields; a thread's last line cut short
+			// when pgbench was stopped may run into the next file's first.
 			continue
 		}
 		sec, err1 := strconv.ParseInt(fs[4], 10, 64)
@@ -128,12 +130,15 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("pgbench's transaction log: %w", err)
 	}
-	if len(ts) == 0 {
-		return errors.New("pgbench's transaction log has no transaction")
-	}
 	ev, order, err := readEvents(filepath.Join(dir, "events.txt"))
 	if err != nil {
 		return err
+	}
+	// Only transactions that ended while the load ran (a damaged line may parse into
+	// another time).
+	ts = slices.DeleteFunc(ts, func(t txn) bool { return t.end < ev["load"]*1000 || t.end > (ev["stop"]+5000)*1000 })
+	if len(ts) == 0 {
+		return errors.New("pgbench's transaction log has no transaction during the load")
 	}
 	for _, need := range []string{"load", "copy_start", "copy_ready", "cutover_start", "cutover_end", "finish_start", "finish_end", "stop"} {
 		if _, ok := ev[need]; !ok {
@@ -155,7 +160,7 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 		copied += n
 	}
 	copySecs := secs("copy_start", "copy_ready")
-	fmt.Fprintf(&b, "copy: %.1f s, %d accounts to the new data sources (%.0f rows/s, pgbench_history and the broadcast tables besides)\n",
+	fmt.Fprintf(&b, "copy: %.1f s (status polled every 2 s), %d accounts to the new data sources (%.0f rows/s, pgbench_history and the broadcast tables besides)\n",
 		copySecs, copied, float64(copied)/copySecs)
 	if _, ok := ev["verify_end"]; ok {
 		verdict := "clean"
@@ -250,10 +255,14 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 		}
 		at, _ := strconv.ParseInt(fs[0], 10, 64)
 		v, _ := strconv.ParseInt(fs[2], 10, 64)
-		maxLag = max(maxLag, v)
+		if at >= ev["copy_start"] && at < ev["cutover_start"] {
+			// After the cutover the stopped streams' slots hold WAL until finish
+			// drops them: that is not lag.
+			maxLag = max(maxLag, v)
+		}
 		lagAt[at/1000] = max(lagAt[at/1000], v)
 	}
-	fmt.Fprintf(&b, "replication lag: at most %.1f MB of WAL behind (lag.txt, per second in timeline.csv)\n", float64(maxLag)/1e6)
+	fmt.Fprintf(&b, "replication lag from the copy's start to the cutover: at most %.1f MB of WAL behind (lag.txt; per second in timeline.csv, empty where no sample)\n", float64(maxLag)/1e6)
 
 	// The invariant and the placement.
 	inv := strings.Fields(readFile(dir, "invariant.txt"))
@@ -300,7 +309,11 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 		}
 		slices.Sort(lat)
 		p99 := ms(percentile(lat, 0.99))
-		fmt.Fprintf(&csv, "%d,%d,%.3f,%.3f,%.3f,%d,%d\n", s-t0, len(lat), ms(percentile(lat, 0.5)), p99, ms(percentile(lat, 1)), fails, lagAt[s])
+		lag := ""
+		if v, ok := lagAt[s]; ok {
+			lag = strconv.FormatInt(v, 10)
+		}
+		fmt.Fprintf(&csv, "%d,%d,%.3f,%.3f,%.3f,%d,%s\n", s-t0, len(lat), ms(percentile(lat, 0.5)), p99, ms(percentile(lat, 1)), fails, lag)
 		samples = append(samples, charts.Sample{T: float64(s - t0), Throughput: float64(len(lat)), P99: p99})
 	}
 	if err := os.WriteFile(filepath.Join(dir, "timeline.csv"), []byte(csv.String()), 0o644); err != nil {
@@ -311,7 +324,8 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 		if name == "load" || name == "stop" {
 			continue
 		}
-		marks = append(marks, charts.Mark{T: float64(ev[name]-ev["load"]) / 1000, Label: strings.ReplaceAll(name, "_", " ")})
+		// On the bins' clock: second s holds the transactions that ended in it.
+		marks = append(marks, charts.Mark{T: float64(ev[name]-t0*1000) / 1000, Label: strings.ReplaceAll(name, "_", " ")})
 	}
 	chart := charts.TimelineChart{Title: "pgbench TPC-B through shard-proxy while it reshards from 2 to 4 data sources",
 		Series: []charts.Timeline{{Label: "per second", Trials: [][]charts.Sample{samples}}}, Marks: marks}
