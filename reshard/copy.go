@@ -142,6 +142,9 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 	if err == nil {
 		err = start(ctx, p, from, to, conns, opts, made)
 	}
+	if err == nil {
+		err = guardDDL(ctx, p, from, to, conns)
+	}
 	if err != nil {
 		// Fresh connections: a cancelled context closes the ones a statement was on.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -530,6 +533,73 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 		if _, err := dst.Exec(ctx, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION %s WITH (create_slot = false, slot_name = '%s', copy_data = true)",
 			name, conninfo, name, name)); err != nil {
 			return fmt.Errorf("data source %s: creating subscription %s: %w", st.To, name, err)
+		}
+	}
+	return nil
+}
+
+// ddlSetting is set on the move's own connections: the DDL guard lets them through.
+const ddlSetting = "shardlab.reshard"
+
+// guardDDL makes, on every data source of both layouts, an event trigger that refuses
+// DDL on a table the move carries (ALTER TABLE, CREATE INDEX on it, DROP TABLE ...):
+// logical replication does not carry DDL, so a change made on one side only would
+// break the stream or the rows. The move's schema holds the trigger's function:
+// cancel and finish drop both with it.
+func guardDDL(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[string]*pgx.Conn) error {
+	for _, ds := range allDataSources(from, to) {
+		var tables []string
+		for _, l := range []*rules.Compiled{from, to} {
+			for _, t := range p.Tables {
+				for _, n := range l.Lookup(t.Name).Nodes {
+					if at := place(l, n); at.DataSource == ds && !slices.Contains(tables, at.qualified()) {
+						tables = append(tables, at.qualified())
+					}
+				}
+			}
+			for _, b := range p.Broadcast {
+				for _, n := range l.Lookup(b.Name).Nodes {
+					if at := place(l, n); at.DataSource == ds && !slices.Contains(tables, at.qualified()) {
+						tables = append(tables, at.qualified())
+					}
+				}
+			}
+		}
+		quoted := make([]string, len(tables))
+		for i, t := range tables {
+			quoted[i] = "'" + strings.ReplaceAll(t, "'", "''") + "'"
+		}
+		_, err := conns[ds].Exec(ctx, fmt.Sprintf(`CREATE SCHEMA IF NOT EXISTS %[1]s;
+			CREATE TABLE IF NOT EXISTS %[1]s.moving (rel oid PRIMARY KEY);
+			INSERT INTO %[1]s.moving SELECT to_regclass(t)::oid FROM unnest(ARRAY[%[2]s]::text[]) t WHERE to_regclass(t) IS NOT NULL ON CONFLICT DO NOTHING;
+			CREATE OR REPLACE FUNCTION %[1]s.refuse_ddl() RETURNS event_trigger LANGUAGE plpgsql AS $guard$
+			DECLARE
+				rel oid;
+			BEGIN
+				IF current_setting('%[3]s', true) = 'on' THEN
+					RETURN;
+				END IF;
+				IF TG_EVENT = 'sql_drop' THEN
+					SELECT objid INTO rel FROM pg_event_trigger_dropped_objects() d
+						WHERE d.classid = 'pg_class'::regclass AND d.objid IN (SELECT m.rel FROM %[1]s.moving m) LIMIT 1;
+				ELSE
+					SELECT c.objid INTO rel FROM pg_event_trigger_ddl_commands() c
+						WHERE c.classid = 'pg_class'::regclass AND (c.objid IN (SELECT m.rel FROM %[1]s.moving m)
+							OR c.objid IN (SELECT i.indexrelid FROM pg_index i WHERE i.indrelid IN (SELECT m.rel FROM %[1]s.moving m))) LIMIT 1;
+				END IF;
+				IF rel IS NOT NULL THEN
+					RAISE EXCEPTION 'shardlab: %% on a table a resharding move carries is refused until the move is finished or cancelled (logical replication does not carry DDL)', TG_TAG
+						USING ERRCODE = '55006';
+				END IF;
+			END
+			$guard$;
+			DROP EVENT TRIGGER IF EXISTS shardlab_reshard_ddl;
+			DROP EVENT TRIGGER IF EXISTS shardlab_reshard_drop;
+			CREATE EVENT TRIGGER shardlab_reshard_ddl ON ddl_command_end EXECUTE FUNCTION %[1]s.refuse_ddl();
+			CREATE EVENT TRIGGER shardlab_reshard_drop ON sql_drop EXECUTE FUNCTION %[1]s.refuse_ddl()`,
+			prefix, strings.Join(quoted, ", "), ddlSetting))
+		if err != nil {
+			return fmt.Errorf("data source %s: the DDL guard: %w", ds, err)
 		}
 	}
 	return nil

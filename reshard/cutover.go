@@ -39,7 +39,13 @@ type CutoverOptions struct {
 	CatchUp time.Duration
 	// Progress receives a line per step.
 	Progress io.Writer
+	// crashAfterRecord stops the cutover once the new layout is recorded, as a crash
+	// would (tests).
+	crashAfterRecord bool
 }
+
+// errCrashed ends a cutover that a test crashed.
+var errCrashed = errors.New("reshard: cutover crashed (a test)")
 
 // Defaults of CutoverOptions.
 const (
@@ -102,7 +108,7 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 		return nil, err
 	}
 	if cur != nil && cur.Digest == to.Digest() {
-		return nil, fmt.Errorf("reshard: the move was cut over already (layout version %d); finish it", cur.Version)
+		return complete(ctx, from, to, cur, conns, opts)
 	}
 	if cur != nil && cur.Digest != from.Digest() {
 		return nil, fmt.Errorf("%w: layout version %d (%s) is in force, not the current rules given (%s)", ErrStaleLayout, cur.Version, cur.Digest, from.Digest())
@@ -244,6 +250,9 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 			return fail("recording the layout on data source "+ds, err, restore)
 		}
 	}
+	if opts.crashAfterRecord {
+		return nil, errCrashed // a test's kill -9: nothing undone, nothing resumed
+	}
 	restart := func() error {
 		return undoOn(func(uctx context.Context, fresh map[string]*pgx.Conn) error {
 			return startStreams(uctx, streams, fresh)
@@ -271,6 +280,82 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 	rep.Pause = time.Since(held)
 	fmt.Fprintf(opts.Progress, "reshard: layout version %d in force; held transactions went on after %v\n", rep.Version, rep.Pause.Round(time.Microsecond))
 	return rep, nil
+}
+
+// ErrCutoverIncomplete is wrapped when a cutover stopped part way (the proxy or the
+// command killed during its hold): the new layout is recorded on some data sources, or
+// the streams still run. Running the cutover again completes it.
+var ErrCutoverIncomplete = errors.New("reshard: a cutover stopped part way")
+
+// complete ends a cutover that stopped part way: the new layout recorded on every data
+// source, the destinations caught up with their sources, the streams stopped. Once it
+// is complete, it refuses to run again.
+func complete(ctx context.Context, from, to *rules.Compiled, cur *Record, conns map[string]*pgx.Conn, opts CutoverOptions) (*CutoverReport, error) {
+	if cur.Phase != "cutover" {
+		return nil, fmt.Errorf("reshard: the move to layout version %d (%s) is finished already", cur.Version, cur.Digest)
+	}
+	left, err := cutoverLeft(ctx, from, to, cur, conns)
+	if err != nil {
+		return nil, err
+	}
+	if len(left.records) == 0 && len(left.streams) == 0 {
+		return nil, fmt.Errorf("reshard: the move was cut over already (layout version %d); finish it", cur.Version)
+	}
+	fmt.Fprintf(opts.Progress, "reshard: the cutover to layout version %d stopped part way: completing it\n", cur.Version)
+	cctx, stop := context.WithTimeout(ctx, opts.CatchUp)
+	defer stop()
+	for _, ds := range left.records {
+		if err := writeRecord(cctx, conns[ds], cur); err != nil {
+			return nil, fmt.Errorf("data source %s: recording layout version %d: %w", ds, cur.Version, err)
+		}
+	}
+	if err := catchUp(cctx, left.streams, conns); err != nil {
+		return nil, err
+	}
+	if err := stopStreams(cctx, left.streams, conns); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(opts.Progress, "reshard: layout version %d in force on every data source; the streams stopped\n", cur.Version)
+	return &CutoverReport{Version: cur.Version, Views: cur.Views}, nil
+}
+
+// unfinished is what a cutover that stopped part way left to do.
+type unfinished struct {
+	records []string // data sources without the new record
+	streams []stream // streams still enabled
+}
+
+// cutoverLeft finds what a cutover to record cur has left to do.
+func cutoverLeft(ctx context.Context, from, to *rules.Compiled, cur *Record, conns map[string]*pgx.Conn) (unfinished, error) {
+	var u unfinished
+	for _, ds := range allDataSources(from, to) {
+		rec, err := readRecord(ctx, conns[ds])
+		if err != nil {
+			return u, fmt.Errorf("data source %s: %w", ds, err)
+		}
+		if rec == nil || rec.Version != cur.Version || rec.Digest != cur.Digest {
+			u.records = append(u.records, ds)
+		}
+	}
+	for _, src := range from.DataSources() {
+		for _, dst := range to.DataSources() {
+			if src.Name == dst.Name {
+				continue
+			}
+			name := streamName(src, dst)
+			var enabled bool
+			err := conns[dst.Name].QueryRow(ctx, `SELECT subenabled OR EXISTS (SELECT FROM pg_stat_subscription st WHERE st.subid = s.oid AND st.pid IS NOT NULL)
+				FROM pg_subscription s WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, name).Scan(&enabled)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+			case err != nil:
+				return u, fmt.Errorf("data source %s: %w", dst.Name, err)
+			case enabled:
+				u.streams = append(u.streams, stream{from: src.Name, to: dst.Name, name: name})
+			}
+		}
+	}
+	return u, nil
 }
 
 // currentRecord reads the layout record of the data sources of both layouts: the one

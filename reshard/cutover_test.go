@@ -240,7 +240,8 @@ func TestCutoverThroughProxy(t *testing.T) {
 		}
 		var leftovers int64
 		if err := cn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_subscription) +
-			(SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_views WHERE viewname LIKE '%shardlab%')`).Scan(&leftovers); err != nil {
+			(SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_views WHERE viewname LIKE '%shardlab%') +
+			(SELECT count(*) FROM pg_event_trigger)`).Scan(&leftovers); err != nil {
 			t.Fatal(err)
 		}
 		cn.Close(ctx)
@@ -248,7 +249,7 @@ func TestCutoverThroughProxy(t *testing.T) {
 			t.Errorf("ds_%d holds %d accounts, %d of them its own by the new layout", k, all, owned)
 		}
 		if leftovers != 0 {
-			t.Errorf("ds_%d: %d publications, subscriptions, slots or views of the move are left", k, leftovers)
+			t.Errorf("ds_%d: %d publications, subscriptions, slots, views or event triggers of the move are left", k, leftovers)
 		}
 		total += all
 	}
@@ -299,6 +300,22 @@ func TestCutoverGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cn.Close(ctx)
+	// DDL on a table the move carries is refused (logical replication does not carry
+	// it), through the proxy and on a data source itself; DDL elsewhere is not.
+	var pe *pgconn.PgError
+	if _, err := cn.Exec(ctx, "ALTER TABLE people ADD COLUMN age int"); !errors.As(err, &pe) || pe.Code != "55006" {
+		t.Errorf("ALTER TABLE on a moving table through the proxy: %v, want 55006", err)
+	}
+	for _, sql := range []string{"CREATE INDEX ON people (name)", "DROP TABLE countries", "ALTER TABLE people RENAME TO persons"} {
+		c, err := pgconn.Connect(ctx, dsns[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, sql).ReadAll(); !errors.As(err, &pe) || pe.Code != "55006" {
+			t.Errorf("%s on a destination during the move: %v, want 55006", sql, err)
+		}
+		c.Close(ctx)
+	}
 	// A table the move does not touch (on the default data source): the transaction
 	// holds no lock that the cutover's fence would wait for.
 	exec(t, dsns[0], "CREATE TABLE notes (id int PRIMARY KEY, body text)")
@@ -330,6 +347,13 @@ func TestCutoverGivesUp(t *testing.T) {
 	waitReady(t, from, to)
 	if err := reshard.Cancel(ctx, from, to, reshard.Options{}); err != nil {
 		t.Fatal(err)
+	}
+	// The guard went with the move.
+	exec(t, dsns[0], "ALTER TABLE people ADD COLUMN age int")
+	for k, d := range dsns {
+		if n := queryString(t, d, "SELECT count(*) FROM pg_event_trigger"); n != "0" {
+			t.Errorf("ds_%d: %s event triggers left after cancel", k, n)
+		}
 	}
 }
 
@@ -478,5 +502,53 @@ func TestCutoverKeepsWritesOfTheOldLayout(t *testing.T) {
 	}
 	if visits != 1000 {
 		t.Errorf("%d visits on the four data sources, want 1000", visits)
+	}
+}
+
+// TestCutoverCompletesAfterACrash: a cutover killed once it recorded the new layout
+// (its streams still running) leaves a state no proxy may serve: one given the new
+// rules refuses to start (ErrCutoverIncomplete), until the cutover is run again, which
+// completes it (the destinations caught up, the streams stopped). Then it refuses a
+// third run, and the proxy starts.
+func TestCutoverCompletesAfterACrash(t *testing.T) {
+	c := logicalCluster(t)
+	var dsns []string
+	for range 4 {
+		dsns = append(dsns, c.NewDatabase("reshard"))
+	}
+	fill(t, dsns, 2, 500)
+	from, to := layout(t, dsns[:2]), layout(t, dsns)
+	ctx := context.Background()
+	if _, err := reshard.Start(ctx, from, to, reshard.CopyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, from, to)
+	opts := reshard.CutoverOptions{}
+	reshard.CrashAfterRecord(&opts)
+	if _, err := reshard.Cutover(ctx, from, to, nil, opts); !errors.Is(err, reshard.ErrCrashed) {
+		t.Fatalf("the crashed cutover: %v", err)
+	}
+	if _, _, err := serve(t, to); !errors.Is(err, reshard.ErrCutoverIncomplete) {
+		t.Errorf("a proxy given the new rules after the crash: %v, want ErrCutoverIncomplete", err)
+	}
+	if _, _, err := serve(t, from); !errors.Is(err, reshard.ErrStaleLayout) {
+		t.Errorf("a proxy given the old rules after the crash: %v, want ErrStaleLayout", err)
+	}
+	if _, err := reshard.Cutover(ctx, from, to, nil, reshard.CutoverOptions{}); err != nil {
+		t.Fatalf("the cutover run again: %v", err)
+	}
+	for k, d := range dsns[2:] {
+		if n := queryString(t, d, "SELECT count(*) FROM pg_subscription WHERE subenabled"); n != "0" {
+			t.Errorf("ds_%d: %s subscriptions still enabled after the cutover completed", k+2, n)
+		}
+	}
+	if _, err := reshard.Cutover(ctx, from, to, nil, reshard.CutoverOptions{}); err == nil || !strings.Contains(err.Error(), "cut over already") {
+		t.Errorf("a third cutover: %v, want 'cut over already'", err)
+	}
+	if _, _, err := serve(t, to); err != nil {
+		t.Errorf("a proxy given the new rules after the cutover completed: %v", err)
+	}
+	if _, err := reshard.Finish(ctx, from, to, nil, reshard.FinishOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

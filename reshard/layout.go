@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -227,7 +228,48 @@ func InForce(ctx context.Context, l *rules.Compiled) (*rules.Compiled, error) {
 	if rec.Phase != "cutover" {
 		return l, nil
 	}
+	if err := checkComplete(ctx, l, rec); err != nil {
+		return nil, err
+	}
 	return withViews(l, rec.Views), nil
+}
+
+// checkComplete fails with ErrCutoverIncomplete when the cutover to record rec (of
+// layout l) stopped part way: serving l then could meet the old streams' last changes.
+func checkComplete(ctx context.Context, l *rules.Compiled, rec *Record) error {
+	if rec.From == nil {
+		return nil
+	}
+	fromRules := *rec.From
+	fromRules.DataSources = slices.Clone(fromRules.DataSources)
+	for i, d := range fromRules.DataSources {
+		for _, e := range l.DataSources() {
+			if e.Name == d.Name {
+				fromRules.DataSources[i].DSN = e.DSN
+			}
+		}
+		if fromRules.DataSources[i].DSN == "" {
+			return nil // a data source these rules do not name: cannot be checked from here
+		}
+	}
+	from, err := rules.Compile(fromRules)
+	if err != nil {
+		return err
+	}
+	conns, err := connectAll(ctx, from, l)
+	if err != nil {
+		return err
+	}
+	defer closeAll(conns)
+	left, err := cutoverLeft(ctx, from, l, rec, conns)
+	if err != nil {
+		return err
+	}
+	if len(left.records) > 0 || len(left.streams) > 0 {
+		return fmt.Errorf("%w: layout version %d is recorded on %d of the data sources, %d streams still run: run reshard cutover again with the same rules files to complete it",
+			ErrCutoverIncomplete, rec.Version, len(allDataSources(from, l))-len(left.records), len(left.streams))
+	}
+	return nil
 }
 
 // ReadLayout returns the layout record of l's data sources: the highest version among

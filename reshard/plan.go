@@ -242,6 +242,9 @@ func connectAll(ctx context.Context, layouts ...*rules.Compiled) (map[string]*pg
 				closeAll(conns)
 				return nil, fmt.Errorf("data source %s: %w", d.Name, err)
 			}
+			// The move's own DDL passes the guard that refuses the users' on the
+			// tables it moves (guardDDL).
+			cfg.RuntimeParams[ddlSetting] = "on"
 			if cfg.ConnectTimeout == 0 {
 				cfg.ConnectTimeout = 10 * time.Second
 			}
