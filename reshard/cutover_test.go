@@ -85,11 +85,7 @@ func serve(t *testing.T, l *rules.Compiled) (string, *proxy.Server, error) {
 // is left on the servers. A proxy given the old rules refuses to start, and a
 // process that routes by them is refused its writes (the fence).
 func TestCutoverThroughProxy(t *testing.T) {
-	c := logicalCluster(t)
-	var dsns []string
-	for range 4 {
-		dsns = append(dsns, c.NewDatabase("reshard"))
-	}
+	dsns := fourDatabases(t)
 	const rows = 2000
 	fill(t, dsns, 2, 200)
 	for i, d := range dsns[:2] {
@@ -106,10 +102,7 @@ func TestCutoverThroughProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := func(db string) string { return "postgres://postgres@" + addr + "/" + db + "?sslmode=disable" }
-	if _, err := reshard.Start(ctx, from, to, reshard.CopyOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitReady(t, from, to)
+	startMove(t, from, to, reshard.CopyOptions{})
 
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -279,11 +272,7 @@ func TestCutoverThroughProxy(t *testing.T) {
 // the streams running again, the transaction's writes intact, and no layout recorded
 // but the old one.
 func TestCutoverGivesUp(t *testing.T) {
-	c := logicalCluster(t)
-	var dsns []string
-	for range 4 {
-		dsns = append(dsns, c.NewDatabase("reshard"))
-	}
+	dsns := fourDatabases(t)
 	fill(t, dsns, 2, 500)
 	from, to := layout(t, dsns[:2]), layout(t, dsns)
 	ctx := context.Background()
@@ -291,10 +280,7 @@ func TestCutoverGivesUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reshard.Start(ctx, from, to, reshard.CopyOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitReady(t, from, to)
+	startMove(t, from, to, reshard.CopyOptions{})
 	cn, err := pgx.Connect(ctx, "postgres://postgres@"+addr+"/app?sslmode=disable")
 	if err != nil {
 		t.Fatal(err)
@@ -357,6 +343,27 @@ func TestCutoverGivesUp(t *testing.T) {
 	}
 }
 
+// fourDatabases makes four databases on a throwaway cluster that can carry a move.
+func fourDatabases(t *testing.T) []string {
+	t.Helper()
+	c := logicalCluster(t)
+	var dsns []string
+	for range 4 {
+		dsns = append(dsns, c.NewDatabase("reshard"))
+	}
+	return dsns
+}
+
+// startMove starts the move from layout from to layout to and waits until every
+// stream is ready.
+func startMove(t *testing.T, from, to *rules.Compiled, opts reshard.CopyOptions) {
+	t.Helper()
+	if _, err := reshard.Start(context.Background(), from, to, opts); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, from, to)
+}
+
 func waitReady(t *testing.T, from, to *rules.Compiled) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
@@ -397,11 +404,7 @@ func rowsText(res []*pgconn.Result) []string {
 // told committed is on the row's new data source afterwards: the record is written
 // before the destinations catch up, and waits for the writes that passed the fence.
 func TestCutoverKeepsWritesOfTheOldLayout(t *testing.T) {
-	c := logicalCluster(t)
-	var dsns []string
-	for range 4 {
-		dsns = append(dsns, c.NewDatabase("reshard"))
-	}
+	dsns := fourDatabases(t)
 	fill(t, dsns, 2, 2000)
 	// visits has five rows per key and no primary key (as pgbench_history): the
 	// finish's delete, in batches of 7, ends batches inside a key's rows.
@@ -417,10 +420,7 @@ func TestCutoverKeepsWritesOfTheOldLayout(t *testing.T) {
 	}
 	from, to := layout(t, dsns[:2], withVisits), layout(t, dsns, withVisits)
 	ctx := context.Background()
-	if _, err := reshard.Start(ctx, from, to, reshard.CopyOptions{ReplicaIdentityFull: true}); err != nil {
-		t.Fatal(err)
-	}
-	waitReady(t, from, to)
+	startMove(t, from, to, reshard.CopyOptions{ReplicaIdentityFull: true})
 	type target struct {
 		old, new int
 		ids      []int64
@@ -511,18 +511,11 @@ func TestCutoverKeepsWritesOfTheOldLayout(t *testing.T) {
 // completes it (the destinations caught up, the streams stopped). Then it refuses a
 // third run, and the proxy starts.
 func TestCutoverCompletesAfterACrash(t *testing.T) {
-	c := logicalCluster(t)
-	var dsns []string
-	for range 4 {
-		dsns = append(dsns, c.NewDatabase("reshard"))
-	}
+	dsns := fourDatabases(t)
 	fill(t, dsns, 2, 500)
 	from, to := layout(t, dsns[:2]), layout(t, dsns)
 	ctx := context.Background()
-	if _, err := reshard.Start(ctx, from, to, reshard.CopyOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitReady(t, from, to)
+	startMove(t, from, to, reshard.CopyOptions{})
 	opts := reshard.CutoverOptions{}
 	reshard.CrashAfterRecord(&opts)
 	if _, err := reshard.Cutover(ctx, from, to, nil, opts); !errors.Is(err, reshard.ErrCrashed) {
