@@ -111,8 +111,8 @@ func (p reshardProxy) Prepare(ctx context.Context, l *rules.Compiled) (func() er
 	return p.s.PrepareLayout(ctx, l)
 }
 
-// reshardCommand carries out the admin console's RESHARD CUTOVER 'file' and RESHARD
-// FINISH: one at a time.
+// reshardCommand carries out the admin console's RESHARD CUTOVER 'file', RESHARD
+// FINISH and RESHARD REVERT: one at a time.
 func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.Result, error) {
 	if !s.reshardMu.TryLock() {
 		return nil, &pgconn.PgError{Severity: "ERROR", Code: "55006", Message: "a RESHARD command is running already"}
@@ -138,41 +138,12 @@ func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.R
 		if err != nil {
 			return nil, reshardError(err)
 		}
-		r := &admin.Result{Tag: "RESHARD", Columns: []string{"step", "ms"}, Types: []uint32{admin.Text, admin.Text}}
-		for _, st := range []struct {
-			name string
-			d    time.Duration
-		}{{"drain", rep.Drain}, {"catch_up", rep.CatchUp}, {"switch", rep.Switch}, {"pause", rep.Pause}} {
-			r.Rows = append(r.Rows, []string{st.name, fmt.Sprintf("%.3f", float64(st.d.Microseconds())/1000)})
-		}
-		r.Rows = append(r.Rows, []string{"layout_version", fmt.Sprint(rep.Version)})
 		s.log.Info("reshard: cut over", "version", rep.Version, "pause", rep.Pause)
-		return r, nil
+		return holdResult(rep), nil
 	case "FINISH":
-		rec, err := reshard.ReadLayout(ctx, current)
+		from, err := s.movedFrom(ctx, "RESHARD FINISH")
 		if err != nil {
-			return nil, reshardError(err)
-		}
-		if rec == nil || rec.From == nil || rec.Digest != current.Digest() {
-			return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "RESHARD FINISH: no move of this proxy's layout was cut over"}
-		}
-		// The record keeps the old rules without DSNs: a data source keeps its name
-		// and DSN from one layout to the next, so the proxy's own say how to reach it.
-		fromRules := *rec.From
-		fromRules.DataSources = slices.Clone(fromRules.DataSources)
-		dsn := map[string]string{}
-		for _, d := range current.DataSources() {
-			dsn[d.Name] = d.DSN
-		}
-		for i, d := range fromRules.DataSources {
-			if dsn[d.Name] == "" {
-				return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "RESHARD FINISH: the move came from data source " + d.Name + ", which this proxy's rules do not name; run reshard finish with both rules files"}
-			}
-			fromRules.DataSources[i].DSN = dsn[d.Name]
-		}
-		from, err := rules.Compile(fromRules)
-		if err != nil {
-			return nil, reshardError(err)
+			return nil, err
 		}
 		// The target itself, without the views the proxy reads through until now.
 		rep, err := reshard.Finish(ctx, from, current.WithTableNames(nil), reshardProxy{s}, reshard.FinishOptions{Drain: s.cfg.ReshardDrain, Progress: &out})
@@ -185,8 +156,68 @@ func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.R
 		}
 		r.Rows = append(r.Rows, []string{"pause_ms", fmt.Sprintf("%.3f", float64(rep.Pause.Microseconds())/1000)})
 		return r, nil
+	case "REVERT":
+		from, err := s.movedFrom(ctx, "RESHARD REVERT")
+		if err != nil {
+			return nil, err
+		}
+		rep, err := reshard.Revert(ctx, from, current.WithTableNames(nil), reshardProxy{s}, reshard.CutoverOptions{Drain: s.cfg.ReshardDrain, CatchUp: s.cfg.ReshardCatchUp, Progress: &out})
+		if err != nil {
+			return nil, reshardError(err)
+		}
+		s.log.Info("reshard: reverted", "version", rep.Version, "pause", rep.Pause)
+		return holdResult(rep), nil
 	}
-	return nil, &pgconn.PgError{Severity: "ERROR", Code: "42601", Message: "RESHARD takes CUTOVER 'rules file' or FINISH"}
+	return nil, &pgconn.PgError{Severity: "ERROR", Code: "42601", Message: "RESHARD takes CUTOVER 'rules file', FINISH or REVERT"}
+}
+
+// movedFrom returns the rules of the move that was cut over to this proxy's layout, the
+// layout it came from.
+func (s *Server) movedFrom(ctx context.Context, command string) (*rules.Compiled, error) {
+	current := s.layout.Load()
+	rec, err := reshard.ReadLayout(ctx, current)
+	if err != nil {
+		return nil, reshardError(err)
+	}
+	if rec != nil && rec.Digest == current.Digest() && rec.Phase == "reverting" {
+		return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: command + ": a revert to this proxy's layout did not end: run reshard revert with both rules files to complete it"}
+	}
+	if rec == nil || rec.From == nil || rec.Digest != current.Digest() {
+		return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: command + ": no move of this proxy's layout was cut over"}
+	}
+	// The record keeps the old rules without DSNs: a data source keeps its name and
+	// DSN from one layout to the next, so the proxy's own say how to reach it.
+	fromRules := *rec.From
+	fromRules.DataSources = slices.Clone(fromRules.DataSources)
+	dsn := map[string]string{}
+	for _, d := range current.DataSources() {
+		dsn[d.Name] = d.DSN
+	}
+	for i, d := range fromRules.DataSources {
+		if dsn[d.Name] == "" {
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: command + ": the move came from data source " + d.Name + ", which this proxy's rules do not name; run the reshard command with both rules files"}
+		}
+		fromRules.DataSources[i].DSN = dsn[d.Name]
+	}
+	from, err := rules.Compile(fromRules)
+	if err != nil {
+		return nil, reshardError(err)
+	}
+	return from, nil
+}
+
+// holdResult is the admin console's answer to a RESHARD command that held the proxy:
+// its steps' durations.
+func holdResult(rep *reshard.CutoverReport) *admin.Result {
+	r := &admin.Result{Tag: "RESHARD", Columns: []string{"step", "ms"}, Types: []uint32{admin.Text, admin.Text}}
+	for _, st := range []struct {
+		name string
+		d    time.Duration
+	}{{"drain", rep.Drain}, {"catch_up", rep.CatchUp}, {"switch", rep.Switch}, {"pause", rep.Pause}} {
+		r.Rows = append(r.Rows, []string{st.name, fmt.Sprintf("%.3f", float64(st.d.Microseconds())/1000)})
+	}
+	r.Rows = append(r.Rows, []string{"layout_version", fmt.Sprint(rep.Version)})
+	return r
 }
 
 // reshardError is a move's error as the admin console answers it.

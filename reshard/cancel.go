@@ -33,8 +33,18 @@ func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
 	if cur, err := currentRecord(ctx, from, to, conns); err != nil {
 		return err
 	} else if cur != nil && cur.Digest == to.Digest() {
-		return fmt.Errorf("reshard: the move was cut over (layout version %d is in force): a cancel no longer applies; finish it", cur.Version)
+		return fmt.Errorf("reshard: the move was cut over (layout version %d is in force): a cancel no longer applies; finish it, or revert it", cur.Version)
+	} else if cur != nil && cur.Phase == phaseReverting {
+		return fmt.Errorf("%w: run reshard revert again to complete it", ErrRevertIncomplete)
 	}
+	return removeMove(ctx, from, to, conns, opts.Progress)
+}
+
+// removeMove removes what a move made, but for the layout record: the streams both
+// ways, the views, the tables it created on the data sources it adds (the rows it
+// copied into tables that were there), the replica identities it changed, its helper
+// schemas.
+func removeMove(ctx context.Context, from, to *rules.Compiled, conns map[string]*pgx.Conn, progress io.Writer) error {
 	// The databases the current layout serves, known by what they are (server and
 	// database), not by the names the layouts give them: nothing in them is cleared.
 	current := map[string]bool{}
@@ -45,13 +55,16 @@ func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
 		}
 		current[id] = true
 	}
+	if err := dropAllReverse(ctx, from, to, conns, progress); err != nil {
+		return err
+	}
 	for _, src := range from.DataSources() {
 		for _, dst := range to.DataSources() {
 			if src.Name == dst.Name {
 				continue
 			}
 			name := streamName(src, dst)
-			if err := dropStream(ctx, conns[src.Name], conns[dst.Name], src.Name, dst.Name, name, opts.Progress); err != nil {
+			if err := dropStream(ctx, conns[src.Name], conns[dst.Name], src.Name, dst.Name, name, progress); err != nil {
 				return err
 			}
 		}
@@ -82,7 +95,7 @@ func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
 			continue
 		}
 		for _, table := range names {
-			if err := clearCopy(ctx, conns[dst.Name], dst.Name, to, table, opts.Progress); err != nil {
+			if err := clearCopy(ctx, conns[dst.Name], dst.Name, to, table, progress); err != nil {
 				return err
 			}
 		}
@@ -91,7 +104,7 @@ func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
 	// helpers on the sources (for the publications) and destinations (for verify), and
 	// the marks of what the move fed.
 	for name, c := range conns {
-		if err := restoreIdentities(ctx, c, name, opts.Progress); err != nil {
+		if err := restoreIdentities(ctx, c, name, progress); err != nil {
 			return err
 		}
 	}

@@ -42,13 +42,29 @@ const createdComment = "created by shardlab reshard; dropped by reshard cancel"
 // SUBSCRIPTION): the data source names are shortened to fit, the digest, over both
 // names and DSNs, keeps the whole name apart.
 func streamName(from, to rules.DataSource) string {
-	sum := sha256.Sum256([]byte(from.Name + "\x00" + from.DSN + "\x00" + to.Name + "\x00" + to.DSN))
+	return nameStream("", from, to)
+}
+
+// reverseName names the stream back from a data source a move adds to one it came
+// from, which a cutover makes for a revert.
+func reverseName(from, to rules.DataSource) string {
+	return nameStream("r", from, to)
+}
+
+func nameStream(kind string, from, to rules.DataSource) string {
+	key := from.Name + "\x00" + from.DSN + "\x00" + to.Name + "\x00" + to.DSN
+	p := prefix + "_"
+	if kind != "" {
+		key += "\x00" + kind
+		p += kind + "_"
+	}
+	sum := sha256.Sum256([]byte(key))
 	names := from.Name + "_" + to.Name
-	const room = 63 - len(prefix) - 2 - 8
+	room := 63 - len(p) - 1 - 8
 	if len(names) > room {
 		names = names[:room]
 	}
-	return prefix + "_" + names + "_" + hex.EncodeToString(sum[:4])
+	return p + names + "_" + hex.EncodeToString(sum[:4])
 }
 
 // dataSource returns layout l's data source named name.
@@ -115,8 +131,10 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 	switch cur, err := currentRecord(ctx, from, to, conns); {
 	case err != nil:
 		return p, err
-	case cur != nil && cur.Phase == "cutover":
+	case cur != nil && cur.Phase == phaseCutover:
 		return p, fmt.Errorf("%w: the move to layout version %d (%s) was cut over and not finished: finish it first", ErrUnderWay, cur.Version, cur.Digest)
+	case cur != nil && cur.Phase == phaseReverting:
+		return p, fmt.Errorf("%w: a revert to layout version %d stopped part way: run reshard revert again to complete it", ErrUnderWay, cur.Version)
 	case cur != nil && cur.Digest != from.Digest():
 		return p, fmt.Errorf("%w: layout version %d (%s) is in force, not the current rules given (%s)", ErrStaleLayout, cur.Version, cur.Digest, from.Digest())
 	}
@@ -273,16 +291,9 @@ func checkReplicaIdentities(ctx context.Context, p *Plan, from *rules.Compiled, 
 			errs = append(errs, fmt.Sprintf("%s is a partitioned table: moving one is not supported yet", at))
 			return nil
 		}
-		var has, covered bool
-		err := conns[at.DataSource].QueryRow(ctx, `WITH ident AS (
-				SELECT a.attname FROM pg_class c JOIN pg_index i ON i.indrelid = c.oid
-				JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (i.indkey)
-				WHERE c.oid = to_regclass($1) AND (i.indisprimary AND c.relreplident = 'd' OR i.indisreplident AND c.relreplident = 'i'))
-			SELECT c.relreplident = 'f' OR EXISTS (SELECT FROM ident),
-				c.relreplident = 'f' OR EXISTS (SELECT FROM ident WHERE $2 = '' OR attname = $2)
-			FROM pg_class c WHERE c.oid = to_regclass($1)`, at.qualified(), key).Scan(&has, &covered)
+		has, covered, err := replicaIdentity(ctx, conns[at.DataSource], at, key)
 		if err != nil {
-			return fmt.Errorf("%s: its replica identity: %w", at, err)
+			return err
 		}
 		if !covered && full {
 			if !slices.Contains(needFull, at) {
@@ -315,6 +326,22 @@ func checkReplicaIdentities(ctx context.Context, p *Plan, from *rules.Compiled, 
 		return nil, fmt.Errorf("reshard: the move cannot start:\n  - %s", strings.Join(errs, "\n  - "))
 	}
 	return needFull, nil
+}
+
+// replicaIdentity reports whether table at has a replica identity, and whether it
+// covers column key ("": any identity).
+func replicaIdentity(ctx context.Context, c *pgx.Conn, at Place, key string) (has, covered bool, err error) {
+	err = c.QueryRow(ctx, `WITH ident AS (
+			SELECT a.attname FROM pg_class c JOIN pg_index i ON i.indrelid = c.oid
+			JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (i.indkey)
+			WHERE c.oid = to_regclass($1) AND (i.indisprimary AND c.relreplident = 'd' OR i.indisreplident AND c.relreplident = 'i'))
+		SELECT c.relreplident = 'f' OR EXISTS (SELECT FROM ident),
+			c.relreplident = 'f' OR EXISTS (SELECT FROM ident WHERE $2 = '' OR attname = $2)
+		FROM pg_class c WHERE c.oid = to_regclass($1)`, at.qualified(), key).Scan(&has, &covered)
+	if err != nil {
+		return false, false, fmt.Errorf("%s: its replica identity: %w", at, err)
+	}
+	return has, covered, nil
 }
 
 // setIdentities gives each table REPLICA IDENTITY FULL, first recording the identity

@@ -107,6 +107,9 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 	if err != nil {
 		return nil, err
 	}
+	if cur != nil && cur.Phase == phaseReverting {
+		return nil, fmt.Errorf("%w: run reshard revert again with the same rules files to complete it", ErrRevertIncomplete)
+	}
 	if cur != nil && cur.Digest == to.Digest() {
 		return complete(ctx, from, to, cur, conns, opts)
 	}
@@ -152,13 +155,13 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 	if cur != nil {
 		version = cur.Version
 	}
-	before := &Record{Version: version, Digest: from.Digest(), Phase: "done", Switched: time.Now().UTC()}
+	before := &Record{Version: version, Digest: from.Digest(), Phase: phaseDone, Switched: time.Now().UTC()}
 	if err := fenceAll(ctx, from, to, names, conns, cur == nil, before); err != nil {
 		return nil, err
 	}
 
 	rep := &CutoverReport{Version: version + 1, Views: views}
-	after := &Record{Version: version + 1, Digest: to.Digest(), Phase: "cutover", Views: views, Switched: time.Now().UTC()}
+	after := &Record{Version: version + 1, Digest: to.Digest(), Phase: phaseCutover, Views: views, Switched: time.Now().UTC()}
 	// The old rules, for a finish from the proxy's console; without DSNs, which may
 	// hold passwords (a data source's name says which it is).
 	fromRules := from.Rules()
@@ -168,117 +171,53 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 	}
 	after.From = &fromRules
 
+	// The streams back, from the new data sources to the old, for a revert: their
+	// publications and slots made now, the slots moved past every change the copy
+	// applied in the hold, their subscriptions made after it.
+	back, err := prepareReverse(ctx, from, to, streams, names, types, conns, opts.Progress)
+	if err != nil {
+		return nil, err
+	}
 	// The proxy's router for the new layout, made and warmed before the hold.
 	sw, discard := func() error { return nil }, func() {}
 	if px != nil {
 		if sw, discard, err = px.Prepare(ctx, withViews(to, views)); err != nil {
+			dropReverse(ctx, from, to, back, opts.Progress)
 			return nil, fmt.Errorf("reshard: readying the proxy for the new layout: %w", err)
 		}
 	}
-	switched := false
-	defer func() {
-		if !switched {
-			discard()
+	prior := before
+	if cur != nil {
+		prior = cur
+	}
+	// The slots back moved past what the copy applied so far, so that the hold moves
+	// them past the last moments only.
+	if err := advance(ctx, back, conns, false); err != nil {
+		discard()
+		dropReverse(ctx, from, to, back, opts.Progress)
+		return nil, err
+	}
+	h := hold{from: from, to: to, px: px, sw: sw, streams: streams, prior: prior, next: after, opts: opts, gaveUp: ErrCutover,
+		stopped:     func(ctx context.Context, conns map[string]*pgx.Conn) error { return advanceReverse(ctx, back, conns) },
+		undoStopped: func(ctx context.Context, conns map[string]*pgx.Conn) error { return unmarkReverse(ctx, back, conns) }}
+	switched, err := h.run(ctx, conns, rep)
+	if !switched {
+		discard()
+		// A hold that gave up cleanly leaves the old layout as it was: the streams back
+		// go. One that could not put things back keeps them, for the cutover that
+		// completes it.
+		if !errors.Is(err, errCrashed) && !h.undoFailed {
+			dropReverse(ctx, from, to, back, opts.Progress)
 		}
-	}()
-
-	// The hold.
-	held := time.Now()
-	resume := func() error { return nil }
-	if px != nil {
-		dctx, stop := context.WithTimeout(ctx, opts.Drain)
-		resume, err = px.Pause(dctx)
-		stop()
-		if err != nil {
-			return nil, fmt.Errorf("%w: the transactions in flight did not end within %v: %v", ErrCutover, opts.Drain, err)
-		}
-	}
-	rep.Drain = time.Since(held)
-	fmt.Fprintf(opts.Progress, "reshard: new transactions held; those in flight ended in %v\n", rep.Drain.Round(time.Microsecond))
-	fail := func(step string, err error, undo ...func() error) (*CutoverReport, error) {
-		for _, u := range undo {
-			if uerr := u(); uerr != nil {
-				err = errors.Join(err, uerr)
-			}
-		}
-		if rerr := resume(); rerr != nil {
-			err = errors.Join(err, rerr)
-		}
-		return nil, fmt.Errorf("%w: %s: %v", ErrCutover, step, err)
-	}
-	// The new layout is recorded first: from then on no write routed by the old one
-	// is in progress or starts (writeRecord waits for those that passed the fence),
-	// so the catch-up below carries every write the old layout took.
-	t := time.Now()
-	var written []string
-	// The undo runs on connections of its own: a step cut short by its bound closes
-	// the connection its statement was on.
-	undoOn := func(fn func(ctx context.Context, conns map[string]*pgx.Conn) error) error {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		fresh, err := connectAll(uctx, from, to)
-		if err != nil {
-			return err
-		}
-		defer closeAll(fresh)
-		return fn(uctx, fresh)
-	}
-	restore := func() error {
-		return undoOn(func(uctx context.Context, fresh map[string]*pgx.Conn) error {
-			old := before
-			if cur != nil {
-				old = cur
-			}
-			var errs []error
-			for _, ds := range written {
-				errs = append(errs, writeRecord(uctx, fresh[ds], old))
-			}
-			return errors.Join(errs...)
-		})
-	}
-	cctx, stop := context.WithTimeout(ctx, opts.CatchUp)
-	defer stop()
-	// A transaction prepared for two-phase commit and not yet committed would commit
-	// its changes after the streams stop: the hold waits for none to be left.
-	if err := noPrepared(cctx, streams, conns); err != nil {
-		return fail("waiting for prepared transactions", err)
-	}
-	for _, ds := range allDataSources(from, to) {
-		// Listed before it is written: a commit whose answer was lost may have landed.
-		written = append(written, ds)
-		if err := writeRecord(cctx, conns[ds], after); err != nil {
-			return fail("recording the layout on data source "+ds, err, restore)
-		}
-	}
-	if opts.crashAfterRecord {
-		return nil, errCrashed // a test's kill -9: nothing undone, nothing resumed
-	}
-	restart := func() error {
-		return undoOn(func(uctx context.Context, fresh map[string]*pgx.Conn) error {
-			return startStreams(uctx, streams, fresh)
-		})
-	}
-	err = catchUp(cctx, streams, conns)
-	if err == nil {
-		err = stopStreams(cctx, streams, conns)
 	}
 	if err != nil {
-		return fail("catching up", err, restore, restart)
+		return nil, err
 	}
-	rep.CatchUp = time.Since(t)
-	fmt.Fprintf(opts.Progress, "reshard: layout recorded; the destinations applied every change and the streams stopped in %v\n", rep.CatchUp.Round(time.Microsecond))
-
-	t = time.Now()
-	if err := sw(); err != nil {
-		return fail("switching the proxy", err, restore, restart)
+	// The old data sources follow the new ones from now on, until finish or revert; a
+	// subscription that cannot be made now is made by revert.
+	if err := subscribeReverse(ctx, to, back, conns, opts.Progress); err != nil {
+		fmt.Fprintf(opts.Progress, "reshard: the streams back to the old data sources are not subscribed yet (a revert subscribes them): %v\n", err)
 	}
-	switched = true
-	rep.Switch = time.Since(t)
-	if err := resume(); err != nil {
-		return nil, fmt.Errorf("reshard: the layout switched, but the pause did not lift: %w", err)
-	}
-	rep.Pause = time.Since(held)
-	fmt.Fprintf(opts.Progress, "reshard: layout version %d in force; held transactions went on after %v\n", rep.Version, rep.Pause.Round(time.Microsecond))
 	return rep, nil
 }
 
@@ -291,21 +230,28 @@ var ErrCutoverIncomplete = errors.New("reshard: a cutover stopped part way")
 // source, the destinations caught up with their sources, the streams stopped. Once it
 // is complete, it refuses to run again.
 func complete(ctx context.Context, from, to *rules.Compiled, cur *Record, conns map[string]*pgx.Conn, opts CutoverOptions) (*CutoverReport, error) {
-	if cur.Phase != "cutover" {
+	if cur.Phase != phaseCutover {
 		return nil, fmt.Errorf("reshard: the move to layout version %d (%s) is finished already", cur.Version, cur.Digest)
 	}
 	left, err := cutoverLeft(ctx, from, to, cur, conns)
 	if err != nil {
 		return nil, err
 	}
-	if len(left.records) == 0 && len(left.streams) == 0 {
+	if left.empty() {
 		return nil, fmt.Errorf("reshard: the move was cut over already (layout version %d); finish it", cur.Version)
 	}
 	fmt.Fprintf(opts.Progress, "reshard: the cutover to layout version %d stopped part way: completing it\n", cur.Version)
+	// As the hold: every data source switching first (no process writes, of either
+	// layout), the streams caught up and stopped, the slots back moved past the copy,
+	// then the record itself.
+	final := *cur
+	final.Switching = false
+	switching := final
+	switching.Switching = true
 	cctx, stop := context.WithTimeout(ctx, opts.CatchUp)
 	defer stop()
 	for _, ds := range left.records {
-		if err := writeRecord(cctx, conns[ds], cur); err != nil {
+		if err := writeRecord(cctx, conns[ds], &switching); err != nil {
 			return nil, fmt.Errorf("data source %s: recording layout version %d: %w", ds, cur.Version, err)
 		}
 	}
@@ -315,7 +261,26 @@ func complete(ctx context.Context, from, to *rules.Compiled, cur *Record, conns 
 	if err := stopStreams(cctx, left.streams, conns); err != nil {
 		return nil, err
 	}
+	// Moving a slot decodes every change since it was made, which a crash long ago
+	// makes many: a bound of its own.
+	actx, astop := context.WithTimeout(ctx, advanceWait)
+	defer astop()
+	if err := advanceReverse(actx, left.reverse, conns); err != nil {
+		return nil, err
+	}
+	for _, ds := range allDataSources(from, to) {
+		if err := writeRecord(cctx, conns[ds], &final); err != nil {
+			return nil, fmt.Errorf("data source %s: recording layout version %d: %w", ds, cur.Version, err)
+		}
+	}
 	fmt.Fprintf(opts.Progress, "reshard: layout version %d in force on every data source; the streams stopped\n", cur.Version)
+	back, err := reverseMade(ctx, from, to, conns, true)
+	if err == nil {
+		err = subscribeReverse(ctx, to, back, conns, opts.Progress)
+	}
+	if err != nil {
+		fmt.Fprintf(opts.Progress, "reshard: the streams back to the old data sources are not subscribed yet (a revert subscribes them): %v\n", err)
+	}
 	return &CutoverReport{Version: cur.Version, Views: cur.Views}, nil
 }
 
@@ -323,6 +288,11 @@ func complete(ctx context.Context, from, to *rules.Compiled, cur *Record, conns 
 type unfinished struct {
 	records []string // data sources without the new record
 	streams []stream // streams still enabled
+	reverse []stream // streams back whose slot was not moved past the copy
+}
+
+func (u unfinished) empty() bool {
+	return len(u.records) == 0 && len(u.streams) == 0 && len(u.reverse) == 0
 }
 
 // cutoverLeft finds what a cutover to record cur has left to do.
@@ -333,7 +303,7 @@ func cutoverLeft(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 		if err != nil {
 			return u, fmt.Errorf("data source %s: %w", ds, err)
 		}
-		if rec == nil || rec.Version != cur.Version || rec.Digest != cur.Digest {
+		if rec == nil || rec.Version != cur.Version || rec.Digest != cur.Digest || rec.Switching {
 			u.records = append(u.records, ds)
 		}
 	}
@@ -343,19 +313,18 @@ func cutoverLeft(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 				continue
 			}
 			name := streamName(src, dst)
-			var enabled bool
-			err := conns[dst.Name].QueryRow(ctx, `SELECT subenabled OR EXISTS (SELECT FROM pg_stat_subscription st WHERE st.subid = s.oid AND st.pid IS NOT NULL)
-				FROM pg_subscription s WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, name).Scan(&enabled)
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-			case err != nil:
+			enabled, err := subscriptionOn(ctx, conns[dst.Name], name)
+			if err != nil {
 				return u, fmt.Errorf("data source %s: %w", dst.Name, err)
-			case enabled:
+			}
+			if enabled {
 				u.streams = append(u.streams, stream{from: src.Name, to: dst.Name, name: name})
 			}
 		}
 	}
-	return u, nil
+	var err error
+	u.reverse, err = reverseMade(ctx, from, to, conns, false)
+	return u, err
 }
 
 // currentRecord reads the layout record of the data sources of both layouts: the one

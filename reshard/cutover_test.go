@@ -129,11 +129,17 @@ func TestCutoverThroughProxy(t *testing.T) {
 				if a == b {
 					continue
 				}
+				// The lower id first: two transfers never wait for each other in a
+				// cycle across data sources, which no server would see.
+				first, second, d := min(a, b), max(a, b), int64(1)
+				if first != a {
+					d = -1
+				}
 				err := pgx.BeginFunc(ctx, cn, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, "UPDATE accounts SET bal = bal - 1 WHERE id = $1", a); err != nil {
+					if _, err := tx.Exec(ctx, "UPDATE accounts SET bal = bal - $2 WHERE id = $1", first, d); err != nil {
 						return err
 					}
-					_, err := tx.Exec(ctx, "UPDATE accounts SET bal = bal + 1 WHERE id = $1", b)
+					_, err := tx.Exec(ctx, "UPDATE accounts SET bal = bal + $2 WHERE id = $1", second, d)
 					return err
 				})
 				if err != nil {
@@ -309,14 +315,40 @@ func TestCutoverGivesUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, "INSERT INTO notes VALUES (7, 'held')"); err != nil {
+	// It reads first: a transaction that has written holds back the slots the
+	// cutover makes before its hold (below).
+	if _, err := tx.Exec(ctx, "SELECT count(*) FROM notes"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = reshard.Cutover(ctx, from, to, srv.ReshardProxy(), reshard.CutoverOptions{Drain: 300 * time.Millisecond})
 	if !errors.Is(err, reshard.ErrCutover) {
 		t.Fatalf("a cutover that a transaction outlasts: %v, want ErrCutover", err)
 	}
+	if _, err := tx.Exec(ctx, "INSERT INTO notes VALUES (7, 'held')"); err != nil {
+		t.Fatal(err)
+	}
 	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A transaction that writes and stays open on the server holds back the slots
+	// of the streams back: the cutover gives up after its bound, naming it.
+	reshard.SetSlotWait(t, time.Second)
+	w, err := pgx.Connect(ctx, dsns[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	wtx, err := w.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wtx.Exec(ctx, "INSERT INTO notes VALUES (8, 'open')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reshard.Cutover(ctx, from, to, srv.ReshardProxy(), reshard.CutoverOptions{}); err == nil || !strings.Contains(err.Error(), "stay open on the server (pid") {
+		t.Errorf("a cutover while a writing transaction stays open: %v, want the slot's wait named", err)
+	}
+	if err := wtx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var n int64
@@ -531,7 +563,7 @@ func TestCutoverCompletesAfterACrash(t *testing.T) {
 		t.Fatalf("the cutover run again: %v", err)
 	}
 	for k, d := range dsns[2:] {
-		if n := queryString(t, d, "SELECT count(*) FROM pg_subscription WHERE subenabled"); n != "0" {
+		if n := queryString(t, d, "SELECT count(*) FROM pg_subscription WHERE subenabled AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())"); n != "0" {
 			t.Errorf("ds_%d: %s subscriptions still enabled after the cutover completed", k+2, n)
 		}
 	}

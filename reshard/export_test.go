@@ -1,5 +1,10 @@
 package reshard
 
+import (
+	"testing"
+	"time"
+)
+
 // StreamName exposes streamName to the tests.
 var StreamName = streamName
 
@@ -8,3 +13,10 @@ func CrashAfterRecord(o *CutoverOptions) { o.crashAfterRecord = true }
 
 // ErrCrashed is what such a cutover returns.
 var ErrCrashed = errCrashed
+
+// SetSlotWait bounds the wait for a slot for the rest of a test.
+func SetSlotWait(t testing.TB, d time.Duration) {
+	old := slotWait
+	slotWait = d
+	t.Cleanup(func() { slotWait = old })
+}

@@ -64,13 +64,15 @@ func Finish(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Finish
 		return nil, err
 	}
 	switch {
+	case cur != nil && cur.Digest == from.Digest() && cur.Phase != phaseDone:
+		return nil, fmt.Errorf("reshard: the move was reverted to layout version %d: run reshard revert again to complete it", cur.Version)
 	case cur == nil || (cur.Digest == from.Digest()):
 		return nil, fmt.Errorf("reshard: the move from layout %s to %s was not cut over: cut it over first (or cancel it)", from.Digest(), to.Digest())
 	case cur.Digest != to.Digest():
 		return nil, fmt.Errorf("%w: layout version %d (%s) is in force, not the target given (%s)", ErrStaleLayout, cur.Version, cur.Digest, to.Digest())
 	}
 	rep := &FinishReport{Deleted: map[string]int64{}}
-	if cur.Phase == "cutover" {
+	if cur.Phase == phaseCutover {
 		if err := finishMoved(ctx, from, to, cur, conns, px, opts, rep); err != nil {
 			return rep, err
 		}
@@ -102,8 +104,12 @@ func finishMoved(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 	if err := checkMove(ctx, from, to, conns); err != nil {
 		return err
 	}
-	// The streams first: they stopped at the cutover, and a slot kept would hold the
-	// WAL of the deletes below.
+	// The streams first: the streams back, which would carry the new layout's writes
+	// back to the rows deleted below; then the copy's, stopped at the cutover, whose
+	// slots would hold the WAL of the deletes.
+	if err := dropAllReverse(ctx, from, to, conns, opts.Progress); err != nil {
+		return err
+	}
 	for _, src := range from.DataSources() {
 		for _, dst := range to.DataSources() {
 			if src.Name == dst.Name {
@@ -158,13 +164,13 @@ func finishMoved(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 		}
 		fmt.Fprintf(opts.Progress, "reshard: the proxy reads the tables themselves (paused %v)\n", rep.Pause.Round(time.Microsecond))
 	}
-	for _, d := range from.DataSources() {
-		if err := restoreIdentities(ctx, conns[d.Name], d.Name, opts.Progress); err != nil {
+	for _, ds := range allDataSources(from, to) {
+		if err := restoreIdentities(ctx, conns[ds], ds, opts.Progress); err != nil {
 			return err
 		}
 	}
 	done := *cur
-	done.Phase = "done" // From and Views kept: a finish run again drops what is left
+	done.Phase = phaseDone // From and Views kept: a finish run again drops what is left
 	for _, ds := range allDataSources(from, to) {
 		if err := writeRecord(ctx, conns[ds], &done); err != nil {
 			return fmt.Errorf("data source %s: recording the move as finished: %w; run finish again", ds, err)

@@ -40,7 +40,9 @@ var ErrStaleLayout = errors.New("reshard: the data sources are at another layout
 type Record struct {
 	Version int64
 	Digest  string
-	// Phase is "cutover" between a move's cutover and its finish, else "done".
+	// Phase is "cutover" between a move's cutover and its finish or revert,
+	// "reverting" from a revert's hold until what the move made is removed, else
+	// "done".
 	Phase string
 	// Views are, between cutover and finish, the views that stand for tables on the
 	// data sources that keep rows which moved away (rules.Compiled.WithTableNames).
@@ -49,6 +51,19 @@ type Record struct {
 	From *rules.Rules `json:",omitempty"`
 	// Switched is when the record was written.
 	Switched time.Time
+	// Switching marks the record of a hold that has not ended: the fence refuses the
+	// writes of every process, those of the layout it switches to as well, until the
+	// streams have caught up (see hold).
+	Switching bool `json:",omitempty"`
+}
+
+// fenced is the digest the fence compares with: the record's, or while it is
+// switching one that no process routes by.
+func (r *Record) fenced() string {
+	if r.Switching {
+		return "switching to " + r.Digest
+	}
+	return r.Digest
 }
 
 // View is a view that stands for a table on a data source.
@@ -145,7 +160,7 @@ func writeRecord(ctx context.Context, c *pgx.Conn, rec *Record) error {
 	put := func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, "INSERT INTO "+layoutTable+` (version, digest, phase, record) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (one) DO UPDATE SET version = excluded.version, digest = excluded.digest, phase = excluded.phase, record = excluded.record`,
-			rec.Version, rec.Digest, rec.Phase, raw)
+			rec.Version, rec.fenced(), rec.Phase, raw)
 		return err
 	}
 	return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
@@ -159,7 +174,7 @@ func writeRecord(ctx context.Context, c *pgx.Conn, rec *Record) error {
 		var was string
 		err := tx.QueryRow(ctx, "SELECT digest FROM "+layoutTable).Scan(&was)
 		switch {
-		case errors.Is(err, pgx.ErrNoRows) || (err == nil && was == rec.Digest):
+		case errors.Is(err, pgx.ErrNoRows) || (err == nil && was == rec.fenced()):
 			return put(tx)
 		case err != nil:
 			return err
@@ -225,7 +240,17 @@ func InForce(ctx context.Context, l *rules.Compiled) (*rules.Compiled, error) {
 		return nil, fmt.Errorf("%w: data source %s is at layout version %d (%s), and these rules are %s: give the rules in force",
 			ErrStaleLayout, at, rec.Version, rec.Digest, l.Digest())
 	}
-	if rec.Phase != "cutover" {
+	switch {
+	case rec.Switching && rec.Phase == phaseReverting:
+		return nil, fmt.Errorf("%w: data source %s is switching to layout version %d: run reshard revert again with the same rules files to complete it", ErrRevertIncomplete, at, rec.Version)
+	case rec.Switching:
+		return nil, fmt.Errorf("%w: data source %s is switching to layout version %d: run reshard cutover again with the same rules files to complete it", ErrCutoverIncomplete, at, rec.Version)
+	}
+	switch rec.Phase {
+	case phaseReverting:
+		return l, checkReverted(ctx, l, rec)
+	case phaseCutover:
+	default:
 		return l, nil
 	}
 	if err := checkComplete(ctx, l, rec); err != nil {
@@ -265,9 +290,9 @@ func checkComplete(ctx context.Context, l *rules.Compiled, rec *Record) error {
 	if err != nil {
 		return err
 	}
-	if len(left.records) > 0 || len(left.streams) > 0 {
-		return fmt.Errorf("%w: layout version %d is recorded on %d of the data sources, %d streams still run: run reshard cutover again with the same rules files to complete it",
-			ErrCutoverIncomplete, rec.Version, len(allDataSources(from, l))-len(left.records), len(left.streams))
+	if !left.empty() {
+		return fmt.Errorf("%w: layout version %d is recorded on %d of the data sources, %d streams still run, %d streams back are not ready: run reshard cutover again with the same rules files to complete it",
+			ErrCutoverIncomplete, rec.Version, len(allDataSources(from, l))-len(left.records), len(left.streams), len(left.reverse))
 	}
 	return nil
 }
@@ -309,8 +334,9 @@ func readLayout(ctx context.Context, l *rules.Compiled) (*Record, string, error)
 }
 
 // newer reports whether record a stands over b: a higher version, or the same in
-// phase "cutover" (a finish that stopped part way recorded "done" on some data
-// sources only).
+// a phase other than "done" (a finish, or the end of a revert, that stopped part way
+// recorded "done" on some data sources only), or switching (a hold that stopped part
+// way wrote its last record on some data sources only).
 func newer(a, b *Record) bool {
 	switch {
 	case a == nil:
@@ -318,7 +344,7 @@ func newer(a, b *Record) bool {
 	case b == nil || a.Version > b.Version:
 		return true
 	}
-	return a.Version == b.Version && a.Phase == "cutover" && b.Phase != "cutover"
+	return a.Version == b.Version && (a.Phase != phaseDone && b.Phase == phaseDone || a.Switching && !b.Switching)
 }
 
 // withViews returns l reading and writing through views (none: l).

@@ -18,7 +18,8 @@ the capacity (pgbench -M extended, --clients, --capacity-time seconds), then run
 pgbench's TPC-B at --rate-fraction of it (pgbench -R) the whole time while the move
 runs: --before seconds of load, reshard start (--replica-identity-full: pgbench_history
 has no primary key), until every stream is ready, reshard verify, the cutover through
-the proxy's admin console, --after seconds, the finish, --after seconds. A reader
+the proxy's admin console, --after seconds, the finish (with --revert, the revert
+back to the 2 data sources instead), --after seconds. A reader
 counts pgbench_accounts through the proxy, waiting --read-every seconds after each count;
 the replication
 slots' lag is read every second.
@@ -34,6 +35,9 @@ Options:
   --capacity-time S   seconds of the capacity run (default 20)
   --before S          seconds of load before the move starts (default 15)
   --after S           seconds of load after the cutover, and after the finish (default 20)
+  --revert            revert the move (RESHARD REVERT) instead of finishing it: the
+                      deployment returns to its 2 data sources with every write made
+                      since the cutover
   --read-every S      seconds between the reader's counts (default 1; each count reads
                       every account, which at scale 50 costs a good part of a core)
   --port N            the throwaway cluster's port (default 5491); the proxy takes N+1
@@ -48,7 +52,7 @@ EOF
 
 root=$(cd "$(dirname "$0")/.." && pwd -P)
 . "$root/scripts/lib.sh"
-scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs"
+scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs" end=finish
 args=("$@")
 while (($#)); do
 	case $1 in
@@ -58,6 +62,7 @@ while (($#)); do
 	--capacity-time) capacity_time=$2; shift 2 ;;
 	--before) before=$2; shift 2 ;;
 	--after) after=$2; shift 2 ;;
+	--revert) end=revert; shift ;;
 	--read-every) read_every=$2; shift 2 ;;
 	--port) port=$2; shift 2 ;;
 	--runs-dir) runs=$2; shift 2 ;;
@@ -211,9 +216,9 @@ event cutover_start
 reshard cutover --proxy-admin "$admin_dsn" >"$run_dir/cutover.txt" 2>&1 || { cat "$run_dir/cutover.txt" >&2; exit 1; }
 event cutover_end
 sleep "$after"
-event finish_start
-reshard finish --proxy-admin "$admin_dsn" >"$run_dir/finish.txt" 2>&1 || { cat "$run_dir/finish.txt" >&2; exit 1; }
-event finish_end
+event "${end}_start"
+reshard "$end" --proxy-admin "$admin_dsn" >"$run_dir/$end.txt" 2>&1 || { cat "$run_dir/$end.txt" >&2; exit 1; }
+event "${end}_end"
 sleep "$after"
 event stop
 # pgbench has no graceful stop: its per-transaction logs are what is read, and what
@@ -232,13 +237,23 @@ for q in 'sum(abalance) FROM pgbench_accounts' 'sum(bbalance) FROM pgbench_branc
 	'sum(delta) FROM pgbench_history' 'count(*) FROM pgbench_accounts'; do
 	app -Atc "SELECT $q"
 done | paste -sd ' ' >"$run_dir/invariant.txt"
-for i in 0 1 2 3; do
-	# PostgreSQL's own hash partitioning of modulus 4 says where each account belongs.
+# The data sources of the layout in force at the end: 4 after a finish, 2 after a revert.
+n=4
+[[ $end == finish ]] || n=2
+for ((i = 0; i < n; i++)); do
+	# PostgreSQL's own hash partitioning of modulus n says where each account belongs.
 	pg -d "rs_$i" -c 'CREATE TABLE shardlab_layout_check (k int) PARTITION BY HASH (k)'
 	pg -d "rs_$i" -AtF ' ' -c "SELECT $i, (SELECT count(*) FROM pgbench_accounts), (SELECT count(*) FROM pgbench_accounts
-		WHERE NOT satisfies_hash_partition('shardlab_layout_check'::regclass, 4, $i, aid)), (SELECT sum(bbalance) FROM pgbench_branches),
+		WHERE NOT satisfies_hash_partition('shardlab_layout_check'::regclass, $n, $i, aid)), (SELECT sum(bbalance) FROM pgbench_branches),
 		(SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_publication)"
 done >"$run_dir/placement.txt"
+if [[ $end == revert ]]; then
+	# What the revert left on the data sources the move added: their tables were the
+	# move's, and are dropped.
+	for i in 2 3; do
+		pg -d "rs_$i" -Atc "SELECT 'rs_$i: ' || count(*) || ' pgbench tables' FROM pg_tables WHERE tablename LIKE 'pgbench%'"
+	done | paste -sd ',' | sed 's/,/, /' >"$run_dir/added.txt"
+fi
 # A newline after each file: a thread's last line, cut short when pgbench stopped, must
 # not run into the next file's first.
 for f in "$run_dir"/pgbench_log*; do

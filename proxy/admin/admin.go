@@ -33,8 +33,8 @@ type Admin struct {
 	resharding func() bool
 }
 
-// SetReshard sets what carries out RESHARD CUTOVER 'rules file' and RESHARD FINISH,
-// and what says whether one is running.
+// SetReshard sets what carries out RESHARD CUTOVER 'rules file', RESHARD FINISH and
+// RESHARD REVERT, and what says whether one is running.
 func (a *Admin) SetReshard(f func(ctx context.Context, verb, arg string) (*Result, error), running func() bool) {
 	a.reshard, a.resharding = f, running
 }
@@ -86,6 +86,9 @@ RESHARD CUTOVER 'file'  switches to the target rules of the move under way (resh
                 sources caught up, switches, releases the held transactions
 RESHARD FINISH  ends a move that was cut over: deletes the moved rows from where they were,
                 drops the views, streams and slots
+RESHARD REVERT  returns a move that was cut over, and not finished, to the layout it came from,
+                with the writes made since (the streams back): a hold as the cutover's, then
+                removes what the move made
 SHOW HELP       this list`
 
 // Answer runs one admin statement.

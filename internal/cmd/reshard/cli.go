@@ -96,7 +96,16 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         the data sources they left (in batches, while the load goes on), switches
         the proxy from the views to the tables, drops the views. Give the proxy that
         serves the deployment; without one, restart proxies after it.
-  Revert, and moves into data sources the current layout uses, are not built yet
+  revert [--proxy-admin DSN] [--catch-up D]
+        returns a move that was cut over, and not finished, to the current layout
+        (--from), with every write made since: the cutover made a stream back from
+        each data source the move added to the one it came from, which keeps the
+        rows there current. A hold as the cutover's (the proxy's RESHARD REVERT with
+        --proxy-admin): new transactions held, those in flight ended, the old layout
+        recorded at a new version, the old data sources caught up, the streams back
+        stopped, the proxy switched. Then it removes what the move made, as cancel.
+        Safe to run again after one cut short.
+  Moves into data sources the current layout uses are not built yet
   (docs/reshard.md).
 
   timeline --run DIR --accounts N
@@ -117,7 +126,7 @@ reshard plan --from ..., not reshard --from ... plan.
 // results to stdout and progress to stderr.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: reshard plan|start|status|verify|cancel|cutover|finish --from CURRENT.toml --to TARGET.toml (reshard --help)", ErrUsage)
+		return fmt.Errorf("%w: reshard plan|start|status|verify|cancel|cutover|finish|revert --from CURRENT.toml --to TARGET.toml (reshard --help)", ErrUsage)
 	}
 	switch args[0] {
 	case "-h", "--help", "help":
@@ -138,7 +147,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%w: reshard timeline --run DIR --accounts N", ErrUsage)
 		}
 		return timeline(*run, *accounts, stdout)
-	case "plan", "start", "status", "verify", "cancel", "cutover", "finish":
+	case "plan", "start", "status", "verify", "cancel", "cutover", "finish", "revert":
 	default:
 		return fmt.Errorf("%w: unknown command %q (plan, start, status, verify, cancel, cutover or finish; reshard --help)", ErrUsage, args[0])
 	}
@@ -154,8 +163,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	settle := fs.Duration("settle", 5*time.Second, "verify: how long a chunk that differs is compared again")
 	identityFull := fs.Bool("replica-identity-full", false, "start: give published tables without a replica identity covering their key (no primary key) REPLICA IDENTITY FULL while rows move; cancel restores it")
 	pgDump := fs.String("pg-dump", "pg_dump", "start: the pg_dump program that copies a table's definition to a destination that lacks it")
-	proxyAdmin := fs.String("proxy-admin", "", "cutover, finish: the DSN of the proxy's admin database; the proxy then does the step (RESHARD CUTOVER, RESHARD FINISH)")
-	catchUp := fs.Duration("catch-up", resharding.DefaultCatchUp, "cutover without --proxy-admin: how long the destinations may take to apply the last changes and stop")
+	proxyAdmin := fs.String("proxy-admin", "", "cutover, finish, revert: the DSN of the proxy's admin database; the proxy then does the step (RESHARD CUTOVER, FINISH, REVERT)")
+	catchUp := fs.Duration("catch-up", resharding.DefaultCatchUp, "cutover, revert without --proxy-admin: how long the destinations may take to apply the last changes and stop")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -256,6 +265,17 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintln(stdout, "the move is finished")
 		return nil
+	case "revert":
+		if *proxyAdmin != "" {
+			return adminCommand(ctx, *proxyAdmin, "RESHARD REVERT", stdout)
+		}
+		rep, err := resharding.Revert(ctx, from, to, nil, resharding.CutoverOptions{CatchUp: *catchUp, Progress: stderr})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "layout version %d (the current rules) is in force again, with every write made since the cutover (catch-up %v): restart every process that routes by the target rules with the current ones; until then their writes are refused\n",
+			rep.Version, rep.CatchUp.Round(time.Millisecond))
+		return nil
 	case "cancel":
 		if err := resharding.Cancel(ctx, from, to, opts); err != nil {
 			return err
@@ -264,7 +284,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	if *proxyAdmin != "" {
-		return fmt.Errorf("%w: --proxy-admin is for cutover and finish", ErrUsage)
+		return fmt.Errorf("%w: --proxy-admin is for cutover, finish and revert", ErrUsage)
 	}
 	p, err := resharding.MakePlan(ctx, from, to, opts)
 	if err != nil {

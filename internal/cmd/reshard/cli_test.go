@@ -44,7 +44,7 @@ func TestUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "reshard plan|start|status|verify|cancel|cutover|finish --from"},
+		{nil, "reshard plan|start|status|verify|cancel|cutover|finish|revert --from"},
 		{[]string{"move"}, `unknown command "move"`},
 		{[]string{"plan"}, "plan needs --from and --to"},
 		{[]string{"cancel", "--to", good}, "cancel needs --from and --to"},
@@ -53,7 +53,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"plan", "--from", bad, "--to", good}, "--from: "},
 		{[]string{"plan", "--from", good, "--to", filepath.Join(t.TempDir(), "missing.toml")}, "--to: "},
 		{[]string{"plan", "--frm", good}, "flag provided but not defined: -frm"},
-		{[]string{"plan", "--from", good, "--to", good, "--proxy-admin", "postgres://x"}, "--proxy-admin is for cutover and finish"},
+		{[]string{"plan", "--from", good, "--to", good, "--proxy-admin", "postgres://x"}, "--proxy-admin is for cutover, finish and revert"},
 		{[]string{"cutover", "--from", good}, "cutover needs --from and --to"},
 	} {
 		err := Main(context.Background(), tc.args, &out, &errOut)

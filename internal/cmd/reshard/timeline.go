@@ -2,6 +2,7 @@ package reshard
 
 import (
 	"bufio"
+	"cmp"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -140,7 +141,12 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 	if len(ts) == 0 {
 		return errors.New("pgbench's transaction log has no transaction during the load")
 	}
-	for _, need := range []string{"load", "copy_start", "copy_ready", "cutover_start", "cutover_end", "finish_start", "finish_end", "stop"} {
+	// The move ends with a finish, or with a revert back to the old layout.
+	end := "finish"
+	if _, ok := ev["revert_start"]; ok {
+		end = "revert"
+	}
+	for _, need := range []string{"load", "copy_start", "copy_ready", "cutover_start", "cutover_end", end + "_start", end + "_end", "stop"} {
 		if _, ok := ev[need]; !ok {
 			return fmt.Errorf("events.txt has no %s: the run did not finish", need)
 		}
@@ -169,15 +175,23 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 		}
 		fmt.Fprintf(&b, "verify: %.1f s, %s (under load; it is not pinned to one WAL position)\n", secs("verify_start", "verify_end"), verdict)
 	}
-	steps := map[string]string{}
-	for line := range strings.SplitSeq(readFile(dir, "cutover.txt"), "\n") {
-		if k, v, ok := strings.Cut(line, "\t"); ok {
-			steps[k] = v
-		}
+	holds := []string{"cutover"}
+	if end == "revert" {
+		holds = append(holds, "revert")
 	}
-	fmt.Fprintf(&b, "cutover: the proxy paused %s ms (drain %s, catch-up %s, switch %s); the command took %.2f s\n",
-		steps["pause"], steps["drain"], steps["catch_up"], steps["switch"], secs("cutover_start", "cutover_end"))
-	fmt.Fprintf(&b, "finish: %.1f s\n", secs("finish_start", "finish_end"))
+	for _, h := range holds {
+		steps := map[string]string{}
+		for line := range strings.SplitSeq(readFile(dir, h+".txt"), "\n") {
+			if k, v, ok := strings.Cut(line, "\t"); ok {
+				steps[k] = v
+			}
+		}
+		fmt.Fprintf(&b, "%s: the proxy paused %s ms (drain %s, catch-up %s, switch %s); the command took %.2f s\n",
+			h, steps["pause"], steps["drain"], steps["catch_up"], steps["switch"], secs(h+"_start", h+"_end"))
+	}
+	if end == "finish" {
+		fmt.Fprintf(&b, "finish: %.1f s\n", secs("finish_start", "finish_end"))
+	}
 
 	// Clients.
 	var failed int
@@ -195,17 +209,20 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 	// The hold's own share is the time from a transaction's actual start (its
 	// schedule lag after the scheduled one) to its end: a backlog that a saturated
 	// load built up before does not count there.
-	cs, ce := ev["cutover_start"], ev["cutover_end"]
-	var longest, longestRun int64
-	for _, t := range ts {
-		start := t.end - t.latency
-		if !t.failed && t.end >= cs*1000 && start <= ce*1000+1_000_000 {
-			longest = max(longest, t.latency)
-			longestRun = max(longestRun, t.latency-t.lag)
+	for _, h := range holds {
+		hs, he := ev[h+"_start"], ev[h+"_end"]
+		var longest, longestRun int64
+		for _, t := range ts {
+			start := t.end - t.latency
+			if !t.failed && t.end >= hs*1000 && start <= he*1000+1_000_000 {
+				longest = max(longest, t.latency)
+				longestRun = max(longestRun, t.latency-t.lag)
+			}
 		}
+		fmt.Fprintf(&b, "the longest wait of a client through the %s: %.1f ms from a transaction's scheduled start (schedule lag included), %.1f ms from its actual start\n",
+			h, float64(longest)/1000, float64(longestRun)/1000)
 	}
-	fmt.Fprintf(&b, "the longest wait of a client through the cutover: %.1f ms from a transaction's scheduled start (schedule lag included), %.1f ms from its actual start\n",
-		float64(longest)/1000, float64(longestRun)/1000)
+	cs, ce := ev["cutover_start"], ev["cutover_end"]
 	var before []int64
 	for _, t := range ts {
 		if !t.failed && t.end >= (ev["load"]+2000)*1000 && t.end < ev["copy_start"]*1000 {
@@ -217,10 +234,13 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 	pre := window(ts, ev["load"]+2000, ev["copy_start"])
 	during := window(ts, ev["copy_start"], ev["copy_ready"])
 	around := window(ts, cs-1000, ce+1000)
-	after := window(ts, ev["finish_end"], ev["stop"])
+	after := window(ts, ev[end+"_end"], ev["stop"])
 	ms := func(us int64) float64 { return float64(us) / 1000 }
-	fmt.Fprintf(&b, "p99 latency: before the move %.2f ms, during the copy %.2f ms, from 1 s before to 1 s after the cutover %.2f ms, after the finish %.2f ms\n",
-		ms(percentile(pre, 0.99)), ms(percentile(during, 0.99)), ms(percentile(around, 0.99)), ms(percentile(after, 0.99)))
+	fmt.Fprintf(&b, "p99 latency: before the move %.2f ms, during the copy %.2f ms, from 1 s before to 1 s after the cutover %.2f ms, after the %s %.2f ms\n",
+		ms(percentile(pre, 0.99)), ms(percentile(during, 0.99)), ms(percentile(around, 0.99)), end, ms(percentile(after, 0.99)))
+	if end == "revert" {
+		fmt.Fprintf(&b, "p99 latency from 1 s before to 1 s after the revert: %.2f ms\n", ms(percentile(window(ts, ev["revert_start"]-1000, ev["revert_end"]+1000), 0.99)))
+	}
 	fmt.Fprintf(&b, "p50 latency: before %.2f ms, around the cutover %.2f ms\n", ms(percentile(pre, 0.5)), ms(percentile(around, 0.5)))
 
 	// The reader.
@@ -284,8 +304,15 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 		total, misplaced, leftovers = total+n, misplaced+m, leftovers+l
 		bsums[fs[3]] = true
 	}
-	fmt.Fprintf(&b, "placement: %d accounts on the four data sources, %d not where the new layout places them; the branches' balances agree on every data source: %v; %d slots, subscriptions or publications left\n",
+	layoutNow := "the four data sources, %d not where the new layout places them"
+	if end == "revert" {
+		layoutNow = "the two data sources of the old layout, %d not where it places them"
+	}
+	fmt.Fprintf(&b, "placement: %d accounts on "+layoutNow+"; the branches' balances agree on every data source: %v; %d slots, subscriptions or publications left\n",
 		total, misplaced, len(bsums) == 1, leftovers)
+	if end == "revert" {
+		fmt.Fprintf(&b, "the data sources the move added: %s\n", cmp.Or(readFile(dir, "added.txt"), "(added.txt is missing)"))
+	}
 
 	// The timeline.
 	t0 := ev["load"] / 1000
@@ -327,7 +354,11 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 		// On the bins' clock: second s holds the transactions that ended in it.
 		marks = append(marks, charts.Mark{T: float64(ev[name]-t0*1000) / 1000, Label: strings.ReplaceAll(name, "_", " ")})
 	}
-	chart := charts.TimelineChart{Title: "pgbench TPC-B through shard-proxy while it reshards from 2 to 4 data sources",
+	title := "pgbench TPC-B through shard-proxy while it reshards from 2 to 4 data sources"
+	if end == "revert" {
+		title = "pgbench TPC-B through shard-proxy while it reshards from 2 to 4 data sources and reverts"
+	}
+	chart := charts.TimelineChart{Title: title,
 		Series: []charts.Timeline{{Label: "per second", Trials: [][]charts.Sample{samples}}}, Marks: marks}
 	if err := charts.Save(chart, filepath.Join(dir, "timeline.svg"), filepath.Join(dir, "timeline.png")); err != nil {
 		return err

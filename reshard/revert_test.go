@@ -1,0 +1,413 @@
+package reshard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/reshard"
+)
+
+// TestRevertThroughProxy grows a deployment from 2 data sources to 4 through a running
+// proxy and then reverts it, while clients write through the proxy the whole time:
+// one inserts people (updating and deleting some of its own), the others transfer
+// money between accounts, a reader counts the accounts. The proxy's RESHARD REVERT
+// holds new transactions and returns them to the old layout. No client transaction
+// fails, the count never changes, every write acknowledged before, during and after
+// the cutover is on the data source the old layout places its row on (the streams
+// back carried the writes the new layout made), and nothing of the move is left.
+//
+// The inserter runs across the cutover: a stream back that also carried the copy's
+// own changes back (its slot not moved past them) would meet its inserts as
+// duplicates, and the revert would not catch up.
+func TestRevertThroughProxy(t *testing.T) {
+	dsns := fourDatabases(t)
+	const rows = 1000
+	fill(t, dsns, 2, 200)
+	for i, d := range dsns[:2] {
+		exec(t, d, "CREATE TABLE accounts (id bigint PRIMARY KEY, bal bigint NOT NULL)",
+			fmt.Sprintf(`INSERT INTO accounts SELECT g, 100 FROM generate_series(1, %d) g
+				WHERE satisfies_hash_partition('hash_oracle'::regclass, 2, %d, g::bigint)`, rows, i))
+	}
+	from, to := layout(t, dsns[:2], withAccounts), layout(t, dsns, withAccounts)
+	toPath := rulesFile(t, to)
+	ctx := context.Background()
+	addr, srv, err := serve(t, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := func(db string) string { return "postgres://postgres@" + addr + "/" + db + "?sslmode=disable" }
+	startMove(t, from, to, reshard.CopyOptions{})
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var txs, inserts atomic.Int64
+	var failures []string
+	var mu sync.Mutex
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(failures) < 10 {
+			failures = append(failures, fmt.Sprintf(format, args...))
+		}
+	}
+	connect := func() *pgx.Conn {
+		cn, err := pgx.Connect(ctx, url("app"))
+		if err != nil {
+			fail("connect: %v", err)
+			return nil
+		}
+		return cn
+	}
+	for w := range 3 {
+		wg.Go(func() {
+			cn := connect()
+			if cn == nil {
+				return
+			}
+			defer cn.Close(ctx)
+			for i := 0; !stop.Load(); i++ {
+				a, b := int64((w*7919+i*31)%rows+1), int64((w*104729+i*17)%rows+1)
+				if a == b {
+					continue
+				}
+				// The lower id first: two transfers never wait for each other in a
+				// cycle across data sources, which no server would see.
+				first, second, d := min(a, b), max(a, b), int64(1)
+				if first != a {
+					d = -1
+				}
+				err := pgx.BeginFunc(ctx, cn, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "UPDATE accounts SET bal = bal - $2 WHERE id = $1", first, d); err != nil {
+						return err
+					}
+					_, err := tx.Exec(ctx, "UPDATE accounts SET bal = bal + $2 WHERE id = $1", second, d)
+					return err
+				})
+				if err != nil {
+					fail("transfer %d -> %d: %v", a, b, err)
+					return
+				}
+				txs.Add(1)
+			}
+		})
+	}
+	// people 1..200 are there; the inserter adds from 1001 on, renames every fifth
+	// one it added and deletes every seventh.
+	want := map[int64]string{}
+	for id := int64(1); id <= 200; id++ {
+		want[id] = strings.Repeat("x", int(id%50))
+	}
+	wg.Go(func() {
+		cn := connect()
+		if cn == nil {
+			return
+		}
+		defer cn.Close(ctx)
+		for id := int64(1001); !stop.Load(); id++ {
+			sql := fmt.Sprintf("INSERT INTO people VALUES (%d, 'p%d')", id, id)
+			if _, err := cn.Exec(ctx, sql); err != nil {
+				fail("%s: %v", sql, err)
+				return
+			}
+			want[id] = fmt.Sprintf("p%d", id)
+			if id%5 == 0 {
+				sql = fmt.Sprintf("UPDATE people SET name = 'renamed' WHERE id = %d", id-2)
+				if _, err := cn.Exec(ctx, sql); err != nil {
+					fail("%s: %v", sql, err)
+					return
+				}
+				if _, ok := want[id-2]; ok {
+					want[id-2] = "renamed"
+				}
+			}
+			if id%7 == 0 {
+				sql = fmt.Sprintf("DELETE FROM people WHERE id = %d", id-3)
+				if _, err := cn.Exec(ctx, sql); err != nil {
+					fail("%s: %v", sql, err)
+					return
+				}
+				delete(want, id-3)
+			}
+			inserts.Add(1)
+		}
+	})
+	wg.Go(func() {
+		cn := connect()
+		if cn == nil {
+			return
+		}
+		defer cn.Close(ctx)
+		for !stop.Load() {
+			var n int64
+			if err := cn.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil {
+				fail("reader: %v", err)
+				return
+			}
+			if n != rows {
+				fail("the reader counted %d accounts, want %d", n, rows)
+			}
+		}
+	})
+	admin := func(sql string) ([]*pgconn.Result, error) {
+		// Bounded, so that a step that waits for ever fails the test.
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		a, err := pgconn.Connect(ctx, url("shardlab_admin"))
+		if err != nil {
+			return nil, err
+		}
+		defer a.Close(context.Background())
+		res, err := a.Exec(ctx, sql).ReadAll()
+		if ctx.Err() != nil {
+			// The proxy runs in this process: where it waits.
+			buf := make([]byte, 1<<20)
+			t.Logf("%s did not end within 2 minutes; the goroutines:\n%s", sql, buf[:runtime.Stack(buf, true)])
+		}
+		return res, err
+	}
+	progressed := func(what string) {
+		t.Helper()
+		before, ins := txs.Load(), inserts.Load()
+		time.Sleep(500 * time.Millisecond)
+		if txs.Load() == before || inserts.Load() == ins {
+			t.Errorf("no transfer or insert %s", what)
+		}
+	}
+	progressed("before the cutover")
+	res, err := admin("RESHARD CUTOVER '" + toPath + "'")
+	if err != nil {
+		stop.Store(true)
+		wg.Wait()
+		t.Fatalf("RESHARD CUTOVER: %v", err)
+	}
+	for _, row := range res[0].Rows {
+		t.Logf("cutover %s: %s", row[0], row[1])
+	}
+	progressed("after the cutover")
+	res, err = admin("RESHARD REVERT")
+	if err != nil {
+		stop.Store(true)
+		wg.Wait()
+		t.Fatalf("RESHARD REVERT: %v", err)
+	}
+	for _, row := range res[0].Rows {
+		t.Logf("revert %s: %s", row[0], row[1])
+	}
+	progressed("after the revert")
+	stop.Store(true)
+	wg.Wait()
+	for _, f := range failures {
+		t.Error(f)
+	}
+	t.Logf("%d transfers, %d inserts", txs.Load(), inserts.Load())
+
+	if got := srv.Router().Rules().Digest(); got != from.Digest() {
+		t.Errorf("the proxy routes by %s after the revert, want the old layout %s", got, from.Digest())
+	}
+	// Every row on the data source the old layout places it on, as acknowledged.
+	got := map[int64]string{}
+	var accounts, money int64
+	for k, d := range dsns[:2] {
+		cn, err := pgx.Connect(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stray int64
+		if err := cn.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*) FROM people WHERE NOT satisfies_hash_partition('hash_oracle'::regclass, 2, %[1]d, id))
+			+ (SELECT count(*) FROM accounts WHERE NOT satisfies_hash_partition('hash_oracle'::regclass, 2, %[1]d, id))`, k)).Scan(&stray); err != nil {
+			t.Fatal(err)
+		}
+		if stray != 0 {
+			t.Errorf("ds_%d holds %d rows the old layout places elsewhere", k, stray)
+		}
+		var n, s int64
+		if err := cn.QueryRow(ctx, "SELECT count(*), sum(bal) FROM accounts").Scan(&n, &s); err != nil {
+			t.Fatal(err)
+		}
+		accounts, money = accounts+n, money+s
+		rs, err := cn.Query(ctx, "SELECT id, name FROM people")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rs.Next() {
+			var id int64
+			var name string
+			if err := rs.Scan(&id, &name); err != nil {
+				t.Fatal(err)
+			}
+			got[id] = name
+		}
+		if err := rs.Err(); err != nil {
+			t.Fatal(err)
+		}
+		cn.Close(ctx)
+	}
+	if accounts != rows || money != rows*100 {
+		t.Errorf("the old data sources hold %d accounts with %d, want %d with %d", accounts, money, rows, rows*100)
+	}
+	if !maps.Equal(got, want) {
+		var missing, extra, differ []int64
+		for id, v := range want {
+			if g, ok := got[id]; !ok {
+				missing = append(missing, id)
+			} else if g != v {
+				differ = append(differ, id)
+			}
+		}
+		for id := range got {
+			if _, ok := want[id]; !ok {
+				extra = append(extra, id)
+			}
+		}
+		slices.Sort(missing)
+		slices.Sort(extra)
+		slices.Sort(differ)
+		t.Errorf("people on the old data sources: %d missing %v, %d extra %v, %d different %v", len(missing), missing[:min(len(missing), 10)],
+			len(extra), extra[:min(len(extra), 10)], len(differ), differ[:min(len(differ), 10)])
+	}
+	for k, d := range dsns {
+		if n := queryString(t, d, `SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_subscription) +
+			(SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_views WHERE viewname LIKE '%shardlab%') +
+			(SELECT count(*) FROM pg_event_trigger)`); n != "0" {
+			t.Errorf("ds_%d: %s publications, subscriptions, slots, views or event triggers of the move are left", k, n)
+		}
+	}
+	// The table the move made there is dropped; those that were there, empty, are
+	// empty again.
+	for k, d := range dsns[2:] {
+		if n := queryString(t, d, "SELECT (SELECT count(*) FROM pg_tables WHERE tablename = 'accounts') + (SELECT count(*) FROM people) + (SELECT count(*) FROM countries)"); n != "0" {
+			t.Errorf("ds_%d keeps the accounts table the move made, or rows of people or countries (%s in all)", k+2, n)
+		}
+	}
+	// A proxy given the target rules refuses to start, and a process that routes by
+	// them is refused its writes; the old rules serve; the move can start again.
+	if _, _, err := serve(t, to); !errors.Is(err, reshard.ErrStaleLayout) {
+		t.Errorf("a proxy given the target rules after the revert: %v, want ErrStaleLayout", err)
+	}
+	stale, err := pgconn.Connect(ctx, dsns[0]+"&options=-c%20"+reshard.LayoutSetting+"%3D"+to.Digest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pe *pgconn.PgError
+	if _, err := stale.Exec(ctx, "UPDATE accounts SET bal = bal WHERE id = 1").ReadAll(); !errors.As(err, &pe) || pe.Code != "55000" {
+		t.Errorf("a write of a process on the target layout after the revert: %v, want the fence's 55000", err)
+	}
+	stale.Close(ctx)
+	if _, _, err := serve(t, from); err != nil {
+		t.Errorf("a proxy given the old rules after the revert: %v", err)
+	}
+	startMove(t, from, to, reshard.CopyOptions{})
+	if err := reshard.Cancel(ctx, from, to, reshard.Options{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRevertCompletesAfterACrash: a revert killed once it recorded the old layout again
+// (its streams back still running) leaves a state no proxy may serve, until the revert
+// is run again, which completes it. The writes the new layout made after the cutover
+// are on the old data sources then. The cutover before it was itself killed and
+// completed, so the slots back were moved past the copy by the completion.
+func TestRevertCompletesAfterACrash(t *testing.T) {
+	dsns := fourDatabases(t)
+	fill(t, dsns, 2, 500)
+	from, to := layout(t, dsns[:2]), layout(t, dsns)
+	ctx := context.Background()
+	startMove(t, from, to, reshard.CopyOptions{})
+	crash := reshard.CutoverOptions{}
+	reshard.CrashAfterRecord(&crash)
+	if _, err := reshard.Cutover(ctx, from, to, nil, crash); !errors.Is(err, reshard.ErrCrashed) {
+		t.Fatalf("the crashed cutover: %v", err)
+	}
+	// Rows the copy carries, written on the old layout before the cutover completes:
+	// the fence lets a session that does not say its layout through.
+	exec(t, dsns[0], "INSERT INTO people SELECT g, 'late' FROM generate_series(2001, 2100) g WHERE satisfies_hash_partition('hash_oracle'::regclass, 2, 0, g::bigint)")
+	exec(t, dsns[1], "INSERT INTO people SELECT g, 'late' FROM generate_series(2001, 2100) g WHERE satisfies_hash_partition('hash_oracle'::regclass, 2, 1, g::bigint)")
+	if _, err := reshard.Cutover(ctx, from, to, nil, reshard.CutoverOptions{}); err != nil {
+		t.Fatalf("the cutover run again: %v", err)
+	}
+	// The new layout writes: inserts and updates of rows that moved.
+	for k, d := range dsns[2:] {
+		c, err := pgconn.Connect(ctx, d+"&options=-c%20"+reshard.LayoutSetting+"%3D"+to.Digest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, fmt.Sprintf(`UPDATE people SET name = 'after' WHERE id <= 2100;
+			INSERT INTO people SELECT g, 'new' FROM generate_series(3001, 3100) g WHERE satisfies_hash_partition('hash_oracle'::regclass, 4, %d, g::bigint)`, k+2)).ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		c.Close(ctx)
+	}
+	if _, err := reshard.Revert(ctx, from, to, nil, crash); !errors.Is(err, reshard.ErrCrashed) {
+		t.Fatalf("the crashed revert: %v", err)
+	}
+	// Until the streams back caught up, no process writes, whichever layout it routes
+	// by: one on the old layout would have its writes overwritten by the new layout's
+	// last ones still on their way back.
+	for _, w := range []struct {
+		dsn    string
+		digest string
+	}{{dsns[0], from.Digest()}, {dsns[2], to.Digest()}} {
+		c, err := pgconn.Connect(ctx, w.dsn+"&options=-c%20"+reshard.LayoutSetting+"%3D"+w.digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pe *pgconn.PgError
+		if _, err := c.Exec(ctx, "UPDATE people SET name = name WHERE id = 1").ReadAll(); !errors.As(err, &pe) || pe.Code != "55000" {
+			t.Errorf("a write of a process on layout %s while the revert is cut short: %v, want the fence's 55000", w.digest, err)
+		}
+		c.Close(ctx)
+	}
+	if _, _, err := serve(t, from); !errors.Is(err, reshard.ErrRevertIncomplete) {
+		t.Errorf("a proxy given the old rules after the crash: %v, want ErrRevertIncomplete", err)
+	}
+	if _, _, err := serve(t, to); !errors.Is(err, reshard.ErrStaleLayout) {
+		t.Errorf("a proxy given the target rules after the crash: %v, want ErrStaleLayout", err)
+	}
+	if _, err := reshard.Cutover(ctx, from, to, nil, reshard.CutoverOptions{}); !errors.Is(err, reshard.ErrRevertIncomplete) {
+		t.Errorf("a cutover after the crashed revert: %v, want ErrRevertIncomplete", err)
+	}
+	if _, err := reshard.Revert(ctx, from, to, nil, reshard.CutoverOptions{}); err != nil {
+		t.Fatalf("the revert run again: %v", err)
+	}
+	if _, _, err := serve(t, from); err != nil {
+		t.Errorf("a proxy given the old rules after the revert completed: %v", err)
+	}
+	var after, added, stray int64
+	for k, d := range dsns[:2] {
+		after += queryInt(t, d, "SELECT count(*) FROM people WHERE name = 'after'")
+		added += queryInt(t, d, "SELECT count(*) FROM people WHERE name = 'new'")
+		stray += queryInt(t, d, fmt.Sprintf("SELECT count(*) FROM people WHERE NOT satisfies_hash_partition('hash_oracle'::regclass, 2, %d, id)", k))
+	}
+	// The updates on ds_2 and ds_3 touched the rows the new layout placed there: about
+	// half of the 500 and of the late 100.
+	var moved int64
+	for k := range 2 {
+		moved += queryInt(t, dsns[k], fmt.Sprintf(`SELECT count(*) FROM people WHERE id <= 2100
+			AND satisfies_hash_partition('hash_oracle'::regclass, 4, %d, id)`, k+2))
+	}
+	if after != moved || moved == 0 {
+		t.Errorf("%d rows updated after the cutover are on the old data sources, want the %d that moved", after, moved)
+	}
+	if want := queryInt(t, dsns[0], `SELECT count(*) FROM generate_series(3001, 3100) g
+		WHERE satisfies_hash_partition('hash_oracle'::regclass, 4, 2, g::bigint) OR satisfies_hash_partition('hash_oracle'::regclass, 4, 3, g::bigint)`); added != want {
+		t.Errorf("%d rows inserted after the cutover are on the old data sources, want %d", added, want)
+	}
+	if stray != 0 {
+		t.Errorf("%d rows on an old data source that the old layout places elsewhere", stray)
+	}
+	if _, err := reshard.Revert(ctx, from, to, nil, reshard.CutoverOptions{}); err == nil {
+		t.Error("a third revert did not refuse")
+	}
+}
