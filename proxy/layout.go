@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -146,7 +147,8 @@ func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.R
 			return nil, err
 		}
 		// The target itself, without the views the proxy reads through until now.
-		rep, err := reshard.Finish(ctx, from, current.WithTableNames(nil), reshardProxy{s}, reshard.FinishOptions{Drain: s.cfg.ReshardDrain, Progress: &out})
+		rate, _ := strconv.Atoi(arg) // checked by the console
+		rep, err := reshard.Finish(ctx, from, current.WithTableNames(nil), reshardProxy{s}, reshard.FinishOptions{Drain: s.cfg.ReshardDrain, Rate: rate, Progress: &out})
 		if err != nil {
 			return nil, reshardError(err)
 		}

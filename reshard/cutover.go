@@ -198,7 +198,12 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 		return nil, err
 	}
 	h := hold{from: from, to: to, px: px, sw: sw, streams: streams, prior: prior, next: after, opts: opts, gaveUp: ErrCutover,
-		stopped:     func(ctx context.Context, conns map[string]*pgx.Conn) error { return advanceReverse(ctx, back, conns) },
+		stopped: func(ctx context.Context, conns map[string]*pgx.Conn) error {
+			if err := syncSequences(ctx, streams, conns, opts.Progress); err != nil {
+				return err
+			}
+			return advanceReverse(ctx, back, conns)
+		},
 		undoStopped: func(ctx context.Context, conns map[string]*pgx.Conn) error { return unmarkReverse(ctx, back, conns) }}
 	switched, err := h.run(ctx, conns, rep)
 	if !switched {
@@ -259,6 +264,14 @@ func complete(ctx context.Context, from, to *rules.Compiled, cur *Record, conns 
 		return nil, err
 	}
 	if err := stopStreams(cctx, left.streams, conns); err != nil {
+		return nil, err
+	}
+	// The sequences of every stream's tables (those stopped before the crash too).
+	made, err := madeStreams(cctx, from, to, conns)
+	if err == nil {
+		err = syncSequences(cctx, made, conns, opts.Progress)
+	}
+	if err != nil {
 		return nil, err
 	}
 	// Moving a slot decodes every change since it was made, which a crash long ago

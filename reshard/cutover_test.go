@@ -516,9 +516,22 @@ func TestCutoverKeepsWritesOfTheOldLayout(t *testing.T) {
 		}
 	}
 	// A finish run twice: the second finds the move finished and drops nothing more.
-	for range 2 {
-		if _, err := reshard.Finish(ctx, from, to, nil, reshard.FinishOptions{Batch: 7}); err != nil {
+	// The first deletes at most 4000 rows a second on each data source.
+	for i := range 2 {
+		began := time.Now()
+		rep, err := reshard.Finish(ctx, from, to, nil, reshard.FinishOptions{Batch: 7, Rate: 4000})
+		if err != nil {
 			t.Fatal(err)
+		}
+		if i > 0 {
+			continue
+		}
+		var most int64
+		for _, n := range rep.Deleted {
+			most = max(most, n)
+		}
+		if took, least := time.Since(began), time.Duration(most)*time.Second/4000; most == 0 || took < least {
+			t.Errorf("the finish deleted up to %d rows from a table in %v, faster than its bound of 4000 a second allows (%v)", most, took, least)
 		}
 	}
 	visits := 0

@@ -20,6 +20,9 @@ type FinishOptions struct {
 	// Drain bounds the proxy's pause for its switch to the plain layout (0:
 	// DefaultDrain).
 	Drain time.Duration
+	// Rate bounds the delete, in rows a second on each data source (0: no bound):
+	// after each batch it waits as long as the bound asks.
+	Rate int
 	// Progress receives a line per step, and one per table deleted from.
 	Progress io.Writer
 }
@@ -133,7 +136,7 @@ func finishMoved(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 		typeOf[n] = types[i][0]
 	}
 	for _, v := range cur.Views {
-		n, err := deleteMoved(ctx, conns[v.DataSource], to, v, typeOf[v.Table], opts.Batch, opts.Progress)
+		n, err := deleteMoved(ctx, conns[v.DataSource], to, v, typeOf[v.Table], opts, opts.Progress)
 		rep.Deleted[v.DataSource+"."+v.Table] = n
 		if err != nil {
 			return err
@@ -184,7 +187,8 @@ func finishMoved(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 // batch starts at the last key the one before deleted (at it, not after it: a key need
 // not be unique, as pgbench_history's aid), so that the table is read about once in
 // all.
-func deleteMoved(ctx context.Context, c *pgx.Conn, to *rules.Compiled, v View, typ rules.KeyType, batch int, progress io.Writer) (int64, error) {
+func deleteMoved(ctx context.Context, c *pgx.Conn, to *rules.Compiled, v View, typ rules.KeyType, opts FinishOptions, progress io.Writer) (int64, error) {
+	batch := opts.Batch
 	at := Place{DataSource: v.DataSource, Schema: v.Schema, Table: unqualifiedView(v)}
 	node := nodeOf(to, v.Table, v.DataSource)
 	filter, err := rowFilter(to, v.Table, typ, node)
@@ -202,7 +206,7 @@ func deleteMoved(ctx context.Context, c *pgx.Conn, to *rules.Compiled, v View, t
 		SELECT count(*), ((array_agg(%[2]s ORDER BY %[2]s DESC))[1])::text FROM d`, at.qualified(), key, filter, typ, batch)
 	var total int64
 	var after *string
-	last := time.Now()
+	began, last := time.Now(), time.Now()
 	for {
 		var n int64
 		if err := c.QueryRow(ctx, sql, after).Scan(&n, &after); err != nil {
@@ -211,6 +215,15 @@ func deleteMoved(ctx context.Context, c *pgx.Conn, to *rules.Compiled, v View, t
 		total += n
 		if n == 0 {
 			break
+		}
+		if opts.Rate > 0 {
+			// Ahead of the bound: wait until the rows deleted so far are due.
+			due := began.Add(time.Duration(float64(total) / float64(opts.Rate) * float64(time.Second)))
+			select {
+			case <-ctx.Done():
+				return total, ctx.Err()
+			case <-time.After(time.Until(due)):
+			}
 		}
 		if time.Since(last) > 5*time.Second {
 			fmt.Fprintf(progress, "reshard: %s: %d moved rows of %s deleted so far\n", v.DataSource, total, at.qualified())

@@ -403,7 +403,10 @@ func Revert(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutove
 	}
 	rep := &CutoverReport{Version: cur.Version + 1}
 	next := &Record{Version: cur.Version + 1, Digest: from.Digest(), Phase: phaseReverting, Switched: time.Now().UTC()}
-	h := hold{from: from, to: to, px: px, sw: sw, streams: back, prior: cur, next: next, opts: opts, gaveUp: ErrRevert}
+	h := hold{from: from, to: to, px: px, sw: sw, streams: back, prior: cur, next: next, opts: opts, gaveUp: ErrRevert,
+		stopped: func(ctx context.Context, conns map[string]*pgx.Conn) error {
+			return syncSequences(ctx, back, conns, opts.Progress)
+		}}
 	switched, err := h.run(ctx, conns, rep)
 	if !switched {
 		discard()
@@ -488,6 +491,9 @@ func completeRevert(ctx context.Context, from, to *rules.Compiled, cur *Record, 
 		return nil, err
 	}
 	if err := stopStreams(cctx, back, conns); err != nil {
+		return nil, err
+	}
+	if err := syncSequences(cctx, back, conns, opts.Progress); err != nil {
 		return nil, err
 	}
 	for _, ds := range all {

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardlab/shardlab/reshard"
+	"github.com/shardlab/shardlab/rules"
 )
 
 // TestRevertThroughProxy grows a deployment from 2 data sources to 4 through a running
@@ -409,5 +410,66 @@ func TestRevertCompletesAfterACrash(t *testing.T) {
 	}
 	if _, err := reshard.Revert(ctx, from, to, nil, reshard.CutoverOptions{}); err == nil {
 		t.Error("a third revert did not refuse")
+	}
+}
+
+// TestSequencesFollowTheRows: logical replication carries rows, not sequences. A table
+// whose key is a bigserial moves with its rows to the new data sources; once the
+// cutover stopped the streams, each new data source's sequence is no less than its
+// source's (else its next insert could take a key the rows copied there hold), and
+// after a revert each old data source's is no less than the one it takes the writes
+// back from.
+func TestSequencesFollowTheRows(t *testing.T) {
+	dsns := fourDatabases(t)
+	fill(t, dsns, 2, 100)
+	withTickets := func(r *rules.Rules) {
+		r.Tables = append(r.Tables, rules.Table{Name: "tickets", Strategy: rules.Strategy{Column: "id"}})
+	}
+	// Each old data source numbers its own tickets, from its own start, and keeps
+	// those the old layout places there.
+	for i, d := range dsns[:2] {
+		exec(t, d, "CREATE TABLE tickets (id bigserial PRIMARY KEY, note text)",
+			fmt.Sprintf("ALTER SEQUENCE tickets_id_seq RESTART %d", 1+i*1000000),
+			"INSERT INTO tickets (note) SELECT 'old' FROM generate_series(1, 400)",
+			fmt.Sprintf("DELETE FROM tickets WHERE NOT satisfies_hash_partition('hash_oracle'::regclass, 2, %d, id)", i))
+	}
+	from, to := layout(t, dsns[:2], withTickets), layout(t, dsns, withTickets)
+	ctx := context.Background()
+	startMove(t, from, to, reshard.CopyOptions{})
+	if _, err := reshard.Cutover(ctx, from, to, nil, reshard.CutoverOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	seq := func(dsn string) int64 {
+		return queryInt(t, dsn, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM tickets_id_seq")
+	}
+	for k := range 2 {
+		if old, now := seq(dsns[k]), seq(dsns[k+2]); now < old {
+			t.Errorf("after the cutover the sequence of ds_%d is at %d, behind that of ds_%d, %d", k+2, now, k, old)
+		}
+	}
+	// The new layout inserts with the sequences of the new data sources.
+	for k, d := range dsns[2:] {
+		c, err := pgconn.Connect(ctx, d+"&options=-c%20"+reshard.LayoutSetting+"%3D"+to.Digest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, fmt.Sprintf(`INSERT INTO tickets (note) SELECT 'new' FROM generate_series(1, 300);
+			DELETE FROM tickets WHERE note = 'new' AND NOT satisfies_hash_partition('hash_oracle'::regclass, 4, %d, id)`, k+2)).ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		c.Close(ctx)
+	}
+	if _, err := reshard.Revert(ctx, from, to, nil, reshard.CutoverOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 2 {
+		want := queryInt(t, dsns[k], "SELECT max(id) FROM tickets")
+		if now := seq(dsns[k]); now < want {
+			t.Errorf("after the revert the sequence of ds_%d is at %d, behind the keys it holds (up to %d)", k, now, want)
+		}
+	}
+	// The old layout inserts on: no key taken twice.
+	for _, d := range dsns[:2] {
+		exec(t, d, "INSERT INTO tickets (note) SELECT 'after' FROM generate_series(1, 100)")
 	}
 }

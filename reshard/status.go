@@ -52,7 +52,12 @@ func (s StreamStatus) Ready() bool {
 // Status is where a move stands: its streams (none when no move is under way).
 type Status struct {
 	Streams []StreamStatus
-	At      time.Time
+	// Back are the streams back to the old data sources, which the cutover makes for a
+	// revert (none before it).
+	Back []StreamStatus
+	// Layout is the layout record in force on the data sources (nil: none yet).
+	Layout *Record
+	At     time.Time
 }
 
 // Ready reports whether a move is under way and every stream is streaming.
@@ -114,6 +119,20 @@ func statusOn(ctx context.Context, from, to *rules.Compiled, conns map[string]*p
 			}
 		}
 	}
+	for _, r := range allReverse(from, to) {
+		ss, ok, err := streamStatus(ctx, conns[r.from], conns[r.to], r.from, r.to, r.name)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			st.Back = append(st.Back, ss)
+		}
+	}
+	rec, err := currentRecord(ctx, from, to, conns)
+	if err != nil {
+		return nil, err
+	}
+	st.Layout = rec
 	return st, nil
 }
 
@@ -191,6 +210,23 @@ func (s *Status) Rows(from, to string) (int64, bool) {
 // WriteText writes the status for a person; with an earlier status prev, also each
 // stream's copy rate since then.
 func (s *Status) WriteText(b *strings.Builder, prev ...*Status) {
+	if r := s.Layout; r != nil {
+		fmt.Fprintf(b, "layout in force: version %d (%s), phase %s", r.Version, r.Digest, r.Phase)
+		switch {
+		case r.Switching:
+			b.WriteString(", switching: a cutover or revert stopped part way (run it again to complete it)")
+		case r.Phase == phaseCutover:
+			b.WriteString(": cut over; the rows that moved are on the old data sources too, behind views, and the streams back keep them current (reshard finish ends the move, reshard revert returns to the old layout)")
+		case r.Phase == phaseReverting:
+			b.WriteString(": reverted, and what the move made is not all removed yet (run reshard revert again)")
+		}
+		b.WriteString("\n")
+	}
+	if s.Layout != nil && s.Layout.Phase != phaseDone {
+		for _, st := range s.Back {
+			fmt.Fprintf(b, "%s -> %s (back): lag %d bytes, %s\n", st.From, st.To, st.LagBytes, map[bool]string{true: "streaming", false: "not streaming"}[st.Streaming && st.Enabled])
+		}
+	}
 	if len(s.Streams) == 0 {
 		b.WriteString("no move is under way between these layouts\n")
 		return

@@ -84,8 +84,9 @@ SHOW LAYOUT     the layout the proxy routes by: its digest, data sources, and th
 RESHARD CUTOVER 'file'  switches to the target rules of the move under way (reshard start):
                 holds new transactions, lets those in flight end, waits until the new data
                 sources caught up, switches, releases the held transactions
-RESHARD FINISH  ends a move that was cut over: deletes the moved rows from where they were,
-                drops the views, streams and slots
+RESHARD FINISH [rows per second]  ends a move that was cut over: deletes the moved rows from
+                where they were (at most that many a second on each data source), drops the
+                views, streams and slots
 RESHARD REVERT  returns a move that was cut over, and not finished, to the layout it came from,
                 with the writes made since (the streams back): a hold as the cutover's, then
                 removes what the move made
@@ -110,6 +111,12 @@ func (a *Admin) Answer(ctx context.Context, sql string) (*Result, error) {
 				return a.reshard(ctx, verb, strings.ReplaceAll(unq, "''", "'"))
 			}
 			return nil, &pgconn.PgError{Severity: "ERROR", Code: "42601", Message: "RESHARD CUTOVER takes the target rules file, quoted: RESHARD CUTOVER '/path/to/rules.toml'"}
+		}
+		if verb == "FINISH" && arg != "" {
+			if n, err := strconv.Atoi(arg); err != nil || n <= 0 {
+				return nil, &pgconn.PgError{Severity: "ERROR", Code: "42601", Message: "RESHARD FINISH takes a bound on the delete in rows a second, a positive integer: RESHARD FINISH 50000"}
+			}
+			return a.reshard(ctx, verb, arg)
 		}
 		if arg != "" {
 			return nil, unknown(q)

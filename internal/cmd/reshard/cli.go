@@ -91,9 +91,10 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         Without --proxy-admin the data sources switch alone: every process that
         routes by the current rules is then refused its writes (the fence), and is to
         be restarted with the target rules.
-  finish [--proxy-admin DSN]
+  finish [--proxy-admin DSN] [--delete-rate N]
         ends a move that was cut over: drops the streams, deletes the moved rows from
-        the data sources they left (in batches, while the load goes on), switches
+        the data sources they left (in batches, while the load goes on; at most N
+        rows a second on each data source with --delete-rate), switches
         the proxy from the views to the tables, drops the views. Give the proxy that
         serves the deployment; without one, restart proxies after it.
   revert [--proxy-admin DSN] [--catch-up D]
@@ -164,6 +165,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	identityFull := fs.Bool("replica-identity-full", false, "start: give published tables without a replica identity covering their key (no primary key) REPLICA IDENTITY FULL while rows move; cancel restores it")
 	pgDump := fs.String("pg-dump", "pg_dump", "start: the pg_dump program that copies a table's definition to a destination that lacks it")
 	proxyAdmin := fs.String("proxy-admin", "", "cutover, finish, revert: the DSN of the proxy's admin database; the proxy then does the step (RESHARD CUTOVER, FINISH, REVERT)")
+	deleteRate := fs.Int("delete-rate", 0, "finish: delete at most this many moved rows a second on each data source (0: no bound)")
 	catchUp := fs.Duration("catch-up", resharding.DefaultCatchUp, "cutover, revert without --proxy-admin: how long the destinations may take to apply the last changes and stop")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -253,10 +255,17 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			rep.Version, rep.CatchUp.Round(time.Millisecond))
 		return nil
 	case "finish":
-		if *proxyAdmin != "" {
-			return adminCommand(ctx, *proxyAdmin, "RESHARD FINISH", stdout)
+		if *deleteRate < 0 {
+			return fmt.Errorf("%w: --delete-rate takes a number of rows a second, 0 for no bound", ErrUsage)
 		}
-		rep, err := resharding.Finish(ctx, from, to, nil, resharding.FinishOptions{Progress: stderr})
+		if *proxyAdmin != "" {
+			cmd := "RESHARD FINISH"
+			if *deleteRate > 0 {
+				cmd += fmt.Sprintf(" %d", *deleteRate)
+			}
+			return adminCommand(ctx, *proxyAdmin, cmd, stdout)
+		}
+		rep, err := resharding.Finish(ctx, from, to, nil, resharding.FinishOptions{Rate: *deleteRate, Progress: stderr})
 		if err != nil {
 			return err
 		}

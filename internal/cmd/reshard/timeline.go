@@ -356,7 +356,7 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 	}
 	title := "pgbench TPC-B through shard-proxy while it reshards from 2 to 4 data sources"
 	if end == "revert" {
-		title = "pgbench TPC-B through shard-proxy while it reshards from 2 to 4 data sources and reverts"
+		title = "TPC-B through shard-proxy: 2 to 4 data sources, then a revert"
 	}
 	chart := charts.TimelineChart{Title: title,
 		Series: []charts.Timeline{{Label: "per second", Trials: [][]charts.Sample{samples}}}, Marks: marks}
