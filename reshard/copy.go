@@ -131,7 +131,7 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 	switch cur, err := currentRecord(ctx, from, to, conns); {
 	case err != nil:
 		return p, err
-	case cur != nil && cur.Phase == phaseCutover:
+	case cur != nil && (cur.Phase == phaseCutover || cur.Phase == phaseFinishing):
 		return p, fmt.Errorf("%w: the move to layout version %d (%s) was cut over and not finished: finish it first", ErrUnderWay, cur.Version, cur.Digest)
 	case cur != nil && cur.Phase == phaseReverting:
 		return p, fmt.Errorf("%w: a revert to layout version %d stopped part way: run reshard revert again to complete it", ErrUnderWay, cur.Version)
@@ -561,6 +561,7 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 			name, conninfo, name, name)); err != nil {
 			return fmt.Errorf("data source %s: creating subscription %s: %w", st.To, name, err)
 		}
+		crashPoint("start-stream")
 	}
 	return nil
 }

@@ -86,27 +86,12 @@ const viewSuffix = "__shardlab_owned"
 // places there, so that no read sees a moved row twice. Before the hold, the cutover
 // makes those views and puts the fence on every table the move touches.
 func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts CutoverOptions) (*CutoverReport, error) {
-	if opts.Progress == nil {
-		opts.Progress = io.Discard
-	}
-	if opts.Drain <= 0 {
-		opts.Drain = DefaultDrain
-	}
-	if opts.CatchUp <= 0 {
-		opts.CatchUp = DefaultCatchUp
-	}
-	conns, err := connectAll(ctx, from, to)
+	opts = opts.withDefaults()
+	conns, cur, err := openMove(ctx, from, to)
 	if err != nil {
 		return nil, err
 	}
 	defer closeAll(conns)
-	if err := checkMove(ctx, from, to, conns); err != nil {
-		return nil, err
-	}
-	cur, err := currentRecord(ctx, from, to, conns)
-	if err != nil {
-		return nil, err
-	}
 	if cur != nil && cur.Phase == phaseReverting {
 		return nil, fmt.Errorf("%w: run reshard revert again with the same rules files to complete it", ErrRevertIncomplete)
 	}
@@ -192,12 +177,15 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 	}
 	// The slots back moved past what the copy applied so far, so that the hold moves
 	// them past the last moments only.
-	if err := advance(ctx, back, conns, false); err != nil {
+	actx, astop := context.WithTimeout(ctx, advanceWait)
+	err = advance(actx, back, conns, false)
+	astop()
+	if err != nil {
 		discard()
 		dropReverse(ctx, from, to, back, opts.Progress)
 		return nil, err
 	}
-	h := hold{from: from, to: to, px: px, sw: sw, streams: streams, prior: prior, next: after, opts: opts, gaveUp: ErrCutover,
+	h := hold{from: from, to: to, px: px, sw: sw, streams: streams, prior: prior, next: after, opts: opts, gaveUp: ErrCutover, name: "cutover",
 		stopped: func(ctx context.Context, conns map[string]*pgx.Conn) error {
 			if err := syncSequences(ctx, streams, conns, opts.Progress); err != nil {
 				return err
@@ -218,6 +206,7 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 	if err != nil {
 		return nil, err
 	}
+	crashPoint("cutover-done")
 	// The old data sources follow the new ones from now on, until finish or revert; a
 	// subscription that cannot be made now is made by revert.
 	if err := subscribeReverse(ctx, to, back, conns, opts.Progress); err != nil {
@@ -281,8 +270,11 @@ func complete(ctx context.Context, from, to *rules.Compiled, cur *Record, conns 
 	if err := advanceReverse(actx, left.reverse, conns); err != nil {
 		return nil, err
 	}
+	// On a bound of its own: the advance may have taken long.
+	wctx, wstop := context.WithTimeout(ctx, opts.CatchUp)
+	defer wstop()
 	for _, ds := range allDataSources(from, to) {
-		if err := writeRecord(cctx, conns[ds], &final); err != nil {
+		if err := writeRecord(wctx, conns[ds], &final); err != nil {
 			return nil, fmt.Errorf("data source %s: recording layout version %d: %w", ds, cur.Version, err)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,11 +87,7 @@ func TestCutoverThroughProxy(t *testing.T) {
 	dsns := fourDatabases(t)
 	const rows = 2000
 	fill(t, dsns, 2, 200)
-	for i, d := range dsns[:2] {
-		exec(t, d, "CREATE TABLE accounts (id bigint PRIMARY KEY, bal bigint NOT NULL)",
-			fmt.Sprintf(`INSERT INTO accounts SELECT g, 100 FROM generate_series(1, %d) g
-				WHERE satisfies_hash_partition('hash_oracle'::regclass, 2, %d, g::bigint)`, rows, i))
-	}
+	withAccountsOn(t, dsns, rows)
 	from, to := layout(t, dsns[:2], withAccounts), layout(t, dsns, withAccounts)
 	toPath := rulesFile(t, to)
 	ctx := context.Background()
@@ -101,97 +96,24 @@ func TestCutoverThroughProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := func(db string) string { return "postgres://postgres@" + addr + "/" + db + "?sslmode=disable" }
 	startMove(t, from, to, reshard.CopyOptions{})
-
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var txs, reads atomic.Int64
-	var failures []string
-	var mu sync.Mutex
-	fail := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(failures) < 10 {
-			failures = append(failures, fmt.Sprintf(format, args...))
-		}
-	}
-	for w := range 4 {
-		wg.Go(func() {
-			cn, err := pgx.Connect(ctx, url("app"))
-			if err != nil {
-				fail("connect: %v", err)
-				return
-			}
-			defer cn.Close(ctx)
-			for i := 0; !stop.Load(); i++ {
-				a, b := int64((w*7919+i*31)%rows+1), int64((w*104729+i*17)%rows+1)
-				if a == b {
-					continue
-				}
-				// The lower id first: two transfers never wait for each other in a
-				// cycle across data sources, which no server would see.
-				first, second, d := min(a, b), max(a, b), int64(1)
-				if first != a {
-					d = -1
-				}
-				err := pgx.BeginFunc(ctx, cn, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, "UPDATE accounts SET bal = bal - $2 WHERE id = $1", first, d); err != nil {
-						return err
-					}
-					_, err := tx.Exec(ctx, "UPDATE accounts SET bal = bal + $2 WHERE id = $1", second, d)
-					return err
-				})
-				if err != nil {
-					fail("transfer %d -> %d: %v", a, b, err)
-					return
-				}
-				txs.Add(1)
-			}
-		})
-	}
-	wg.Go(func() {
-		cn, err := pgx.Connect(ctx, url("app"))
-		if err != nil {
-			fail("reader: %v", err)
-			return
-		}
-		defer cn.Close(ctx)
-		for !stop.Load() {
-			var n int64
-			if err := cn.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil {
-				fail("reader: %v", err)
-				return
-			}
-			if n != rows {
-				fail("the reader counted %d accounts, want %d", n, rows)
-			}
-			reads.Add(1)
-		}
-	})
-	admin := func(sql string) ([]*pgconn.Result, error) {
-		a, err := pgconn.Connect(ctx, url("shardlab_admin"))
-		if err != nil {
-			return nil, err
-		}
-		defer a.Close(ctx)
-		return a.Exec(ctx, sql).ReadAll()
-	}
+	c := newClients(t, addr)
+	c.transfers(4, rows)
+	c.reader(rows)
 	time.Sleep(500 * time.Millisecond)
-	before := txs.Load()
-	res, err := admin("RESHARD CUTOVER '" + toPath + "'")
+	before := c.txs.Load()
+	res, err := c.admin("RESHARD CUTOVER '" + toPath + "'")
 	if err != nil {
-		stop.Store(true)
-		wg.Wait()
+		c.halt()
 		t.Fatalf("RESHARD CUTOVER: %v", err)
 	}
 	for _, row := range res[0].Rows {
 		t.Logf("cutover %s: %s", row[0], row[1])
 	}
-	readsAt := reads.Load()
+	readsAt := c.reads.Load()
 	time.Sleep(700 * time.Millisecond)
-	if txs.Load() == before || reads.Load() == readsAt {
-		t.Errorf("no transfer or read after the cutover (%d transfers, %d reads in all)", txs.Load(), reads.Load())
+	if c.txs.Load() == before || c.reads.Load() == readsAt {
+		t.Errorf("no transfer or read after the cutover (%d transfers, %d reads in all)", c.txs.Load(), c.reads.Load())
 	}
 
 	// A proxy given the old rules refuses to start; a process that routes by them is
@@ -209,22 +131,18 @@ func TestCutoverThroughProxy(t *testing.T) {
 	}
 	stale.Close(ctx)
 	exec(t, dsns[0], "UPDATE accounts SET bal = bal WHERE id = 1")
-	if res, err := admin("SHOW LAYOUT"); err != nil {
+	if res, err := c.admin("SHOW LAYOUT"); err != nil {
 		t.Error(err)
 	} else if !strings.Contains(fmt.Sprint(rowsText(res)), "ds_0.accounts -> accounts__shardlab_owned") {
 		t.Errorf("SHOW LAYOUT: %v", rowsText(res))
 	}
 
-	if _, err := admin("RESHARD FINISH"); err != nil {
+	if _, err := c.admin("RESHARD FINISH"); err != nil {
 		t.Errorf("RESHARD FINISH: %v", err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	stop.Store(true)
-	wg.Wait()
-	for _, f := range failures {
-		t.Error(f)
-	}
-	t.Logf("%d transfers, %d counts", txs.Load(), reads.Load())
+	c.halt()
+	t.Logf("%d transfers, %d counts", c.txs.Load(), c.reads.Load())
 
 	// Every account on the data source the new layout places it on, and on no other.
 	total := int64(0)
@@ -255,7 +173,7 @@ func TestCutoverThroughProxy(t *testing.T) {
 	if total != rows {
 		t.Errorf("the data sources hold %d accounts in all, want %d", total, rows)
 	}
-	cn, err := pgx.Connect(ctx, url("app"))
+	cn, err := pgx.Connect(ctx, c.url("app"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,22 +434,24 @@ func TestCutoverKeepsWritesOfTheOldLayout(t *testing.T) {
 		}
 	}
 	// A finish run twice: the second finds the move finished and drops nothing more.
-	// The first deletes at most 4000 rows a second on each data source.
+	// The first deletes at most 600 rows a second (one table after the other): it
+	// takes at least the rows it deleted over 600 seconds (about 2 s here; unbounded,
+	// the whole finish takes well under that).
 	for i := range 2 {
 		began := time.Now()
-		rep, err := reshard.Finish(ctx, from, to, nil, reshard.FinishOptions{Batch: 7, Rate: 4000})
+		rep, err := reshard.Finish(ctx, from, to, nil, reshard.FinishOptions{Batch: 7, Rate: 600})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if i > 0 {
 			continue
 		}
-		var most int64
+		var all int64
 		for _, n := range rep.Deleted {
-			most = max(most, n)
+			all += n
 		}
-		if took, least := time.Since(began), time.Duration(most)*time.Second/4000; most == 0 || took < least {
-			t.Errorf("the finish deleted up to %d rows from a table in %v, faster than its bound of 4000 a second allows (%v)", most, took, least)
+		if took, least := time.Since(began), time.Duration(all)*time.Second/600; all == 0 || took < least {
+			t.Errorf("the finish deleted %d rows in %v, faster than its bound of 600 a second allows (%v)", all, took, least)
 		}
 	}
 	visits := 0

@@ -75,7 +75,7 @@ func Finish(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Finish
 		return nil, fmt.Errorf("%w: layout version %d (%s) is in force, not the target given (%s)", ErrStaleLayout, cur.Version, cur.Digest, to.Digest())
 	}
 	rep := &FinishReport{Deleted: map[string]int64{}}
-	if cur.Phase == phaseCutover {
+	if cur.Phase == phaseCutover || cur.Phase == phaseFinishing {
 		if err := finishMoved(ctx, from, to, cur, conns, px, opts, rep); err != nil {
 			return rep, err
 		}
@@ -107,6 +107,16 @@ func finishMoved(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 	if err := checkMove(ctx, from, to, conns); err != nil {
 		return err
 	}
+	// Recorded before anything is dropped: from here a revert is refused (the streams
+	// back go first, and the rows that moved away go after).
+	finishing := *cur
+	finishing.Phase = phaseFinishing
+	for _, ds := range allDataSources(from, to) {
+		if err := writeRecord(ctx, conns[ds], &finishing); err != nil {
+			return fmt.Errorf("data source %s: recording the finish: %w; run finish again", ds, err)
+		}
+	}
+	crashPoint("finish-finishing")
 	// The streams first: the streams back, which would carry the new layout's writes
 	// back to the rows deleted below; then the copy's, stopped at the cutover, whose
 	// slots would hold the WAL of the deletes.
@@ -142,6 +152,7 @@ func finishMoved(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 			return err
 		}
 	}
+	crashPoint("finish-deleted")
 	if px != nil {
 		sw, discard, err := px.Prepare(ctx, to)
 		if err != nil {
@@ -189,6 +200,9 @@ func finishMoved(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 // all.
 func deleteMoved(ctx context.Context, c *pgx.Conn, to *rules.Compiled, v View, typ rules.KeyType, opts FinishOptions, progress io.Writer) (int64, error) {
 	batch := opts.Batch
+	if opts.Rate > 0 {
+		batch = min(batch, opts.Rate) // no batch above the bound
+	}
 	at := Place{DataSource: v.DataSource, Schema: v.Schema, Table: unqualifiedView(v)}
 	node := nodeOf(to, v.Table, v.DataSource)
 	filter, err := rowFilter(to, v.Table, typ, node)

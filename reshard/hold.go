@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,8 +16,23 @@ import (
 const (
 	phaseDone      = "done"      // the layout serves alone
 	phaseCutover   = "cutover"   // a move was cut over, and not finished or reverted
+	phaseFinishing = "finishing" // a finish began: the move can no longer be reverted
 	phaseReverting = "reverting" // a move was reverted, and what it made is being removed
 )
+
+// phaseRank orders the phases one version passes through, so that where a step
+// stopped part way (its record written on some data sources only) the later one wins.
+func phaseRank(phase string) int {
+	switch phase {
+	case phaseCutover:
+		return 1
+	case phaseFinishing:
+		return 2
+	case phaseReverting:
+		return 3
+	}
+	return 0
+}
 
 // hold is the pause in which a cutover, or a revert, switches a deployment from one
 // layout to the other: the proxy holds new transactions, those in flight end, the new
@@ -34,7 +50,8 @@ type hold struct {
 	prior    *Record      // written back where the hold gives up
 	next     *Record      // the record the hold writes
 	opts     CutoverOptions
-	gaveUp   error // wrapped in the error of a hold that gave up
+	gaveUp   error  // wrapped in the error of a hold that gave up
+	name     string // "cutover" or "revert"
 	// stopped runs once the streams stopped, before the proxy switches; an error gives
 	// the hold up. undoStopped undoes it when the hold gives up, before the streams
 	// start again.
@@ -122,6 +139,7 @@ func (h *hold) run(ctx context.Context, conns map[string]*pgx.Conn, rep *Cutover
 			return fail("recording the layout on data source "+ds, err, restore)
 		}
 	}
+	crashPoint(h.name + "-switching")
 	if h.opts.crashAfterRecord {
 		return false, errCrashed // a test's kill -9: nothing undone, nothing resumed
 	}
@@ -141,18 +159,20 @@ func (h *hold) run(ctx context.Context, conns map[string]*pgx.Conn, rep *Cutover
 	if err != nil {
 		return fail("catching up", err, restore, undoStopped, restart)
 	}
+	crashPoint(h.name + "-stopped")
 	// Then the record itself: the processes of the new layout write from here.
 	for _, ds := range allDataSources(h.from, h.to) {
 		if err := writeRecord(cctx, conns[ds], h.next); err != nil {
 			return fail("recording the layout on data source "+ds, err, restore, undoStopped, restart)
 		}
 	}
+	crashPoint(h.name + "-final")
 	rep.CatchUp = time.Since(t)
 	fmt.Fprintf(h.opts.Progress, "reshard: layout recorded; the destinations applied every change and the streams stopped in %v\n", rep.CatchUp.Round(time.Microsecond))
 
 	t = time.Now()
 	if err := h.sw(); err != nil {
-		return fail("switching the proxy", err, restore, restart)
+		return fail("switching the proxy", err, restore, undoStopped, restart)
 	}
 	rep.Switch = time.Since(t)
 	if err := resume(); err != nil {
@@ -161,4 +181,41 @@ func (h *hold) run(ctx context.Context, conns map[string]*pgx.Conn, rep *Cutover
 	rep.Pause = time.Since(held)
 	fmt.Fprintf(h.opts.Progress, "reshard: layout version %d in force; held transactions went on after %v\n", h.next.Version, rep.Pause.Round(time.Microsecond))
 	return true, nil
+}
+
+// withDefaults fills in the bounds and the writer that o leaves out.
+func (o CutoverOptions) withDefaults() CutoverOptions {
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.Drain <= 0 {
+		o.Drain = DefaultDrain
+	}
+	if o.CatchUp <= 0 {
+		o.CatchUp = DefaultCatchUp
+	}
+	return o
+}
+
+// openMove connects to every data source of both layouts, checks that they are the
+// move's, and reads the layout record in force (nil: none). The caller closes the
+// connections.
+func openMove(ctx context.Context, from, to *rules.Compiled) (map[string]*pgx.Conn, *Record, error) {
+	conns, err := connectAll(ctx, from, to)
+	if err != nil {
+		return nil, nil, err
+	}
+	cur, err := checkedRecord(ctx, from, to, conns)
+	if err != nil {
+		closeAll(conns)
+		return nil, nil, err
+	}
+	return conns, cur, nil
+}
+
+func checkedRecord(ctx context.Context, from, to *rules.Compiled, conns map[string]*pgx.Conn) (*Record, error) {
+	if err := checkMove(ctx, from, to, conns); err != nil {
+		return nil, err
+	}
+	return currentRecord(ctx, from, to, conns)
 }

@@ -41,8 +41,8 @@ type Record struct {
 	Version int64
 	Digest  string
 	// Phase is "cutover" between a move's cutover and its finish or revert,
-	// "reverting" from a revert's hold until what the move made is removed, else
-	// "done".
+	// "finishing" once a finish began, "reverting" from a revert's hold until what
+	// the move made is removed, else "done".
 	Phase string
 	// Views are, between cutover and finish, the views that stand for tables on the
 	// data sources that keep rows which moved away (rules.Compiled.WithTableNames).
@@ -249,7 +249,7 @@ func InForce(ctx context.Context, l *rules.Compiled) (*rules.Compiled, error) {
 	switch rec.Phase {
 	case phaseReverting:
 		return l, checkReverted(ctx, l, rec)
-	case phaseCutover:
+	case phaseCutover, phaseFinishing:
 	default:
 		return l, nil
 	}
@@ -333,10 +333,11 @@ func readLayout(ctx context.Context, l *rules.Compiled) (*Record, string, error)
 	return found, foundAt, nil
 }
 
-// newer reports whether record a stands over b: a higher version, or the same in
-// a phase other than "done" (a finish, or the end of a revert, that stopped part way
-// recorded "done" on some data sources only), or switching (a hold that stopped part
-// way wrote its last record on some data sources only).
+// newer reports whether record a stands over b: a higher version, or the same in a
+// later phase than "done" (a finish, or the end of a revert, that stopped part way
+// recorded "done" on some data sources only; a finish that began recorded "finishing"
+// on some), or switching (a hold that stopped part way wrote its last record on some
+// data sources only).
 func newer(a, b *Record) bool {
 	switch {
 	case a == nil:
@@ -344,7 +345,13 @@ func newer(a, b *Record) bool {
 	case b == nil || a.Version > b.Version:
 		return true
 	}
-	return a.Version == b.Version && (a.Phase != phaseDone && b.Phase == phaseDone || a.Switching && !b.Switching)
+	if a.Version != b.Version {
+		return false
+	}
+	if ra, rb := phaseRank(a.Phase), phaseRank(b.Phase); ra != rb {
+		return ra > rb
+	}
+	return a.Switching && !b.Switching
 }
 
 // withViews returns l reading and writing through views (none: l).

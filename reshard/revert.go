@@ -113,7 +113,7 @@ func prepareReverse(ctx context.Context, from, to *rules.Compiled, streams []str
 		}
 		back = append(back, r)
 		fmt.Fprintf(progress, "reshard: %s -> %s: publication and slot %s, for a revert\n", r.from, r.to, r.name)
-		_, err := src.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (slot text PRIMARY KEY);
+		_, err := src.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (slot text PRIMARY KEY, lsn pg_lsn NOT NULL);
 			DELETE FROM %s WHERE slot = '%s'`, reverseTable, reverseTable, r.name))
 		if err == nil {
 			_, err = src.Exec(ctx, "CREATE PUBLICATION "+r.name+" FOR TABLE "+strings.Join(members, ", ")+" WITH (publish = 'insert, update, delete')")
@@ -196,7 +196,8 @@ func advance(ctx context.Context, back []stream, conns map[string]*pgx.Conn, mar
 		// logical message, which the streams' subscribers do not ask for).
 		var end string
 		err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+			// local: the flush here, not a synchronous standby's.
+			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = local"); err != nil {
 				return err
 			}
 			return tx.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text FROM (SELECT pg_logical_emit_message(true, 'shardlab_reshard', 'flush')) x").Scan(&end)
@@ -205,7 +206,8 @@ func advance(ctx context.Context, back []stream, conns map[string]*pgx.Conn, mar
 			return fmt.Errorf("data source %s: %w", r.from, err)
 		}
 		var short bool
-		if err := c.QueryRow(ctx, "SELECT end_lsn < $2::pg_lsn FROM pg_replication_slot_advance($1, pg_current_wal_flush_lsn())", r.name, end).Scan(&short); err != nil {
+		var moved string
+		if err := c.QueryRow(ctx, "SELECT end_lsn < $2::pg_lsn, end_lsn::text FROM pg_replication_slot_advance($1, pg_current_wal_flush_lsn())", r.name, end).Scan(&short, &moved); err != nil {
 			return fmt.Errorf("data source %s: moving slot %s past the copy: %w", r.from, r.name, err)
 		}
 		if short {
@@ -214,7 +216,10 @@ func advance(ctx context.Context, back []stream, conns map[string]*pgx.Conn, mar
 		if !mark {
 			continue
 		}
-		if _, err := c.Exec(ctx, "INSERT INTO "+reverseTable+" VALUES ($1) ON CONFLICT DO NOTHING", r.name); err != nil {
+		// The mark keeps where the slot was moved to: PostgreSQL writes a moved slot
+		// to disk at its next checkpoint only, and a crash before it would move the
+		// slot back; the subscription starts from the mark (subscribeReverse).
+		if _, err := c.Exec(ctx, "INSERT INTO "+reverseTable+" VALUES ($1, $2) ON CONFLICT (slot) DO UPDATE SET lsn = excluded.lsn", r.name, moved); err != nil {
 			return fmt.Errorf("data source %s: %w", r.from, err)
 		}
 	}
@@ -266,9 +271,24 @@ func subscribeReverse(ctx context.Context, to *rules.Compiled, back []stream, co
 		if exists {
 			continue
 		}
+		var lsn string
+		if err := conns[r.from].QueryRow(ctx, "SELECT lsn::text FROM "+reverseTable+" WHERE slot = $1", r.name).Scan(&lsn); err != nil {
+			return fmt.Errorf("data source %s: where slot %s was moved to: %w", r.from, r.name, err)
+		}
+		// Made disabled, its origin set to where the slot was moved (the server then
+		// starts the stream there, even if a crash moved the slot back), then enabled.
 		conninfo := strings.ReplaceAll(fromDSN(to, r.from), "'", "''")
-		if _, err := conns[r.to].Exec(ctx, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION %s WITH (create_slot = false, slot_name = '%s', copy_data = false)",
-			r.name, conninfo, r.name, r.name)); err != nil {
+		dst := conns[r.to]
+		_, err := dst.Exec(ctx, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION %s WITH (create_slot = false, slot_name = '%s', copy_data = false, enabled = false)",
+			r.name, conninfo, r.name, r.name))
+		if err == nil {
+			_, err = dst.Exec(ctx, `SELECT pg_replication_origin_advance('pg_' || oid, $2::pg_lsn) FROM pg_subscription
+				WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, r.name, lsn)
+		}
+		if err == nil {
+			_, err = dst.Exec(ctx, "ALTER SUBSCRIPTION "+r.name+" ENABLE")
+		}
+		if err != nil {
 			return fmt.Errorf("data source %s: subscribing to %s: %w", r.to, r.name, err)
 		}
 		fmt.Fprintf(progress, "reshard: %s follows %s (subscription %s), for a revert\n", r.to, r.from, r.name)
@@ -335,27 +355,12 @@ func subscriptionOn(ctx context.Context, c *pgx.Conn, name string) (bool, error)
 // sources' now), the helper schemas. A revert that stopped part way is completed by
 // running it again.
 func Revert(ctx context.Context, from, to *rules.Compiled, px Proxy, opts CutoverOptions) (*CutoverReport, error) {
-	if opts.Progress == nil {
-		opts.Progress = io.Discard
-	}
-	if opts.Drain <= 0 {
-		opts.Drain = DefaultDrain
-	}
-	if opts.CatchUp <= 0 {
-		opts.CatchUp = DefaultCatchUp
-	}
-	conns, err := connectAll(ctx, from, to)
+	opts = opts.withDefaults()
+	conns, cur, err := openMove(ctx, from, to)
 	if err != nil {
 		return nil, err
 	}
 	defer closeAll(conns)
-	if err := checkMove(ctx, from, to, conns); err != nil {
-		return nil, err
-	}
-	cur, err := currentRecord(ctx, from, to, conns)
-	if err != nil {
-		return nil, err
-	}
 	switch {
 	case cur != nil && cur.Digest == from.Digest() && cur.Phase == phaseReverting:
 		return completeRevert(ctx, from, to, cur, conns, opts)
@@ -364,7 +369,7 @@ func Revert(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutove
 	case cur.Digest != to.Digest():
 		return nil, fmt.Errorf("%w: layout version %d (%s) is in force, not the target given (%s)", ErrStaleLayout, cur.Version, cur.Digest, to.Digest())
 	case cur.Phase != phaseCutover:
-		return nil, fmt.Errorf("reshard: the move to layout version %d was finished: the old data sources no longer hold the rows that moved, so it cannot be reverted (a move back is a new move: reshard start with the two rules files swapped)", cur.Version)
+		return nil, fmt.Errorf("reshard: a finish of the move to layout version %d began: the old data sources no longer hold (all) the rows that moved, nor get the writes made since, so it cannot be reverted; run finish to its end (a move back is a new move: reshard start with the two rules files swapped)", cur.Version)
 	}
 	left, err := cutoverLeft(ctx, from, to, cur, conns)
 	if err != nil {
@@ -403,7 +408,7 @@ func Revert(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutove
 	}
 	rep := &CutoverReport{Version: cur.Version + 1}
 	next := &Record{Version: cur.Version + 1, Digest: from.Digest(), Phase: phaseReverting, Switched: time.Now().UTC()}
-	h := hold{from: from, to: to, px: px, sw: sw, streams: back, prior: cur, next: next, opts: opts, gaveUp: ErrRevert,
+	h := hold{from: from, to: to, px: px, sw: sw, streams: back, prior: cur, next: next, opts: opts, gaveUp: ErrRevert, name: "revert",
 		stopped: func(ctx context.Context, conns map[string]*pgx.Conn) error {
 			return syncSequences(ctx, back, conns, opts.Progress)
 		}}
@@ -414,6 +419,7 @@ func Revert(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutove
 	if err != nil {
 		return nil, err
 	}
+	crashPoint("revert-removing")
 	if err := removeReverted(ctx, from, to, next, conns, opts.Progress); err != nil {
 		return rep, err
 	}

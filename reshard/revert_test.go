@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,11 +34,7 @@ func TestRevertThroughProxy(t *testing.T) {
 	dsns := fourDatabases(t)
 	const rows = 1000
 	fill(t, dsns, 2, 200)
-	for i, d := range dsns[:2] {
-		exec(t, d, "CREATE TABLE accounts (id bigint PRIMARY KEY, bal bigint NOT NULL)",
-			fmt.Sprintf(`INSERT INTO accounts SELECT g, 100 FROM generate_series(1, %d) g
-				WHERE satisfies_hash_partition('hash_oracle'::regclass, 2, %d, g::bigint)`, rows, i))
-	}
+	withAccountsOn(t, dsns, rows)
 	from, to := layout(t, dsns[:2], withAccounts), layout(t, dsns, withAccounts)
 	toPath := rulesFile(t, to)
 	ctx := context.Background()
@@ -48,85 +42,34 @@ func TestRevertThroughProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := func(db string) string { return "postgres://postgres@" + addr + "/" + db + "?sslmode=disable" }
 	startMove(t, from, to, reshard.CopyOptions{})
-
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var txs, inserts atomic.Int64
-	var failures []string
-	var mu sync.Mutex
-	fail := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(failures) < 10 {
-			failures = append(failures, fmt.Sprintf(format, args...))
-		}
-	}
-	connect := func() *pgx.Conn {
-		cn, err := pgx.Connect(ctx, url("app"))
-		if err != nil {
-			fail("connect: %v", err)
-			return nil
-		}
-		return cn
-	}
-	for w := range 3 {
-		wg.Go(func() {
-			cn := connect()
-			if cn == nil {
-				return
-			}
-			defer cn.Close(ctx)
-			for i := 0; !stop.Load(); i++ {
-				a, b := int64((w*7919+i*31)%rows+1), int64((w*104729+i*17)%rows+1)
-				if a == b {
-					continue
-				}
-				// The lower id first: two transfers never wait for each other in a
-				// cycle across data sources, which no server would see.
-				first, second, d := min(a, b), max(a, b), int64(1)
-				if first != a {
-					d = -1
-				}
-				err := pgx.BeginFunc(ctx, cn, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, "UPDATE accounts SET bal = bal - $2 WHERE id = $1", first, d); err != nil {
-						return err
-					}
-					_, err := tx.Exec(ctx, "UPDATE accounts SET bal = bal + $2 WHERE id = $1", second, d)
-					return err
-				})
-				if err != nil {
-					fail("transfer %d -> %d: %v", a, b, err)
-					return
-				}
-				txs.Add(1)
-			}
-		})
-	}
+	c := newClients(t, addr)
+	c.transfers(3, rows)
+	c.reader(rows)
+	var inserts atomic.Int64
 	// people 1..200 are there; the inserter adds from 1001 on, renames every fifth
 	// one it added and deletes every seventh.
 	want := map[int64]string{}
 	for id := int64(1); id <= 200; id++ {
 		want[id] = strings.Repeat("x", int(id%50))
 	}
-	wg.Go(func() {
-		cn := connect()
+	c.wg.Go(func() {
+		cn := c.connect()
 		if cn == nil {
 			return
 		}
 		defer cn.Close(ctx)
-		for id := int64(1001); !stop.Load(); id++ {
+		for id := int64(1001); !c.stop.Load(); id++ {
 			sql := fmt.Sprintf("INSERT INTO people VALUES (%d, 'p%d')", id, id)
 			if _, err := cn.Exec(ctx, sql); err != nil {
-				fail("%s: %v", sql, err)
+				c.fail("%s: %v", sql, err)
 				return
 			}
 			want[id] = fmt.Sprintf("p%d", id)
 			if id%5 == 0 {
 				sql = fmt.Sprintf("UPDATE people SET name = 'renamed' WHERE id = %d", id-2)
 				if _, err := cn.Exec(ctx, sql); err != nil {
-					fail("%s: %v", sql, err)
+					c.fail("%s: %v", sql, err)
 					return
 				}
 				if _, ok := want[id-2]; ok {
@@ -136,7 +79,7 @@ func TestRevertThroughProxy(t *testing.T) {
 			if id%7 == 0 {
 				sql = fmt.Sprintf("DELETE FROM people WHERE id = %d", id-3)
 				if _, err := cn.Exec(ctx, sql); err != nil {
-					fail("%s: %v", sql, err)
+					c.fail("%s: %v", sql, err)
 					return
 				}
 				delete(want, id-3)
@@ -144,75 +87,35 @@ func TestRevertThroughProxy(t *testing.T) {
 			inserts.Add(1)
 		}
 	})
-	wg.Go(func() {
-		cn := connect()
-		if cn == nil {
-			return
-		}
-		defer cn.Close(ctx)
-		for !stop.Load() {
-			var n int64
-			if err := cn.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil {
-				fail("reader: %v", err)
-				return
-			}
-			if n != rows {
-				fail("the reader counted %d accounts, want %d", n, rows)
-			}
-		}
-	})
-	admin := func(sql string) ([]*pgconn.Result, error) {
-		// Bounded, so that a step that waits for ever fails the test.
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		defer cancel()
-		a, err := pgconn.Connect(ctx, url("shardlab_admin"))
-		if err != nil {
-			return nil, err
-		}
-		defer a.Close(context.Background())
-		res, err := a.Exec(ctx, sql).ReadAll()
-		if ctx.Err() != nil {
-			// The proxy runs in this process: where it waits.
-			buf := make([]byte, 1<<20)
-			t.Logf("%s did not end within 2 minutes; the goroutines:\n%s", sql, buf[:runtime.Stack(buf, true)])
-		}
-		return res, err
-	}
 	progressed := func(what string) {
 		t.Helper()
-		before, ins := txs.Load(), inserts.Load()
+		before, ins := c.txs.Load(), inserts.Load()
 		time.Sleep(500 * time.Millisecond)
-		if txs.Load() == before || inserts.Load() == ins {
+		if c.txs.Load() == before || inserts.Load() == ins {
 			t.Errorf("no transfer or insert %s", what)
 		}
 	}
 	progressed("before the cutover")
-	res, err := admin("RESHARD CUTOVER '" + toPath + "'")
+	res, err := c.admin("RESHARD CUTOVER '" + toPath + "'")
 	if err != nil {
-		stop.Store(true)
-		wg.Wait()
+		c.halt()
 		t.Fatalf("RESHARD CUTOVER: %v", err)
 	}
 	for _, row := range res[0].Rows {
 		t.Logf("cutover %s: %s", row[0], row[1])
 	}
 	progressed("after the cutover")
-	res, err = admin("RESHARD REVERT")
+	res, err = c.admin("RESHARD REVERT")
 	if err != nil {
-		stop.Store(true)
-		wg.Wait()
+		c.halt()
 		t.Fatalf("RESHARD REVERT: %v", err)
 	}
 	for _, row := range res[0].Rows {
 		t.Logf("revert %s: %s", row[0], row[1])
 	}
 	progressed("after the revert")
-	stop.Store(true)
-	wg.Wait()
-	for _, f := range failures {
-		t.Error(f)
-	}
-	t.Logf("%d transfers, %d inserts", txs.Load(), inserts.Load())
+	c.halt()
+	t.Logf("%d transfers, %d inserts", c.txs.Load(), inserts.Load())
 
 	if got := srv.Router().Rules().Digest(); got != from.Digest() {
 		t.Errorf("the proxy routes by %s after the revert, want the old layout %s", got, from.Digest())
@@ -471,5 +374,36 @@ func TestSequencesFollowTheRows(t *testing.T) {
 	// The old layout inserts on: no key taken twice.
 	for _, d := range dsns[:2] {
 		exec(t, d, "INSERT INTO tickets (note) SELECT 'after' FROM generate_series(1, 100)")
+	}
+}
+
+// TestRevertRefusedOnceFinishBegan: a finish cut short while it deletes the rows that
+// moved has dropped the streams back, and deleted some of those rows: a revert then
+// would serve the old data sources without the writes made since the cutover. It is
+// refused, naming the finish, and the finish run again ends the move.
+func TestRevertRefusedOnceFinishBegan(t *testing.T) {
+	dsns := fourDatabases(t)
+	fill(t, dsns, 2, 1000)
+	from, to := layout(t, dsns[:2]), layout(t, dsns)
+	ctx := context.Background()
+	startMove(t, from, to, reshard.CopyOptions{})
+	if _, err := reshard.Cutover(ctx, from, to, nil, reshard.CutoverOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := reshard.Finish(short, from, to, nil, reshard.FinishOptions{Batch: 10, Rate: 20}); err == nil {
+		t.Fatal("a finish deleting 20 rows a second ended within 2 s")
+	}
+	if _, err := reshard.Revert(ctx, from, to, nil, reshard.CutoverOptions{}); err == nil || !strings.Contains(err.Error(), "a finish of the move") {
+		t.Errorf("a revert after a finish began: %v, want it refused, naming the finish", err)
+	}
+	if _, err := reshard.Finish(ctx, from, to, nil, reshard.FinishOptions{}); err != nil {
+		t.Fatalf("the finish run again: %v", err)
+	}
+	for k, d := range dsns {
+		if n := queryString(t, d, fmt.Sprintf("SELECT count(*) FROM people WHERE NOT satisfies_hash_partition('hash_oracle'::regclass, 4, %d, id)", k)); n != "0" {
+			t.Errorf("ds_%d keeps %s rows the new layout places elsewhere", k, n)
+		}
 	}
 }

@@ -18,9 +18,15 @@ import (
 // table uses (serial, identity, or a DEFAULT nextval(...)) is set on the destination to
 // no less than the source's (setval to the greater of the two). A destination fed by
 // several sources ends at the greatest. Sequences that count down are left alone.
+//
+// A unique column fed by a sequence that is not the sharding key (a bigserial id in a
+// table sharded by customer) gets the same values on an old and a new data source
+// after the cutover (as it does on two data sources before the move: global keys are
+// issue 21's): on the way back such rows collide, and a revert cannot catch up.
 
 // tableSequences lists the sequences a table's columns take values from, by name.
-const tableSequences = `SELECT DISTINCT s.oid::regclass::text FROM pg_class s JOIN pg_sequence q ON q.seqrelid = s.oid
+const tableSequences = `SELECT DISTINCT format('%I.%I', n.nspname, s.relname) FROM pg_class s JOIN pg_sequence q ON q.seqrelid = s.oid
+	JOIN pg_namespace n ON n.oid = s.relnamespace
 	WHERE q.seqincrement > 0 AND s.oid IN (
 		SELECT d.refobjid FROM pg_attrdef ad JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
 			AND d.refclassid = 'pg_class'::regclass WHERE ad.adrelid = to_regclass($1)
@@ -69,8 +75,11 @@ func syncSequences(ctx context.Context, streams []stream, conns map[string]*pgx.
 					fmt.Fprintf(progress, "reshard: %s has no sequence %s, which %s of %s uses: not set\n", s.to, seq, table, s.from)
 					continue
 				}
-				if _, err := dst.Exec(ctx, fmt.Sprintf(`SELECT setval('%s', greatest($1::bigint,
-					(SELECT CASE WHEN is_called THEN last_value ELSE $1::bigint END FROM %s)), true)`, strings.ReplaceAll(seq, "'", "''"), seq), last); err != nil {
+				// The destination's own last value: one before its next when it was
+				// never called.
+				if _, err := dst.Exec(ctx, fmt.Sprintf(`SELECT setval('%[1]s', greatest($1::bigint,
+					(SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - q.seqincrement END
+						FROM %[2]s s, pg_sequence q WHERE q.seqrelid = '%[1]s'::regclass)), true)`, strings.ReplaceAll(seq, "'", "''"), seq), last); err != nil {
 					return fmt.Errorf("data source %s: setting sequence %s: %w", s.to, seq, err)
 				}
 			}
