@@ -15,9 +15,9 @@ import (
 //	cutover-stopped     the cutover's hold, once the streams stopped and the slots back moved
 //	cutover-final       the cutover's hold, once the record proper is written
 //	cutover-done        the cutover, after its hold, before it subscribes the streams back
-//	revert-switching    the revert's hold, as the cutover's
-//	revert-stopped
-//	revert-final
+//	revert-switching    the revert's hold, once the switching record is written
+//	revert-stopped      the revert's hold, once the streams back stopped
+//	revert-final        the revert's hold, once the record proper is written
 //	revert-removing     the revert, after its hold, before it removes what the move made
 //	finish-finishing    the finish, once it recorded that it began
 //	finish-deleted      the finish, once the rows that moved are deleted

@@ -185,9 +185,15 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 		dropReverse(ctx, from, to, back, opts.Progress)
 		return nil, err
 	}
+	seqs, err := findSequences(ctx, streams, conns, opts.Progress)
+	if err != nil {
+		discard()
+		dropReverse(ctx, from, to, back, opts.Progress)
+		return nil, err
+	}
 	h := hold{from: from, to: to, px: px, sw: sw, streams: streams, prior: prior, next: after, opts: opts, gaveUp: ErrCutover, name: "cutover",
 		stopped: func(ctx context.Context, conns map[string]*pgx.Conn) error {
-			if err := syncSequences(ctx, streams, conns, opts.Progress); err != nil {
+			if err := syncSequences(ctx, seqs, conns); err != nil {
 				return err
 			}
 			return advanceReverse(ctx, back, conns)
@@ -224,7 +230,11 @@ var ErrCutoverIncomplete = errors.New("reshard: a cutover stopped part way")
 // source, the destinations caught up with their sources, the streams stopped. Once it
 // is complete, it refuses to run again.
 func complete(ctx context.Context, from, to *rules.Compiled, cur *Record, conns map[string]*pgx.Conn, opts CutoverOptions) (*CutoverReport, error) {
-	if cur.Phase != phaseCutover {
+	switch cur.Phase {
+	case phaseCutover:
+	case phaseFinishing:
+		return nil, fmt.Errorf("reshard: a finish of the move to layout version %d (%s) began: run finish again", cur.Version, cur.Digest)
+	default:
 		return nil, fmt.Errorf("reshard: the move to layout version %d (%s) is finished already", cur.Version, cur.Digest)
 	}
 	left, err := cutoverLeft(ctx, from, to, cur, conns)
@@ -232,7 +242,16 @@ func complete(ctx context.Context, from, to *rules.Compiled, cur *Record, conns 
 		return nil, err
 	}
 	if left.empty() {
-		return nil, fmt.Errorf("reshard: the move was cut over already (layout version %d); finish it", cur.Version)
+		// A cutover killed after its hold may not have subscribed the streams back:
+		// their slots would keep the new layout's WAL until a revert or a finish.
+		back, err := reverseMade(ctx, from, to, conns, true)
+		if err == nil {
+			err = subscribeReverse(ctx, to, back, conns, opts.Progress)
+		}
+		if err != nil {
+			fmt.Fprintf(opts.Progress, "reshard: the streams back to the old data sources are not subscribed yet (a revert subscribes them): %v\n", err)
+		}
+		return nil, fmt.Errorf("reshard: the move was cut over already (layout version %d); finish it, or revert it", cur.Version)
 	}
 	fmt.Fprintf(opts.Progress, "reshard: the cutover to layout version %d stopped part way: completing it\n", cur.Version)
 	// As the hold: every data source switching first (no process writes, of either
@@ -257,8 +276,12 @@ func complete(ctx context.Context, from, to *rules.Compiled, cur *Record, conns 
 	}
 	// The sequences of every stream's tables (those stopped before the crash too).
 	made, err := madeStreams(cctx, from, to, conns)
+	var seqs []seqSync
 	if err == nil {
-		err = syncSequences(cctx, made, conns, opts.Progress)
+		seqs, err = findSequences(cctx, made, conns, opts.Progress)
+	}
+	if err == nil {
+		err = syncSequences(cctx, seqs, conns)
 	}
 	if err != nil {
 		return nil, err

@@ -492,6 +492,10 @@ func TestCutoverCompletesAfterACrash(t *testing.T) {
 	if _, _, err := serve(t, from); !errors.Is(err, reshard.ErrStaleLayout) {
 		t.Errorf("a proxy given the old rules after the crash: %v, want ErrStaleLayout", err)
 	}
+	// A finish would drop streams that still run: it sends the user to the cutover.
+	if _, err := reshard.Finish(ctx, from, to, nil, reshard.FinishOptions{}); !errors.Is(err, reshard.ErrCutoverIncomplete) {
+		t.Errorf("a finish after the crash: %v, want ErrCutoverIncomplete", err)
+	}
 	if _, err := reshard.Cutover(ctx, from, to, nil, reshard.CutoverOptions{}); err != nil {
 		t.Fatalf("the cutover run again: %v", err)
 	}

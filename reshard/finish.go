@@ -107,10 +107,20 @@ func finishMoved(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 	if err := checkMove(ctx, from, to, conns); err != nil {
 		return err
 	}
+	// A cutover that stopped part way is completed first (its streams may still run,
+	// its sequences are not set): the cutover run again does it.
+	left, err := cutoverLeft(ctx, from, to, cur, conns)
+	if err != nil {
+		return err
+	}
+	if !left.empty() {
+		return fmt.Errorf("%w: run reshard cutover again with the same rules files to complete it, then finish", ErrCutoverIncomplete)
+	}
 	// Recorded before anything is dropped: from here a revert is refused (the streams
 	// back go first, and the rows that moved away go after).
 	finishing := *cur
 	finishing.Phase = phaseFinishing
+	finishing.Switching = false
 	for _, ds := range allDataSources(from, to) {
 		if err := writeRecord(ctx, conns[ds], &finishing); err != nil {
 			return fmt.Errorf("data source %s: recording the finish: %w; run finish again", ds, err)
@@ -184,6 +194,7 @@ func finishMoved(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 		}
 	}
 	done := *cur
+	done.Switching = false
 	done.Phase = phaseDone // From and Views kept: a finish run again drops what is left
 	for _, ds := range allDataSources(from, to) {
 		if err := writeRecord(ctx, conns[ds], &done); err != nil {

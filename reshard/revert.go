@@ -113,8 +113,8 @@ func prepareReverse(ctx context.Context, from, to *rules.Compiled, streams []str
 		}
 		back = append(back, r)
 		fmt.Fprintf(progress, "reshard: %s -> %s: publication and slot %s, for a revert\n", r.from, r.to, r.name)
-		_, err := src.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (slot text PRIMARY KEY, lsn pg_lsn NOT NULL);
-			DELETE FROM %s WHERE slot = '%s'`, reverseTable, reverseTable, r.name))
+		_, err := src.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (slot text PRIMARY KEY, lsn pg_lsn NOT NULL);
+			DELETE FROM %[1]s WHERE slot = '%[2]s'`, reverseTable, r.name))
 		if err == nil {
 			_, err = src.Exec(ctx, "CREATE PUBLICATION "+r.name+" FOR TABLE "+strings.Join(members, ", ")+" WITH (publish = 'insert, update, delete')")
 		}
@@ -263,24 +263,29 @@ func reverseMade(ctx context.Context, from, to *rules.Compiled, conns map[string
 // old data sources: they apply every change their slot kept since the cutover.
 func subscribeReverse(ctx context.Context, to *rules.Compiled, back []stream, conns map[string]*pgx.Conn, progress io.Writer) error {
 	for _, r := range back {
-		var exists bool
-		if err := conns[r.to].QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_subscription WHERE subname = $1
-			AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database()))`, r.name).Scan(&exists); err != nil {
-			return fmt.Errorf("data source %s: %w", r.to, err)
-		}
-		if exists {
-			continue
-		}
 		var lsn string
 		if err := conns[r.from].QueryRow(ctx, "SELECT lsn::text FROM "+reverseTable+" WHERE slot = $1", r.name).Scan(&lsn); err != nil {
 			return fmt.Errorf("data source %s: where slot %s was moved to: %w", r.from, r.name, err)
 		}
+		dst := conns[r.to]
+		// One made before, and left disabled short of its origin (a process killed
+		// between its steps), gets the origin too; an enabled one streams already.
+		var exists, behind bool
+		err := dst.QueryRow(ctx, `SELECT true, NOT subenabled AND coalesce(pg_replication_origin_progress('pg_' || oid, false), '0/0') < $2::pg_lsn
+			FROM pg_subscription WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, r.name, lsn).Scan(&exists, &behind)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("data source %s: %w", r.to, err)
+		}
+		if exists && !behind {
+			continue
+		}
 		// Made disabled, its origin set to where the slot was moved (the server then
 		// starts the stream there, even if a crash moved the slot back), then enabled.
-		conninfo := strings.ReplaceAll(fromDSN(to, r.from), "'", "''")
-		dst := conns[r.to]
-		_, err := dst.Exec(ctx, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION %s WITH (create_slot = false, slot_name = '%s', copy_data = false, enabled = false)",
-			r.name, conninfo, r.name, r.name))
+		if !exists {
+			conninfo := strings.ReplaceAll(fromDSN(to, r.from), "'", "''")
+			_, err = dst.Exec(ctx, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION %s WITH (create_slot = false, slot_name = '%s', copy_data = false, enabled = false)",
+				r.name, conninfo, r.name, r.name))
+		}
 		if err == nil {
 			_, err = dst.Exec(ctx, `SELECT pg_replication_origin_advance('pg_' || oid, $2::pg_lsn) FROM pg_subscription
 				WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, r.name, lsn)
@@ -406,12 +411,15 @@ func Revert(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutove
 			return nil, fmt.Errorf("reshard: readying the proxy for the old layout: %w", err)
 		}
 	}
+	seqs, err := findSequences(ctx, back, conns, opts.Progress)
+	if err != nil {
+		discard()
+		return nil, err
+	}
 	rep := &CutoverReport{Version: cur.Version + 1}
 	next := &Record{Version: cur.Version + 1, Digest: from.Digest(), Phase: phaseReverting, Switched: time.Now().UTC()}
 	h := hold{from: from, to: to, px: px, sw: sw, streams: back, prior: cur, next: next, opts: opts, gaveUp: ErrRevert, name: "revert",
-		stopped: func(ctx context.Context, conns map[string]*pgx.Conn) error {
-			return syncSequences(ctx, back, conns, opts.Progress)
-		}}
+		stopped: func(ctx context.Context, conns map[string]*pgx.Conn) error { return syncSequences(ctx, seqs, conns) }}
 	switched, err := h.run(ctx, conns, rep)
 	if !switched {
 		discard()
@@ -450,7 +458,7 @@ func checkReverse(ctx context.Context, from, to *rules.Compiled, back []stream, 
 			}
 			r := reverseOf(from, to, s)
 			if !slices.Contains(back, r) {
-				return fmt.Errorf("reshard: the stream back %s from %s to %s is missing (a finish that stopped part way drops the streams back first: run finish again), so the writes made on %s since the cutover could not go back: the move cannot be reverted",
+				return fmt.Errorf("reshard: the stream back %s from %s to %s is missing, so the writes made on %s since the cutover could not go back: the move cannot be reverted",
 					r.name, r.from, r.to, r.from)
 			}
 		}
@@ -499,7 +507,11 @@ func completeRevert(ctx context.Context, from, to *rules.Compiled, cur *Record, 
 	if err := stopStreams(cctx, back, conns); err != nil {
 		return nil, err
 	}
-	if err := syncSequences(cctx, back, conns, opts.Progress); err != nil {
+	seqs, err := findSequences(cctx, back, conns, opts.Progress)
+	if err == nil {
+		err = syncSequences(cctx, seqs, conns)
+	}
+	if err != nil {
 		return nil, err
 	}
 	for _, ds := range all {

@@ -217,12 +217,14 @@ func (s *Status) WriteText(b *strings.Builder, prev ...*Status) {
 			b.WriteString(", switching: a cutover or revert stopped part way (run it again to complete it)")
 		case r.Phase == phaseCutover:
 			b.WriteString(": cut over; the rows that moved are on the old data sources too, behind views, and the streams back keep them current (reshard finish ends the move, reshard revert returns to the old layout)")
+		case r.Phase == phaseFinishing:
+			b.WriteString(": a finish began (reshard finish again ends it; it can no longer be reverted)")
 		case r.Phase == phaseReverting:
 			b.WriteString(": reverted, and what the move made is not all removed yet (run reshard revert again)")
 		}
 		b.WriteString("\n")
 	}
-	if s.Layout != nil && s.Layout.Phase != phaseDone {
+	if s.Layout != nil && s.Layout.Phase == phaseCutover {
 		for _, st := range s.Back {
 			fmt.Fprintf(b, "%s -> %s (back): lag %d bytes, %s\n", st.From, st.To, st.LagBytes, map[bool]string{true: "streaming", false: "not streaming"}[st.Streaming && st.Enabled])
 		}
