@@ -54,10 +54,14 @@ func rulesFile(t *testing.T, l *rules.Compiled) string {
 
 // serve runs a proxy over layout l (checking the layout the data sources record) and
 // returns its address, or New's error.
-func serve(t *testing.T, l *rules.Compiled) (string, *proxy.Server, error) {
+func serve(t *testing.T, l *rules.Compiled, with ...func(*proxy.Config)) (string, *proxy.Server, error) {
 	t.Helper()
-	srv, err := proxy.New(context.Background(), proxy.Config{Rules: l, Database: "app", AdminDatabase: "shardlab_admin", CheckLayout: true,
-		Pool: backend.Options{Size: 10, CheckoutTimeout: 10 * time.Second}, DeadlockInterval: -1})
+	cfg := proxy.Config{Rules: l, Database: "app", AdminDatabase: "shardlab_admin", CheckLayout: true,
+		Pool: backend.Options{Size: 10, CheckoutTimeout: 10 * time.Second}, DeadlockInterval: -1}
+	for _, w := range with {
+		w(&cfg)
+	}
+	srv, err := proxy.New(context.Background(), cfg)
 	if err != nil {
 		return "", nil, err
 	}

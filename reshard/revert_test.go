@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/shardlab/shardlab/proxy"
 	"github.com/shardlab/shardlab/reshard"
 	"github.com/shardlab/shardlab/rules"
 )
@@ -405,5 +407,109 @@ func TestRevertRefusedOnceFinishBegan(t *testing.T) {
 		if n := queryString(t, d, fmt.Sprintf("SELECT count(*) FROM people WHERE NOT satisfies_hash_partition('hash_oracle'::regclass, 4, %d, id)", k)); n != "0" {
 			t.Errorf("ds_%d keeps %s rows the new layout places elsewhere", k, n)
 		}
+	}
+}
+
+// TestMoveWithTwoPhaseAndDeadlocks: a proxy that commits transactions across data
+// sources with two-phase commit, and runs its deadlock detector across them, is cut
+// over and reverted while clients transfer money: no transfer fails, the money adds
+// up, no prepared transaction is left; on the new layout, and again on the old one, two
+// clients that lock two accounts of two data sources in opposite orders meet the
+// detector: one ends with 40P01, the other commits.
+func TestMoveWithTwoPhaseAndDeadlocks(t *testing.T) {
+	dsns := fourDatabases(t)
+	const rows = 1000
+	fill(t, dsns, 2, 100)
+	withAccountsOn(t, dsns, rows)
+	from, to := layout(t, dsns[:2], withAccounts), layout(t, dsns, withAccounts)
+	addr, _, err := serve(t, from, func(c *proxy.Config) {
+		c.TwoPhase, c.DeadlockInterval, c.SettleInterval = true, 100*time.Millisecond, time.Second
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	startMove(t, from, to, reshard.CopyOptions{})
+	c := newClients(t, addr)
+	c.transfers(3, rows)
+	// Two accounts on two data sources of layout l (by PostgreSQL's hash partitioning).
+	pair := func(n int, first, second int) (int64, int64) {
+		var a, b int64
+		q := `SELECT min(g) FILTER (WHERE satisfies_hash_partition('hash_oracle'::regclass, $1, $2, g::bigint)),
+			min(g) FILTER (WHERE satisfies_hash_partition('hash_oracle'::regclass, $1, $3, g::bigint)) FROM generate_series(1, 100) g`
+		cn, err := pgx.Connect(ctx, dsns[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cn.Close(ctx)
+		if err := cn.QueryRow(ctx, q, n, first, second).Scan(&a, &b); err != nil {
+			t.Fatal(err)
+		}
+		return a, b
+	}
+	deadlock := func(what string, a, b int64) {
+		t.Helper()
+		errs := make(chan error, 2)
+		var ready sync.WaitGroup
+		ready.Add(2)
+		for _, ids := range [][2]int64{{a, b}, {b, a}} {
+			go func() {
+				cn, err := pgx.Connect(ctx, c.url("app"))
+				if err != nil {
+					ready.Done()
+					errs <- err
+					return
+				}
+				defer cn.Close(ctx)
+				errs <- pgx.BeginFunc(ctx, cn, func(tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, "UPDATE accounts SET bal = bal WHERE id = $1", ids[0])
+					ready.Done()
+					ready.Wait()
+					if err == nil {
+						_, err = tx.Exec(ctx, "UPDATE accounts SET bal = bal WHERE id = $1", ids[1])
+					}
+					return err
+				})
+			}()
+		}
+		var victims, committed int
+		for range 2 {
+			var pe *pgconn.PgError
+			switch err := <-errs; {
+			case err == nil:
+				committed++
+			case errors.As(err, &pe) && pe.Code == "40P01":
+				victims++
+			default:
+				t.Errorf("%s: %v", what, err)
+			}
+		}
+		if victims != 1 || committed != 1 {
+			t.Errorf("%s: %d victims and %d commits, want one of each", what, victims, committed)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if _, err := c.admin("RESHARD CUTOVER '" + rulesFile(t, to) + "'"); err != nil {
+		c.halt()
+		t.Fatalf("RESHARD CUTOVER: %v", err)
+	}
+	a, b := pair(4, 0, 2)
+	deadlock("on the new layout", a, b)
+	if _, err := c.admin("RESHARD REVERT"); err != nil {
+		c.halt()
+		t.Fatalf("RESHARD REVERT: %v", err)
+	}
+	a, b = pair(2, 0, 1)
+	deadlock("on the old layout again", a, b)
+	time.Sleep(300 * time.Millisecond)
+	c.halt()
+	t.Logf("%d transfers", c.txs.Load())
+	var money, prepared int64
+	for _, d := range dsns[:2] {
+		money += queryInt(t, d, "SELECT sum(bal) FROM accounts")
+		prepared += queryInt(t, d, "SELECT count(*) FROM pg_prepared_xacts")
+	}
+	if money != rows*100 || prepared != 0 {
+		t.Errorf("after the revert: %d in the accounts (want %d), %d prepared transactions left", money, rows*100, prepared)
 	}
 }
