@@ -19,9 +19,9 @@ import (
 )
 
 // logicalCluster is a throwaway cluster that can carry a move of 2 data sources to 4.
-func logicalCluster(t *testing.T) *pgtest.Cluster {
-	return pgtest.StartClusterWith(t, "wal_level = logical", "max_logical_replication_workers = 10", "max_worker_processes = 16",
-		"max_replication_slots = 20", "max_wal_senders = 20", "max_prepared_transactions = 20")
+func logicalCluster(t *testing.T, settings ...string) *pgtest.Cluster {
+	return pgtest.StartClusterWith(t, append([]string{"wal_level = logical", "max_logical_replication_workers = 10", "max_worker_processes = 16",
+		"max_replication_slots = 20", "max_wal_senders = 20"}, settings...)...)
 }
 
 // TestCopyGrowsUnderWrites starts a move of 2 data sources to 4 while a writer inserts,

@@ -417,7 +417,7 @@ func TestRevertRefusedOnceFinishBegan(t *testing.T) {
 // clients that lock two accounts of two data sources in opposite orders meet the
 // detector: one ends with 40P01, the other commits.
 func TestMoveWithTwoPhaseAndDeadlocks(t *testing.T) {
-	dsns := fourDatabases(t)
+	dsns := fourDatabases(t, "max_prepared_transactions = 20")
 	const rows = 1000
 	fill(t, dsns, 2, 100)
 	withAccountsOn(t, dsns, rows)

@@ -75,7 +75,7 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         slots and publications, the hash helpers, the tables it created on the data
         sources it adds and the rows copied into them. Safe to run again, or after a
         start that was cut short.
-  cutover [--proxy-admin DSN] [--catch-up D]
+  cutover [--proxy-admin DSN] [--catch-up D] [--verify D]
         switches to the target layout once every stream is ready: on the data
         sources that keep rows which move away, a view per sharded table shows only
         the rows that stay; every table the move touches gets the layout fence. With
@@ -90,7 +90,9 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         onto it. If a step overruns, the old layout serves on.
         Without --proxy-admin the data sources switch alone: every process that
         routes by the current rules is then refused its writes (the fence), and is to
-        be restarted with the target rules.
+        be restarted with the target rules. --verify D compares the destinations with
+        the sources in the hold, once nothing writes (verify, pinned), within D,
+        counted as pause: a difference gives the cutover up.
   finish [--proxy-admin DSN] [--delete-rate N]
         ends a move that was cut over: drops the streams, deletes the moved rows from
         the data sources they left (in batches, while the load goes on; at most N
@@ -165,6 +167,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	identityFull := fs.Bool("replica-identity-full", false, "start: give published tables without a replica identity covering their key (no primary key) REPLICA IDENTITY FULL while rows move; cancel restores it")
 	pgDump := fs.String("pg-dump", "pg_dump", "start: the pg_dump program that copies a table's definition to a destination that lacks it")
 	proxyAdmin := fs.String("proxy-admin", "", "cutover, finish, revert: the DSN of the proxy's admin database; the proxy then does the step (RESHARD CUTOVER, FINISH, REVERT)")
+	verifyHold := fs.Duration("verify", 0, "cutover without --proxy-admin: compare the destinations with the sources in the hold, within this bound, counted as pause (0: not)")
 	deleteRate := fs.Int("delete-rate", 0, "finish: delete at most this many moved rows a second on each data source (0: no bound)")
 	catchUp := fs.Duration("catch-up", resharding.DefaultCatchUp, "cutover, revert without --proxy-admin: how long the destinations may take to apply the last changes and stop")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -240,6 +243,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	case "cutover":
+		if *verifyHold < 0 || (*verifyHold > 0 && *proxyAdmin != "") {
+			return fmt.Errorf("%w: --verify takes a positive bound, and is for a cutover without --proxy-admin", ErrUsage)
+		}
 		if *proxyAdmin != "" {
 			abs, err := filepath.Abs(*toPath)
 			if err != nil {
@@ -247,7 +253,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			return adminCommand(ctx, *proxyAdmin, "RESHARD CUTOVER '"+strings.ReplaceAll(abs, "'", "''")+"'", stdout)
 		}
-		rep, err := resharding.Cutover(ctx, from, to, nil, resharding.CutoverOptions{CatchUp: *catchUp, Progress: stderr})
+		rep, err := resharding.Cutover(ctx, from, to, nil, resharding.CutoverOptions{CatchUp: *catchUp, Verify: *verifyHold, Progress: stderr})
 		if err != nil {
 			return err
 		}
