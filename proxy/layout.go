@@ -139,6 +139,7 @@ func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.R
 		if err != nil {
 			return nil, reshardError(err)
 		}
+		s.cutFrom = current
 		s.log.Info("reshard: cut over", "version", rep.Version, "pause", rep.Pause)
 		return holdResult(rep), nil
 	case "FINISH":
@@ -152,6 +153,7 @@ func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.R
 		if err != nil {
 			return nil, reshardError(err)
 		}
+		s.cutFrom = nil
 		r := &admin.Result{Tag: "RESHARD", Columns: []string{"item", "value"}, Types: []uint32{admin.Text, admin.Text}}
 		for _, k := range slices.Sorted(maps.Keys(rep.Deleted)) {
 			r.Rows = append(r.Rows, []string{"deleted " + k, fmt.Sprint(rep.Deleted[k])})
@@ -167,6 +169,7 @@ func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.R
 		if err != nil {
 			return nil, reshardError(err)
 		}
+		s.cutFrom = nil
 		s.log.Info("reshard: reverted", "version", rep.Version, "pause", rep.Pause)
 		return holdResult(rep), nil
 	}
@@ -188,16 +191,23 @@ func (s *Server) movedFrom(ctx context.Context, command string) (*rules.Compiled
 		return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: command + ": no move of this proxy's layout was cut over"}
 	}
 	// The record keeps the old rules without DSNs: a data source keeps its name and
-	// DSN from one layout to the next, so the proxy's own say how to reach it.
+	// DSN from one layout to the next, so the proxy's own say how to reach it, and
+	// those it routed by before its own cutover say how to reach the data sources the
+	// move left (a move to new data sources).
 	fromRules := *rec.From
 	fromRules.DataSources = slices.Clone(fromRules.DataSources)
 	dsn := map[string]string{}
-	for _, d := range current.DataSources() {
-		dsn[d.Name] = d.DSN
+	for _, l := range []*rules.Compiled{s.cutFrom, current} {
+		if l == nil {
+			continue
+		}
+		for _, d := range l.DataSources() {
+			dsn[d.Name] = d.DSN
+		}
 	}
 	for i, d := range fromRules.DataSources {
 		if dsn[d.Name] == "" {
-			return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: command + ": the move came from data source " + d.Name + ", which this proxy's rules do not name; run the reshard command with both rules files"}
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: command + ": the move came from data source " + d.Name + ", which this proxy's rules do not name (it was cut over by another process); run the reshard command with both rules files"}
 		}
 		fromRules.DataSources[i].DSN = dsn[d.Name]
 	}

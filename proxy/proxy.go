@@ -131,6 +131,10 @@ type Server struct {
 	// reshardMu lets one RESHARD command run at a time; resharding is set meanwhile.
 	reshardMu  sync.Mutex
 	resharding atomic.Bool
+	// cutFrom is the layout this proxy routed by before its last RESHARD CUTOVER:
+	// how RESHARD FINISH and REVERT reach the data sources the new layout no longer
+	// names (the record on the data sources keeps no DSNs). Guarded by reshardMu.
+	cutFrom *rules.Compiled
 	// router is the router the proxy started with; Router().Current() is the one in
 	// force after layout switches.
 	router   *router.Router

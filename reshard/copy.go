@@ -89,6 +89,12 @@ type CopyOptions struct {
 	// PGDump and PSQL are the programs that copy a table's definition to a destination
 	// that lacks it (default "pg_dump" and "psql" on PATH).
 	PGDump, PSQL string
+	// CopyRate bounds the copy to that many rows a second, for the whole move, so
+	// that it cannot starve the load the current layout serves. PostgreSQL's table
+	// synchronization has no such setting, so with a bound Start copies the rows itself
+	// (see copyStream) and returns once they are all copied and the streams run; 0
+	// leaves the copy to the subscriptions, at the servers' full speed.
+	CopyRate int
 }
 
 // Start begins the move from layout from to layout to: for every replication stream of
@@ -525,12 +531,15 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 			}
 		}
 	}
+	limit := newRowLimiter(opts.CopyRate)
 	for _, st := range p.Streams {
 		src, dst := conns[st.From], conns[st.To]
 		members := []string{markerTable}
+		var copies []tableCopy
 		for _, table := range st.Tables {
 			at := sourceOf(st, table)
 			member := at.qualified()
+			c := tableCopy{at: at, filter: "true"}
 			if typ, sharded := types[table]; sharded {
 				if err := ensureHashHelper(ctx, src, typ); err != nil {
 					return fmt.Errorf("data source %s: %w", st.From, err)
@@ -540,8 +549,10 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 					return err
 				}
 				member += " WHERE (" + f + ")"
+				c.filter = f
 			}
 			members = append(members, member)
+			copies = append(copies, c)
 		}
 		name := streamName(dataSource(from, st.From), dataSource(to, st.To))
 		m.streams = append(m.streams, madeStream{from: st.From, to: st.To, name: name})
@@ -550,6 +561,13 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 		// destination's rows from all of them. Not published; the copy carries rows.
 		if _, err := src.Exec(ctx, "CREATE PUBLICATION "+name+" FOR TABLE "+strings.Join(members, ", ")+" WITH (publish = 'insert, update, delete')"); err != nil {
 			return fmt.Errorf("data source %s: creating publication %s: %w", st.From, name, err)
+		}
+		if opts.CopyRate > 0 {
+			if err := copyStream(ctx, from, st, name, src, dst, copies, limit, opts.Progress); err != nil {
+				return err
+			}
+			crashPoint("start-stream")
+			continue
 		}
 		// The slot first, then a subscription that uses it: a subscription that made
 		// its own slot on a server it shares with its publisher would wait for itself.

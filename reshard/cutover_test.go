@@ -37,6 +37,9 @@ func rulesFile(t *testing.T, l *rules.Compiled) string {
 	}
 	for _, tb := range r.Tables {
 		fmt.Fprintf(&b, "\n[[sharded_table]]\nname = %q\ncolumn = %q\n", tb.Name, tb.Strategy.Column)
+		if len(tb.DataSources) > 0 {
+			fmt.Fprintf(&b, "data_sources = [%q%s]\n", tb.DataSources[0], strings.Join(quotedTail(tb.DataSources), ""))
+		}
 	}
 	path := filepath.Join(t.TempDir(), "to.toml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
@@ -50,6 +53,14 @@ func rulesFile(t *testing.T, l *rules.Compiled) string {
 		t.Fatalf("the rules file is another layout: %s, want %s", got.Digest(), l.Digest())
 	}
 	return path
+}
+
+func quotedTail(names []string) []string {
+	var out []string
+	for _, n := range names[1:] {
+		out = append(out, fmt.Sprintf(", %q", n))
+	}
+	return out
 }
 
 // serve runs a proxy over layout l (checking the layout the data sources record) and

@@ -162,6 +162,20 @@ func finishMoved(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 			return err
 		}
 	}
+	// The places the target leaves: every row there moved.
+	for _, name := range names {
+		for _, n := range from.Lookup(name).Nodes {
+			at := place(from, n)
+			if nodeOf(to, name, at.DataSource) >= 0 {
+				continue
+			}
+			n, err := emptyLeft(ctx, conns[at.DataSource], to, at, opts.Progress)
+			rep.Deleted[at.DataSource+"."+name] = n
+			if err != nil {
+				return err
+			}
+		}
+	}
 	crashPoint("finish-deleted")
 	if px != nil {
 		sw, discard, err := px.Prepare(ctx, to)
@@ -257,6 +271,31 @@ func deleteMoved(ctx context.Context, c *pgx.Conn, to *rules.Compiled, v View, t
 	}
 	fmt.Fprintf(progress, "reshard: %s: deleted the %d rows of %s that moved away\n", v.DataSource, total, at.qualified())
 	return total, nil
+}
+
+// emptyLeft empties a table on a data source that layout to no longer places it on
+// (a move to new data sources): every row there moved. TRUNCATE, not a bounded
+// delete: it writes next to no WAL and leaves no dead rows, and nothing of the layout
+// in force reads the table. It waits at most 10 s for a reader of the old layout to
+// let go of the table.
+func emptyLeft(ctx context.Context, c *pgx.Conn, to *rules.Compiled, at Place, progress io.Writer) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+		// The move's own writes pass the fence as the layout in force.
+		if _, err := tx.Exec(ctx, "SELECT set_config($1, $2, true), set_config('lock_timeout', '10s', true)", LayoutSetting, to.Digest()); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+at.qualified()).Scan(&n); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "TRUNCATE "+at.qualified())
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("data source %s: emptying %s, which the new layout does not use: %w; run finish again", at.DataSource, at.qualified(), err)
+	}
+	fmt.Fprintf(progress, "reshard: %s: emptied %s (%d rows), which the new layout does not use\n", at.DataSource, at.qualified(), n)
+	return n, nil
 }
 
 // unqualifiedView is the name of the table view v stands for.

@@ -33,6 +33,11 @@ type StreamStatus struct {
 	Slot, Enabled bool
 	// Missing marks a stream the layouts need that is not there.
 	Missing bool
+	// Copying counts the rows a COPY into the destination's tables has written so far,
+	// while Start copies the rows itself (CopyOptions.CopyRate) and the subscription
+	// waits disabled; CopyRunning reports whether such a COPY runs.
+	Copying     int64
+	CopyRunning bool
 }
 
 // Ready reports whether every table was copied and is streaming, over a slot that
@@ -180,6 +185,13 @@ func streamStatus(ctx context.Context, src, dst *pgx.Conn, from, to, name string
 	if err := dst.QueryRow(ctx, "SELECT subenabled FROM pg_subscription WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())", name).Scan(&ss.Enabled); err != nil {
 		return ss, false, fmt.Errorf("data source %s: %w", to, err)
 	}
+	if !ss.Enabled {
+		tables := slices.Collect(maps.Keys(ss.Tables))
+		if err := dst.QueryRow(ctx, `SELECT coalesce(sum(tuples_processed), 0)::bigint, count(*) > 0 FROM pg_stat_progress_copy
+			WHERE datname = current_database() AND command = 'COPY FROM' AND relid::regclass::text = ANY($1)`, tables).Scan(&ss.Copying, &ss.CopyRunning); err != nil {
+			return ss, false, fmt.Errorf("data source %s: %w", to, err)
+		}
+	}
 	err = src.QueryRow(ctx, `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint, active
 		FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, name).Scan(&ss.LagBytes, &ss.Streaming)
 	switch {
@@ -240,8 +252,10 @@ func (s *Status) WriteText(b *strings.Builder, prev ...*Status) {
 			continue
 		case !st.Slot:
 			fmt.Fprintf(b, "%s -> %s: its slot is missing on %s: the stream is broken (reshard cancel, then start again)\n", st.From, st.To, st.From)
+		case !st.Enabled && st.CopyRunning:
+			fmt.Fprintf(b, "%s -> %s: copying (reshard start --copy-rate copies the rows itself, and enables the subscription on %s after): %d rows into the table being copied now\n", st.From, st.To, st.To, st.Copying)
 		case !st.Enabled:
-			fmt.Fprintf(b, "%s -> %s: its subscription is disabled on %s\n", st.From, st.To, st.To)
+			fmt.Fprintf(b, "%s -> %s: its subscription is disabled on %s (while reshard start --copy-rate copies a stream's rows, it enables the subscription after; if no start runs any more, reshard cancel, then start again)\n", st.From, st.To, st.To)
 		default:
 			rate := ""
 			if len(prev) > 0 && prev[0] != nil {

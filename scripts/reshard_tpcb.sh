@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # reshard_tpcb.sh: the resharding measurement (issue 23, docs/reshard.md "The
 # measurement"). pgbench's TPC-B runs through shard-proxy the whole time while the
-# deployment grows from 2 data sources to 4: start (the copy), verify, the proxy's
-# RESHARD CUTOVER, RESHARD FINISH. A reader counts the accounts through the proxy
-# throughout.
+# deployment grows from 2 data sources to 4 (or, with --shrink, moves from 4 to 3 new
+# ones): start (the copy), verify, the proxy's RESHARD CUTOVER, RESHARD FINISH (or
+# REVERT). A reader counts the accounts through the proxy throughout.
 set -euo pipefail
 
 usage() {
@@ -13,13 +13,15 @@ Usage: scripts/reshard_tpcb.sh [options]
 Starts a throwaway PostgreSQL cluster (wal_level = logical) on this machine, four
 databases in it (rs_0 ... rs_3), and shard-proxy over the first two (pgbench_accounts
 and pgbench_history sharded by aid, pgbench_branches and pgbench_tellers copied to
-every data source). Loads pgbench's tables through the proxy (pgbench -i), measures
+every data source); the move grows the deployment to all four. With --shrink, seven
+databases, the proxy over the first four, and the move takes the sharded tables to
+three new ones (rs_4 ... rs_6), rs_0 staying the default data source. Loads pgbench's tables through the proxy (pgbench -i), measures
 the capacity (pgbench -M extended, --clients, --capacity-time seconds), then runs
 pgbench's TPC-B at --rate-fraction of it (pgbench -R) the whole time while the move
 runs: --before seconds of load, reshard start (--replica-identity-full: pgbench_history
 has no primary key), until every stream is ready, reshard verify, the cutover through
 the proxy's admin console, --after seconds, the finish (with --revert, the revert
-back to the 2 data sources instead), --after seconds. A reader
+back to the old data sources instead), --after seconds. A reader
 counts pgbench_accounts through the proxy, waiting --read-every seconds after each count;
 the replication
 slots' lag is read every second.
@@ -36,8 +38,12 @@ Options:
   --before S          seconds of load before the move starts (default 15)
   --after S           seconds of load after the cutover, and after the finish (default 20)
   --revert            revert the move (RESHARD REVERT) instead of finishing it: the
-                      deployment returns to its 2 data sources with every write made
-                      since the cutover
+                      deployment returns to its old data sources with every write
+                      made since the cutover
+  --shrink            move from 4 data sources to 3 new ones (twelve streams: each old
+                      data source sends rows to each new one) instead of 2 to 4
+  --copy-rate N       bound the copy to N rows a second (reshard start --copy-rate;
+                      default 0: PostgreSQL's own table synchronization, unbounded)
   --read-every S      seconds between the reader's counts (default 1; each count reads
                       every account, which at scale 50 costs a good part of a core)
   --port N            the throwaway cluster's port (default 5491); the proxy takes N+1
@@ -52,7 +58,7 @@ EOF
 
 root=$(cd "$(dirname "$0")/.." && pwd -P)
 . "$root/scripts/lib.sh"
-scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs" end=finish
+scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs" end=finish shrink=0 copy_rate=0
 args=("$@")
 while (($#)); do
 	case $1 in
@@ -63,6 +69,8 @@ while (($#)); do
 	--before) before=$2; shift 2 ;;
 	--after) after=$2; shift 2 ;;
 	--revert) end=revert; shift ;;
+	--shrink) shrink=1; shift ;;
+	--copy-rate) copy_rate=$2; shift 2 ;;
 	--read-every) read_every=$2; shift 2 ;;
 	--port) port=$2; shift 2 ;;
 	--runs-dir) runs=$2; shift 2 ;;
@@ -73,6 +81,7 @@ done
 for v in scale clients capacity_time before after read_every port; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "reshard_tpcb.sh: --${v//_/-} takes a positive integer, got '${!v}'" >&2; exit 2; }
 done
+[[ $copy_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --copy-rate takes a number of rows a second (0: no bound), got '$copy_rate'" >&2; exit 2; }
 [[ $fraction =~ ^0?\.[0-9]+$|^1(\.0*)?$ ]] || { echo "reshard_tpcb.sh: --rate-fraction takes a number in (0, 1], got '$fraction'" >&2; exit 2; }
 ((port < 65000)) || { echo "reshard_tpcb.sh: --port must be below 65000" >&2; exit 2; }
 pg_bin=${SHARDLAB_PG_BINDIR:-/usr/lib/postgresql/15/bin}
@@ -126,29 +135,46 @@ unix_socket_directories = ''
 max_connections = 200
 shared_buffers = 256MB
 wal_level = logical
-max_wal_senders = 20
-max_replication_slots = 20
-max_logical_replication_workers = 10
-max_worker_processes = 16
+max_wal_senders = 40
+max_replication_slots = 40
+max_logical_replication_workers = 40
+max_worker_processes = 48
 EOF
 (cd "$run_dir/pg" && runuser -u postgres -- "$pg_bin/pg_ctl" -D "$run_dir/pg/data" -l "$run_dir/pg/postgres.log" -w -t 60 start >/dev/null) ||
 	{ cat "$run_dir/pg/postgres.log" >&2; exit 1; }
 pg() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres "$@"; }
-for i in 0 1 2 3; do pg -d postgres -c "CREATE DATABASE rs_$i"; done
+# The move: the old layout's databases, and the target's, rs_<i> as data source ds_<i>.
+# A target's sharded tables on part of its data sources only name them (data_sources).
+if ((shrink)); then
+	old=(0 1 2 3) new=(0 4 5 6) sharded_on=(4 5 6)
+else
+	old=(0 1) new=(0 1 2 3) sharded_on=()
+fi
+for i in $(printf '%s\n' "${old[@]}" "${new[@]}" | sort -u); do pg -d postgres -c "CREATE DATABASE rs_$i"; done
 
-layout() { # N: the rules of the first N databases
+layout() { # the indexes of the layout's databases
 	echo 'broadcast = ["pgbench_branches", "pgbench_tellers"]'
-	for ((i = 0; i < $1; i++)); do
+	for i in "$@"; do
 		printf '\n[[data_source]]\nname = "ds_%d"\ndsn = "postgres://postgres@127.0.0.1:%d/rs_%d?sslmode=disable"\n' "$i" "$port" "$i"
 	done
-	printf '\n[[sharded_table]]\nname = "pgbench_accounts"\ncolumn = "aid"\n'
-	printf '\n[[sharded_table]]\nname = "pgbench_history"\ncolumn = "aid"\n'
+	for t in pgbench_accounts pgbench_history; do
+		printf '\n[[sharded_table]]\nname = "%s"\ncolumn = "aid"\n' "$t"
+		if [[ $* == "${new[*]}" && ${#sharded_on[@]} -gt 0 ]]; then
+			names=$(printf '"ds_%d", ' "${sharded_on[@]}")
+			printf 'data_sources = [%s]\n' "${names%, }"
+		fi
+	done
 }
-layout 2 >"$run_dir/layout2.toml"
-layout 4 >"$run_dir/layout4.toml"
+from_file=$run_dir/layout${#old[@]}.toml to_file=$run_dir/layout$((${#sharded_on[@]} ? ${#sharded_on[@]} : ${#new[@]})).toml
+layout "${old[@]}" >"$from_file"
+layout "${new[@]}" >"$to_file"
+# The databases the target shards the accounts over, and those the move adds.
+((${#sharded_on[@]})) || sharded_on=("${new[@]}")
+added=()
+for i in "${new[@]}"; do [[ " ${old[*]} " == *" $i "* ]] || added+=("$i"); done
 
-note "shard-proxy on port $pport over rs_0 and rs_1"
-"$bin_dir/shard-proxy" --config "$run_dir/layout2.toml" --listen "127.0.0.1:$pport" --database app --admin-database shardlab_admin \
+note "shard-proxy on port $pport over rs_${old[0]} ... rs_${old[-1]}"
+"$bin_dir/shard-proxy" --config "$from_file" --listen "127.0.0.1:$pport" --database app --admin-database shardlab_admin \
 	>"$run_dir/proxy.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do
@@ -157,7 +183,7 @@ for _ in $(seq 100); do
 done
 app() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pport" -U postgres -d app "$@"; }
 pgb() { pgbench -h 127.0.0.1 -p "$pport" -U postgres "$@" app; }
-reshard() { "$bin_dir/reshard" "$1" --from "$run_dir/layout2.toml" --to "$run_dir/layout4.toml" "${@:2}"; }
+reshard() { "$bin_dir/reshard" "$1" --from "$from_file" --to "$to_file" "${@:2}"; }
 admin_dsn="postgres://postgres@127.0.0.1:$pport/shardlab_admin?sslmode=disable"
 
 note "pgbench -i --scale $scale through the proxy"
@@ -179,6 +205,7 @@ echo "$tps $rate" >"$run_dir/rate.txt"
 done >"$run_dir/reader.txt") &
 pids+=($!)
 (while :; do
+	# Slots are the cluster's: one database's view lists them all.
 	pg -d rs_0 -AtF ' ' -c "SELECT (extract(epoch FROM now()) * 1000)::bigint, slot_name, coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
 		FROM pg_replication_slots WHERE slot_name LIKE 'shardlab_reshard%'" 2>/dev/null
 	sleep 1
@@ -195,13 +222,13 @@ pids+=("$pgbench_pid")
 sleep "$before"
 
 event copy_start
-reshard start --replica-identity-full >"$run_dir/start.txt" 2>&1 || { cat "$run_dir/start.txt" >&2; exit 1; }
+reshard start --replica-identity-full --copy-rate "$copy_rate" >"$run_dir/start.txt" 2>&1 || { cat "$run_dir/start.txt" >&2; exit 1; }
 until reshard status >"$run_dir/status.txt" 2>&1 && grep -q 'ready for the cutover' "$run_dir/status.txt"; do
 	kill -0 "$pgbench_pid" 2>/dev/null || { echo "pgbench stopped during the copy:" >&2; cat "$run_dir/pgbench.stderr" >&2; exit 1; }
 	sleep 2
 done
 event copy_ready
-for i in 2 3; do
+for i in "${added[@]}"; do
 	pg -d "rs_$i" -Atc 'SELECT count(*) FROM pgbench_accounts'
 done >"$run_dir/copied-accounts.txt"
 
@@ -237,22 +264,33 @@ for q in 'sum(abalance) FROM pgbench_accounts' 'sum(bbalance) FROM pgbench_branc
 	'sum(delta) FROM pgbench_history' 'count(*) FROM pgbench_accounts'; do
 	app -Atc "SELECT $q"
 done | paste -sd ' ' >"$run_dir/invariant.txt"
-# The data sources of the layout in force at the end: 4 after a finish, 2 after a revert.
-n=4
-[[ $end == finish ]] || n=2
-for ((i = 0; i < n; i++)); do
+# The databases the layout in force at the end shards the accounts over (the target's
+# after a finish, the old ones after a revert), and those it does not (every account
+# there is misplaced).
+if [[ $end == finish ]]; then on=("${sharded_on[@]}") all=("${new[@]}"); else on=("${old[@]}") all=("${old[@]}"); fi
+n=${#on[@]}
+for i in $(printf '%s\n' "${old[@]}" "${new[@]}" | sort -u); do
+	[[ $(pg -d "rs_$i" -Atc "SELECT to_regclass('pgbench_accounts') IS NOT NULL") == t ]] || continue
+	k=-1
+	for j in "${!on[@]}"; do [[ ${on[j]} == "$i" ]] && k=$j; done
+	# The branches (broadcast) of a data source the layout no longer names are not kept
+	# current: "-".
+	branches="'-'"
+	[[ " ${all[*]} " == *" $i "* ]] && branches='(SELECT sum(bbalance) FROM pgbench_branches)::text'
 	# PostgreSQL's own hash partitioning of modulus n says where each account belongs.
 	pg -d "rs_$i" -c 'CREATE TABLE shardlab_layout_check (k int) PARTITION BY HASH (k)'
 	pg -d "rs_$i" -AtF ' ' -c "SELECT $i, (SELECT count(*) FROM pgbench_accounts), (SELECT count(*) FROM pgbench_accounts
-		WHERE NOT satisfies_hash_partition('shardlab_layout_check'::regclass, $n, $i, aid)), (SELECT sum(bbalance) FROM pgbench_branches),
+		WHERE $k < 0 OR NOT satisfies_hash_partition('shardlab_layout_check'::regclass, $n, greatest($k, 0), aid)), $branches,
 		(SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_subscription) + (SELECT count(*) FROM pg_publication)"
 done >"$run_dir/placement.txt"
+names=$(printf 'rs_%s, ' "${on[@]}")
+echo "the $n data sources the layout in force at the end shards them over (${names%, }; rows anywhere else count as misplaced)" >"$run_dir/placement-of.txt"
 if [[ $end == revert ]]; then
 	# What the revert left on the data sources the move added: their tables were the
 	# move's, and are dropped.
-	for i in 2 3; do
+	for i in "${added[@]}"; do
 		pg -d "rs_$i" -Atc "SELECT 'rs_$i: ' || count(*) || ' pgbench tables' FROM pg_tables WHERE tablename LIKE 'pgbench%'"
-	done | paste -sd ',' | sed 's/,/, /' >"$run_dir/added.txt"
+	done | paste -sd ',' | sed 's/,/, /g' >"$run_dir/added.txt"
 fi
 # A newline after each file: a thread's last line, cut short when pgbench stopped, must
 # not run into the next file's first.

@@ -44,15 +44,19 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         of another kind, a key column or type changed, another default data source)
         and a data source that does not answer. Exit 0: the move can start; 1: it
         cannot, and the plan says why; 2: bad usage.
-  start [--replica-identity-full] [--pg-dump PATH]
+  start [--replica-identity-full] [--copy-rate N] [--pg-dump PATH]
         begins the move: for each stream a publication on the source (a row filter
         keeps the rows the target places on the destination), a logical replication
         slot, and a subscription on the destination that copies them and keeps them
         current while the current layout goes on serving every read and write. Tables
         a destination lacks are created from the source's definition (pg_dump
         --schema-only). For now: moves into data sources the current layout does not
-        use (growing), tables sharded by one column with pghash, mod or range and one
-        table per data source; anything else is refused before anything is made.
+        use (growing, or 4 to 3 new ones), tables sharded by one column with pghash,
+        mod or range and one table per data source; anything else is refused before
+        anything is made. With --copy-rate N, start copies the rows itself, at most N
+        rows a second for the whole move, from each slot's exported snapshot, and
+        enables each subscription once its rows are copied (PostgreSQL's own copy has
+        no bound); it then returns when the copy is done.
         A table without a replica identity covering its key (no primary key, as
         pgbench_history) is refused, since PostgreSQL would refuse its UPDATEs and
         DELETEs once published; --replica-identity-full gives it REPLICA IDENTITY
@@ -168,6 +172,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	pgDump := fs.String("pg-dump", "pg_dump", "start: the pg_dump program that copies a table's definition to a destination that lacks it")
 	proxyAdmin := fs.String("proxy-admin", "", "cutover, finish, revert: the DSN of the proxy's admin database; the proxy then does the step (RESHARD CUTOVER, FINISH, REVERT)")
 	verifyHold := fs.Duration("verify", 0, "cutover without --proxy-admin: compare the destinations with the sources in the hold, within this bound, counted as pause (0: not)")
+	copyRate := fs.Int("copy-rate", 0, "start: copy at most this many rows a second for the whole move, start copying them itself (0: PostgreSQL's table synchronization, no bound)")
 	deleteRate := fs.Int("delete-rate", 0, "finish: delete at most this many moved rows a second on each data source (0: no bound)")
 	catchUp := fs.Duration("catch-up", resharding.DefaultCatchUp, "cutover, revert without --proxy-admin: how long the destinations may take to apply the last changes and stop")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -193,7 +198,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	opts := resharding.Options{Progress: stderr}
 	switch command {
 	case "start":
-		if _, err := resharding.Start(ctx, from, to, resharding.CopyOptions{Options: opts, PGDump: *pgDump, ReplicaIdentityFull: *identityFull}); err != nil {
+		if *copyRate < 0 {
+			return fmt.Errorf("%w: --copy-rate takes a number of rows a second, 0 for no bound", ErrUsage)
+		}
+		if _, err := resharding.Start(ctx, from, to, resharding.CopyOptions{Options: opts, PGDump: *pgDump, ReplicaIdentityFull: *identityFull, CopyRate: *copyRate}); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, "the move has started: reshard status shows it, reshard cancel ends it")

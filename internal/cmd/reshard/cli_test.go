@@ -55,6 +55,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"plan", "--frm", good}, "flag provided but not defined: -frm"},
 		{[]string{"plan", "--from", good, "--to", good, "--proxy-admin", "postgres://x"}, "--proxy-admin is for cutover, finish and revert"},
 		{[]string{"finish", "--from", good, "--to", good, "--delete-rate", "-1"}, "--delete-rate takes a number of rows a second"},
+		{[]string{"start", "--from", good, "--to", good, "--copy-rate", "-5"}, "--copy-rate takes a number of rows a second"},
 		{[]string{"cutover", "--from", good}, "cutover needs --from and --to"},
 	} {
 		err := Main(context.Background(), tc.args, &out, &errOut)

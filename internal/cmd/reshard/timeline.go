@@ -302,14 +302,23 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 		m, _ := strconv.ParseInt(fs[2], 10, 64)
 		l, _ := strconv.ParseInt(fs[4], 10, 64)
 		total, misplaced, leftovers = total+n, misplaced+m, leftovers+l
-		bsums[fs[3]] = true
+		if fs[3] != "-" { // a data source the layout in force does not name
+			bsums[fs[3]] = true
+		}
 	}
-	layoutNow := "the four data sources, %d not where the new layout places them"
-	if end == "revert" {
-		layoutNow = "the two data sources of the old layout, %d not where it places them"
+	// placement-of.txt says which data sources the placement was checked against
+	// (runs before it was written checked the four of a growth, or the two a revert
+	// returned to).
+	of := readFile(dir, "placement-of.txt")
+	switch {
+	case of != "":
+	case end == "revert":
+		of = "the two data sources of the old layout"
+	default:
+		of = "the four data sources"
 	}
-	fmt.Fprintf(&b, "placement: %d accounts on "+layoutNow+"; the branches' balances agree on every data source: %v; %d slots, subscriptions or publications left\n",
-		total, misplaced, len(bsums) == 1, leftovers)
+	fmt.Fprintf(&b, "placement: %d accounts, %d of them not where the layout in force places them, checked on %s; the branches' balances agree on every data source: %v; %d slots, subscriptions or publications left\n",
+		total, misplaced, of, len(bsums) == 1, leftovers)
 	if end == "revert" {
 		fmt.Fprintf(&b, "the data sources the move added: %s\n", cmp.Or(readFile(dir, "added.txt"), "(added.txt is missing)"))
 	}

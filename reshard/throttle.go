@@ -1,0 +1,187 @@
+package reshard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/rules"
+)
+
+// tableCopy is one table of a stream that a bounded copy carries: the rows of at that
+// filter keeps ("true": all of them, for a broadcast table).
+type tableCopy struct {
+	at     Place
+	filter string
+}
+
+// copyStream makes one stream whose rows the move copies itself, at most limit's rate
+// (CopyOptions.CopyRate), instead of the subscription's table synchronization:
+//
+//  1. the slot, over a replication connection that exports its snapshot: the rows as
+//     of the slot's start, and the slot streams every change after it;
+//  2. the subscription, disabled and without copy_data, on that slot;
+//  3. on the source, a transaction in that snapshot; for each table, COPY of the rows
+//     the target places on the destination, through the limiter, into COPY FROM on the
+//     destination (as the apply workers write: session_replication_role = replica, so
+//     that the table's triggers do not fire);
+//  4. the subscription enabled: it streams from the slot's start.
+//
+// Until step 4 the subscription is disabled, and status says the copy runs. A start
+// killed part way leaves the stream disabled with part of its rows: cancel removes it.
+func copyStream(ctx context.Context, from *rules.Compiled, st Stream, name string, src, dst *pgx.Conn, copies []tableCopy, limit *rowLimiter, progress io.Writer) error {
+	snapshot, release, err := exportSlot(ctx, fromDSN(from, st.From), name)
+	if err != nil {
+		return fmt.Errorf("data source %s: creating slot %s: %w", st.From, name, err)
+	}
+	defer release()
+	conninfo := strings.ReplaceAll(fromDSN(from, st.From), "'", "''")
+	if _, err := dst.Exec(ctx, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION %s WITH (create_slot = false, slot_name = '%s', copy_data = false, enabled = false)",
+		name, conninfo, name, name)); err != nil {
+		return fmt.Errorf("data source %s: creating subscription %s: %w", st.To, name, err)
+	}
+	tx, err := src.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("data source %s: %w", st.From, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'"); err != nil {
+		return fmt.Errorf("data source %s: taking the slot's snapshot: %w", st.From, err)
+	}
+	release() // the transaction holds the snapshot now
+	if _, err := dst.Exec(ctx, "SET session_replication_role = replica"); err != nil {
+		return fmt.Errorf("data source %s: %w", st.To, err)
+	}
+	defer dst.Exec(context.WithoutCancel(ctx), "RESET session_replication_role")
+	for _, c := range copies {
+		n, err := copyTable(ctx, tx.Conn(), dst, c, limit, progress, st)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(progress, "reshard: %s -> %s: copied %d rows of %s (at most %d rows/s)\n", st.From, st.To, n, c.at.qualified(), limit.rate)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("data source %s: %w", st.From, err)
+	}
+	if _, err := dst.Exec(ctx, "ALTER SUBSCRIPTION "+name+" ENABLE"); err != nil {
+		return fmt.Errorf("data source %s: enabling subscription %s: %w", st.To, name, err)
+	}
+	return nil
+}
+
+// exportSlot creates logical replication slot name on the data source at dsn over a
+// replication connection, exporting the slot's snapshot; the snapshot can be taken
+// (SET TRANSACTION SNAPSHOT) until release closes that connection.
+func exportSlot(ctx context.Context, dsn, name string) (string, func(), error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return "", nil, err
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	c, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	release := func() { c.Close(context.Background()) }
+	res, err := c.Exec(ctx, "CREATE_REPLICATION_SLOT "+name+" LOGICAL pgoutput (SNAPSHOT 'export')").ReadAll()
+	if err != nil {
+		release()
+		return "", nil, err
+	}
+	// slot_name, consistent_point, snapshot_name, output_plugin
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) < 3 {
+		release()
+		return "", nil, errors.New("CREATE_REPLICATION_SLOT answered no snapshot")
+	}
+	return string(res[0].Rows[0][2]), release, nil
+}
+
+// copyTable copies the rows of c from the source's transaction to the same table on
+// the destination, through the limiter, and returns how many it copied. Text format
+// with the source's column names: a destination table made by the user may order its
+// columns otherwise.
+func copyTable(ctx context.Context, src *pgx.Conn, dst *pgx.Conn, c tableCopy, limit *rowLimiter, progress io.Writer, st Stream) (int64, error) {
+	var cols string
+	if err := src.QueryRow(ctx, `SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = ''`, c.at.qualified()).Scan(&cols); err != nil {
+		return 0, fmt.Errorf("data source %s: the columns of %s: %w", st.From, c.at.qualified(), err)
+	}
+	pr, pw := io.Pipe()
+	w := &limitedWriter{ctx: ctx, w: pw, limit: limit, progress: progress, what: fmt.Sprintf("%s -> %s: %s", st.From, st.To, c.at.qualified()), last: time.Now()}
+	done := make(chan error, 1)
+	go func() {
+		_, err := src.PgConn().CopyTo(ctx, w, fmt.Sprintf("COPY (SELECT %s FROM %s WHERE %s) TO STDOUT", cols, c.at.qualified(), c.filter))
+		pw.CloseWithError(err) // nil: the reader sees the end
+		done <- err
+	}()
+	_, err := dst.PgConn().CopyFrom(ctx, pr, fmt.Sprintf("COPY %s (%s) FROM STDIN", c.at.qualified(), cols))
+	pr.CloseWithError(errors.New("the destination's COPY ended"))
+	srcErr := <-done
+	switch {
+	case srcErr != nil:
+		return w.rows, fmt.Errorf("data source %s: copying %s: %w", st.From, c.at.qualified(), srcErr)
+	case err != nil:
+		return w.rows, fmt.Errorf("data source %s: copying into %s: %w", st.To, c.at.qualified(), err)
+	}
+	return w.rows, nil
+}
+
+// rowLimiter spaces rows out to at most rate a second, over every table it is used for.
+type rowLimiter struct {
+	rate  int
+	began time.Time
+	rows  int64
+}
+
+func newRowLimiter(rate int) *rowLimiter { return &rowLimiter{rate: rate} }
+
+// wait counts n more rows and waits until they are due.
+func (l *rowLimiter) wait(ctx context.Context, n int64) error {
+	if l.began.IsZero() {
+		l.began = time.Now()
+	}
+	l.rows += n
+	due := l.began.Add(time.Duration(float64(l.rows) / float64(l.rate) * float64(time.Second)))
+	if d := time.Until(due); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// limitedWriter passes COPY's text rows (each ends with a newline; one inside a value
+// is escaped) to w, waiting on the limiter for each chunk's rows.
+type limitedWriter struct {
+	ctx      context.Context
+	w        io.Writer
+	limit    *rowLimiter
+	rows     int64
+	progress io.Writer
+	what     string
+	last     time.Time
+}
+
+func (w *limitedWriter) Write(p []byte) (int, error) {
+	n := int64(bytes.Count(p, []byte{'\n'}))
+	if err := w.limit.wait(w.ctx, n); err != nil {
+		return 0, err
+	}
+	w.rows += n
+	if time.Since(w.last) > 5*time.Second {
+		fmt.Fprintf(w.progress, "reshard: %s: %d rows copied so far\n", w.what, w.rows)
+		w.last = time.Now()
+	}
+	return w.w.Write(p)
+}
