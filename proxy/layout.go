@@ -136,10 +136,12 @@ func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.R
 			return nil, &pgconn.PgError{Severity: "ERROR", Code: "22023", Message: "RESHARD CUTOVER: " + err.Error()}
 		}
 		rep, err := reshard.Cutover(ctx, current, to, reshardProxy{s}, reshard.CutoverOptions{Drain: s.cfg.ReshardDrain, CatchUp: s.cfg.ReshardCatchUp, Progress: &out})
+		if s.layout.Load() != current {
+			s.cutFrom = current // switched, even if a step after the switch failed
+		}
 		if err != nil {
 			return nil, reshardError(err)
 		}
-		s.cutFrom = current
 		s.log.Info("reshard: cut over", "version", rep.Version, "pause", rep.Pause)
 		return holdResult(rep), nil
 	case "FINISH":

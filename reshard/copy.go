@@ -166,9 +166,6 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 	if err == nil {
 		err = start(ctx, p, from, to, conns, opts, made)
 	}
-	if err == nil {
-		err = guardDDL(ctx, p, from, to, conns)
-	}
 	if err != nil {
 		// Fresh connections: a cancelled context closes the ones a statement was on.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -520,6 +517,11 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 				}
 			}
 		}
+	}
+	// DDL on the tables is refused from here on, before any row is copied (a bounded
+	// copy may take hours).
+	if err := guardDDL(ctx, p, from, to, conns); err != nil {
+		return err
 	}
 	// The marker table on every data source of a stream: a cutover writes a row in it
 	// on each source once the transactions in flight ended, and a destination that has

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -162,18 +165,25 @@ func finishMoved(ctx context.Context, from, to *rules.Compiled, cur *Record, con
 			return err
 		}
 	}
-	// The places the target leaves: every row there moved.
+	// The places the target leaves: every row there moved. All of a data source's at
+	// once, so that a foreign key between two of them does not stop the TRUNCATE.
+	leaving := map[string][]Place{}
+	leftNames := map[Place]string{}
 	for _, name := range names {
 		for _, n := range from.Lookup(name).Nodes {
-			at := place(from, n)
-			if nodeOf(to, name, at.DataSource) >= 0 {
-				continue
+			if at := place(from, n); nodeOf(to, name, at.DataSource) < 0 {
+				leaving[at.DataSource] = append(leaving[at.DataSource], at)
+				leftNames[at] = name
 			}
-			n, err := emptyLeft(ctx, conns[at.DataSource], to, at, opts.Progress)
-			rep.Deleted[at.DataSource+"."+name] = n
-			if err != nil {
-				return err
-			}
+		}
+	}
+	for _, ds := range slices.Sorted(maps.Keys(leaving)) {
+		counts, err := emptyLeft(ctx, conns[ds], to, leaving[ds], opts.Progress)
+		if err != nil {
+			return err
+		}
+		for i, at := range leaving[ds] {
+			rep.Deleted[ds+"."+leftNames[at]] = counts[i]
 		}
 	}
 	crashPoint("finish-deleted")
@@ -273,29 +283,39 @@ func deleteMoved(ctx context.Context, c *pgx.Conn, to *rules.Compiled, v View, t
 	return total, nil
 }
 
-// emptyLeft empties a table on a data source that layout to no longer places it on
-// (a move to new data sources): every row there moved. TRUNCATE, not a bounded
-// delete: it writes next to no WAL and leaves no dead rows, and nothing of the layout
-// in force reads the table. It waits at most 10 s for a reader of the old layout to
-// let go of the table.
-func emptyLeft(ctx context.Context, c *pgx.Conn, to *rules.Compiled, at Place, progress io.Writer) (int64, error) {
-	var n int64
+// emptyLeft empties tables of one data source that layout to no longer places there
+// (a move to new data sources): every row in them moved. It counts their rows (one
+// read of each), then TRUNCATEs them in one statement, not a bounded delete: that
+// writes next to no WAL and leaves no dead rows, and nothing of the layout in force
+// reads them. It waits at most 10 s for a reader of the old layout to let go of them.
+// A table of another kind whose foreign key references one of them stops it (never
+// CASCADE: that would empty the user's table too).
+func emptyLeft(ctx context.Context, c *pgx.Conn, to *rules.Compiled, places []Place, progress io.Writer) ([]int64, error) {
+	counts := make([]int64, len(places))
+	var names []string
+	for _, at := range places {
+		names = append(names, at.qualified())
+	}
 	err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
 		// The move's own writes pass the fence as the layout in force.
 		if _, err := tx.Exec(ctx, "SELECT set_config($1, $2, true), set_config('lock_timeout', '10s', true)", LayoutSetting, to.Digest()); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+at.qualified()).Scan(&n); err != nil {
-			return err
+		for i, name := range names {
+			if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+name).Scan(&counts[i]); err != nil {
+				return err
+			}
 		}
-		_, err := tx.Exec(ctx, "TRUNCATE "+at.qualified())
+		_, err := tx.Exec(ctx, "TRUNCATE "+strings.Join(names, ", "))
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("data source %s: emptying %s, which the new layout does not use: %w; run finish again", at.DataSource, at.qualified(), err)
+		return nil, fmt.Errorf("data source %s: emptying %s, which the new layout does not use there: %w; run finish again", places[0].DataSource, strings.Join(names, ", "), err)
 	}
-	fmt.Fprintf(progress, "reshard: %s: emptied %s (%d rows), which the new layout does not use\n", at.DataSource, at.qualified(), n)
-	return n, nil
+	for i, name := range names {
+		fmt.Fprintf(progress, "reshard: %s: emptied %s (%d rows), which the new layout does not use there\n", places[0].DataSource, name, counts[i])
+	}
+	return counts, nil
 }
 
 // unqualifiedView is the name of the table view v stands for.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -65,6 +66,17 @@ func prepareReverse(ctx context.Context, from, to *rules.Compiled, streams []str
 		dropReverse(ctx, from, to, back, progress)
 		return nil, err
 	}
+	carriers := broadcastCarriers(from, to, names, streams)
+	for _, b := range from.Rules().Broadcast {
+		for _, d := range from.DataSources() {
+			if nodeOf(from, b, d.Name) < 0 || nodeOf(to, b, d.Name) >= 0 {
+				continue
+			}
+			if !slices.ContainsFunc(slices.Collect(maps.Keys(carriers)), func(s stream) bool { return s.from == d.Name && slices.Contains(carriers[s], b) }) {
+				return fail(fmt.Errorf("reshard: no stream back into %s could carry broadcast table %s, which the new layout does not write there: a revert would find it stale", d.Name, b))
+			}
+		}
+	}
 	for _, s := range streams {
 		r := reverseOf(from, to, s)
 		src := conns[r.from]
@@ -72,6 +84,17 @@ func prepareReverse(ctx context.Context, from, to *rules.Compiled, streams []str
 		tables := backTables(from, to, names, s)
 		if len(tables) == 0 {
 			continue // a stream of broadcast tables only: the new layout writes them everywhere
+		}
+		// The broadcast tables of an old data source the new layout does not write
+		// them on (a move to new data sources): this stream back carries them whole.
+		for _, b := range carriers[s] {
+			at := place(to, to.Lookup(b).Nodes[nodeOf(to, b, r.from)])
+			if has, _, err := replicaIdentity(ctx, src, at, ""); err != nil {
+				return fail(fmt.Errorf("data source %s: %w", r.from, err))
+			} else if !has {
+				return fail(fmt.Errorf("reshard: broadcast table %s has no replica identity, so that the writes made there after the cutover could not go back to %s, which the new layout does not write it on: give it a primary key, or REPLICA IDENTITY FULL", at, r.to))
+			}
+			members = append(members, at.qualified())
 		}
 		for _, name := range tables {
 			ni, nj := nodeOf(to, name, r.from), nodeOf(from, name, r.to)
@@ -126,6 +149,27 @@ func prepareReverse(ctx context.Context, from, to *rules.Compiled, streams []str
 		}
 	}
 	return back, nil
+}
+
+// broadcastCarriers says which stream back carries each broadcast table back to an
+// old data source that the new layout does not write it on: the first stream (of
+// streams, the copy's) into that data source's stream back whose new data source has
+// the table and that carries rows of a sharded table back at all. Exactly one: each
+// new data source applies the same changes, and a second stream would apply them again
+// out of order with the first.
+func broadcastCarriers(from, to *rules.Compiled, names []string, streams []stream) map[stream][]string {
+	out := map[stream][]string{}
+	for _, b := range from.Rules().Broadcast {
+		done := map[string]bool{}
+		for _, s := range streams {
+			if done[s.from] || nodeOf(from, b, s.from) < 0 || nodeOf(to, b, s.from) >= 0 || nodeOf(to, b, s.to) < 0 || len(backTables(from, to, names, s)) == 0 {
+				continue
+			}
+			done[s.from] = true
+			out[s] = append(out[s], b)
+		}
+	}
+	return out
 }
 
 // identityChanged reports whether the move gave table at REPLICA IDENTITY FULL.

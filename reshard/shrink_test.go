@@ -146,6 +146,16 @@ func TestShrinkFourToThree(t *testing.T) {
 	progressed("before the cutover")
 	step("RESHARD CUTOVER '" + toPath + "'")
 	progressed("after the cutover")
+	// The new layout writes the broadcast table on ds_0 and the new data sources only:
+	// the revert must bring ds_1 .. ds_3 up to date too.
+	bc := c.connect()
+	if _, err := bc.Exec(context.Background(), "UPDATE countries SET name = 'Nippon' WHERE code = 'jp'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bc.Exec(context.Background(), "INSERT INTO countries VALUES ('it', 'Italy')"); err != nil {
+		t.Fatal(err)
+	}
+	bc.Close(context.Background())
 	step("RESHARD REVERT")
 	progressed("after the revert")
 	c.halt()
@@ -153,6 +163,11 @@ func TestShrinkFourToThree(t *testing.T) {
 		t.Fatalf("the proxy routes by %s after the revert, want the old layout %s", got, from.Digest())
 	}
 	placedBy(t, dsns[:4], dsns[4:], rows, people)
+	for k, d := range dsns[:4] {
+		if got := queryString(t, d, "SELECT string_agg(code || ' ' || name, ', ' ORDER BY code) FROM countries"); got != "de Germany, fr France, it Italy, jp Nippon" {
+			t.Errorf("ds_%d after the revert holds the countries %s, not those written since the cutover", k, got)
+		}
+	}
 
 	startMove(t, from, to, reshard.CopyOptions{})
 	c = newClients(t, addr)

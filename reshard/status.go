@@ -245,8 +245,14 @@ func (s *Status) WriteText(b *strings.Builder, prev ...*Status) {
 		b.WriteString("no move is under way between these layouts\n")
 		return
 	}
+	// A stream disabled: a bounded start (--copy-rate) makes the streams one after
+	// another, each disabled until its rows are copied.
+	bounded := slices.ContainsFunc(s.Streams, func(st StreamStatus) bool { return !st.Missing && !st.Enabled })
 	for _, st := range s.Streams {
 		switch {
+		case st.Missing && bounded:
+			fmt.Fprintf(b, "%s -> %s: not made yet (reshard start --copy-rate makes each stream when its copy comes; if no start runs any more, reshard cancel, then start again)\n", st.From, st.To)
+			continue
 		case st.Missing:
 			fmt.Fprintf(b, "%s -> %s: missing: the move needs this stream and it is not there (reshard cancel, then start again)\n", st.From, st.To)
 			continue

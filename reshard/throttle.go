@@ -80,10 +80,13 @@ func copyStream(ctx context.Context, from *rules.Compiled, st Stream, name strin
 // replication connection, exporting the slot's snapshot; the snapshot can be taken
 // (SET TRANSACTION SNAPSHOT) until release closes that connection.
 func exportSlot(ctx context.Context, dsn, name string) (string, func(), error) {
-	cfg, err := pgconn.ParseConfig(dsn)
+	// Parsed as pgx does, so that pgx's own settings in the DSN are not sent to the
+	// server as run-time parameters.
+	pcfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return "", nil, err
 	}
+	cfg := pcfg.Config.Copy()
 	cfg.RuntimeParams["replication"] = "database"
 	c, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -122,18 +125,27 @@ func copyTable(ctx context.Context, src *pgx.Conn, dst *pgx.Conn, c tableCopy, l
 		done <- err
 	}()
 	_, err := dst.PgConn().CopyFrom(ctx, pr, fmt.Sprintf("COPY %s (%s) FROM STDIN", c.at.qualified(), cols))
-	pr.CloseWithError(errors.New("the destination's COPY ended"))
+	pr.CloseWithError(errDestinationEnded) // a source still writing stops
 	srcErr := <-done
 	switch {
-	case srcErr != nil:
+	case srcErr != nil && !errors.Is(srcErr, errDestinationEnded):
+		// The source failed first (the destination's COPY then failed on it).
 		return w.rows, fmt.Errorf("data source %s: copying %s: %w", st.From, c.at.qualified(), srcErr)
 	case err != nil:
 		return w.rows, fmt.Errorf("data source %s: copying into %s: %w", st.To, c.at.qualified(), err)
+	case srcErr != nil:
+		return w.rows, fmt.Errorf("data source %s: copying %s: %w", st.From, c.at.qualified(), srcErr)
 	}
 	return w.rows, nil
 }
 
-// rowLimiter spaces rows out to at most rate a second, over every table it is used for.
+// errDestinationEnded stops a source's COPY whose destination's COPY ended first.
+var errDestinationEnded = errors.New("the destination's COPY ended")
+
+// rowLimiter spaces rows out to at most rate a second, over every table it is used
+// for. Time it was not asked for rows (a slot waiting for the transactions in flight,
+// the next stream's setup) gives at most a second's rows of credit, not a burst as long
+// as the wait.
 type rowLimiter struct {
 	rate  int
 	began time.Time
@@ -147,9 +159,11 @@ func (l *rowLimiter) wait(ctx context.Context, n int64) error {
 	if l.began.IsZero() {
 		l.began = time.Now()
 	}
+	if behind := -time.Until(l.dueAt(l.rows)); behind > time.Second {
+		l.began = l.began.Add(behind - time.Second)
+	}
 	l.rows += n
-	due := l.began.Add(time.Duration(float64(l.rows) / float64(l.rate) * float64(time.Second)))
-	if d := time.Until(due); d > 0 {
+	if d := time.Until(l.dueAt(l.rows)); d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -159,6 +173,11 @@ func (l *rowLimiter) wait(ctx context.Context, n int64) error {
 		}
 	}
 	return nil
+}
+
+// dueAt is when rows rows are due.
+func (l *rowLimiter) dueAt(rows int64) time.Time {
+	return l.began.Add(time.Duration(float64(rows) / float64(l.rate) * float64(time.Second)))
 }
 
 // limitedWriter passes COPY's text rows (each ends with a newline; one inside a value
