@@ -230,6 +230,9 @@ func holdResult(rep *reshard.CutoverReport) *admin.Result {
 	}{{"drain", rep.Drain}, {"catch_up", rep.CatchUp}, {"switch", rep.Switch}, {"pause", rep.Pause}} {
 		r.Rows = append(r.Rows, []string{st.name, fmt.Sprintf("%.3f", float64(st.d.Microseconds())/1000)})
 	}
+	for _, st := range rep.Steps {
+		r.Rows = append(r.Rows, []string{"catch_up." + st.Name, fmt.Sprintf("%.3f", float64(st.Took.Microseconds())/1000)})
+	}
 	r.Rows = append(r.Rows, []string{"layout_version", fmt.Sprint(rep.Version)})
 	return r
 }

@@ -67,7 +67,15 @@ type CutoverReport struct {
 	// Pause is how long new transactions were held: from the start of the pause to
 	// its end; Drain, CatchUp and Switch are its steps.
 	Pause, Drain, CatchUp, Switch time.Duration
-	Views                         []View
+	// Steps are CatchUp's own steps, in order, with their durations.
+	Steps []Step
+	Views []View
+}
+
+// Step is one step of a hold and how long it took.
+type Step struct {
+	Name string
+	Took time.Duration
 }
 
 // viewComment marks the views a move makes, so that no other is replaced or dropped.
@@ -488,62 +496,82 @@ func streamsOf(from, to *rules.Compiled, st *Status) []stream {
 // too, but a subscriber reports it only every second or so.)
 func catchUp(ctx context.Context, streams []stream, conns map[string]*pgx.Conn) error {
 	token := time.Now().UnixNano()
-	for _, s := range streams {
-		if _, err := conns[s.from].Exec(ctx, "INSERT INTO "+markerTable+" VALUES ($1, $2) ON CONFLICT (stream) DO UPDATE SET token = excluded.token", s.name, token); err != nil {
-			return fmt.Errorf("data source %s: marking stream %s: %w", s.from, s.name, err)
+	err := eachGroup(groupBy(streams, bySource), func(ds string, ss []stream) error {
+		names := streamNames(ss)
+		if _, err := conns[ds].Exec(ctx, "INSERT INTO "+markerTable+" SELECT unnest($1::text[]), $2 ON CONFLICT (stream) DO UPDATE SET token = excluded.token", names, token); err != nil {
+			return fmt.Errorf("data source %s: marking streams %v: %w", ds, names, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	for _, s := range streams {
+	return eachGroup(groupBy(streams, byDestination), func(ds string, ss []stream) error {
+		names := streamNames(ss)
 		for {
-			var got int64
-			err := conns[s.to].QueryRow(ctx, "SELECT coalesce((SELECT token FROM "+markerTable+" WHERE stream = $1), 0)", s.name).Scan(&got)
-			if err != nil {
-				return fmt.Errorf("data source %s: %w", s.to, err)
+			var behind []string
+			rows, err := conns[ds].Query(ctx, "SELECT s FROM unnest($1::text[]) s WHERE NOT EXISTS (SELECT FROM "+markerTable+" m WHERE m.stream = s AND m.token = $2) ORDER BY s", names, token)
+			if err == nil {
+				behind, err = pgx.CollectRows(rows, pgx.RowTo[string])
 			}
-			if got == token {
-				break
+			if err != nil {
+				return fmt.Errorf("data source %s: %w", ds, err)
+			}
+			if len(behind) == 0 {
+				return nil
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("stream %s -> %s had not applied its source's last changes: %w", s.from, s.to, ctx.Err())
+				return fmt.Errorf("streams %v into %s had not applied their sources' last changes: %w", behind, ds, ctx.Err())
 			case <-time.After(500 * time.Microsecond):
 			}
 		}
+	})
+}
+
+func streamNames(ss []stream) []string {
+	names := make([]string, len(ss))
+	for i, s := range ss {
+		names[i] = s.name
 	}
-	return nil
+	return names
 }
 
 // stopStreams disables every stream's subscription and waits until its apply worker
 // has stopped: from then on the new layout writes the destinations itself.
 func stopStreams(ctx context.Context, streams []stream, conns map[string]*pgx.Conn) error {
-	for _, s := range streams {
-		// A disabled subscription's worker notices only when it next wakes (up to a
-		// second): it is ended at once instead, and not started again.
-		if _, err := conns[s.to].Exec(ctx, "ALTER SUBSCRIPTION "+s.name+" DISABLE"); err != nil {
-			return fmt.Errorf("data source %s: %w", s.to, err)
-		}
-		if _, err := conns[s.to].Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_subscription WHERE subname = $1 AND pid IS NOT NULL", s.name); err != nil {
-			return fmt.Errorf("data source %s: %w", s.to, err)
-		}
-	}
-	for _, s := range streams {
-		for {
-			var running bool
-			err := conns[s.to].QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_stat_subscription WHERE subname = $1 AND pid IS NOT NULL)", s.name).Scan(&running)
-			if err != nil {
-				return fmt.Errorf("data source %s: %w", s.to, err)
+	return eachGroup(groupBy(streams, byDestination), func(ds string, ss []stream) error {
+		c := conns[ds]
+		for _, s := range ss {
+			// A disabled subscription's worker notices only when it next wakes (up to
+			// a second): it is ended at once instead, and not started again.
+			if _, err := c.Exec(ctx, "ALTER SUBSCRIPTION "+s.name+" DISABLE"); err != nil {
+				return fmt.Errorf("data source %s: %w", ds, err)
 			}
-			if !running {
-				break
+		}
+		names := streamNames(ss)
+		if _, err := c.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_subscription WHERE subname = ANY($1) AND pid IS NOT NULL", names); err != nil {
+			return fmt.Errorf("data source %s: %w", ds, err)
+		}
+		for {
+			var running []string
+			rows, err := c.Query(ctx, "SELECT DISTINCT subname::text FROM pg_stat_subscription WHERE subname = ANY($1) AND pid IS NOT NULL ORDER BY 1", names)
+			if err == nil {
+				running, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			}
+			if err != nil {
+				return fmt.Errorf("data source %s: %w", ds, err)
+			}
+			if len(running) == 0 {
+				return nil
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("the subscription %s on %s did not stop: %w", s.name, s.to, ctx.Err())
+				return fmt.Errorf("the subscriptions %v on %s did not stop: %w", running, ds, ctx.Err())
 			case <-time.After(time.Millisecond):
 			}
 		}
-	}
-	return nil
+	})
 }
 
 // noPrepared waits until no source of a stream holds a prepared transaction.

@@ -118,6 +118,11 @@ func (h *hold) run(ctx context.Context, conns map[string]*pgx.Conn, rep *Cutover
 	}
 
 	t := time.Now()
+	last := t
+	step := func(name string) {
+		rep.Steps = append(rep.Steps, Step{name, time.Since(last)})
+		last = time.Now()
+	}
 	cctx, stop := context.WithTimeout(ctx, h.opts.CatchUp)
 	defer stop()
 	// A transaction prepared for two-phase commit and not yet committed would commit
@@ -139,6 +144,7 @@ func (h *hold) run(ctx context.Context, conns map[string]*pgx.Conn, rep *Cutover
 			return fail("recording the layout on data source "+ds, err, restore)
 		}
 	}
+	step("prepared_and_switching_record")
 	crashPoint(h.name + "-switching")
 	if h.opts.crashAfterRecord {
 		return false, errCrashed // a test's kill -9: nothing undone, nothing resumed
@@ -151,10 +157,15 @@ func (h *hold) run(ctx context.Context, conns map[string]*pgx.Conn, rep *Cutover
 	}
 	err = catchUp(cctx, h.streams, conns)
 	if err == nil {
+		step("streams_caught_up")
 		err = stopStreams(cctx, h.streams, conns)
 	}
-	if err == nil && h.stopped != nil {
-		err = h.stopped(cctx, conns)
+	if err == nil {
+		step("streams_stopped")
+		if h.stopped != nil {
+			err = h.stopped(cctx, conns)
+			step("sequences_and_slots_back")
+		}
 	}
 	if err != nil {
 		return fail("catching up", err, restore, undoStopped, restart)
@@ -166,6 +177,7 @@ func (h *hold) run(ctx context.Context, conns map[string]*pgx.Conn, rep *Cutover
 			return fail("recording the layout on data source "+ds, err, restore, undoStopped, restart)
 		}
 	}
+	step("final_record")
 	crashPoint(h.name + "-final")
 	rep.CatchUp = time.Since(t)
 	fmt.Fprintf(h.opts.Progress, "reshard: layout recorded; the destinations applied every change and the streams stopped in %v\n", rep.CatchUp.Round(time.Microsecond))

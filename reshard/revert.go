@@ -231,41 +231,52 @@ func advanceReverse(ctx context.Context, back []stream, conns map[string]*pgx.Co
 // advance moves the slots of the streams back to the end of their server's WAL (past
 // every change the copy applied so far), and with mark marks them so.
 func advance(ctx context.Context, back []stream, conns map[string]*pgx.Conn, mark bool) error {
-	for _, r := range back {
-		c := conns[r.from]
-		// The copy's apply worker commits without waiting for the WAL flush, and a
-		// slot moves at most to the flushed end: a commit of our own that waits for
-		// it (whatever the server's synchronous_commit) flushes past everything
-		// written before, the copy's changes included. It must write WAL to wait (a
-		// logical message, which the streams' subscribers do not ask for).
-		var end string
-		err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
-			// local: the flush here, not a synchronous standby's.
-			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = local"); err != nil {
-				return err
-			}
-			return tx.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text FROM (SELECT pg_logical_emit_message(true, 'shardlab_reshard', 'flush')) x").Scan(&end)
-		})
-		if err != nil {
-			return fmt.Errorf("data source %s: %w", r.from, err)
+	return eachGroup(groupBy(back, bySource), func(_ string, ss []stream) error {
+		return advanceOn(ctx, ss, conns, mark)
+	})
+}
+
+// advanceOn is advance for streams back of one data source.
+func advanceOn(ctx context.Context, back []stream, conns map[string]*pgx.Conn, mark bool) error {
+	ds := back[0].from
+	c := conns[ds]
+	// The copy's apply worker commits without waiting for the WAL flush, and a slot
+	// moves at most to the flushed end: a commit of our own that waits for it
+	// (whatever the server's synchronous_commit) flushes past everything written
+	// before, the copy's changes included. It must write WAL to wait (a logical
+	// message, which the streams' subscribers do not ask for). Once for all the data
+	// source's slots.
+	var end string
+	err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+		// local: the flush here, not a synchronous standby's.
+		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = local"); err != nil {
+			return err
 		}
+		return tx.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text FROM (SELECT pg_logical_emit_message(true, 'shardlab_reshard', 'flush')) x").Scan(&end)
+	})
+	if err != nil {
+		return fmt.Errorf("data source %s: %w", ds, err)
+	}
+	var names, moved []string
+	for _, r := range back {
 		var short bool
-		var moved string
-		if err := c.QueryRow(ctx, "SELECT end_lsn < $2::pg_lsn, end_lsn::text FROM pg_replication_slot_advance($1, pg_current_wal_flush_lsn())", r.name, end).Scan(&short, &moved); err != nil {
-			return fmt.Errorf("data source %s: moving slot %s past the copy: %w", r.from, r.name, err)
+		var at string
+		if err := c.QueryRow(ctx, "SELECT end_lsn < $2::pg_lsn, end_lsn::text FROM pg_replication_slot_advance($1, pg_current_wal_flush_lsn())", r.name, end).Scan(&short, &at); err != nil {
+			return fmt.Errorf("data source %s: moving slot %s past the copy: %w", ds, r.name, err)
 		}
 		if short {
-			return fmt.Errorf("data source %s: slot %s did not move past %s", r.from, r.name, end)
+			return fmt.Errorf("data source %s: slot %s did not move past %s", ds, r.name, end)
 		}
-		if !mark {
-			continue
-		}
-		// The mark keeps where the slot was moved to: PostgreSQL writes a moved slot
-		// to disk at its next checkpoint only, and a crash before it would move the
-		// slot back; the subscription starts from the mark (subscribeReverse).
-		if _, err := c.Exec(ctx, "INSERT INTO "+reverseTable+" VALUES ($1, $2) ON CONFLICT (slot) DO UPDATE SET lsn = excluded.lsn", r.name, moved); err != nil {
-			return fmt.Errorf("data source %s: %w", r.from, err)
-		}
+		names, moved = append(names, r.name), append(moved, at)
+	}
+	if !mark {
+		return nil
+	}
+	// The marks keep where the slots were moved to: PostgreSQL writes a moved slot to
+	// disk at its next checkpoint only, and a crash before it would move the slot
+	// back; the subscription starts from the mark (subscribeReverse).
+	if _, err := c.Exec(ctx, "INSERT INTO "+reverseTable+" SELECT unnest($1::text[]), unnest($2::pg_lsn[]) ON CONFLICT (slot) DO UPDATE SET lsn = excluded.lsn", names, moved); err != nil {
+		return fmt.Errorf("data source %s: %w", ds, err)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/shardlab/shardlab/internal/pgtest"
 	resharding "github.com/shardlab/shardlab/reshard"
 	"github.com/shardlab/shardlab/rules"
 )
@@ -30,49 +28,10 @@ import (
 // nothing of the move is left: no slot, subscription, publication or prepared
 // transaction.
 func TestKilledAtEachStep(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "reshard")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/shardlab/shardlab/cmd/reshard").CombinedOutput(); err != nil {
-		t.Fatalf("building the reshard command: %v\n%s", err, out)
-	}
-	c := pgtest.StartClusterWith(t, "wal_level = logical", "max_logical_replication_workers = 8", "max_worker_processes = 12")
-	a, b := c.NewDatabase("reshardkill"), c.NewDatabase("reshardkill")
+	bin := buildCommands(t, "reshard")[0]
+	a, b := twoDatabases(t, "reshardkill")
 	ctx := context.Background()
-	for _, d := range []string{a, b} {
-		conn, err := pgx.Connect(ctx, d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = conn.Exec(ctx, "CREATE TABLE hash_oracle (id int) PARTITION BY HASH (id)")
-		conn.Close(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	sql := func(dsn, q string) int64 {
-		t.Helper()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
-		var n int64
-		if err := conn.QueryRow(ctx, q).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-		return n
-	}
-	exec1 := func(dsn, q string) {
-		t.Helper()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	exec1(a, "CREATE TABLE items (id int PRIMARY KEY); INSERT INTO items SELECT generate_series(1, 1000)")
+	sql := func(dsn, q string) int64 { t.Helper(); return queryInt(t, dsn, q) }
 	from, to := writeRules(t, a), writeRules(t, a, b)
 	toRules, err := rules.Load(to)
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/shardlab/shardlab/internal/pgtest"
 	resharding "github.com/shardlab/shardlab/reshard"
 )
 
@@ -185,46 +184,11 @@ func (w *proxyWriters) halt() {
 // the end every acknowledged row is there, on the data source the layout in force
 // places it on, no row is there that no client wrote, and nothing of the move is left.
 func TestProxyKilledAtEachStep(t *testing.T) {
-	dir := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", dir+"/", "github.com/shardlab/shardlab/cmd/reshard", "github.com/shardlab/shardlab/cmd/shard-proxy").CombinedOutput(); err != nil {
-		t.Fatalf("building the commands: %v\n%s", err, out)
-	}
-	bin, proxyBin := filepath.Join(dir, "reshard"), filepath.Join(dir, "shard-proxy")
-	c := pgtest.StartClusterWith(t, "wal_level = logical", "max_logical_replication_workers = 8", "max_worker_processes = 12")
-	a, b := c.NewDatabase("proxykill"), c.NewDatabase("proxykill")
+	bins := buildCommands(t, "reshard", "shard-proxy")
+	bin, proxyBin := bins[0], bins[1]
+	a, b := twoDatabases(t, "proxykill")
 	ctx := context.Background()
-	query := func(dsn, q string) int64 {
-		t.Helper()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
-		var n int64
-		if err := conn.QueryRow(ctx, q).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-		return n
-	}
-	for _, d := range []string{a, b} {
-		conn, err := pgx.Connect(ctx, d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = conn.Exec(ctx, "CREATE TABLE hash_oracle (id int) PARTITION BY HASH (id)")
-		conn.Close(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	conn, err := pgx.Connect(ctx, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, "CREATE TABLE items (id int PRIMARY KEY); INSERT INTO items SELECT generate_series(1, 1000)"); err != nil {
-		t.Fatal(err)
-	}
-	conn.Close(ctx)
+	query := func(dsn, q string) int64 { t.Helper(); return queryInt(t, dsn, q) }
 	from, to := writeRules(t, a), writeRules(t, a, b)
 
 	run := func(args ...string) (string, error) {
