@@ -198,8 +198,24 @@ func dropStream(ctx context.Context, src, dst *pgx.Conn, from, to, name string, 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	if _, err := src.Exec(ctx, "DROP PUBLICATION IF EXISTS "+name); err != nil {
-		return fmt.Errorf("data source %s: %w", from, err)
+	// Its tables first, then the publication: a write to a published table that
+	// builds the table's list of publications while DROP PUBLICATION commits can find
+	// the publication gone and fail ("cache lookup failed for publication", XX000,
+	// PostgreSQL 15), and the current layout's clients write those tables. Once the
+	// tables are out of it, no write looks the publication up.
+	var tables []string
+	rows, err := src.Query(ctx, "SELECT format('%I.%I', schemaname, tablename) FROM pg_publication_tables WHERE pubname = $1", name)
+	if err == nil {
+		tables, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err == nil && len(tables) > 0 {
+		_, err = src.Exec(ctx, "ALTER PUBLICATION "+name+" DROP TABLE "+strings.Join(tables, ", "))
+	}
+	if err == nil {
+		_, err = src.Exec(ctx, "DROP PUBLICATION IF EXISTS "+name)
+	}
+	if err != nil {
+		return fmt.Errorf("data source %s: dropping publication %s: %w", from, name, err)
 	}
 	return nil
 }

@@ -206,14 +206,20 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 		return nil, err
 	}
 	h := hold{from: from, to: to, px: px, sw: sw, streams: streams, prior: prior, next: after, opts: opts, gaveUp: ErrCutover, name: "cutover",
-		stopped: func(ctx context.Context, conns map[string]*pgx.Conn) error {
+		stopped: func(ctx context.Context, conns map[string]*pgx.Conn, step func(string)) error {
 			if err := syncSequences(ctx, seqs, conns); err != nil {
 				return err
 			}
-			if err := verifyInHold(outer, from, to, opts); err != nil {
-				return err
+			step("sequences")
+			if opts.Verify > 0 {
+				if err := verifyInHold(outer, from, to, opts); err != nil {
+					return err
+				}
+				step("verify")
 			}
-			return advanceReverse(ctx, back, conns)
+			err := advanceReverse(ctx, back, conns)
+			step("slots_back")
+			return err
 		},
 		undoStopped: func(ctx context.Context, conns map[string]*pgx.Conn) error { return unmarkReverse(ctx, back, conns) }}
 	switched, err := h.run(ctx, conns, rep)
@@ -496,7 +502,7 @@ func streamsOf(from, to *rules.Compiled, st *Status) []stream {
 // too, but a subscriber reports it only every second or so.)
 func catchUp(ctx context.Context, streams []stream, conns map[string]*pgx.Conn) error {
 	token := time.Now().UnixNano()
-	err := eachGroup(groupBy(streams, bySource), func(ds string, ss []stream) error {
+	err := eachGroup(ctx, groupBy(streams, bySource), func(ctx context.Context, ds string, ss []stream) error {
 		names := streamNames(ss)
 		if _, err := conns[ds].Exec(ctx, "INSERT INTO "+markerTable+" SELECT unnest($1::text[]), $2 ON CONFLICT (stream) DO UPDATE SET token = excluded.token", names, token); err != nil {
 			return fmt.Errorf("data source %s: marking streams %v: %w", ds, names, err)
@@ -506,7 +512,7 @@ func catchUp(ctx context.Context, streams []stream, conns map[string]*pgx.Conn) 
 	if err != nil {
 		return err
 	}
-	return eachGroup(groupBy(streams, byDestination), func(ds string, ss []stream) error {
+	return eachGroup(ctx, groupBy(streams, byDestination), func(ctx context.Context, ds string, ss []stream) error {
 		names := streamNames(ss)
 		for {
 			var behind []string
@@ -540,7 +546,7 @@ func streamNames(ss []stream) []string {
 // stopStreams disables every stream's subscription and waits until its apply worker
 // has stopped: from then on the new layout writes the destinations itself.
 func stopStreams(ctx context.Context, streams []stream, conns map[string]*pgx.Conn) error {
-	return eachGroup(groupBy(streams, byDestination), func(ds string, ss []stream) error {
+	return eachGroup(ctx, groupBy(streams, byDestination), func(ctx context.Context, ds string, ss []stream) error {
 		c := conns[ds]
 		for _, s := range ss {
 			// A disabled subscription's worker notices only when it next wakes (up to

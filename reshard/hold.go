@@ -52,10 +52,11 @@ type hold struct {
 	opts     CutoverOptions
 	gaveUp   error  // wrapped in the error of a hold that gave up
 	name     string // "cutover" or "revert"
-	// stopped runs once the streams stopped, before the proxy switches; an error gives
-	// the hold up. undoStopped undoes it when the hold gives up, before the streams
-	// start again.
-	stopped, undoStopped func(ctx context.Context, conns map[string]*pgx.Conn) error
+	// stopped runs once the streams stopped, before the proxy switches, calling step
+	// with each of its steps' names as each ends; an error gives the hold up.
+	// undoStopped undoes it when the hold gives up, before the streams start again.
+	stopped     func(ctx context.Context, conns map[string]*pgx.Conn, step func(string)) error
+	undoStopped func(ctx context.Context, conns map[string]*pgx.Conn) error
 	// undoFailed reports, after a hold that gave up, that putting things back failed.
 	undoFailed bool
 }
@@ -163,8 +164,7 @@ func (h *hold) run(ctx context.Context, conns map[string]*pgx.Conn, rep *Cutover
 	if err == nil {
 		step("streams_stopped")
 		if h.stopped != nil {
-			err = h.stopped(cctx, conns)
-			step("sequences_and_slots_back")
+			err = h.stopped(cctx, conns, step)
 		}
 	}
 	if err != nil {

@@ -1,7 +1,9 @@
 package reshard
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"sync"
 )
 
@@ -21,20 +23,31 @@ func byDestination(s stream) string { return s.to }
 // data source's streams, and fn uses that data source's connection only: a
 // connection is never shared between two goroutines. The hold's steps cost a round
 // trip or a commit per stream; with many streams (4 to 3 has twelve) they add up
-// while every client waits, unless the data sources do theirs side by side.
-func eachGroup(groups map[string][]stream, fn func(ds string, ss []stream) error) error {
+// while every client waits, unless the data sources do theirs side by side. The first
+// error cancels the context the others run under: a hold that fails gives up at once
+// (a cancelled statement closes its connection; what undoes the hold opens its own).
+func eachGroup(ctx context.Context, groups map[string][]stream, fn func(ctx context.Context, ds string, ss []stream) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	errs := make([]error, 0, len(groups))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for ds, ss := range groups {
 		wg.Go(func() {
-			if err := fn(ds, ss); err != nil {
+			if err := fn(ctx, ds, ss); err != nil {
 				mu.Lock()
+				if len(errs) == 0 {
+					cancel()
+				}
 				errs = append(errs, err)
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
+	if len(errs) > 1 {
+		// The first error is the cause; the others are mostly the cancellation.
+		return fmt.Errorf("%w (and %d more data sources failed or were stopped)", errs[0], len(errs)-1)
+	}
 	return errors.Join(errs...)
 }

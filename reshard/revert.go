@@ -231,7 +231,7 @@ func advanceReverse(ctx context.Context, back []stream, conns map[string]*pgx.Co
 // advance moves the slots of the streams back to the end of their server's WAL (past
 // every change the copy applied so far), and with mark marks them so.
 func advance(ctx context.Context, back []stream, conns map[string]*pgx.Conn, mark bool) error {
-	return eachGroup(groupBy(back, bySource), func(_ string, ss []stream) error {
+	return eachGroup(ctx, groupBy(back, bySource), func(ctx context.Context, _ string, ss []stream) error {
 		return advanceOn(ctx, ss, conns, mark)
 	})
 }
@@ -474,7 +474,11 @@ func Revert(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutove
 	rep := &CutoverReport{Version: cur.Version + 1}
 	next := &Record{Version: cur.Version + 1, Digest: from.Digest(), Phase: phaseReverting, Switched: time.Now().UTC()}
 	h := hold{from: from, to: to, px: px, sw: sw, streams: back, prior: cur, next: next, opts: opts, gaveUp: ErrRevert, name: "revert",
-		stopped: func(ctx context.Context, conns map[string]*pgx.Conn) error { return syncSequences(ctx, seqs, conns) }}
+		stopped: func(ctx context.Context, conns map[string]*pgx.Conn, step func(string)) error {
+			err := syncSequences(ctx, seqs, conns)
+			step("sequences")
+			return err
+		}}
 	switched, err := h.run(ctx, conns, rep)
 	if !switched {
 		discard()
