@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/shardlab/shardlab/coordinator"
 	"github.com/shardlab/shardlab/internal/pgtest"
 	"github.com/shardlab/shardlab/proxy"
 	"github.com/shardlab/shardlab/proxy/backend"
@@ -39,6 +40,8 @@ type option func(*proxy.Config)
 func withPool(size int, checkout time.Duration) option {
 	return func(c *proxy.Config) { c.Pool = backend.Options{Size: size, CheckoutTimeout: checkout} }
 }
+
+func withCoordinator() option { return func(c *proxy.Config) { c.Coordinate = true } }
 
 func withSessionPooling() option { return func(c *proxy.Config) { c.PoolMode = router.PoolSession } }
 
@@ -78,6 +81,17 @@ func startProxyOn(t testing.TB, r rules.Rules, opts ...option) *env {
 		Pool: backend.Options{Size: 8, CheckoutTimeout: 5 * time.Second}}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.Coordinate {
+		coord, err := coordinator.New(c, cfg.CoordinatorDatabase)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := coord.Drop(context.Background()); err != nil {
+				t.Errorf("dropping the coordinator database: %v", err)
+			}
+		})
 	}
 	srv, err := proxy.New(context.Background(), cfg)
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shardlab/shardlab/coordinator"
 	"github.com/shardlab/shardlab/proxy/admin"
 	"github.com/shardlab/shardlab/proxy/auth"
 	"github.com/shardlab/shardlab/proxy/backend"
@@ -54,6 +55,16 @@ type Config struct {
 	Users *auth.Users
 	// TLS is offered to clients that ask for SSL; nil answers 'N'.
 	TLS *tls.Config
+	// Coordinate answers the SELECTs the merge cannot answer exactly over several
+	// shards in a coordinator database (package coordinator) on the default data
+	// source's server, named CoordinatorDatabase (coordinator.DefaultDatabase when
+	// empty); without it they are refused with 0A000.
+	Coordinate          bool
+	CoordinatorDatabase string
+	// CoordinatorPoolSize bounds the connections to the coordinator database
+	// (DefaultCoordinatorPoolSize when 0): each runs one statement at a time, with a
+	// connection to every shard it reads while it runs.
+	CoordinatorPoolSize int
 	// TwoPhase commits transactions that span data sources with two-phase commit
 	// (every data source needs max_prepared_transactions > 0).
 	TwoPhase bool
@@ -248,6 +259,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// DefaultCoordinatorPoolSize is the usual Config.CoordinatorPoolSize: a few analytic
+// statements at once, each holding a connection to every shard while it runs.
+const DefaultCoordinatorPoolSize = 4
+
 // newRouter makes the pools of layout l's data sources and a router over them, as the
 // proxy starts and at a layout switch (SwitchLayout). Every server connection tells
 // its server which layout it routes by (rules.Compiled.Digest, as the setting
@@ -288,12 +303,36 @@ func (s *Server) newRouter(l *rules.Compiled) (*router.Router, error) {
 		s.log.Info("pool made for a server login", "data_source", ds.Name, "user", id.User)
 		return p, nil
 	}
+	var coord *coordinator.Coordinator
+	var coordPool *backend.Pool
+	if cfg.Coordinate {
+		var err error
+		if coord, err = coordinator.New(l, cfg.CoordinatorDatabase); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		o := opts
+		o.Size = cfg.CoordinatorPoolSize
+		if o.Size <= 0 {
+			o.Size = DefaultCoordinatorPoolSize
+		}
+		if coordPool, err = backend.NewPool("coordinator", coord.DSN(), o); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		if s.frontend != nil {
+			coordPool.InterruptOn(s.frontend.Context())
+		}
+	}
 	r, err := router.New(router.Config{Rules: l, Pools: pools, Mode: cfg.PoolMode, TwoPhase: cfg.TwoPhase, SettleInterval: cfg.SettleInterval,
 		SettleDial: cfg.Pool.TCP.WithDefaults().Dial(), LockWaitTimeout: cfg.LockWaitTimeout, DeadlockInterval: cfg.DeadlockInterval, CrossPoolWait: cfg.CrossPoolWait,
 		MaxTransactions: cfg.MaxTransactions, CheckoutTimeout: cfg.Pool.CheckoutTimeout, PoolFor: poolFor, Logger: s.log,
-		MaxHeld: cfg.MaxHeld})
+		MaxHeld: cfg.MaxHeld, Coordinator: coord, CoordinatorPool: coordPool})
 	if err != nil {
 		closeAll()
+		if coordPool != nil {
+			coordPool.Close()
+		}
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	return r, nil

@@ -541,6 +541,11 @@ func (c *Compiled) build(name string) *TableRule {
 	return r
 }
 
+// SingleStrategy reports whether one strategy places a sharded table's keys over all
+// of its shards (shard = algorithm(key) mod ShardCount), not separate database and table
+// strategies.
+func (r *TableRule) SingleStrategy() bool { return r.spec != nil && r.spec.single != nil }
+
 // ShardCount returns the number of shards (physical tables) of a sharded table.
 func (r *TableRule) ShardCount() int { return len(r.Nodes) }
 

@@ -172,6 +172,15 @@ func (c *Catalog) Columns(ctx context.Context, t *rules.TableRule) ([]string, er
 	return c.columns(ctx, t, false)
 }
 
+// FloatColumns returns the columns of a table whose values are floating-point (real,
+// double precision, or a domain over them): their sums depend on the order of addition.
+func (c *Catalog) FloatColumns(ctx context.Context, t *rules.TableRule) ([]string, error) {
+	return c.cachedColumns(ctx, "float "+t.Name, t, // not a table name: it has a blank
+		`SELECT a.attname FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
+		  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+		    AND (a.atttypid IN (700, 701) OR ty.typbasetype IN (700, 701))`, false)
+}
+
 // CopyColumns returns the columns COPY without a column list takes: every column but
 // the generated ones, in order.
 func (c *Catalog) CopyColumns(ctx context.Context, t *rules.TableRule) ([]string, error) {
@@ -179,11 +188,20 @@ func (c *Catalog) CopyColumns(ctx context.Context, t *rules.TableRule) ([]string
 }
 
 func (c *Catalog) columns(ctx context.Context, t *rules.TableRule, forCopy bool) ([]string, error) {
-	_, private := c.source(ctx)
-	key := t.Name
+	key, generated := t.Name, "false"
 	if forCopy {
-		key = "copy " + key // not a table name: it has a blank
+		key, generated = "copy "+key, "true" // not a table name: it has a blank
 	}
+	return c.cachedColumns(ctx, key, t,
+		`SELECT a.attname FROM pg_catalog.pg_attribute a
+		  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped AND ($2 = false OR a.attgenerated = '')
+		  ORDER BY a.attnum`, true, generated)
+}
+
+// cachedColumns returns the column names query lists for table t's first physical
+// table ($1), cached under key. must says that the table must exist (42P01 otherwise).
+func (c *Catalog) cachedColumns(ctx context.Context, key string, t *rules.TableRule, query string, must bool, args ...string) ([]string, error) {
+	_, private := c.source(ctx)
 	c.mu.Lock()
 	cols, ok := c.mu.columns[key]
 	c.mu.Unlock()
@@ -191,17 +209,14 @@ func (c *Catalog) columns(ctx context.Context, t *rules.TableRule, forCopy bool)
 		return cols, nil
 	}
 	node := t.Nodes[0]
-	rows, err := c.query(ctx, node.DataSource,
-		`SELECT a.attname FROM pg_catalog.pg_attribute a
-		  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped AND ($2 = false OR a.attgenerated = '')
-		  ORDER BY a.attnum`,
-		nodeName(node), strconv.FormatBool(forCopy))
+	rows, err := c.query(ctx, node.DataSource, query, append([]string{nodeName(node)}, args...)...)
 	if err != nil {
 		return nil, err
 	}
-	if len(rows) == 0 {
+	if len(rows) == 0 && must {
 		return nil, pgErr(sqlplan.CodeUndefinedTable, "relation %q does not exist", t.Name)
 	}
+	cols = []string{}
 	for _, r := range rows {
 		cols = append(cols, *r[0])
 	}

@@ -2,6 +2,7 @@ package sqlplan
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -219,6 +220,12 @@ func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {
 	switch pl.Kind {
 	case KindSelect, KindUpdate, KindDelete:
 		if err := pl.bindRouted(b, v); err != nil {
+			if pl.coordinate && errors.Is(err, ErrUnsupported) {
+				// Exact on one shard only, and the values span several: PostgreSQL
+				// evaluates it on the coordinator.
+				pl.bindCoordinator(b, sql, err)
+				return b, nil
+			}
 			return nil, err
 		}
 		if pl.Kind == KindUpdate {
@@ -231,6 +238,10 @@ func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {
 		return b, pl.bindDDL(b, v)
 	case KindExplain:
 		if err := pl.bindRouted(b, v); err != nil {
+			if pl.coordinate && errors.Is(err, ErrUnsupported) {
+				pl.bindCoordinator(b, sql, err)
+				return b, nil
+			}
 			return nil, err
 		}
 		if b.MultiTarget() {
@@ -244,6 +255,9 @@ func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {
 	case KindShow:
 		b.Targets = []Target{{DataSource: pl.rules.DefaultDataSource(), Shard: -1, SQL: sql}}
 		b.Destination = routing.DestinationAny{}
+		return b, nil
+	case KindCoordinator:
+		pl.bindCoordinator(b, sql, pl.Refused)
 		return b, nil
 	case KindPassthrough:
 		b.Targets = []Target{{DataSource: pl.rules.DefaultDataSource(), Shard: -1, SQL: sql}}
@@ -531,6 +545,9 @@ func (pl *Plan) bindMerge(b *Bound, v *values) error {
 // shard would run it, with the client's $n parameters as written; any shard, having
 // the same schema, describes it the same way.
 func (pl *Plan) DescribeSQL() (int, string) {
+	if pl.Kind == KindCoordinator {
+		return CoordinatorSource(pl.rules), pl.SQL
+	}
 	ds := pl.rules.DefaultDataSource()
 	var place placement
 	if pl.route != nil {

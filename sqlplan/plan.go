@@ -48,9 +48,10 @@ const (
 	KindLock                    // LOCK TABLE
 	KindListen                  // LISTEN, UNLISTEN, NOTIFY: on the default data source, where every client's notifications meet
 	KindPassthrough             // anything else one server runs, where the rules have one shard (rules.Compiled.OneShard): sent as written
+	KindCoordinator             // a SELECT the merge cannot answer exactly, sent as written to the coordinator database (Options.Coordinate)
 )
 
-var kindNames = [...]string{"empty", "select", "insert", "update", "delete", "ddl", "transaction", "set", "show", "copy", "explain", "discard", "lock", "listen", "passthrough"}
+var kindNames = [...]string{"empty", "select", "insert", "update", "delete", "ddl", "transaction", "set", "show", "copy", "explain", "discard", "lock", "listen", "passthrough", "coordinator"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -144,7 +145,13 @@ type Plan struct {
 	singleOnly []string
 	// refuse, when set, is returned by every Bind: a construct no target can answer.
 	refuse error
-	memo   sync.Map // see Memo
+	// coordinate is set, on a SELECT, when the coordinator may answer what the merge
+	// refuses at Bind (Options.Coordinate): a construct exact on one shard only, or a
+	// join or subquery whose values do not pin one shard.
+	coordinate bool
+	// Refused is, on a KindCoordinator plan, why the merge could not answer it.
+	Refused error
+	memo    sync.Map // see Memo
 }
 
 // pinnedLit is a literal whose text the plan was made for (ORDER BY 1 names a column):
@@ -269,6 +276,9 @@ type Bound struct {
 	Broadcast bool
 	// Destination is the routing answer, for explaining.
 	Destination routing.Destination
+	// Refused is set when the coordinator database answers (Coordinated): why the
+	// merge could not.
+	Refused error
 
 	one     [1]Target // storage for the usual single target
 	oneNode [1]int
@@ -300,6 +310,9 @@ func (b *Bound) Explain() string {
 		if t.DataSource >= 0 && t.DataSource < len(dss) {
 			name = dss[t.DataSource].Name
 		}
+		if t.DataSource == len(dss) {
+			name = "coordinator"
+		}
 		where := "data source " + name
 		if t.Shard >= 0 {
 			where = fmt.Sprintf("%s shard %d", name, t.Shard)
@@ -307,6 +320,8 @@ func (b *Bound) Explain() string {
 		fmt.Fprintf(&sb, "  %s: %s\n", where, t.SQL)
 	}
 	switch {
+	case b.Coordinated():
+		fmt.Fprintf(&sb, "  merge: none, the coordinator database evaluates the statement over every shard's rows (the merge cannot: %s)\n", refusalText(b.Refused))
 	case b.Merge != nil:
 		fmt.Fprintf(&sb, "  merge: %s", b.Merge)
 		if b.Limit >= 0 || b.Offset >= 0 {

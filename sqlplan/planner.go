@@ -16,6 +16,12 @@ type Options struct {
 	// CacheSize bounds the plan cache, in plans; default DefaultCacheSize. Negative
 	// turns the cache off.
 	CacheSize int
+	// Coordinate sends a SELECT that the merge cannot answer exactly over several
+	// shards to the coordinator database (package coordinator) as the client wrote it,
+	// where PostgreSQL evaluates it over every shard's rows: its plan is
+	// KindCoordinator, or its Bind targets the coordinator (Bound.Coordinated). Without
+	// it such a SELECT is refused with 0A000.
+	Coordinate bool
 }
 
 // DefaultCacheSize is the plan cache's default bound.
@@ -23,9 +29,10 @@ const DefaultCacheSize = 4096
 
 // Planner plans statements against a set of rules. It is safe for concurrent use.
 type Planner struct {
-	rules *rules.Compiled
-	cat   Catalog
-	cache *planCache
+	rules      *rules.Compiled
+	cat        Catalog
+	cache      *planCache
+	coordinate bool
 
 	bufs sync.Pool // *[]byte keys for cache lookups
 }
@@ -39,7 +46,7 @@ func New(r *rules.Compiled, cat Catalog, o Options) *Planner {
 	if size == 0 {
 		size = DefaultCacheSize
 	}
-	p := &Planner{rules: r, cat: cat}
+	p := &Planner{rules: r, cat: cat, coordinate: o.Coordinate}
 	if size > 0 {
 		p.cache = newPlanCache(size)
 	}
@@ -203,6 +210,9 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 			// One shard: whatever its server runs is exact as written.
 			return p.passthrough(sql, text, normalized, tree, effects)
 		}
+		if errors.Is(err, ErrUnsupported) && p.coordinate && coordinatable(tree.Stmts[0].Stmt) == nil {
+			return p.coordinated(ctx, sql, text, normalized, tree, effects, err)
+		}
 		var pe interface{ SQLState() string }
 		if errors.As(err, &pe) {
 			return nil, err
@@ -211,6 +221,9 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 	}
 	a.plan.NumParams = a.maxParam
 	a.plan.Session = effects
+	if p.coordinate && (a.plan.Kind == KindSelect || a.plan.Kind == KindExplain) && coordinatable(tree.Stmts[0].Stmt) == nil {
+		a.plan.coordinate = p.inexactOnCoordinator(ctx, tree.Stmts[0].Stmt, a.plan.Tables) == nil
+	}
 	if normalized {
 		a.plan.NumParams = 0
 	}
@@ -221,14 +234,11 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 // on that shard as the client wrote it. A normalised text is planned again from the
 // client's own, whose literals the statement keeps.
 func (p *Planner) passthrough(sql, text string, normalized bool, tree *pg.ParseResult, effects SessionEffects) (*Plan, error) {
-	if normalized {
-		t, err := pg.Parse(sql)
-		if err != nil {
-			return nil, syntaxError(err)
-		}
-		tree, text = t, sql
+	a, err := p.asWritten(sql, text, normalized, tree)
+	if err != nil {
+		return nil, err
 	}
-	a := &analyzer{p: p, sql: sql, text: text, tree: tree}
+	tree = a.tree
 	switch n := tree.Stmts[0].Stmt.Node.(type) {
 	case *pg.Node_PrepareStmt, *pg.Node_CreateFunctionStmt:
 		// The $n inside are the prepared statement's or the function's, not this one's.
@@ -246,6 +256,20 @@ func (p *Planner) passthrough(sql, text string, normalized bool, tree *pg.ParseR
 	_, isSelect := tree.Stmts[0].Stmt.Node.(*pg.Node_SelectStmt)
 	pl.Write = !isSelect
 	return pl, nil
+}
+
+// asWritten returns an analyzer of the client's own text, for a plan that sends the
+// statement as written: a normalised text is parsed again from the client's, whose
+// literals the statement keeps.
+func (p *Planner) asWritten(sql, text string, normalized bool, tree *pg.ParseResult) (*analyzer, error) {
+	if normalized {
+		t, err := pg.Parse(sql)
+		if err != nil {
+			return nil, syntaxError(err)
+		}
+		tree, text = t, sql
+	}
+	return &analyzer{p: p, sql: sql, text: text, tree: tree}, nil
 }
 
 // noTransaction reports whether PostgreSQL refuses a statement inside a transaction

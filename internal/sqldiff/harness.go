@@ -29,6 +29,10 @@ type Env struct {
 	DSNs   []string // the sharded layout's data sources
 	// Modes are the protocol forms reads run in (default: Modes).
 	Modes []string
+	// Coordinated: the sharded runner has a coordinator database answer what the
+	// merge cannot, so a query the merge must refuse may be answered, and then
+	// exactly (Outcome.Coordinated counts those).
+	Coordinated bool
 }
 
 // NewEnv creates the databases of a layout (dropped when the test ends) and loads the
@@ -160,6 +164,10 @@ func (e *Env) RunReads(t *testing.T, sharded Runner, queries []Query) Outcome {
 		if q.OtherDatabase && e.Layout.Schemas {
 			q.Refused, q.MayRefuse = false, true
 		}
+		mustRefuse := q.Refused
+		if e.Coordinated && q.Refused {
+			q.Refused, q.MayRefuse = false, true
+		}
 		refused := false
 		modes := e.Modes
 		if modes == nil {
@@ -176,6 +184,9 @@ func (e *Env) RunReads(t *testing.T, sharded Runner, queries []Query) Outcome {
 			out.Refused++
 		} else {
 			out.Equal++
+			if mustRefuse {
+				out.Coordinated++
+			}
 		}
 	}
 	return out

@@ -162,6 +162,9 @@ type Layout struct {
 // Outcome tallies a run.
 type Outcome struct {
 	Equal, Refused, Total int
+	// Coordinated counts the queries the merge refuses that a coordinator answered
+	// equal (Env.Coordinated).
+	Coordinated int
 }
 
 // Compare runs q on ref and on sharded, in the given protocol form, and reports any

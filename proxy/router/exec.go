@@ -45,6 +45,16 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 	if err := s.noteEffects(plan, b, maxRows == 0); err != nil {
 		return err
 	}
+	if b.Coordinated() {
+		p.finished = true
+		t := b.Targets[0]
+		values, oids, formats := sqlexec.TargetParams(t, p.args)
+		st := backend.Statement{SQL: t.SQL, ParamOIDs: oids, Values: values, ParamFormats: formats, ResultFormats: p.resultFormats}
+		return s.runCoordinated(ctx, b, maxRows > 0, func(c *backend.Conn) error {
+			_, err := c.ExecAfter(ctx, nil, &st, s.client)
+			return err
+		})
+	}
 	if single(b) && maxRows == 0 {
 		p.finished = true
 		t := b.Targets[0]
@@ -231,6 +241,12 @@ func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
 	defer func() { s.running = false }()
 	if err := s.noteEffects(plan, b, true); err != nil {
 		return err
+	}
+	if b.Coordinated() {
+		return s.runCoordinated(ctx, b, false, func(c *backend.Conn) error {
+			_, err := c.QueryAfter(ctx, nil, b.Targets[0].SQL, s.client)
+			return err
+		})
 	}
 	if single(b) && plan.OwnText {
 		// Alone on the wire: what the transaction owes the data source goes first.

@@ -2,7 +2,9 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -305,12 +307,29 @@ func (s *Session) describe(ctx context.Context, st *statement) (*description, er
 		return d, nil
 	}
 	ds, sql := st.plan.DescribeSQL()
+	if ds == s.coordinatorIndex() {
+		if err := s.readyCoordinator(ctx, st.plan.Refused, false); err != nil {
+			return nil, err
+		}
+	}
 	var d description
 	err := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
 		var err error
 		d.params, d.fields, err = c.Describe(ctx, sql, st.oids)
 		return err
 	})
+	var pe *pgconn.PgError
+	if err != nil && st.plan.MayCoordinate() && errors.As(err, &pe) && strings.HasPrefix(pe.Code, "42") {
+		// A statement the coordinator may answer can name tables that no one data
+		// source holds (a default data source's table beside shards elsewhere).
+		if ready := s.readyCoordinator(ctx, nil, false); ready == nil {
+			err = s.onDataSource(ctx, s.coordinatorIndex(), func(c *backend.Conn) error {
+				var err error
+				d.params, d.fields, err = c.Describe(ctx, st.plan.SQL, st.oids)
+				return err
+			})
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/shardlab/shardlab/coordinator"
 	"github.com/shardlab/shardlab/proxy/backend"
 	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/sqlexec"
@@ -112,6 +113,12 @@ type Config struct {
 	// data source ds, the first time a client of that login needs one (see Identity);
 	// nil makes every client run as the data sources' own user.
 	PoolFor func(id Identity, ds int) (*backend.Pool, error)
+	// Coordinator, when set, answers the SELECTs the merge cannot answer exactly over
+	// several shards (sqlplan.Options.Coordinate), through CoordinatorPool, a pool of
+	// connections to its database as the data sources' own user. Clients that run as
+	// another server login are refused them.
+	Coordinator     *coordinator.Coordinator
+	CoordinatorPool *backend.Pool
 	// Logger receives the router's log lines; nil discards them.
 	Logger *slog.Logger
 }
@@ -138,9 +145,15 @@ type Identity struct {
 // Router holds what every client session shares: the rules, the planner and its plan
 // cache, the engine, the catalog, and the pools. It is safe for concurrent use.
 type Router struct {
-	rules   *rules.Compiled
-	pools   []*backend.Pool // the data sources' own user's
-	poolFor func(Identity, int) (*backend.Pool, error)
+	rules *rules.Compiled
+	pools []*backend.Pool // the data sources' own user's
+	// coord answers what the merge cannot (Config.Coordinator); ownPools are pools
+	// followed by coordPool, the data sources' own user's sessions' pools, where the
+	// coordinator is data source sqlplan.CoordinatorSource.
+	coord     *coordinator.Coordinator
+	coordPool *backend.Pool
+	ownPools  []*backend.Pool
+	poolFor   func(Identity, int) (*backend.Pool, error)
 	// logins holds, by server user, the pools its clients use, one per data source, as
 	// pgbouncer and PgDog keep them: made on first use, or the data source's own pool
 	// where its DSN names that user.
@@ -248,7 +261,15 @@ func New(cfg Config) (*Router, error) {
 		r.lockWaitSQL = fmt.Sprintf("SET LOCAL lock_timeout = %d", max(r.lockWait.Milliseconds(), 1))
 	}
 	r.catalog = sqlexec.NewCatalog(cfg.Rules, serverPool{r})
-	r.planner = sqlplan.New(cfg.Rules, r.catalog, sqlplan.Options{})
+	r.ownPools = r.pools
+	if cfg.Coordinator != nil {
+		if cfg.CoordinatorPool == nil {
+			return nil, errors.Join(ErrConfig, errors.New("a coordinator needs its pool"))
+		}
+		r.coord, r.coordPool = cfg.Coordinator, cfg.CoordinatorPool
+		r.ownPools = append(slices.Clone(r.pools), r.coordPool)
+	}
+	r.planner = sqlplan.New(cfg.Rules, r.catalog, sqlplan.Options{Coordinate: r.coord != nil})
 	r.committer = sqlexec.NewCommitter(cfg.Rules, cfg.TwoPhase)
 	r.engine = sqlexec.NewEngine(cfg.Rules, r.catalog, r.committer)
 	r.engine.SetMaxHeld(cfg.MaxHeld)
@@ -358,10 +379,10 @@ func (r *Router) Pools() []*backend.Pool { return r.pools }
 func (r *Router) AllPools() []*backend.Pool {
 	r.logins.Lock()
 	defer r.logins.Unlock()
-	out := slices.Clone(r.pools)
+	out := slices.Clone(r.ownPools)
 	for _, user := range slices.Sorted(maps.Keys(r.logins.pools)) {
-		for ds, p := range r.logins.pools[user] {
-			if p != r.pools[ds] {
+		for _, p := range r.logins.pools[user] {
+			if !slices.Contains(out, p) {
 				out = append(out, p)
 			}
 		}
@@ -375,7 +396,7 @@ func (r *Router) AllPools() []*backend.Pool {
 // a data source's DSN names that user, its own pool serves them.
 func (r *Router) poolsOf(id Identity) ([]*backend.Pool, error) {
 	if id.User == "" || r.poolFor == nil {
-		return r.pools, nil
+		return r.ownPools, nil
 	}
 	r.logins.Lock()
 	defer r.logins.Unlock()
@@ -383,6 +404,10 @@ func (r *Router) poolsOf(id Identity) ([]*backend.Pool, error) {
 		return pools, nil
 	}
 	pools := make([]*backend.Pool, len(r.pools))
+	if r.coordPool != nil && r.coordPool.User() == id.User {
+		// The data sources' own user: its sessions reach the coordinator too.
+		pools = append(pools, r.coordPool)
+	}
 	for ds, own := range r.pools {
 		if own.User() == id.User {
 			pools[ds] = own

@@ -1090,5 +1090,9 @@ func (s *Session) shardErr(ds int, err error) error {
 	if errors.As(err, &pe) && pe.Severity != "FATAL" && pe.Severity != "PANIC" {
 		return err // the server's answer to the statement
 	}
-	return &sqlexec.ShardError{DataSource: ds, Name: s.r.rules.DataSources()[ds].Name, Err: err}
+	name := "coordinator"
+	if ds < s.r.rules.NumDataSources() {
+		name = s.r.rules.DataSources()[ds].Name
+	}
+	return &sqlexec.ShardError{DataSource: ds, Name: name, Err: err}
 }

@@ -50,6 +50,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--database", "app", shard, "--pool-size", "0"}, "--pool-size must be"},
 		{[]string{"--database", "app", shard, "--max-clients", "0"}, "--max-clients must be"},
 		{[]string{"--database", "app", shard, "--procs", "-1"}, "--procs must be"},
+		{[]string{"--database", "app", shard, "--coordinator", "--coordinator-pool-size", "0"}, "--coordinator-pool-size must be"},
+		{[]string{"--database", "app", shard, "--coordinator-database", "x"}, "--coordinator, which is off"},
 		{[]string{"--database", "app", shard, "--cross-pool-wait", "0s"}, "--cross-pool-wait must be"},
 		{[]string{"--database", "app", shard, "--two-phase", "--settle-interval", "0s"}, "--settle-interval must be positive"},
 		{[]string{"--database", "app", shard, "--max-transactions", "-2"}, "--max-transactions must be"},

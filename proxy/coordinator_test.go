@@ -1,0 +1,227 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/internal/sqldiff"
+)
+
+// coordinated makes a layout's databases, serves a proxy with the coordinator over
+// them, loads the suite's data through it and returns the environment and a runner
+// that speaks to the proxy.
+func coordinated(t *testing.T, layout sqldiff.Layout, options string) (*sqldiff.Env, *env, sqldiff.PgConnRunner) {
+	t.Helper()
+	suite := sqldiff.NewEnv(t, layout, options)
+	e := startProxyOn(t, suite.Rules.Rules(), withCoordinator())
+	conn, err := pgconn.Connect(context.Background(), e.url(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	r := sqldiff.PgConnRunner{Conn: conn}
+	suite.Load(t, r)
+	return suite, e, r
+}
+
+// runCoordinatedDifferential is runDifferential with the coordinator database on: the
+// queries the merge must refuse may now be answered, and each answer must equal the
+// unsharded database's in every protocol form.
+func runCoordinatedDifferential(t *testing.T, layout sqldiff.Layout, options string) {
+	env, _, r := coordinated(t, layout, options)
+	env.Coordinated = true
+	queries := append(sqldiff.Queries(), sqldiff.Random(uint64(len(layout.Name)), 60)...)
+	mustRefuse := 0
+	for _, q := range queries {
+		if q.Refused {
+			mustRefuse++
+		}
+	}
+	reads := env.RunReads(t, r, queries)
+	if reads.Coordinated == 0 {
+		t.Errorf("the coordinator answered none of the %d queries the merge refuses", mustRefuse)
+	}
+	t.Logf("%s through the proxy with the coordinator: %d reads, %d answered equal (%d of the %d the merge refuses), %d refused",
+		layout.Name, reads.Total, reads.Equal, reads.Coordinated, mustRefuse, reads.Refused)
+}
+
+// TestCoordinatorDifferential: the differential suite through the proxy with the
+// coordinator database, in the layouts of TestDifferentialThroughTheWire (pghash
+// tables as hash partitions, crc32, mod and range tables as views, a broadcast table,
+// 2 databases x 2 tables) and under ICU's en-US collation.
+func TestCoordinatorDifferential(t *testing.T) {
+	for _, layout := range sqldiff.Layouts() {
+		t.Run(layout.Name, func(t *testing.T) { runCoordinatedDifferential(t, layout, "") })
+	}
+	t.Run("3shards-icu", func(t *testing.T) { runCoordinatedDifferential(t, sqldiff.ICULayout(), sqldiff.ICUOptions) })
+}
+
+// coordinatedQueries are the statements a new user found refused over 2 shards
+// (issue 21), each compared with one database.
+var coordinatedQueries = []sqldiff.Query{
+	{SQL: `SELECT coalesce(sum(amount), 0) FROM t_order`},
+	{SQL: `SELECT sum(order_id) + 1 FROM t_order`},
+	{SQL: `SELECT round(avg(amount), 2) FROM t_order`},
+	{SQL: `SELECT count(*)::int FROM t_order`},
+	{SQL: `WITH t AS (SELECT order_id FROM t_order) SELECT count(*) FROM t`},
+	{SQL: `SELECT count(*) FROM t_order WHERE order_id IN (SELECT order_id FROM t_order WHERE status = 'paid')`},
+	{SQL: `SELECT count(DISTINCT status) FROM t_order`},
+	{SQL: `SELECT order_id, rank() OVER (ORDER BY amount DESC NULLS LAST, order_id) FROM t_order ORDER BY 2, 1 LIMIT 20`, Ordered: true},
+	{SQL: `SELECT u.city, count(*) FROM t_order o JOIN t_user u ON u.user_id = o.user_id GROUP BY u.city ORDER BY 1 NULLS FIRST`, Ordered: true},
+	{SQL: `SELECT status, sum(qty) FILTER (WHERE qty > 2), string_agg(code, ',' ORDER BY order_id) FROM t_order GROUP BY status ORDER BY status COLLATE "C" NULLS FIRST`, Ordered: true},
+	{SQL: `SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) FROM t_order`},
+	{SQL: `SELECT status, count(*) FROM t_order GROUP BY ROLLUP (status) HAVING count(*) > 3 ORDER BY status COLLATE "C" NULLS FIRST, 2`, Ordered: true},
+	{SQL: `SELECT DISTINCT ON (user_id) user_id, order_id FROM t_order ORDER BY user_id, order_id DESC`, Ordered: true},
+	{SQL: `SELECT user_id FROM t_order INTERSECT SELECT user_id FROM t_user ORDER BY 1`, Ordered: true},
+	{SQL: `SELECT order_id FROM t_order ORDER BY qty DESC NULLS LAST FETCH FIRST 3 ROWS WITH TIES`},
+	{SQL: `SELECT o.order_id, (SELECT max(i.price) FROM t_order_item i WHERE i.sku = o.note) FROM t_order o ORDER BY 1 LIMIT 30`, Ordered: true},
+	{SQL: `SELECT c.k, count(o.order_id) FROM t_config c LEFT JOIN t_order o ON o.status = c.v GROUP BY c.k ORDER BY 1`, Ordered: true},
+	{SQL: `SELECT count(*) FROM t_order WHERE user_id = $1 AND amount > (SELECT avg(amount) FROM t_order)`, Params: sqldiff.P("3")},
+}
+
+// TestCoordinatorAnswersWhatTheMergeRefuses: the statements of issue 21's report come
+// back identical to one database's through the proxy over 2 databases x 2 tables, in
+// the simple protocol and the extended one with text and binary results; without the
+// coordinator each is refused with 0A000.
+func TestCoordinatorAnswersWhatTheMergeRefuses(t *testing.T) {
+	layout := sqldiff.Layouts()[0]
+	env, _, r := coordinated(t, layout, "")
+	plain := startProxyOn(t, env.Rules.Rules())
+	ctx := context.Background()
+	plainConn, err := pgconn.Connect(ctx, plain.url(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plainConn.Close(ctx)
+	for i, q := range coordinatedQueries {
+		for _, mode := range sqldiff.Modes {
+			if refused := sqldiff.Compare(ctx, t, "coordinated", q, env.Ref, r, mode, layout.ByteOrder); refused {
+				t.Errorf("query %d [%s] refused with the coordinator: %s", i, mode, q.SQL)
+			}
+		}
+		_, err := sqldiff.PgConnRunner{Conn: plainConn}.Simple(ctx, sqldiff.Inline(q.SQL, q.Params))
+		if sqlState(err) != "0A000" {
+			t.Errorf("query %d without the coordinator: %v, want a 0A000 refusal (else it proves nothing here): %s", i, err, q.SQL)
+		}
+	}
+}
+
+// TestCoordinatorStaysExact: what the coordinator cannot answer as one database would
+// stays refused, and its errors are one database's.
+func TestCoordinatorStaysExact(t *testing.T) {
+	layout := sqldiff.Layouts()[1] // 3 shards, one table each: the default data source holds every logical name
+	env, e, r := coordinated(t, layout, "")
+	ctx := context.Background()
+	refused := []string{
+		// A float summed in another order of rows than one database's.
+		`SELECT sum(weight) + 1 FROM t_order`,
+		`SELECT avg(x) FROM (SELECT weight AS x FROM t_order) s`,
+		`WITH w AS (SELECT order_id, weight::float8 AS v FROM t_order) SELECT count(*), sum(v) OVER () FROM w GROUP BY v`,
+		// The coordinator's own session is not the client's.
+		`SELECT current_database(), count(DISTINCT status) FROM t_order`,
+		// Locks and writes are the shards' own connections' business.
+		`SELECT o.order_id FROM t_order o JOIN t_user u ON u.user_id = o.user_id FOR UPDATE`,
+	}
+	for _, sql := range refused {
+		_, err := r.Simple(ctx, sql)
+		if sqlState(err) != "0A000" {
+			t.Errorf("%s: %v, want 0A000", sql, err)
+		}
+	}
+	// A GROUP BY of a primary key selecting other columns is valid on one database
+	// (functional dependency) but not on the coordinator, whose tables have no keys:
+	// refused, never the coordinator's grouping error.
+	fd := `SELECT o.order_id, o.status, count(i.item_id) FROM t_order o JOIN t_order_item i ON i.sku = o.note GROUP BY o.order_id ORDER BY 1 LIMIT 5`
+	_, refErr := env.Ref.Simple(ctx, fd)
+	if refErr != nil {
+		t.Fatalf("one database: %v", refErr)
+	}
+	if _, err := r.Simple(ctx, fd); sqlState(err) != "0A000" {
+		t.Errorf("%s: %v, want 0A000", fd, err)
+	}
+	// A statement wrong on one database gets that database's error.
+	for _, bad := range []string{
+		`SELECT o.nosuch, count(*) FROM t_order o JOIN t_user u ON u.city = o.note GROUP BY 1`,
+		`SELECT o.status, count(*) FROM t_order o JOIN t_user u ON u.city = o.note GROUP BY o.note`,
+	} {
+		_, want := env.Ref.Simple(ctx, bad)
+		_, got := r.Simple(ctx, bad)
+		if sqlState(want) == "" || sqlState(got) != sqlState(want) || !strings.Contains(got.Error(), errMessage(want)) {
+			t.Errorf("%s:\n  one database: %v\n  proxy:        %v", bad, want, got)
+		}
+	}
+	// Inside a transaction block the coordinator does not read (it could not see the
+	// client's writes): refused, and the transaction goes on.
+	if _, err := r.Simple(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Simple(ctx, `SELECT count(DISTINCT status) FROM t_order`); sqlState(err) != "0A000" {
+		t.Errorf("in a transaction block: %v, want 0A000", err)
+	}
+	if _, err := r.Simple(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	// The client's settings follow it to the coordinator: a date and a timestamp come
+	// back in its DateStyle and TimeZone, and a float in its extra_float_digits.
+	for _, set := range []string{`SET DateStyle = 'SQL, DMY'`, `SET TimeZone = 'Asia/Kathmandu'`, `SET extra_float_digits = 0`} {
+		if _, err := r.Simple(ctx, set); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.Ref.Simple(ctx, set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []sqldiff.Query{
+		{SQL: `SELECT o.created, o.created::timestamptz, o.weight FROM t_order o JOIN t_user u ON u.city = o.note ORDER BY o.order_id`, Ordered: true},
+		{SQL: `SELECT max(created), count(DISTINCT created::timestamptz) FROM t_order`},
+	} {
+		for _, mode := range sqldiff.Modes {
+			if sqldiff.Compare(ctx, t, "settings", q, env.Ref, r, mode, layout.ByteOrder) {
+				t.Errorf("refused [%s]: %s", mode, q.SQL)
+			}
+		}
+	}
+	// EXPLAIN and the route preview name the coordinator and the SQL it runs.
+	joined := `SELECT count(*) FROM t_order o JOIN t_user u ON u.city = o.note`
+	a, err := r.Simple(ctx, "EXPLAIN "+joined)
+	if err != nil {
+		t.Fatalf("EXPLAIN: %v", err)
+	}
+	var plan strings.Builder
+	for _, row := range a.Rows {
+		plan.Write(row[0])
+		plan.WriteByte('\n')
+	}
+	if !strings.Contains(plan.String(), "Foreign Scan") {
+		t.Errorf("EXPLAIN through the coordinator shows no foreign scan:\n%s", plan.String())
+	}
+	route, err := e.srv.Router().Route(ctx, joined)
+	if err != nil || !strings.Contains(route, "coordinator: "+joined) || !strings.Contains(route, "merge: none, the coordinator database") {
+		t.Errorf("route preview: %v\n%s", err, route)
+	}
+	// A schema change through the proxy reaches the coordinator.
+	for _, stmt := range []string{`ALTER TABLE t_order ADD COLUMN extra int`, `UPDATE t_order SET extra = 1 WHERE order_id = 5`} {
+		if _, err := r.Simple(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	a, err = r.Simple(ctx, `SELECT count(DISTINCT extra) FROM t_order`)
+	if err != nil {
+		t.Fatalf("after ALTER TABLE through the proxy: %v", err)
+	}
+	if got := string(a.Rows[0][0]); got != "1" {
+		t.Errorf("count(DISTINCT extra) = %s, want 1", got)
+	}
+}
+
+func errMessage(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Message
+	}
+	return "?"
+}

@@ -1,0 +1,232 @@
+package sqlplan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shardlab/shardlab/routing"
+	"github.com/shardlab/shardlab/rules"
+)
+
+// CoordinatorSource returns the data source index that stands for the coordinator
+// database in the targets of layout r: one past its last data source.
+func CoordinatorSource(r *rules.Compiled) int { return r.NumDataSources() }
+
+// Coordinated reports whether the coordinator database answers the bound statement.
+func (b *Bound) Coordinated() bool {
+	return len(b.Targets) == 1 && b.Targets[0].DataSource == CoordinatorSource(b.Plan.rules)
+}
+
+// coordinated plans a SELECT the analysis refused (why) for the coordinator database:
+// it runs there as the client wrote it. A normalised text is planned again from the
+// client's own, whose literals the statement keeps.
+func (p *Planner) coordinated(ctx context.Context, sql, text string, normalized bool, tree *pg.ParseResult, effects SessionEffects, why error) (*Plan, error) {
+	a, err := p.asWritten(sql, text, normalized, tree)
+	if err != nil {
+		return nil, err
+	}
+	tree = a.tree
+	a.noteParams(tree.Stmts[0].Stmt)
+	pl := &Plan{Kind: KindCoordinator, SQL: sql, rules: p.rules, Session: effects, NumParams: a.maxParam, Refused: why}
+	walk(tree.Stmts[0].Stmt, func(m proto.Message) bool {
+		if rv, ok := m.(*pg.RangeVar); ok && rv.Relname != "" {
+			pl.Tables = append(pl.Tables, rv.Relname)
+		}
+		return true
+	})
+	if err := p.inexactOnCoordinator(ctx, tree.Stmts[0].Stmt, pl.Tables); err != nil {
+		return nil, unsupported("%s; %v", strings.TrimPrefix(refusalText(why), "shardlab: "), err)
+	}
+	return pl, nil
+}
+
+// bindCoordinator makes b's one target the coordinator database, running sql.
+func (pl *Plan) bindCoordinator(b *Bound, sql string, why error) {
+	b.Targets = append(b.Targets[:0], Target{DataSource: CoordinatorSource(pl.rules), Shard: -1, SQL: sql})
+	b.Destination = routing.DestinationAll{}
+	b.Merge, b.Limit, b.Offset, b.Broadcast = nil, -1, -1, false
+	b.Refused = why
+}
+
+// errNotCoordinated says why a statement cannot go to the coordinator database.
+var errNotCoordinated = errors.New("sqlplan: not for the coordinator")
+
+// coordinatable reports whether the coordinator database may answer a statement as one
+// database would: a SELECT that only reads, and asks nothing about its own session or
+// server (the coordinator's are not the client's).
+func coordinatable(stmt *pg.Node) error {
+	if e := stmt.GetExplainStmt(); e != nil {
+		// EXPLAIN shows the coordinator's plan: which rows each shard sends.
+		stmt = e.Query
+	}
+	if stmt.GetSelectStmt() == nil {
+		return errNotCoordinated
+	}
+	var err error
+	walk(stmt, func(m proto.Message) bool {
+		switch n := m.(type) {
+		case *pg.LockingClause, *pg.IntoClause, *pg.InsertStmt, *pg.UpdateStmt, *pg.DeleteStmt, *pg.MergeStmt:
+			err = errNotCoordinated
+		case *pg.FuncCall:
+			_, name := funcName(n)
+			if sessionFunctions[name] {
+				err = errNotCoordinated
+			}
+			// An aggregate or window function whose answer depends on the order its
+			// rows come in, with no ORDER BY to fix it, answers in the order of one
+			// database's heap there, and in the shards' arrival order here.
+			if rowOrdered[name] && len(n.AggOrder) == 0 && (n.Over == nil || len(n.Over.OrderClause) == 0) {
+				err = errNotCoordinated
+			}
+		}
+		return err == nil
+	})
+	return err
+}
+
+// rowOrdered are the aggregates and window functions whose answer depends on the
+// order of their rows.
+var rowOrdered = map[string]bool{
+	"string_agg": true, "array_agg": true, "json_agg": true, "jsonb_agg": true, "json_object_agg": true,
+	"jsonb_object_agg": true, "xmlagg": true, "json_agg_strict": true, "jsonb_agg_strict": true,
+	"row_number": true, "lag": true, "lead": true, "first_value": true, "last_value": true, "nth_value": true, "ntile": true,
+}
+
+// MayCoordinate reports whether the coordinator database may answer the plan when its
+// values make it span shards the merge cannot combine (Options.Coordinate).
+func (pl *Plan) MayCoordinate() bool { return pl.coordinate }
+
+// sessionFunctions answer about the session or server they run in, or act on it: on
+// the coordinator they would answer about the coordinator's.
+var sessionFunctions = map[string]bool{
+	"current_database": true, "pg_backend_pid": true, "inet_server_addr": true, "inet_server_port": true,
+	"txid_current": true, "txid_current_if_assigned": true, "pg_current_xact_id": true, "pg_current_xact_id_if_assigned": true,
+	"pg_notify": true, "set_config": true, "nextval": true, "setval": true, "currval": true, "lastval": true,
+	"pg_advisory_lock": true, "pg_advisory_lock_shared": true, "pg_try_advisory_lock": true, "pg_try_advisory_lock_shared": true,
+	"pg_advisory_xact_lock": true, "pg_advisory_xact_lock_shared": true, "pg_try_advisory_xact_lock": true, "pg_try_advisory_xact_lock_shared": true,
+	"pg_advisory_unlock": true, "pg_advisory_unlock_shared": true, "pg_advisory_unlock_all": true,
+	"pg_cancel_backend": true, "pg_terminate_backend": true,
+	"pg_current_wal_lsn": true, "pg_my_temp_schema": true, "pg_stat_get_activity": true,
+}
+
+// refusalText is an error's message for a route preview.
+func refusalText(err error) string {
+	if err == nil {
+		return "a construct exact on one shard only"
+	}
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.Message
+	}
+	return err.Error()
+}
+
+// floatCatalog is the optional Catalog capability the coordinator's float check needs:
+// a table's floating-point columns.
+type floatCatalog interface {
+	FloatColumns(ctx context.Context, t *rules.TableRule) ([]string, error)
+}
+
+// orderedSums are the aggregates whose floating-point result depends on the order
+// their rows come in.
+var orderedSums = map[string]bool{
+	"sum": true, "avg": true, "stddev": true, "stddev_pop": true, "stddev_samp": true, "variance": true,
+	"var_pop": true, "var_samp": true, "corr": true, "covar_pop": true, "covar_samp": true, "regr_avgx": true,
+	"regr_avgy": true, "regr_intercept": true, "regr_r2": true, "regr_slope": true, "regr_sxx": true,
+	"regr_sxy": true, "regr_syy": true,
+}
+
+// floatFunctions return floating-point values.
+var floatFunctions = map[string]bool{
+	"random": true, "sqrt": true, "cbrt": true, "power": true, "pow": true, "exp": true, "ln": true, "log": true,
+	"log10": true, "sin": true, "cos": true, "tan": true, "cot": true, "asin": true, "acos": true, "atan": true,
+	"atan2": true, "sind": true, "cosd": true, "tand": true, "cotd": true, "asind": true, "acosd": true,
+	"atand": true, "atan2d": true, "sinh": true, "cosh": true, "tanh": true, "asinh": true, "acosh": true,
+	"atanh": true, "degrees": true, "radians": true, "pi": true, "date_part": true, "float4": true, "float8": true,
+	"erf": true, "erfc": true, "random_normal": true,
+}
+
+// exactTypes are the numeric types whose sums are exact, as a cast names them.
+var exactTypes = map[string]bool{"numeric": true, "int2": true, "int4": true, "int8": true}
+
+// floatTypes name the floating-point types as a cast writes them.
+var floatTypes = map[string]bool{"float4": true, "float8": true, "real": true, "double precision": true, "float": true}
+
+// inexactOnCoordinator reports why the coordinator would not answer a statement
+// exactly: it adds floating-point values up in an aggregate, in an order of rows no
+// single database shares. Conservatively, a statement that calls such an aggregate
+// (sum, avg, stddev ...) is refused when a floating-point value appears anywhere in it:
+// a float column, a cast to a float type, a function returning one, or every column of
+// a table that has a float column.
+func (p *Planner) inexactOnCoordinator(ctx context.Context, stmt *pg.Node, tables []string) error {
+	summed := ""
+	walk(stmt, func(m proto.Message) bool {
+		if f, ok := m.(*pg.FuncCall); ok {
+			if _, name := funcName(f); orderedSums[name] && summed == "" {
+				summed = name
+			}
+		}
+		return true
+	})
+	if summed == "" {
+		return nil
+	}
+	inexact := fmt.Errorf("%s() where a floating-point value may be summed: the coordinator would add the rows up in another order than one database", summed)
+	floats := map[string]bool{}
+	hasFloats := false
+	fc, ok := p.cat.(floatCatalog)
+	if !ok || p.cat == nil {
+		return inexact
+	}
+	for _, name := range tables {
+		r := p.rules.Lookup(name)
+		if r == nil || len(r.Nodes) == 0 {
+			continue
+		}
+		cols, err := fc.FloatColumns(ctx, r)
+		if err != nil {
+			return inexact
+		}
+		for _, c := range cols {
+			floats[c] = true
+			hasFloats = true
+		}
+	}
+	var found bool
+	walk(stmt, func(m proto.Message) bool {
+		switch n := m.(type) {
+		case *pg.ColumnRef:
+			for _, f := range n.Fields {
+				if f.GetAStar() != nil && hasFloats || f.GetString_() != nil && floats[f.GetString_().Sval] {
+					found = true
+				}
+			}
+		case *pg.FuncCall:
+			if _, name := funcName(n); floatFunctions[name] {
+				found = true
+			}
+		case *pg.TypeCast:
+			// A float made numeric or integer value by value is summed exactly.
+			if tn := n.TypeName; tn != nil && len(tn.Names) > 0 && exactTypes[tn.Names[len(tn.Names)-1].GetString_().Sval] && len(tn.ArrayBounds) == 0 {
+				return false
+			}
+		case *pg.TypeName:
+			if len(n.Names) > 0 && floatTypes[n.Names[len(n.Names)-1].GetString_().Sval] {
+				found = true
+			}
+		case *pg.A_Const:
+			// A literal like 1.5 is numeric in PostgreSQL; 'NaN'::float8 is caught as
+			// a cast.
+		}
+		return !found
+	})
+	if found {
+		return inexact
+	}
+	return nil
+}
