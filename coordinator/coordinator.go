@@ -25,10 +25,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"net"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -47,13 +51,36 @@ type Coordinator struct {
 	adminDSN string // the default data source's
 	dsn      string // the coordinator database's
 
+	// turn is held by the one caller of Ready that surveys and builds; the others
+	// wait for it, or for their context.
+	turn chan struct{}
+
 	mu struct {
 		sync.Mutex
-		built   bool
-		version uint64 // the schema version Build was last asked for
-		err     error  // the last build's failure, until a build succeeds
+		built bool
+		// fingerprint is the data sources' schemas as the last build saw them: a
+		// schema change made beside the proxy rebuilds too.
+		fingerprint string
+		// surveyors are connections to each data source, kept for the survey each
+		// coordinated statement starts with.
+		surveyors []*pgx.Conn
+		version   uint64 // the schema version Build was last asked for
+		err       error  // the last build's failure, until a build succeeds
+		failed    time.Time
+		relay     *relay
+		// tempLimit is the coordinator database's temp_file_limit, in kB (0: the
+		// server's).
+		tempLimit int64
+		// skipped are the logical tables the last build could not make, with why.
+		skipped map[string]string
+		// owner holds, while the relay runs, a session advisory lock in the
+		// coordinator database that says whose relay its foreign servers point at.
+		owner *pgx.Conn
 	}
 }
+
+// retryBuild is how long a failed build is not tried again.
+const retryBuild = 5 * time.Second
 
 // DefaultDatabase returns the coordinator database's usual name for a layout whose
 // default data source's database is db.
@@ -87,7 +114,16 @@ func New(r *rules.Compiled, database string) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBuild, err)
 	}
-	return &Coordinator{rules: r, database: database, adminDSN: def.DSN, dsn: dsn}, nil
+	return &Coordinator{rules: r, database: database, adminDSN: def.DSN, dsn: dsn, turn: make(chan struct{}, 1)}, nil
+}
+
+// Skipped returns the logical tables the last build could not make in the coordinator
+// database, each with why (a type the coordinator does not have, row-level security, a
+// shard that is not a plain table): statements naming them are not answered there.
+func (c *Coordinator) Skipped() map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.mu.skipped)
 }
 
 // Database returns the coordinator database's name.
@@ -97,20 +133,168 @@ func (c *Coordinator) Database() string { return c.database }
 // naming the coordinator database instead.
 func (c *Coordinator) DSN() string { return c.dsn }
 
-// Ready builds the coordinator database unless it was built for schema version
-// (a counter of schema changes its caller keeps; a new one rebuilds it). Concurrent
-// callers wait for one build. A failed build is tried again at the next call.
+// Ready makes the coordinator database ready for a statement: it surveys the data
+// sources (their locale, schemas and columns, on connections it keeps) and builds the
+// database again when it was not built for this schema version (a counter of schema
+// changes its caller keeps) or the data sources' schemas changed since. Concurrent
+// callers wait for one build, or until ctx ends. A failed build is not tried again
+// for a few seconds.
 func (c *Coordinator) Ready(ctx context.Context, version uint64) error {
+	select {
+	case c.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.turn }()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.mu.built && c.mu.version == version {
-		return nil
+	if c.mu.err != nil && time.Since(c.mu.failed) < retryBuild {
+		return c.mu.err // a server without postgres_fdw, a login without CREATEDB: not at every statement
 	}
-	if err := c.build(ctx); err != nil {
-		c.mu.built, c.mu.err = false, err
+	err := c.ready(ctx, version)
+	if err != nil {
+		c.mu.built, c.mu.err, c.mu.failed = false, err, time.Now()
 		return err
 	}
-	c.mu.built, c.mu.version, c.mu.err = true, version, nil
+	c.mu.err = nil
+	return nil
+}
+
+func (c *Coordinator) ready(ctx context.Context, version uint64) error {
+	if c.mu.owner != nil && c.mu.owner.Ping(ctx) != nil {
+		// The hold was lost (the server restarted, say): another proxy may have
+		// pointed the foreign servers at its own relay since.
+		c.mu.owner.Close(context.Background())
+		c.mu.owner, c.mu.built = nil, false
+	}
+	sv, err := c.survey(ctx)
+	if err != nil {
+		return err
+	}
+	if c.mu.built && c.mu.version == version && c.mu.fingerprint == sv.fingerprint {
+		return nil
+	}
+	c.mu.built = false
+	if err := c.build(ctx, sv); err != nil {
+		return err
+	}
+	c.mu.built, c.mu.version, c.mu.fingerprint = true, version, sv.fingerprint
+	return nil
+}
+
+// StartRelay starts the relay through which the coordinator database reads the
+// shards (see Movement), listening on host (an address the default data source's server
+// can reach; port 0 picks free ports, one per data source). From then on the coordinator
+// database is its caller's alone: Ready refuses it while another relay's owner holds it.
+func (c *Coordinator) StartRelay(host string) error {
+	var targets []string
+	for _, ds := range c.rules.DataSources() {
+		cfg, err := pgconn.ParseConfig(ds.DSN)
+		if err != nil {
+			return fmt.Errorf("%w: data source %s: %v", ErrBuild, ds.Name, err)
+		}
+		if strings.HasPrefix(cfg.Host, "/") {
+			targets = append(targets, fmt.Sprintf("%s/.s.PGSQL.%d", cfg.Host, cfg.Port))
+		} else {
+			targets = append(targets, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+		}
+	}
+	r, err := startRelay(host, targets)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.relay != nil {
+		r.close()
+		return errors.New("coordinator: the relay runs already")
+	}
+	c.mu.relay, c.mu.built = r, false
+	return nil
+}
+
+// SetTempFileLimit makes the coordinator database's sessions stop a statement whose
+// temporary files (sorts and hashes of the rows read from the shards) pass n bytes
+// (PostgreSQL's temp_file_limit), from the next build on. Only a superuser may set it;
+// for another login the server's own setting stays.
+func (c *Coordinator) SetTempFileLimit(n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.tempLimit, c.mu.built = max(n>>10, 1), false
+}
+
+// Track starts counting what the statement that coordinator backend pid runs next
+// reads from the shards, and cuts it off past limit bytes (0: no bound). It returns
+// nil without a relay. Call Untrack when the statement ends.
+func (c *Coordinator) Track(pid uint32, limit int64) *Movement {
+	c.mu.Lock()
+	r := c.mu.relay
+	c.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	return r.track(pid, limit)
+}
+
+// Untrack ends Track.
+func (c *Coordinator) Untrack(pid uint32) {
+	c.mu.Lock()
+	r := c.mu.relay
+	c.mu.Unlock()
+	if r != nil {
+		r.untrack(pid)
+	}
+}
+
+// Close stops the relay, closes the survey's connections and gives the coordinator
+// database up. It is idempotent.
+func (c *Coordinator) Close() error {
+	c.mu.Lock()
+	r, owner, surveyors := c.mu.relay, c.mu.owner, c.mu.surveyors
+	c.mu.relay, c.mu.owner, c.mu.built, c.mu.surveyors = nil, nil, false, nil
+	c.mu.Unlock()
+	if r != nil {
+		r.close()
+	}
+	for _, conn := range surveyors {
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}
+	if owner != nil {
+		return owner.Close(context.Background())
+	}
+	return nil
+}
+
+// own takes, or checks that it still holds, the coordinator database for this
+// coordinator's relay; a new hold rebuilds the foreign servers.
+func (c *Coordinator) own(ctx context.Context) error {
+	if c.mu.relay == nil {
+		return nil
+	}
+	if c.mu.owner != nil {
+		return nil
+	}
+	conn, err := pgx.Connect(ctx, c.dsn)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBuild, err)
+	}
+	// A proxy's previous layout may still be giving the database up (a layout switch
+	// closes the old coordinator beside the new one's first statements): wait a little.
+	_, err = conn.Exec(ctx, "SET lock_timeout = '5s'")
+	if err == nil {
+		_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1)", ownerKey)
+	}
+	if err != nil {
+		conn.Close(context.Background())
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "55P03" {
+			return fmt.Errorf("%w: the coordinator database %q is in use by another proxy; give each proxy its own (--coordinator-database)", ErrBuild, c.database)
+		}
+		return fmt.Errorf("%w: %v", ErrBuild, err)
+	}
+	c.mu.owner, c.mu.built = conn, false
 	return nil
 }
 
@@ -127,12 +311,11 @@ func (c *Coordinator) Drop(ctx context.Context) error {
 }
 
 // build makes the coordinator database if it is missing, then its schema.
-func (c *Coordinator) build(ctx context.Context) error {
-	locale, err := c.sameLocale(ctx)
-	if err != nil {
+func (c *Coordinator) build(ctx context.Context, sv *survey) error {
+	if err := c.createDatabase(ctx, sv.locale); err != nil {
 		return err
 	}
-	if err := c.createDatabase(ctx, locale); err != nil {
+	if err := c.own(ctx); err != nil {
 		return err
 	}
 	conn, err := pgx.Connect(ctx, c.dsn)
@@ -140,7 +323,7 @@ func (c *Coordinator) build(ctx context.Context) error {
 		return fmt.Errorf("%w: %v", ErrBuild, err)
 	}
 	defer conn.Close(context.Background())
-	if err := c.buildSchema(ctx, conn); err != nil {
+	if err := c.buildSchema(ctx, conn, sv); err != nil {
 		return fmt.Errorf("%w: %v", ErrBuild, err)
 	}
 	return nil
@@ -158,30 +341,75 @@ func (l locale) String() string {
 	return fmt.Sprintf("collation %s, ctype %s", l.collate, l.ctype)
 }
 
-// sameLocale reads every data source's locale; it refuses a layout whose data sources
-// disagree, where a coordinator would sort text differently from one of them.
-func (c *Coordinator) sameLocale(ctx context.Context) (locale, error) {
-	var first locale
-	for i, ds := range c.rules.DataSources() {
-		conn, err := pgx.Connect(ctx, ds.DSN)
-		if err != nil {
-			return locale{}, fmt.Errorf("%w: data source %s: %v", ErrBuild, ds.Name, err)
+// survey is what the data sources say of themselves before a coordinator statement.
+type survey struct {
+	locale locale
+	// schemas is each data source's schema of tables (its current_schema(), which a
+	// DSN's search_path names for shards that are schemas).
+	schemas []string
+	// tables are, per data source, the tables (and partitioned and foreign tables)
+	// of its schema without row-level security: only those become the coordinator's.
+	// Views are left out: postgres_fdw evaluates them on the shard in a session that
+	// has none of the client's settings.
+	tables []map[string]bool
+	// fingerprint sums up every data source's columns.
+	fingerprint string
+}
+
+// surveySQL reads a data source's locale, schema, plain tables and columns.
+const surveySQL = `SELECT d.datlocprovider::text, d.datcollate, d.datctype, coalesce(d.daticulocale, ''), current_schema(),
+	coalesce((SELECT array_agg(c.relname::text ORDER BY c.relname) FROM pg_class c
+	   WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p', 'f') AND NOT c.relrowsecurity
+	     AND NOT c.relispartition), '{}'),
+	(SELECT md5(coalesce(string_agg(c.relname || '.' || a.attnum || ':' || a.attname || ':' || a.atttypid || ':' || a.atttypmod
+	     || ':' || a.attnotnull || ':' || a.attcollation || ':' || c.relrowsecurity || ':' || c.relkind::text, ',' ORDER BY c.relname, a.attnum), ''))
+	   FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+	  WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p', 'f', 'v', 'm'))
+	FROM pg_database d WHERE d.datname = current_database()`
+
+// survey asks every data source, on the connections the coordinator keeps; it refuses
+// a layout whose data sources sort text differently, where a coordinator would sort
+// unlike one of them.
+func (c *Coordinator) survey(ctx context.Context) (*survey, error) {
+	dss := c.rules.DataSources()
+	if c.mu.surveyors == nil {
+		c.mu.surveyors = make([]*pgx.Conn, len(dss))
+	}
+	sv := &survey{}
+	var sums []string
+	for i, ds := range dss {
+		conn := c.mu.surveyors[i]
+		if conn == nil || conn.IsClosed() {
+			var err error
+			if conn, err = pgx.Connect(ctx, ds.DSN); err != nil {
+				return nil, fmt.Errorf("%w: data source %s: %v", ErrBuild, ds.Name, err)
+			}
+			c.mu.surveyors[i] = conn
 		}
 		var l locale
-		err = conn.QueryRow(ctx, `SELECT datlocprovider::text, datcollate, datctype, coalesce(daticulocale, '')
-			FROM pg_database WHERE datname = current_database()`).Scan(&l.provider, &l.collate, &l.ctype, &l.icu)
-		conn.Close(context.Background())
-		if err != nil {
-			return locale{}, fmt.Errorf("%w: data source %s: %v", ErrBuild, ds.Name, err)
+		var schema, sum string
+		var tables []string
+		if err := conn.QueryRow(ctx, surveySQL).Scan(&l.provider, &l.collate, &l.ctype, &l.icu, &schema, &tables, &sum); err != nil {
+			conn.Close(context.Background())
+			c.mu.surveyors[i] = nil
+			return nil, fmt.Errorf("%w: data source %s: %v", ErrBuild, ds.Name, err)
 		}
 		if i == 0 {
-			first = l
-		} else if l != first {
-			return locale{}, fmt.Errorf("%w: data source %s has %s, %s has %s: a coordinator would sort text unlike one of them",
-				ErrBuild, ds.Name, l, c.rules.DataSources()[0].Name, first)
+			sv.locale = l
+		} else if l != sv.locale {
+			return nil, fmt.Errorf("%w: data source %s has %s, %s has %s: a coordinator would sort text unlike one of them",
+				ErrBuild, ds.Name, l, dss[0].Name, sv.locale)
 		}
+		set := map[string]bool{}
+		for _, t := range tables {
+			set[t] = true
+		}
+		sv.schemas = append(sv.schemas, schema)
+		sv.tables = append(sv.tables, set)
+		sums = append(sums, schema+"/"+sum)
 	}
-	return first, nil
+	sv.fingerprint = strings.Join(sums, ",")
+	return sv, nil
 }
 
 // createDatabase makes the coordinator database with the data sources' locale, unless
@@ -196,9 +424,33 @@ func (c *Coordinator) createDatabase(ctx context.Context, l locale) error {
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", c.database).Scan(&exists); err != nil {
 		return fmt.Errorf("%w: %v", ErrBuild, err)
 	}
-	if exists {
-		return nil
+	if !exists {
+		if err := c.create(ctx, conn, l); err != nil {
+			return err
+		}
+	} else {
+		var have locale
+		if err := conn.QueryRow(ctx, `SELECT datlocprovider::text, datcollate, datctype, coalesce(daticulocale, '')
+			FROM pg_database WHERE datname = $1`, c.database).Scan(&have.provider, &have.collate, &have.ctype, &have.icu); err != nil {
+			return fmt.Errorf("%w: %v", ErrBuild, err)
+		}
+		if have != l {
+			return fmt.Errorf("%w: the database %q exists with %s, the data sources have %s: it would sort text unlike them; drop it, or name another (--coordinator-database)",
+				ErrBuild, c.database, have, l)
+		}
 	}
+	if c.mu.tempLimit > 0 {
+		_, err := conn.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s SET temp_file_limit = '%dkB'", pgx.Identifier{c.database}.Sanitize(), c.mu.tempLimit))
+		var pe *pgconn.PgError
+		if err != nil && !(errors.As(err, &pe) && pe.Code == "42501") {
+			return fmt.Errorf("%w: %v", ErrBuild, err)
+		}
+	}
+	return nil
+}
+
+// create makes the coordinator database.
+func (c *Coordinator) create(ctx context.Context, conn *pgx.Conn, l locale) error {
 	create := fmt.Sprintf("CREATE DATABASE %s TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE %s LC_CTYPE %s",
 		pgx.Identifier{c.database}.Sanitize(), literal(l.collate), literal(l.ctype))
 	if l.provider == "i" {
@@ -224,56 +476,102 @@ const (
 // buildSchema makes the coordinator database's schema anew in one transaction, under
 // an advisory lock that keeps two builders from interleaving. Statements running on
 // the old schema finish first; those that come meanwhile wait for the new one.
-func (c *Coordinator) buildSchema(ctx context.Context, conn *pgx.Conn) error {
-	tx, err := conn.Begin(ctx)
+func (c *Coordinator) buildSchema(ctx context.Context, conn *pgx.Conn, sv *survey) error {
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadWrite}) // the database's default is read only
+
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(context.Background())
-	b := &builder{ctx: ctx, tx: tx, rules: c.rules}
+	b := &builder{ctx: ctx, tx: tx, rules: c.rules, relay: c.mu.relay, schemas: sv.schemas, tables: sv.tables}
+	// A statement running on the old schema finishes first; past the timeout the
+	// build fails and is tried again, rather than hold every statement behind it.
+	b.exec("SET LOCAL lock_timeout = '10s'")
 	b.exec("SELECT pg_advisory_xact_lock($1)", lockKey)
 	b.exec("CREATE SCHEMA IF NOT EXISTS " + fdwSchema)
 	b.exec("CREATE EXTENSION IF NOT EXISTS postgres_fdw SCHEMA " + fdwSchema)
+	// Parents before their partitions, as a statement locks them.
+	b.exec("DROP SCHEMA IF EXISTS public CASCADE")
 	b.exec("DROP SCHEMA IF EXISTS " + shardsSchema + " CASCADE")
 	b.exec("DROP SCHEMA IF EXISTS " + importSchema + " CASCADE")
-	b.exec("DROP SCHEMA IF EXISTS public CASCADE")
 	b.exec("CREATE SCHEMA public")
 	b.exec("CREATE SCHEMA " + shardsSchema)
 	b.exec("CREATE SCHEMA " + importSchema)
+	// Statements there only read: a function that would write (a large object, say)
+	// fails instead.
+	b.exec(fmt.Sprintf("ALTER DATABASE %s SET default_transaction_read_only = on", pgx.Identifier{c.database}.Sanitize()))
 	b.servers()
-	b.tables()
+	b.logicalTables()
 	b.exec("DROP SCHEMA " + importSchema + " CASCADE")
 	if b.err != nil {
 		return b.err
 	}
+	c.mu.skipped = b.skipped
 	return tx.Commit(ctx)
 }
 
-// lockKey is the advisory lock builders of one coordinator database take.
-var lockKey = func() int64 {
+// lockKey is the advisory lock builders of one coordinator database take; ownerKey
+// the one a relay's owner holds for as long as the foreign servers point at its relay.
+var lockKey, ownerKey = advisoryKey("shardlab coordinator build"), advisoryKey("shardlab coordinator owner")
+
+func advisoryKey(name string) int64 {
 	h := fnv.New64a()
-	h.Write([]byte("shardlab coordinator build"))
+	h.Write([]byte(name))
 	return int64(h.Sum64())
-}()
+}
 
 // builder runs the statements of one build, keeping the first error.
 type builder struct {
 	ctx   context.Context
 	tx    pgx.Tx
 	rules *rules.Compiled
+	relay *relay // nil: the foreign servers connect to the shards themselves
 	err   error
-	// schemas is each data source's schema of tables (its DSN's search_path, else
-	// public).
+	// schemas and tables are the survey's.
 	schemas []string
+	tables  []map[string]bool
+	// skipped are the logical tables the coordinator could not make (a type it does
+	// not have, row-level security, a shard without the table), with why.
+	skipped map[string]string
 }
 
+// exec runs one statement of the build; what labels it in an error (the statement's
+// first line by default; never a statement that carries a password).
 func (b *builder) exec(sql string, args ...any) {
+	b.execAs(firstLine(sql), sql, args...)
+}
+
+func (b *builder) execAs(label, sql string, args ...any) {
 	if b.err != nil {
 		return
 	}
 	if _, err := b.tx.Exec(b.ctx, sql, args...); err != nil {
-		b.err = fmt.Errorf("%s: %w", firstLine(sql), err)
+		b.err = fmt.Errorf("%s: %w", label, err)
 	}
+}
+
+// try runs the statements of one logical table in a savepoint: when one fails, the
+// table is skipped (its statements are then refused, naming why), not the build.
+func (b *builder) try(table string, fn func()) {
+	if b.err != nil {
+		return
+	}
+	b.exec("SAVEPOINT shardlab_table")
+	if b.err != nil {
+		return
+	}
+	fn()
+	if b.err == nil {
+		b.exec("RELEASE SAVEPOINT shardlab_table")
+		return
+	}
+	why := b.err
+	b.err = nil
+	b.exec("ROLLBACK TO SAVEPOINT shardlab_table")
+	if b.skipped == nil {
+		b.skipped = map[string]string{}
+	}
+	b.skipped[table] = why.Error()
 }
 
 func firstLine(sql string) string {
@@ -290,7 +588,8 @@ func (b *builder) serverName(ds int) string {
 
 // servers makes a foreign server and a user mapping for the builder's own login per
 // data source. The login's password, if its DSN has one, goes into the mapping, which
-// only the login itself and superusers can read.
+// only the login itself and superusers can read (and which no coordinated statement
+// may name: sqlplan refuses the catalogs there).
 func (b *builder) servers() {
 	for i, ds := range b.rules.DataSources() {
 		cfg, err := pgconn.ParseConfig(ds.DSN)
@@ -298,25 +597,26 @@ func (b *builder) servers() {
 			b.err = fmt.Errorf("data source %s: %v", ds.Name, err)
 			return
 		}
-		schema := "public"
-		if sp := cfg.RuntimeParams["search_path"]; sp != "" {
-			schema = strings.TrimSpace(strings.Split(sp, ",")[0])
+		// A coordinator session keeps its connections to the shards (postgres_fdw's
+		// keep_connections): the coordinator's pool is small (a few statements at
+		// once), so every shard sees at most that many more. use_remote_estimate: the
+		// shards' own statistics plan the joins, since autovacuum never analyzes
+		// foreign tables.
+		host, port := cfg.Host, int(cfg.Port)
+		if b.relay != nil {
+			host, port = b.relay.addr(i)
 		}
-		b.schemas = append(b.schemas, schema)
-		// keep_connections off: a coordinator session holds its connections to the
-		// shards only while a statement runs, not for as long as the proxy keeps it
-		// pooled, where they would count against every shard's max_connections.
-		// use_remote_estimate: the shards' own statistics plan the joins, since
-		// autovacuum never analyzes foreign tables.
-		opts := []string{"host", cfg.Host, "port", fmt.Sprint(cfg.Port), "dbname", cfg.Database,
-			"async_capable", "true", "fetch_size", "10000", "use_remote_estimate", "true", "keep_connections", "off"}
+		opts := []string{"host", host, "port", strconv.Itoa(port), "dbname", cfg.Database,
+			"async_capable", "true", "fetch_size", "10000", "use_remote_estimate", "true",
+			"application_name", appNamePrefix + "%p"}
 		b.exec(fmt.Sprintf("DROP SERVER IF EXISTS %s CASCADE", b.serverName(i)))
 		b.exec(fmt.Sprintf("CREATE SERVER %s FOREIGN DATA WRAPPER postgres_fdw OPTIONS (%s)", b.serverName(i), options(opts...)))
 		mapping := []string{"user", cfg.User}
 		if cfg.Password != "" {
 			mapping = append(mapping, "password", cfg.Password)
 		}
-		b.exec(fmt.Sprintf("CREATE USER MAPPING FOR CURRENT_USER SERVER %s OPTIONS (%s)", b.serverName(i), options(mapping...)))
+		b.execAs("CREATE USER MAPPING for data source "+ds.Name,
+			fmt.Sprintf("CREATE USER MAPPING FOR CURRENT_USER SERVER %s OPTIONS (%s)", b.serverName(i), options(mapping...)))
 	}
 }
 
@@ -331,18 +631,14 @@ func options(pairs ...string) string {
 
 func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
-// tables makes every logical table: the sharded ones from their shards, the others
-// imported from the default data source.
-func (b *builder) tables() {
+// logicalTables makes every logical table: the sharded ones from their shards, the
+// others imported from the default data source.
+func (b *builder) logicalTables() {
 	if b.err != nil {
 		return
 	}
 	def := b.rules.DefaultDataSource()
-	names, err := b.relations(def)
-	if err != nil {
-		b.err = err
-		return
-	}
+	names := slices.Sorted(maps.Keys(b.tables[def]))
 	for _, t := range b.rules.Rules().Tables {
 		if !strings.HasSuffix(t.Name, "*") && !slices.Contains(names, t.Name) {
 			names = append(names, t.Name)
@@ -364,36 +660,19 @@ func (b *builder) tables() {
 			}
 		}
 	}
-	var imported []string
 	for _, name := range names {
 		r := b.rules.Lookup(name)
-		if physical[name] || r != nil && r.Kind == rules.KindSharded {
+		if physical[name] || r != nil && r.Kind == rules.KindSharded || !b.tables[def][name] {
 			continue
 		}
-		imported = append(imported, pgx.Identifier{name}.Sanitize())
-	}
-	if len(imported) > 0 {
-		b.exec(fmt.Sprintf("IMPORT FOREIGN SCHEMA %s LIMIT TO (%s) FROM SERVER %s INTO public",
-			pgx.Identifier{b.schemas[def]}.Sanitize(), strings.Join(imported, ", "), b.serverName(def)))
+		b.try(name, func() {
+			b.exec(fmt.Sprintf("IMPORT FOREIGN SCHEMA %s LIMIT TO (%s) FROM SERVER %s INTO public",
+				pgx.Identifier{b.schemas[def]}.Sanitize(), pgx.Identifier{name}.Sanitize(), b.serverName(def)))
+		})
 	}
 	for i, r := range sharded {
-		b.sharded(i, r)
+		b.try(r.Name, func() { b.sharded(i, r) })
 	}
-}
-
-// relations lists the tables, views and foreign tables of data source ds's schema.
-func (b *builder) relations(ds int) ([]string, error) {
-	conn, err := pgx.Connect(b.ctx, b.rules.DataSources()[ds].DSN)
-	if err != nil {
-		return nil, fmt.Errorf("data source %s: %v", b.rules.DataSources()[ds].Name, err)
-	}
-	defer conn.Close(context.Background())
-	rows, err := conn.Query(b.ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND NOT c.relispartition ORDER BY c.relname`, b.schemas[ds])
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // sharded makes the logical table of a sharded table: a hash-partitioned table over
@@ -401,6 +680,13 @@ func (b *builder) relations(ds int) ([]string, error) {
 func (b *builder) sharded(index int, r *rules.TableRule) {
 	if b.err != nil {
 		return
+	}
+	for i, n := range r.Nodes {
+		if n.Schema == "" && !b.tables[n.DataSource][n.Table] {
+			b.err = fmt.Errorf("shard %d of %s (%s on data source %s) is not a plain table without row-level security",
+				i, r.Name, n.Table, b.rules.DataSources()[n.DataSource].Name)
+			return
+		}
 	}
 	first := r.Nodes[0]
 	schema := first.Schema
@@ -435,7 +721,7 @@ func (b *builder) sharded(index int, r *rules.TableRule) {
 		}
 		return fmt.Sprintf("SERVER %s OPTIONS (%s)", b.serverName(n.DataSource), options("schema_name", s, "table_name", n.Table))
 	}
-	if key, ok := hashPartitioned(r); ok {
+	if key, ok := hashPartitioned(r); ok && b.hashesAsRules(r, key, first.Table) {
 		b.exec(fmt.Sprintf("CREATE TABLE %s (%s) PARTITION BY HASH (%s)", logical, columns, pgx.Identifier{key}.Sanitize()))
 		for i, n := range r.Nodes {
 			b.exec(fmt.Sprintf("CREATE FOREIGN TABLE %s PARTITION OF %s FOR VALUES WITH (MODULUS %d, REMAINDER %d) %s",
@@ -449,6 +735,24 @@ func (b *builder) sharded(index int, r *rules.TableRule) {
 		union = append(union, "SELECT * FROM "+shard(i))
 	}
 	b.exec(fmt.Sprintf("CREATE VIEW %s AS %s", logical, strings.Join(union, " UNION ALL ")))
+}
+
+// hashesAsRules reports whether PostgreSQL's hash of the imported table's key column
+// is the one the rules place rows by: the column has the type the rules declare (or
+// leave to the catalog), and a deterministic collation.
+func (b *builder) hashesAsRules(r *rules.TableRule, key, imported string) bool {
+	var typ string
+	var deterministic bool
+	err := b.tx.QueryRow(b.ctx, `SELECT format_type(a.atttypid, NULL), coalesce(co.collisdeterministic, true)
+		FROM pg_attribute a LEFT JOIN pg_collation co ON co.oid = a.attcollation
+		WHERE a.attrelid = format('%I.%I', $1::text, $2::text)::regclass AND a.attname = $3`,
+		importSchema, imported, key).Scan(&typ, &deterministic)
+	if err != nil || !deterministic {
+		return false
+	}
+	actual, err := rules.ParseKeyType(typ)
+	declared := r.KeyType(key)
+	return err == nil && (declared == rules.TypeUnknown || declared == actual)
 }
 
 // hashPartitioned returns the sharding column of a table that PostgreSQL's own hash
@@ -478,8 +782,23 @@ func withDatabase(dsn, database string) (string, error) {
 		} else {
 			hostPath = hostPath[:slash+1] + url.PathEscape(database)
 		}
-		return dsn[:i] + hostPath + rest[end:], nil
+		query := rest[end:]
+		if strings.HasPrefix(query, "?") {
+			// The coordinator's tables are in public: a shard's search_path or
+			// options are not the coordinator's.
+			vals, err := url.ParseQuery(query[1:])
+			if err != nil {
+				return "", err
+			}
+			vals.Del("search_path")
+			vals.Del("options")
+			query = ""
+			if len(vals) > 0 {
+				query = "?" + vals.Encode()
+			}
+		}
+		return dsn[:i] + hostPath + query, nil
 	}
-	// key=value form: a later dbname wins.
-	return dsn + " dbname=" + literal(database), nil
+	// key=value form: a later setting wins.
+	return dsn + " dbname=" + literal(database) + " search_path=public options=''", nil
 }

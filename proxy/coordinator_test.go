@@ -1,14 +1,19 @@
 package proxy_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardlab/shardlab/internal/sqldiff"
+	"github.com/shardlab/shardlab/proxy"
 )
 
 // coordinated makes a layout's databases, serves a proxy with the coordinator over
@@ -58,6 +63,29 @@ func TestCoordinatorDifferential(t *testing.T) {
 		t.Run(layout.Name, func(t *testing.T) { runCoordinatedDifferential(t, layout, "") })
 	}
 	t.Run("3shards-icu", func(t *testing.T) { runCoordinatedDifferential(t, sqldiff.ICULayout(), sqldiff.ICUOptions) })
+	t.Run("4schemas", func(t *testing.T) { runCoordinatedDifferential(t, sqldiff.SchemaLayout(), "") })
+}
+
+// TestCoordinatorInSessionPooling: in session pooling a client keeps its connections
+// to the data sources, but not the coordinator's few: with one, two clients in turn
+// are both answered.
+func TestCoordinatorInSessionPooling(t *testing.T) {
+	layout := sqldiff.Layouts()[1]
+	suite := sqldiff.NewEnv(t, layout, "")
+	e := startProxyOn(t, suite.Rules.Rules(), withCoordinator(), withSessionPooling(), func(c *proxy.Config) {
+		c.CoordinatorPoolSize = 1
+		c.Pool.CheckoutTimeout = 2 * time.Second
+	})
+	ctx := context.Background()
+	first := sqldiff.PgConnRunner{Conn: e.pgconnect(t)}
+	suite.Load(t, first)
+	second := sqldiff.PgConnRunner{Conn: e.pgconnect(t)}
+	q := sqldiff.Query{SQL: `SELECT count(DISTINCT status) FROM t_order`}
+	for i, runner := range []sqldiff.PgConnRunner{first, second, first} {
+		if sqldiff.Compare(ctx, t, fmt.Sprintf("client %d", i%2), q, suite.Ref, runner, "simple", layout.ByteOrder) {
+			t.Errorf("client %d refused", i%2)
+		}
+	}
 }
 
 // coordinatedQueries are the statements a new user found refused over 2 shards
@@ -114,7 +142,8 @@ func TestCoordinatorAnswersWhatTheMergeRefuses(t *testing.T) {
 // stays refused, and its errors are one database's.
 func TestCoordinatorStaysExact(t *testing.T) {
 	layout := sqldiff.Layouts()[1] // 3 shards, one table each: the default data source holds every logical name
-	env, e, r := coordinated(t, layout, "")
+	suite, e, r := coordinated(t, layout, "")
+	env := suite
 	ctx := context.Background()
 	refused := []string{
 		// A float summed in another order of rows than one database's.
@@ -142,6 +171,30 @@ func TestCoordinatorStaysExact(t *testing.T) {
 	}
 	if _, err := r.Simple(ctx, fd); sqlState(err) != "0A000" {
 		t.Errorf("%s: %v, want 0A000", fd, err)
+	}
+	for _, binary := range []bool{false, true} {
+		// Drivers describe a statement before they run it: the description's error is
+		// checked as the statement's.
+		if _, err := r.Extended(ctx, fd, nil, binary); sqlState(err) != "0A000" {
+			t.Errorf("%s (extended, binary %v): %v, want 0A000", fd, binary, err)
+		}
+	}
+	// COPY of such a query: the coordinator writes every byte.
+	copied := `COPY (SELECT o.order_id, u.name FROM t_order o JOIN t_user u ON u.user_id = o.user_id ORDER BY 1, 2) TO STDOUT`
+	var want, got bytes.Buffer
+	if _, err := e.pgconnect(t).CopyTo(ctx, &got, copied); err != nil {
+		t.Fatalf("%s: %v", copied, err)
+	}
+	refConn, err := pgconn.Connect(ctx, suite.RefDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer refConn.Close(ctx)
+	if _, err := refConn.CopyTo(ctx, &want, copied); err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != want.String() || got.Len() == 0 {
+		t.Errorf("COPY through the coordinator: %d bytes, one database %d", got.Len(), want.Len())
 	}
 	// A statement wrong on one database gets that database's error.
 	for _, bad := range []string{
@@ -224,4 +277,75 @@ func errMessage(err error) string {
 		return pe.Message
 	}
 	return "?"
+}
+
+// TestCoordinatorBoundsWhatMoves: a statement that reads more than
+// --coordinator-max-moved from the shards into the coordinator fails with 54000 naming
+// the flag, stopped while it runs; the proxy goes on serving its clients, and SHOW
+// COORDINATOR counts what moved.
+func TestCoordinatorBoundsWhatMoves(t *testing.T) {
+	layout := sqldiff.Layouts()[1]
+	suite := sqldiff.NewEnv(t, layout, "")
+	e := startProxyOn(t, suite.Rules.Rules(), withCoordinator(), func(c *proxy.Config) {
+		c.CoordinatorMaxMoved = 20000
+		c.AdminDatabase = "shardlab"
+	})
+	ctx := context.Background()
+	conn, err := pgconn.Connect(ctx, e.url(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	r := sqldiff.PgConnRunner{Conn: conn}
+	suite.Load(t, r)
+	adm, err := pgconn.Connect(ctx, strings.Replace(e.url(""), "/"+testDatabase+"?", "/shardlab?", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close(ctx)
+	show := func() map[string]string {
+		t.Helper()
+		res, err := adm.Exec(ctx, "SHOW COORDINATOR").ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for i, f := range res[0].FieldDescriptions {
+			out[f.Name] = string(res[0].Rows[0][i])
+		}
+		return out
+	}
+
+	// A filter the shards apply moves only the rows it keeps.
+	small := sqldiff.Query{SQL: `SELECT count(*) FROM t_order o JOIN t_user u ON u.city = o.note WHERE o.order_id BETWEEN 10 AND 19`}
+	for _, mode := range sqldiff.Modes {
+		if sqldiff.Compare(ctx, t, "small", small, suite.Ref, r, mode, layout.ByteOrder) {
+			t.Fatalf("refused [%s]: %s", mode, small.SQL)
+		}
+	}
+	st := show()
+	if st["coordinator"] != "on" || st["last_rows_moved"] == "0" || st["stopped_past_bound"] != "0" {
+		t.Errorf("SHOW COORDINATOR after a small statement: %v", st)
+	}
+	if n, _ := strconv.Atoi(st["last_rows_moved"]); n >= 246 { // t_order's rows: 246
+		t.Errorf("the shards' filter was not applied there: %d rows moved", n)
+	}
+
+	// Every row of t_order, twice: past 20,000 bytes.
+	_, err = r.Simple(ctx, `SELECT a.*, b.* FROM t_order a JOIN t_order b ON a.note = b.note`)
+	if sqlState(err) != "54000" || !strings.Contains(err.Error(), "--coordinator-max-moved") {
+		t.Fatalf("past the bound: %v, want 54000 naming --coordinator-max-moved", err)
+	}
+	st = show()
+	if st["stopped_past_bound"] != "1" {
+		t.Errorf("SHOW COORDINATOR after the cut: %v", st)
+	}
+	// The same client, and another, go on.
+	other := sqldiff.PgConnRunner{Conn: e.pgconnect(t)}
+	for _, runner := range []sqldiff.PgConnRunner{r, other} {
+		q := sqldiff.Query{SQL: `SELECT count(DISTINCT status) FROM t_order`}
+		if sqldiff.Compare(ctx, t, "after the cut", q, suite.Ref, runner, "simple", layout.ByteOrder) {
+			t.Errorf("refused after the cut: %s", q.SQL)
+		}
+	}
 }

@@ -25,10 +25,13 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardlab/shardlab/coordinator"
 	"github.com/shardlab/shardlab/proxy/admin"
@@ -65,6 +68,13 @@ type Config struct {
 	// (DefaultCoordinatorPoolSize when 0): each runs one statement at a time, with a
 	// connection to every shard it reads while it runs.
 	CoordinatorPoolSize int
+	// CoordinatorMaxMoved bounds the bytes of rows one coordinator statement reads from
+	// the shards, counted while it runs (DefaultCoordinatorMaxMoved when 0; negative:
+	// no bound). CoordinatorRelayHost is the address the coordinator's relay listens
+	// on, which the default data source's server must reach (empty: the proxy's own
+	// address toward that server).
+	CoordinatorMaxMoved  int64
+	CoordinatorRelayHost string
 	// TwoPhase commits transactions that span data sources with two-phase commit
 	// (every data source needs max_prepared_transactions > 0).
 	TwoPhase bool
@@ -263,6 +273,29 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // statements at once, each holding a connection to every shard while it runs.
 const DefaultCoordinatorPoolSize = 4
 
+// DefaultCoordinatorMaxMoved is the usual Config.CoordinatorMaxMoved: 1 GB, as Citus's
+// max_intermediate_result_size.
+const DefaultCoordinatorMaxMoved = 1 << 30
+
+// relayHost returns the address of this machine that the server of dsn reaches it
+// by: loopback for a server on loopback or a Unix socket, else the source address
+// of a route toward it.
+func relayHost(dsn string) (string, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return "", err
+	}
+	if strings.HasPrefix(cfg.Host, "/") {
+		return "127.0.0.1", nil
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	if err != nil {
+		return "", fmt.Errorf("no route to the coordinator's server %s: %v", cfg.Host, err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
+}
+
 // newRouter makes the pools of layout l's data sources and a router over them, as the
 // proxy starts and at a layout switch (SwitchLayout). Every server connection tells
 // its server which layout it routes by (rules.Compiled.Digest, as the setting
@@ -323,15 +356,39 @@ func (s *Server) newRouter(l *rules.Compiled) (*router.Router, error) {
 		if s.frontend != nil {
 			coordPool.InterruptOn(s.frontend.Context())
 		}
+		host := cfg.CoordinatorRelayHost
+		if host == "" {
+			host, err = relayHost(coord.DSN())
+		}
+		if err == nil {
+			err = coord.StartRelay(host)
+		}
+		if err != nil {
+			closeAll()
+			coordPool.Close()
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+	}
+	maxMoved := cfg.CoordinatorMaxMoved
+	switch {
+	case maxMoved == 0:
+		maxMoved = DefaultCoordinatorMaxMoved
+	case maxMoved < 0:
+		maxMoved = 0
+	}
+	if coord != nil && maxMoved > 0 {
+		// What moved may be sorted or hashed into temporary files there: as much.
+		coord.SetTempFileLimit(maxMoved)
 	}
 	r, err := router.New(router.Config{Rules: l, Pools: pools, Mode: cfg.PoolMode, TwoPhase: cfg.TwoPhase, SettleInterval: cfg.SettleInterval,
 		SettleDial: cfg.Pool.TCP.WithDefaults().Dial(), LockWaitTimeout: cfg.LockWaitTimeout, DeadlockInterval: cfg.DeadlockInterval, CrossPoolWait: cfg.CrossPoolWait,
 		MaxTransactions: cfg.MaxTransactions, CheckoutTimeout: cfg.Pool.CheckoutTimeout, PoolFor: poolFor, Logger: s.log,
-		MaxHeld: cfg.MaxHeld, Coordinator: coord, CoordinatorPool: coordPool})
+		MaxHeld: cfg.MaxHeld, Coordinator: coord, CoordinatorPool: coordPool, CoordinatorMaxMoved: maxMoved})
 	if err != nil {
 		closeAll()
 		if coordPool != nil {
 			coordPool.Close()
+			coord.Close()
 		}
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}

@@ -172,13 +172,15 @@ func (c *Catalog) Columns(ctx context.Context, t *rules.TableRule) ([]string, er
 	return c.columns(ctx, t, false)
 }
 
-// FloatColumns returns the columns of a table whose values are floating-point (real,
-// double precision, or a domain over them): their sums depend on the order of addition.
+// FloatColumns returns the columns of a table whose values are or hold floating-point
+// numbers (real, double precision, a domain over them, an array of them, a geometric
+// type, and any composite type): their sums depend on the order of addition.
 func (c *Catalog) FloatColumns(ctx context.Context, t *rules.TableRule) ([]string, error) {
 	return c.cachedColumns(ctx, "float "+t.Name, t, // not a table name: it has a blank
 		`SELECT a.attname FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
 		  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
-		    AND (a.atttypid IN (700, 701) OR ty.typbasetype IN (700, 701))`, false)
+		    AND (a.atttypid IN (700, 701) OR ty.typbasetype IN (700, 701) OR ty.typelem IN (700, 701)
+		         OR ty.typcategory = 'G' OR ty.typtype = 'c')`, false)
 }
 
 // CopyColumns returns the columns COPY without a column list takes: every column but

@@ -22,27 +22,45 @@ func (b *Bound) Coordinated() bool {
 	return len(b.Targets) == 1 && b.Targets[0].DataSource == CoordinatorSource(b.Plan.rules)
 }
 
+// coordination is what the planner learns of a statement, before its analysis renames
+// the tables, about the coordinator database answering it.
+type coordination struct {
+	tables []string // every relation it names, as written
+	// inexact says why the coordinator would not answer it as one database would, if
+	// it would not.
+	inexact error
+}
+
+// checkCoordination returns nil for a statement the coordinator cannot answer at all
+// (not a read, or one about its own session), else what the planner needs to know.
+func (p *Planner) checkCoordination(ctx context.Context, stmt *pg.Node) *coordination {
+	if coordinatable(stmt) != nil {
+		return nil
+	}
+	c := &coordination{}
+	walk(stmt, func(m proto.Message) bool {
+		if rv, ok := m.(*pg.RangeVar); ok && rv.Relname != "" {
+			c.tables = append(c.tables, rv.Relname)
+		}
+		return true
+	})
+	c.inexact = p.inexactOnCoordinator(ctx, stmt, c.tables)
+	return c
+}
+
 // coordinated plans a SELECT the analysis refused (why) for the coordinator database:
 // it runs there as the client wrote it. A normalised text is planned again from the
 // client's own, whose literals the statement keeps.
-func (p *Planner) coordinated(ctx context.Context, sql, text string, normalized bool, tree *pg.ParseResult, effects SessionEffects, why error) (*Plan, error) {
+func (p *Planner) coordinated(sql, text string, normalized bool, tree *pg.ParseResult, effects SessionEffects, why error, c *coordination) (*Plan, error) {
+	if c.inexact != nil {
+		return nil, unsupported("%s; %v", strings.TrimPrefix(refusalText(why), "shardlab: "), c.inexact)
+	}
 	a, err := p.asWritten(sql, text, normalized, tree)
 	if err != nil {
 		return nil, err
 	}
-	tree = a.tree
-	a.noteParams(tree.Stmts[0].Stmt)
-	pl := &Plan{Kind: KindCoordinator, SQL: sql, rules: p.rules, Session: effects, NumParams: a.maxParam, Refused: why}
-	walk(tree.Stmts[0].Stmt, func(m proto.Message) bool {
-		if rv, ok := m.(*pg.RangeVar); ok && rv.Relname != "" {
-			pl.Tables = append(pl.Tables, rv.Relname)
-		}
-		return true
-	})
-	if err := p.inexactOnCoordinator(ctx, tree.Stmts[0].Stmt, pl.Tables); err != nil {
-		return nil, unsupported("%s; %v", strings.TrimPrefix(refusalText(why), "shardlab: "), err)
-	}
-	return pl, nil
+	a.noteParams(a.tree.Stmts[0].Stmt)
+	return &Plan{Kind: KindCoordinator, SQL: sql, rules: p.rules, Session: effects, NumParams: a.maxParam, Refused: why, Tables: c.tables}, nil
 }
 
 // bindCoordinator makes b's one target the coordinator database, running sql.
@@ -74,7 +92,7 @@ func coordinatable(stmt *pg.Node) error {
 			err = errNotCoordinated
 		case *pg.FuncCall:
 			_, name := funcName(n)
-			if sessionFunctions[name] {
+			if sessionFunction(name) {
 				err = errNotCoordinated
 			}
 			// An aggregate or window function whose answer depends on the order its
@@ -83,10 +101,64 @@ func coordinatable(stmt *pg.Node) error {
 			if rowOrdered[name] && len(n.AggOrder) == 0 && (n.Over == nil || len(n.Over.OrderClause) == 0) {
 				err = errNotCoordinated
 			}
+		case *pg.SubLink:
+			// ARRAY(SELECT ...) without ORDER BY: likewise.
+			if sel := n.Subselect.GetSelectStmt(); n.SubLinkType == pg.SubLinkType_ARRAY_SUBLINK && (sel == nil || len(sel.SortClause) == 0) {
+				err = errNotCoordinated
+			}
+		case *pg.SQLValueFunction:
+			if n.Op == pg.SQLValueFunctionOp_SVFOP_CURRENT_CATALOG {
+				err = errNotCoordinated // the coordinator database's name
+			}
+		case *pg.RangeVar:
+			// Catalogs describe the coordinator database, not the client's; its own
+			// schemas hold what the client must not see (the user mappings).
+			if catalogName(n.Schemaname, n.Relname) {
+				err = errNotCoordinated
+			}
+		case *pg.TypeCast:
+			// A reg* value is an object id of the coordinator's catalog.
+			if tn := n.TypeName; tn != nil && len(tn.Names) > 0 && strings.HasPrefix(tn.Names[len(tn.Names)-1].GetString_().Sval, "reg") {
+				err = errNotCoordinated
+			}
+		case *pg.ColumnRef:
+			// System columns name the coordinator's partitions and duplicate across
+			// shards.
+			if f := n.Fields; len(f) > 0 && systemColumns[f[len(f)-1].GetString_().GetSval()] {
+				err = errNotCoordinated
+			}
 		}
 		return err == nil
 	})
 	return err
+}
+
+var systemColumns = map[string]bool{"tableoid": true, "ctid": true, "xmin": true, "xmax": true, "cmin": true, "cmax": true}
+
+// catalogName reports whether a table reference names a catalog or one of the
+// coordinator database's own schemas.
+func catalogName(schema, rel string) bool {
+	switch schema {
+	case "pg_catalog", "information_schema", "shardlab_fdw", "shardlab_shards", "shardlab_import":
+		return true
+	}
+	return strings.HasPrefix(rel, "pg_")
+}
+
+// sessionFunction reports whether a function answers about the session, database or
+// server it runs in, reads its catalogs, or acts on them: on the coordinator it would
+// answer about the coordinator's, or leave state there.
+func sessionFunction(name string) bool {
+	if sessionFunctions[name] {
+		return true
+	}
+	for _, prefix := range []string{"pg_", "lo_", "txid_", "dblink", "has_", "to_reg", "query_to_xml", "cursor_to_xml",
+		"table_to_xml", "schema_to_xml", "database_to_xml"} {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // rowOrdered are the aggregates and window functions whose answer depends on the
@@ -110,7 +182,8 @@ var sessionFunctions = map[string]bool{
 	"pg_advisory_lock": true, "pg_advisory_lock_shared": true, "pg_try_advisory_lock": true, "pg_try_advisory_lock_shared": true,
 	"pg_advisory_xact_lock": true, "pg_advisory_xact_lock_shared": true, "pg_try_advisory_xact_lock": true, "pg_try_advisory_xact_lock_shared": true,
 	"pg_advisory_unlock": true, "pg_advisory_unlock_shared": true, "pg_advisory_unlock_all": true,
-	"pg_cancel_backend": true, "pg_terminate_backend": true,
+	"pg_cancel_backend": true, "pg_terminate_backend": true, "setseed": true, "currtid": true, "currtid2": true,
+	"obj_description": true, "col_description": true, "shobj_description": true, "format_type": true,
 	"pg_current_wal_lsn": true, "pg_my_temp_schema": true, "pg_stat_get_activity": true,
 }
 
@@ -124,6 +197,22 @@ func refusalText(err error) string {
 		return r.Message
 	}
 	return err.Error()
+}
+
+// callsAnything reports whether an expression calls a function or holds a subquery.
+func callsAnything(n *pg.Node) bool {
+	calls := false
+	if n == nil {
+		return false
+	}
+	walk(n, func(m proto.Message) bool {
+		switch m.(type) {
+		case *pg.FuncCall, *pg.SubLink:
+			calls = true
+		}
+		return !calls
+	})
+	return calls
 }
 
 // floatCatalog is the optional Catalog capability the coordinator's float check needs:
@@ -148,7 +237,8 @@ var floatFunctions = map[string]bool{
 	"atan2": true, "sind": true, "cosd": true, "tand": true, "cotd": true, "asind": true, "acosd": true,
 	"atand": true, "atan2d": true, "sinh": true, "cosh": true, "tanh": true, "asinh": true, "acosh": true,
 	"atanh": true, "degrees": true, "radians": true, "pi": true, "date_part": true, "float4": true, "float8": true,
-	"erf": true, "erfc": true, "random_normal": true,
+	"erf": true, "erfc": true, "random_normal": true, "percent_rank": true, "cume_dist": true, "ts_rank": true,
+	"ts_rank_cd": true, "area": true, "diameter": true, "height": true, "width": true, "radius": true,
 }
 
 // exactTypes are the numeric types whose sums are exact, as a cast names them.
@@ -211,9 +301,17 @@ func (p *Planner) inexactOnCoordinator(ctx context.Context, stmt *pg.Node, table
 				found = true
 			}
 		case *pg.TypeCast:
-			// A float made numeric or integer value by value is summed exactly.
-			if tn := n.TypeName; tn != nil && len(tn.Names) > 0 && exactTypes[tn.Names[len(tn.Names)-1].GetString_().Sval] && len(tn.ArrayBounds) == 0 {
+			// A float made numeric or integer value by value, before any aggregate, is
+			// summed exactly.
+			if tn := n.TypeName; tn != nil && len(tn.Names) > 0 && exactTypes[tn.Names[len(tn.Names)-1].GetString_().Sval] &&
+				len(tn.ArrayBounds) == 0 && !callsAnything(n.Arg) {
 				return false
+			}
+		case *pg.A_Indirection:
+			for _, f := range n.Indirection {
+				if s := f.GetString_(); s != nil && floats[s.Sval] {
+					found = true // (row).weight
+				}
 			}
 		case *pg.TypeName:
 			if len(n.Names) > 0 && floatTypes[n.Names[len(n.Names)-1].GetString_().Sval] {

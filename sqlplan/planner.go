@@ -205,13 +205,17 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 	}
 	// Before the analysis, which renames table references in the tree.
 	effects := sessionEffects(text, tree.Stmts[0].Stmt)
+	var coord *coordination
+	if p.coordinate {
+		coord = p.checkCoordination(ctx, tree.Stmts[0].Stmt)
+	}
 	if err := a.analyze(tree.Stmts[0].Stmt); err != nil {
 		if errors.Is(err, ErrUnsupported) && p.rules.OneShard() {
 			// One shard: whatever its server runs is exact as written.
 			return p.passthrough(sql, text, normalized, tree, effects)
 		}
-		if errors.Is(err, ErrUnsupported) && p.coordinate && coordinatable(tree.Stmts[0].Stmt) == nil {
-			return p.coordinated(ctx, sql, text, normalized, tree, effects, err)
+		if errors.Is(err, ErrUnsupported) && coord != nil {
+			return p.coordinated(sql, text, normalized, tree, effects, err, coord)
 		}
 		var pe interface{ SQLState() string }
 		if errors.As(err, &pe) {
@@ -221,8 +225,8 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 	}
 	a.plan.NumParams = a.maxParam
 	a.plan.Session = effects
-	if p.coordinate && (a.plan.Kind == KindSelect || a.plan.Kind == KindExplain) && coordinatable(tree.Stmts[0].Stmt) == nil {
-		a.plan.coordinate = p.inexactOnCoordinator(ctx, tree.Stmts[0].Stmt, a.plan.Tables) == nil
+	if coord != nil && coord.inexact == nil && (a.plan.Kind == KindSelect || a.plan.Kind == KindExplain) {
+		a.plan.coordinate = true
 	}
 	if normalized {
 		a.plan.NumParams = 0

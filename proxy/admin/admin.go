@@ -73,6 +73,8 @@ SHOW DATABASES  the data sources
 SHOW CLIENTS    how many client sessions there are
 SHOW ROUTE sql  where a statement (values inline) would run: targets, rewritten SQL, merge
 SHOW TWO_PHASE  two-phase transactions in doubt (how many, the oldest's age) and what the settler did
+SHOW COORDINATOR the statements the coordinator database answered, and the rows and bytes they
+                read from the shards (in all, and the last one's)
 SHOW PAUSE      whether the proxy is paused, and how many clients are in a transaction (or hold
                 server connections between them)
 PAUSE [seconds] holds every client's next transaction (or statement outside one) and waits, up to
@@ -142,6 +144,8 @@ func (a *Admin) Answer(ctx context.Context, sql string) (*Result, error) {
 		return r, nil
 	case "TWO_PHASE":
 		return a.twoPhase(), nil
+	case "COORDINATOR":
+		return a.coordinator(), nil
 	case "LAYOUT":
 		return a.layout(), nil
 	case "PAUSE":
@@ -291,6 +295,18 @@ func (a *Admin) twoPhase() *Result {
 	}
 	r.Rows = [][]string{{"on", i(int64(st.InDoubt)), i(st.OldestInDoubt.Milliseconds()), i(st.Committed), i(st.RolledBack),
 		i(st.Retried), i(st.Passes), i(st.FailedPasses), i(int64(st.Unreachable)), i(st.Interval.Milliseconds()), i(ago)}}
+	return r
+}
+
+// coordinator answers SHOW COORDINATOR: one row of the coordinator's counters (see
+// router.CoordinatorStats); without --coordinator the row says off, with zeros.
+func (a *Admin) coordinator() *Result {
+	r := result("SHOW", "coordinator", Text, "statements", Bigint, "rows_moved", Bigint, "bytes_moved", Bigint,
+		"last_rows_moved", Bigint, "last_bytes_moved", Bigint, "stopped_past_bound", Bigint, "max_moved_bytes", Bigint)
+	st, ok := a.router.Current().CoordinatorStats()
+	i := func(v int64) string { return strconv.FormatInt(v, 10) }
+	on := map[bool]string{true: "on", false: "off"}[ok]
+	r.Rows = [][]string{{on, i(st.Statements), i(st.Rows), i(st.Bytes), i(st.LastRows), i(st.LastBytes), i(st.Cut), i(st.MaxMoved)}}
 	return r
 }
 

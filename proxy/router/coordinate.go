@@ -3,10 +3,12 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/shardlab/shardlab/coordinator"
 	"github.com/shardlab/shardlab/proxy/backend"
 	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/sqlplan"
@@ -28,19 +30,37 @@ func (s *Session) coordinatorIndex() int { return sqlplan.CoordinatorSource(s.r.
 // (Execute with a row limit).
 func (s *Session) readyCoordinator(ctx context.Context, refused error, partial bool) error {
 	why := strings.TrimPrefix(refusalMessage(refused), "shardlab: ")
-	switch {
-	case s.explicit || s.implicit:
-		return sqlplan.UnsupportedHint("Run it outside a transaction block (or on one shard).",
-			"%s; the coordinator database that answers such statements over several shards reads only outside a transaction block, where the client has no write it could not see", why)
-	case partial:
-		return sqlplan.Unsupported("%s; an answer of the coordinator database is not fetched in parts (Execute with a row limit)", why)
-	case len(s.pools) <= s.coordinatorIndex():
-		return sqlplan.Unsupported("%s; the coordinator database answers only the clients that run as the data sources' own user, whose user mapping it holds", why)
+	if err := s.coordinatorAllowed(partial); err != nil {
+		return sqlplan.UnsupportedHint(hintOf(err), "%s; %s", why, strings.TrimPrefix(refusalMessage(err), "shardlab: "))
 	}
 	if err := s.r.coord.Ready(ctx, s.r.generation.Load()); err != nil {
 		return sqlplan.Unsupported("%s; the coordinator database that would answer it is not available: %v", why, err)
 	}
 	return nil
+}
+
+// coordinatorAllowed says why the coordinator may not answer this client now, if so.
+func (s *Session) coordinatorAllowed(partial bool) error {
+	switch {
+	case s.r.coord == nil:
+		return sqlplan.Unsupported("the proxy runs without its coordinator database (--coordinator=false)")
+	case s.explicit || s.implicit:
+		return sqlplan.UnsupportedHint("Run it outside a transaction block (or on one shard).",
+			"the coordinator database that answers such statements over several shards reads only outside a transaction block, where the client has no write it could not see")
+	case partial:
+		return sqlplan.Unsupported("an answer of the coordinator database is not fetched in parts (Execute with a row limit)")
+	case len(s.pools) <= s.coordinatorIndex():
+		return sqlplan.Unsupported("the coordinator database answers only the clients that run as the data sources' own users, whose user mappings it holds")
+	}
+	return nil
+}
+
+func hintOf(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Hint
+	}
+	return ""
 }
 
 func refusalMessage(err error) string {
@@ -57,13 +77,34 @@ func refusalMessage(err error) string {
 // runCoordinated runs a statement on the coordinator database with fn, relaying its
 // answer, and checks an error the coordinator gives against one database (see
 // coordinatorError).
-func (s *Session) runCoordinated(ctx context.Context, b *sqlplan.Bound, partial bool, fn func(*backend.Conn) error) error {
+func (s *Session) runCoordinated(ctx context.Context, b *sqlplan.Bound, oids []uint32, partial bool, fn func(*backend.Conn) error) error {
 	if err := s.readyCoordinator(ctx, b.Refused, partial); err != nil {
 		return err
 	}
-	err := s.onDataSource(ctx, s.coordinatorIndex(), fn)
+	var moved *coordinator.Movement
+	err := s.onDataSource(ctx, s.coordinatorIndex(), func(c *backend.Conn) error {
+		pid := c.PgConn().PID()
+		moved = s.r.coord.Track(pid, s.r.coordBound)
+		defer s.r.coord.Untrack(pid)
+		return fn(c)
+	})
+	st := &s.r.coordStats
+	st.statements.Add(1)
+	if moved != nil {
+		st.rows.Add(moved.Rows())
+		st.bytes.Add(moved.Bytes())
+		st.lastRows.Store(moved.Rows())
+		st.lastBytes.Store(moved.Bytes())
+		if moved.Exceeded() {
+			st.cut.Add(1)
+			return &pgconn.PgError{Severity: "ERROR", Code: "54000",
+				Message: fmt.Sprintf("shardlab: the statement read more than %s from the shards into the coordinator database (--coordinator-max-moved)", byteSize(s.r.coordBound)),
+				Detail:  fmt.Sprintf("It was stopped after %d rows, %d bytes.", moved.Rows(), moved.Bytes()),
+				Hint:    "Narrow the statement (a condition the shards can apply), pin it to one shard, or raise the bound (shard-proxy --coordinator-max-moved)."}
+		}
+	}
 	if err != nil {
-		return s.coordinatorError(ctx, b, err)
+		return s.coordinatorError(ctx, b, oids, err)
 	}
 	return nil
 }
@@ -75,26 +116,47 @@ func (s *Session) runCoordinated(ctx context.Context, b *sqlplan.Bound, partial 
 // statement is then analysed on the default data source, where every table it names
 // has its logical name: that database's error is the client's answer, and when it
 // accepts the statement the coordinator's failure is a refusal (0A000), never an error
-// one database would not raise. Other errors (a division by zero, a cancel, an
-// unreachable shard) are the statement's.
-func (s *Session) coordinatorError(ctx context.Context, b *sqlplan.Bound, err error) error {
+// one database would not raise. An error of the coordinator's own making (its login to
+// a shard) is a refusal too. Other errors (a division by zero, a cancel, an unreachable
+// shard) are the statement's.
+func (s *Session) coordinatorError(ctx context.Context, b *sqlplan.Bound, oids []uint32, err error) error {
+	return s.coordinatorFailure(ctx, b.Refused, b.Plan.Tables, b.Targets[0].SQL, oids, err)
+}
+
+func (s *Session) coordinatorFailure(ctx context.Context, refused error, tables []string, sql string, oids []uint32, err error) error {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || !strings.HasPrefix(pe.Code, "42") {
+	if !errors.As(err, &pe) {
 		return err
 	}
-	why := strings.TrimPrefix(refusalMessage(b.Refused), "shardlab: ")
+	why := strings.TrimPrefix(refusalMessage(refused), "shardlab: ")
+	cannot := func() error {
+		detail := pe.Code + ": " + pe.Message
+		for _, t := range tables {
+			if reason, ok := s.r.coord.Skipped()[t]; ok {
+				detail = fmt.Sprintf("table %s is not in the coordinator database: %s", t, reason)
+			}
+		}
+		return sqlplan.Unsupported("%s; the coordinator database could not answer it as one database would (%s)", why, detail)
+	}
+	switch {
+	case pe.Code == "2F003" || pe.Code == "28000" || pe.Code == "28P01":
+		return cannot() // the coordinator's login to a shard
+	case !strings.HasPrefix(pe.Code, "42"):
+		return err
+	}
 	ds := s.r.rules.DefaultDataSource()
-	if !s.namesLogical(b.Plan.Tables, ds) {
-		return sqlplan.Unsupported("%s; the coordinator database could not answer it as one database would (%s: %s)", why, pe.Code, pe.Message)
+	if !s.namesLogical(tables, ds) {
+		return cannot()
 	}
 	oneDB := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
-		_, _, err := c.Describe(ctx, b.Targets[0].SQL, nil)
+		_, _, err := c.Describe(ctx, sql, oids)
 		return err
 	})
-	if oneDB != nil {
+	var one *pgconn.PgError
+	if errors.As(oneDB, &one) && one.Code != "42P18" {
 		return oneDB
 	}
-	return sqlplan.Unsupported("%s; the coordinator database could not answer it as one database would (%s: %s)", why, pe.Code, pe.Message)
+	return cannot()
 }
 
 // namesLogical reports whether data source ds holds every table of names under its
@@ -117,4 +179,15 @@ func (s *Session) namesLogical(names []string, ds int) bool {
 		}
 	}
 	return true
+}
+
+// byteSize writes a bound in the largest unit that keeps it whole.
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

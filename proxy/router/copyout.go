@@ -22,7 +22,7 @@ func (s *Session) copyQuery(ctx context.Context, spec *sqlplan.CopySpec) error {
 	if err != nil {
 		return err
 	}
-	if plan.Kind != sqlplan.KindSelect {
+	if plan.Kind != sqlplan.KindSelect && plan.Kind != sqlplan.KindCoordinator {
 		return sqlplan.Unsupported("COPY (%s) TO STDOUT over several shards", plan.Kind)
 	}
 	bind := plan.BindSimple
@@ -32,6 +32,14 @@ func (s *Session) copyQuery(ctx context.Context, spec *sqlplan.CopySpec) error {
 	b, err := bind(spec.Query, lits)
 	if err != nil {
 		return err
+	}
+	if b.Coordinated() {
+		// The coordinator database writes every byte, as one database would.
+		sql := strings.Replace(spec.Wrap, sqlplan.CopyQueryMarker, b.Targets[0].SQL, 1)
+		return s.runCoordinated(ctx, b, nil, false, func(c *backend.Conn) error {
+			_, err := c.QueryAfter(ctx, nil, sql, s.client)
+			return err
+		})
 	}
 	if single(b) && b.Targets[0].Params == nil {
 		t := b.Targets[0]

@@ -50,7 +50,7 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 		t := b.Targets[0]
 		values, oids, formats := sqlexec.TargetParams(t, p.args)
 		st := backend.Statement{SQL: t.SQL, ParamOIDs: oids, Values: values, ParamFormats: formats, ResultFormats: p.resultFormats}
-		return s.runCoordinated(ctx, b, maxRows > 0, func(c *backend.Conn) error {
+		return s.runCoordinated(ctx, b, p.stmt.oids, maxRows > 0, func(c *backend.Conn) error {
 			_, err := c.ExecAfter(ctx, nil, &st, s.client)
 			return err
 		})
@@ -243,7 +243,7 @@ func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
 		return err
 	}
 	if b.Coordinated() {
-		return s.runCoordinated(ctx, b, false, func(c *backend.Conn) error {
+		return s.runCoordinated(ctx, b, nil, false, func(c *backend.Conn) error {
 			_, err := c.QueryAfter(ctx, nil, b.Targets[0].SQL, s.client)
 			return err
 		})

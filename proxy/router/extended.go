@@ -307,28 +307,29 @@ func (s *Session) describe(ctx context.Context, st *statement) (*description, er
 		return d, nil
 	}
 	ds, sql := st.plan.DescribeSQL()
-	if ds == s.coordinatorIndex() {
-		if err := s.readyCoordinator(ctx, st.plan.Refused, false); err != nil {
-			return nil, err
-		}
-	}
 	var d description
-	err := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
-		var err error
-		d.params, d.fields, err = c.Describe(ctx, sql, st.oids)
+	describeOn := func(ds int, sql string) error {
+		if ds == s.coordinatorIndex() {
+			if err := s.readyCoordinator(ctx, st.plan.Refused, false); err != nil {
+				return err
+			}
+		}
+		err := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
+			var err error
+			d.params, d.fields, err = c.Describe(ctx, sql, st.oids)
+			return err
+		})
+		if err != nil && ds == s.coordinatorIndex() {
+			return s.coordinatorFailure(ctx, st.plan.Refused, st.plan.Tables, sql, st.oids, err)
+		}
 		return err
-	})
+	}
+	err := describeOn(ds, sql)
 	var pe *pgconn.PgError
-	if err != nil && st.plan.MayCoordinate() && errors.As(err, &pe) && strings.HasPrefix(pe.Code, "42") {
+	if err != nil && ds != s.coordinatorIndex() && st.plan.MayCoordinate() && errors.As(err, &pe) && strings.HasPrefix(pe.Code, "42") {
 		// A statement the coordinator may answer can name tables that no one data
 		// source holds (a default data source's table beside shards elsewhere).
-		if ready := s.readyCoordinator(ctx, nil, false); ready == nil {
-			err = s.onDataSource(ctx, s.coordinatorIndex(), func(c *backend.Conn) error {
-				var err error
-				d.params, d.fields, err = c.Describe(ctx, st.plan.SQL, st.oids)
-				return err
-			})
-		}
+		err = describeOn(s.coordinatorIndex(), st.plan.SQL)
 	}
 	if err != nil {
 		return nil, err

@@ -119,6 +119,10 @@ type Config struct {
 	// another server login are refused them.
 	Coordinator     *coordinator.Coordinator
 	CoordinatorPool *backend.Pool
+	// CoordinatorMaxMoved bounds the bytes of rows one coordinator statement reads from
+	// the shards, counted while it runs by the coordinator's relay (which Close
+	// stops); past it the statement fails with 54000. 0: no bound.
+	CoordinatorMaxMoved int64
 	// Logger receives the router's log lines; nil discards them.
 	Logger *slog.Logger
 }
@@ -150,10 +154,14 @@ type Router struct {
 	// coord answers what the merge cannot (Config.Coordinator); ownPools are pools
 	// followed by coordPool, the data sources' own user's sessions' pools, where the
 	// coordinator is data source sqlplan.CoordinatorSource.
-	coord     *coordinator.Coordinator
-	coordPool *backend.Pool
-	ownPools  []*backend.Pool
-	poolFor   func(Identity, int) (*backend.Pool, error)
+	coord      *coordinator.Coordinator
+	coordPool  *backend.Pool
+	ownPools   []*backend.Pool
+	coordBound int64
+	coordStats struct {
+		statements, rows, bytes, cut, lastRows, lastBytes atomic.Int64
+	}
+	poolFor func(Identity, int) (*backend.Pool, error)
 	// logins holds, by server user, the pools its clients use, one per data source, as
 	// pgbouncer and PgDog keep them: made on first use, or the data source's own pool
 	// where its DSN names that user.
@@ -266,7 +274,7 @@ func New(cfg Config) (*Router, error) {
 		if cfg.CoordinatorPool == nil {
 			return nil, errors.Join(ErrConfig, errors.New("a coordinator needs its pool"))
 		}
-		r.coord, r.coordPool = cfg.Coordinator, cfg.CoordinatorPool
+		r.coord, r.coordPool, r.coordBound = cfg.Coordinator, cfg.CoordinatorPool, cfg.CoordinatorMaxMoved
 		r.ownPools = append(slices.Clone(r.pools), r.coordPool)
 	}
 	r.planner = sqlplan.New(cfg.Rules, r.catalog, sqlplan.Options{Coordinate: r.coord != nil})
@@ -355,12 +363,36 @@ func (r *Router) Supersede(n *Router) error {
 
 // Close stops the router's settler and deadlock detector. Sessions must have ended.
 func (r *Router) Close() {
+	if r.coord != nil {
+		r.coord.Close()
+	}
 	if r.settler != nil {
 		r.settler.Close()
 	}
 	if r.detector != nil {
 		r.detector.Close()
 	}
+}
+
+// CoordinatorStats counts the statements the coordinator database answered and what
+// they read from the shards (see coordinator.Movement).
+type CoordinatorStats struct {
+	Statements int64
+	// Rows and Bytes are what the shards sent the coordinator, over every statement;
+	// LastRows and LastBytes the last statement's.
+	Rows, Bytes, LastRows, LastBytes int64
+	// Cut counts the statements stopped past MaxMoved bytes (0: no bound).
+	Cut, MaxMoved int64
+}
+
+// CoordinatorStats returns the coordinator's counters; ok is false without one.
+func (r *Router) CoordinatorStats() (st CoordinatorStats, ok bool) {
+	if r.coord == nil {
+		return st, false
+	}
+	c := &r.coordStats
+	return CoordinatorStats{Statements: c.statements.Load(), Rows: c.rows.Load(), Bytes: c.bytes.Load(),
+		LastRows: c.lastRows.Load(), LastBytes: c.lastBytes.Load(), Cut: c.cut.Load(), MaxMoved: r.coordBound}, true
 }
 
 // DeadlockVictims returns how many transactions the deadlock detector ended.
@@ -404,8 +436,13 @@ func (r *Router) poolsOf(id Identity) ([]*backend.Pool, error) {
 		return pools, nil
 	}
 	pools := make([]*backend.Pool, len(r.pools))
-	if r.coordPool != nil && r.coordPool.User() == id.User {
-		// The data sources' own user: its sessions reach the coordinator too.
+	own := true
+	for _, p := range r.pools {
+		own = own && p.User() == id.User
+	}
+	if r.coordPool != nil && own {
+		// Every data source's own user (each foreign server maps to its data source's
+		// DSN user): its sessions reach the coordinator too.
 		pools = append(pools, r.coordPool)
 	}
 	for ds, own := range r.pools {

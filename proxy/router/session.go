@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/shardlab/shardlab/proxy/backend"
 	"github.com/shardlab/shardlab/sqlexec"
+	"github.com/shardlab/shardlab/sqlplan"
 )
 
 // Client is what a Session needs of its client connection: somewhere to send messages,
@@ -532,6 +534,13 @@ type lease struct {
 
 // Acquire implements sqlexec.Pool.
 func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
+	if ds >= l.s.r.rules.NumDataSources() {
+		// The coordinator database: only through runCoordinated's checks, which every
+		// path to it must pass; this one did not (a guard, not a route).
+		if err := l.s.coordinatorAllowed(false); err != nil || ds >= len(l.s.pools) {
+			return nil, cmp.Or(err, sqlplan.Unsupported("a statement for the coordinator database on a path that does not reach it"))
+		}
+	}
 	pool := l.s.pools[ds]
 	l.mu.Lock()
 	c := l.pinned[ds]
@@ -572,7 +581,8 @@ func (l *leases) Acquire(ctx context.Context, ds int) (sqlexec.Lease, error) {
 	cancelled := interrupted(intr)
 	if !cancelled {
 		l.held[ds] = x
-		if l.s.r.mode == PoolSession {
+		if l.s.r.mode == PoolSession && ds < l.s.r.rules.NumDataSources() {
+			// Not the coordinator's few connections: each serves one statement.
 			l.pinned[ds] = c
 		}
 	}

@@ -68,6 +68,8 @@ type options struct {
 	twoPhase, aggregate, coordinate     bool
 	coordinatorDatabase                 string
 	coordinatorPoolSize                 int
+	coordinatorMaxMoved                 int64
+	coordinatorRelayHost                string
 	cpuProfile                          string
 	keepIdle, keepInterval, userTimeout time.Duration
 	clientUserTimeout                   time.Duration
@@ -117,9 +119,11 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.deadlockInterval, "deadlock-interval", sqlexec.DefaultDeadlockInterval, "how often the shards' lock waits are checked for a deadlock across shards, which no single server sees; the youngest transaction of a cycle fails with 40P01; 0 turns it off")
 	fs.DurationVar(&o.crossPoolWait, "cross-pool-wait", router.DefaultCrossPoolWait, "how long a transaction holding server connections of other data sources waits for one more; past it the transaction fails with 40P01 (deadlock detected), since transactions holding each other's pools would otherwise wait forever. A client holding none waits up to --checkout-timeout")
 	fs.IntVar(&o.maxTransactions, "max-transactions", router.AutoMaxTransactions, "in transaction pooling, at most N clients hold server connections at once (each for a transaction, or a statement outside one); the others wait their turn up to --checkout-timeout. Below --pool-size, transactions that span shards never wait on each other's pools (see docs/proxy.md); 0: no bound; -1 (default): --pool-size minus 1 when there are several pools, no bound with one pool (one shard, or --aggregate)")
-	fs.BoolVar(&o.coordinate, "coordinator", false, "answer the SELECTs the merge cannot answer exactly over several shards (joins on any column, CTEs, window functions, expressions over aggregates, ...) in a coordinator database on the default data source's server, where PostgreSQL evaluates them over the shards' rows through postgres_fdw; without it they are refused with 0A000. The server needs postgres_fdw (PostgreSQL's contrib), the data sources' user CREATEDB")
+	fs.BoolVar(&o.coordinate, "coordinator", true, "answer the SELECTs the merge cannot answer exactly over several shards (joins on any column, CTEs, window functions, expressions over aggregates, ...) in a coordinator database on the default data source's server, where PostgreSQL evaluates them over the shards' rows through postgres_fdw; --coordinator=false refuses them with 0A000, so that every cross-shard cost is explicit. The server needs postgres_fdw (shipped with PostgreSQL's server), the data sources' user CREATEDB; without them such statements are refused, naming why")
 	fs.StringVar(&o.coordinatorDatabase, "coordinator-database", "", "the coordinator database's name (default: the default data source's database name + \"_coordinator\"); it is made if missing, and its contents are the proxy's")
 	fs.IntVar(&o.coordinatorPoolSize, "coordinator-pool-size", proxy.DefaultCoordinatorPoolSize, "with --coordinator, at most this many statements run in the coordinator database at once (each holds a connection to every shard it reads while it runs); the others wait as for any pool")
+	fs.Int64Var(&o.coordinatorMaxMoved, "coordinator-max-moved", proxy.DefaultCoordinatorMaxMoved, "with --coordinator, bytes of rows one statement may read from the shards into the coordinator database, counted on the wire while it runs; past it the statement fails with 54000 naming this flag (default 1 GB, as Citus's max_intermediate_result_size; 0: no bound)")
+	fs.StringVar(&o.coordinatorRelayHost, "coordinator-relay-host", "", "with --coordinator, the address the relay listens on, through which the coordinator database reads the shards (and the proxy counts what it reads); the default data source's server must reach it (default: this machine's address toward that server)")
 	fs.BoolVar(&o.twoPhase, "two-phase", false, "commit transactions that span shards with two-phase commit (needs max_prepared_transactions > 0 on every shard)")
 	fs.DurationVar(&o.settleInterval, "settle-interval", sqlexec.DefaultSettleInterval, "with --two-phase, how often the shards are checked for prepared transactions left in doubt (a shard that failed in the middle of a commit, a coordinator that was killed), which are then committed or rolled back; a prepared transaction keeps its row locks, so clients wait on it until then. Once at start, before clients are accepted, then at this interval")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long open transactions may take to finish before their clients are cut off")
@@ -156,6 +160,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("%w: --pool-size must be 1..10000, got %d", ErrUsage, o.poolSize)
 	case o.coordinatorPoolSize < 1 || o.coordinatorPoolSize > 10000:
 		return nil, fmt.Errorf("%w: --coordinator-pool-size must be 1..10000, got %d", ErrUsage, o.coordinatorPoolSize)
+	case o.coordinatorMaxMoved < 0:
+		return nil, fmt.Errorf("%w: --coordinator-max-moved must be 0 (no bound) or a number of bytes, got %d", ErrUsage, o.coordinatorMaxMoved)
 	case !o.coordinate && o.coordinatorDatabase != "":
 		return nil, fmt.Errorf("%w: --coordinator-database names the database of --coordinator, which is off", ErrUsage)
 	case o.procs < 0 || o.procs > 1024:
@@ -235,9 +241,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else if rs, err = flagRules(o); err != nil {
 		return err
 	}
+	if o.coordinatorMaxMoved == 0 {
+		o.coordinatorMaxMoved = -1 // the flag's 0, no bound, is the Config's negative
+	}
 	cfg := proxy.Config{
 		Rules: rs, Database: o.database, MaxClients: o.maxClients, MaxMessage: o.maxMessage, MaxHeld: o.maxHeld, TwoPhase: o.twoPhase, SettleInterval: o.settleInterval, Aggregate: o.aggregate,
 		Coordinate: o.coordinate, CoordinatorDatabase: o.coordinatorDatabase, CoordinatorPoolSize: o.coordinatorPoolSize,
+		CoordinatorMaxMoved: o.coordinatorMaxMoved, CoordinatorRelayHost: o.coordinatorRelayHost,
 		LockWaitTimeout: o.lockWaitTimeout, DeadlockInterval: deadlockInterval(o.deadlockInterval), CrossPoolWait: o.crossPoolWait, MaxTransactions: o.maxTransactions, StatsInterval: o.statsInterval, AdminDatabase: o.adminDatabase,
 		Pool:      backend.Options{Size: o.poolSize, CheckoutTimeout: o.checkoutTimeout, ConnectTimeout: o.connectTimeout, TCP: tcpFlags(o, o.userTimeout), BanTime: offIfZero(o.banTime)},
 		ClientTCP: tcpFlags(o, o.clientUserTimeout),

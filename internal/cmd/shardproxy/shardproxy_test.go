@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/shardlab/shardlab/internal/cmd/shardproxy"
@@ -51,7 +52,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--database", "app", shard, "--max-clients", "0"}, "--max-clients must be"},
 		{[]string{"--database", "app", shard, "--procs", "-1"}, "--procs must be"},
 		{[]string{"--database", "app", shard, "--coordinator", "--coordinator-pool-size", "0"}, "--coordinator-pool-size must be"},
-		{[]string{"--database", "app", shard, "--coordinator-database", "x"}, "--coordinator, which is off"},
+		{[]string{"--database", "app", shard, "--coordinator=false", "--coordinator-database", "x"}, "--coordinator, which is off"},
+		{[]string{"--database", "app", shard, "--coordinator-max-moved", "-1"}, "--coordinator-max-moved must be"},
 		{[]string{"--database", "app", shard, "--cross-pool-wait", "0s"}, "--cross-pool-wait must be"},
 		{[]string{"--database", "app", shard, "--two-phase", "--settle-interval", "0s"}, "--settle-interval must be positive"},
 		{[]string{"--database", "app", shard, "--max-transactions", "-2"}, "--max-transactions must be"},
@@ -244,6 +246,62 @@ func slowReader(t *testing.T, addr, query string, pause time.Duration) (rows int
 			return rows, fmt.Errorf("%s %s", m.Code, m.Message)
 		case *pgproto3.ReadyForQuery:
 			return rows, nil
+		}
+	}
+}
+
+// TestCoordinatesByDefault: with the default flags, a statement the merge cannot answer
+// (a count of distinct values across shards) is answered by the coordinator database;
+// --coordinator=false refuses it with 0A000.
+func TestCoordinatesByDefault(t *testing.T) {
+	s0, s1 := pgtest.NewDatabase(t, "cli_co0"), pgtest.NewDatabase(t, "cli_co1")
+	cfg, err := pgx.ParseConfig(s0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin, err := pgx.Connect(context.Background(), pgtest.DSN(t))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer admin.Close(context.Background())
+		if _, err := admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{cfg.Database + "_coordinator"}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx := context.Background()
+	query := "SELECT count(DISTINCT v) FROM t"
+	for _, tc := range []struct {
+		flags []string
+		want  string // "" for an answer, else the SQLSTATE
+	}{
+		{nil, ""},
+		{[]string{"--coordinator=false"}, "0A000"},
+	} {
+		addr := startCommand(t, append([]string{"--database", "app", "--shard", s0, "--shard", s1, "--sharded", "t=id", "--pool-size", "3"}, tc.flags...)...)
+		c, err := pgx.Connect(ctx, "postgres://postgres@"+addr+"/app?sslmode=disable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		var rows []string
+		for i := 1; i <= 100; i++ {
+			rows = append(rows, fmt.Sprintf("(%d, %d)", i, i%7))
+		}
+		for _, q := range []string{"CREATE TABLE IF NOT EXISTS t (id int PRIMARY KEY, v int)", "INSERT INTO t VALUES " + strings.Join(rows, ", ") + " ON CONFLICT DO NOTHING"} {
+			if _, err := c.Exec(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		var n int
+		err = c.QueryRow(ctx, query).Scan(&n)
+		var pe *pgconn.PgError
+		switch {
+		case tc.want == "" && (err != nil || n != 7):
+			t.Errorf("%v: %s = %d, %v; want 7", tc.flags, query, n, err)
+		case tc.want != "" && (!errors.As(err, &pe) || pe.Code != tc.want):
+			t.Errorf("%v: %s: %v, want %s", tc.flags, query, err, tc.want)
 		}
 	}
 }
