@@ -439,8 +439,14 @@ stop_pids() {
 # programs it runs, so that a second one cannot leave half of the lab behind; the
 # signals' traps are restored when it returns.
 teardown() {
-	local traps
-	traps=$(trap -p INT TERM HUP)
+	# What restores the signals' traps: each as it was, set straight from ignored (a
+	# reset to the default first would let a Ctrl-C in between kill the script before
+	# its caller's cleanup, such as down's removal of the lock file).
+	local restore="" sig t
+	for sig in INT TERM HUP; do
+		t=$(trap -p "$sig")
+		restore+="${t:-trap - $sig}; "
+	done
 	trap '' INT TERM HUP
 	set +e
 	local n h pids found=0 ours_state=0
@@ -482,8 +488,7 @@ teardown() {
 	fi
 	((found)) && note "lab $lab is down" || note "lab $lab: nothing to tear down"
 	set -e
-	trap - INT TERM HUP
-	eval "$traps"
+	eval "$restore"
 	return 0
 }
 
