@@ -64,10 +64,13 @@ type Coordinator struct {
 		// surveyors are connections to each data source, kept for the survey each
 		// coordinated statement starts with.
 		surveyors []*pgx.Conn
-		version   uint64 // the schema version Build was last asked for
-		err       error  // the last build's failure, until a build succeeds
-		failed    time.Time
-		relay     *relay
+		// changed: the last build followed a schema change made beside the caller.
+		changed bool
+		closed  bool
+		version uint64 // the schema version Build was last asked for
+		err     error  // the last build's failure, until a build succeeds
+		failed  time.Time
+		relay   *relay
 		// tempLimit is the coordinator database's temp_file_limit, in kB (0: the
 		// server's).
 		tempLimit int64
@@ -140,6 +143,9 @@ func (c *Coordinator) DSN() string { return c.dsn }
 // callers wait for one build, or until ctx ends. A failed build is not tried again
 // for a few seconds.
 func (c *Coordinator) Ready(ctx context.Context, version uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	select {
 	case c.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -148,17 +154,37 @@ func (c *Coordinator) Ready(ctx context.Context, version uint64) error {
 	defer func() { <-c.turn }()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.mu.closed {
+		return fmt.Errorf("%w: the coordinator is closed", ErrBuild)
+	}
 	if c.mu.err != nil && time.Since(c.mu.failed) < retryBuild {
 		return c.mu.err // a server without postgres_fdw, a login without CREATEDB: not at every statement
 	}
-	err := c.ready(ctx, version)
+	// A client that goes away does not stop a build the next statement needs too (nor
+	// lose the hold a cancelled ping would drop).
+	work, cancel := context.WithTimeout(context.WithoutCancel(ctx), buildTimeout)
+	defer cancel()
+	err := c.ready(work, version)
 	if err != nil {
 		c.mu.built, c.mu.err, c.mu.failed = false, err, time.Now()
 		return err
 	}
 	c.mu.err = nil
+	if c.mu.changed {
+		c.mu.changed = false
+		return ErrSchemaChanged
+	}
 	return nil
 }
+
+// ErrSchemaChanged is returned by Ready when it rebuilt the coordinator database after
+// a schema change made on the data sources themselves: what the caller planned from
+// its own view of their catalogs may be stale, and the statement should be planned
+// again (the proxy refuses it once).
+var ErrSchemaChanged = errors.New("coordinator: the data sources' schemas changed since the last build")
+
+// buildTimeout bounds one survey and build.
+const buildTimeout = 2 * time.Minute
 
 func (c *Coordinator) ready(ctx context.Context, version uint64) error {
 	if c.mu.owner != nil && c.mu.owner.Ping(ctx) != nil {
@@ -174,6 +200,7 @@ func (c *Coordinator) ready(ctx context.Context, version uint64) error {
 	if c.mu.built && c.mu.version == version && c.mu.fingerprint == sv.fingerprint {
 		return nil
 	}
+	c.mu.changed = c.mu.built && c.mu.version == version // only the shards' own schemas changed
 	c.mu.built = false
 	if err := c.build(ctx, sv); err != nil {
 		return err
@@ -199,7 +226,15 @@ func (c *Coordinator) StartRelay(host string) error {
 			targets = append(targets, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
 		}
 	}
-	r, err := startRelay(host, targets)
+	// Connections come from the coordinator database's server: the default data
+	// source's host.
+	var peers []net.IP
+	if cfg, err := pgconn.ParseConfig(c.adminDSN); err == nil && !strings.HasPrefix(cfg.Host, "/") {
+		if ips, err := net.LookupIP(cfg.Host); err == nil {
+			peers = ips
+		}
+	}
+	r, err := startRelay(host, targets, peers)
 	if err != nil {
 		return err
 	}
@@ -251,7 +286,7 @@ func (c *Coordinator) Untrack(pid uint32) {
 func (c *Coordinator) Close() error {
 	c.mu.Lock()
 	r, owner, surveyors := c.mu.relay, c.mu.owner, c.mu.surveyors
-	c.mu.relay, c.mu.owner, c.mu.built, c.mu.surveyors = nil, nil, false, nil
+	c.mu.relay, c.mu.owner, c.mu.built, c.mu.surveyors, c.mu.closed = nil, nil, false, nil, true
 	c.mu.Unlock()
 	if r != nil {
 		r.close()
@@ -326,7 +361,37 @@ func (c *Coordinator) build(ctx context.Context, sv *survey) error {
 	if err := c.buildSchema(ctx, conn, sv); err != nil {
 		return fmt.Errorf("%w: %v", ErrBuild, err)
 	}
+	if err := c.analyze(ctx, conn); err != nil {
+		return fmt.Errorf("%w: ANALYZE: %v", ErrBuild, err)
+	}
 	return nil
+}
+
+// analyze gathers the coordinator's statistics of its tables, from samples of the
+// shards' rows: autovacuum never analyzes foreign tables, and without statistics the
+// coordinator's planner guesses every join's size (and picks nested loops over
+// millions of rows).
+func (c *Coordinator) analyze(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, "SET default_transaction_read_only = off"); err != nil {
+		return err
+	}
+	rows, err := conn.Query(ctx, `SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname IN ('public', $1) AND c.relkind IN ('f', 'p') ORDER BY 1`, shardsSchema)
+	if err != nil {
+		return err
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(tables) == 0 {
+		return err
+	}
+	// The sample travels through the relay, which passes on only what it counts.
+	pid := conn.PgConn().PID()
+	if c.mu.relay != nil {
+		c.mu.relay.track(pid, 0)
+		defer c.mu.relay.untrack(pid)
+	}
+	_, err = conn.Exec(ctx, "ANALYZE "+strings.Join(tables, ", "))
+	return err
 }
 
 // locale is how a database sorts and classifies text.
@@ -682,7 +747,11 @@ func (b *builder) sharded(index int, r *rules.TableRule) {
 		return
 	}
 	for i, n := range r.Nodes {
-		if n.Schema == "" && !b.tables[n.DataSource][n.Table] {
+		if n.Schema != "" {
+			b.err = fmt.Errorf("shard %d of %s is in schema %s, which the coordinator does not survey", i, r.Name, n.Schema)
+			return
+		}
+		if !b.tables[n.DataSource][n.Table] {
 			b.err = fmt.Errorf("shard %d of %s (%s on data source %s) is not a plain table without row-level security",
 				i, r.Name, n.Table, b.rules.DataSources()[n.DataSource].Name)
 			return

@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -138,6 +139,9 @@ func TestCoordinatorAnswersOverEveryShard(t *testing.T) {
 	if _, err := conn.Exec(ctx, `SELECT age FROM people`); err == nil {
 		t.Fatal("the coordinator saw a new column before a rebuild; the test proves nothing")
 	}
+	if err := c.Ready(ctx, 1); !errors.Is(err, coordinator.ErrSchemaChanged) {
+		t.Fatalf("Ready after a change on the shards: %v, want ErrSchemaChanged", err)
+	}
 	if err := c.Ready(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -242,8 +246,14 @@ func TestRelayCountsAndBoundsWhatMoves(t *testing.T) {
 		t.Fatalf("a statement past its bound: err %v, exceeded %v", err, m.Exceeded())
 	}
 	t.Logf("past the bound: %v after %d bytes", err, m.Bytes())
+	c.Track(pid, 0)
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM colors`).Scan(&n); err != nil || n != 3 {
 		t.Errorf("the coordinator session after a cut: %d, %v", n, err)
+	}
+	c.Untrack(pid)
+	// A statement nobody tracks reads nothing through the relay.
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM colors`).Scan(&n); err == nil {
+		t.Errorf("an untracked statement read the shards through the relay: %d", n)
 	}
 
 	other, err := coordinator.New(r, "")

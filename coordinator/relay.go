@@ -86,6 +86,9 @@ type relay struct {
 	listeners   []net.Listener
 	targets     []string
 	dialTimeout time.Duration
+	// peers are the addresses a connection may come from: the coordinator database's
+	// server (and loopback). Anyone else would reach the shards as the proxy does.
+	peers []net.IP
 
 	mu struct {
 		sync.Mutex
@@ -100,8 +103,8 @@ type relay struct {
 // shards; postgres_fdw puts the coordinator backend's process id after it.
 const appNamePrefix = "shardlab_coordinator "
 
-func startRelay(host string, targets []string) (*relay, error) {
-	r := &relay{targets: targets, dialTimeout: 10 * time.Second}
+func startRelay(host string, targets []string, peers []net.IP) (*relay, error) {
+	r := &relay{targets: targets, dialTimeout: 10 * time.Second, peers: peers}
 	r.mu.tracked = map[uint32]*Movement{}
 	r.mu.conns = map[net.Conn]struct{}{}
 	for range targets {
@@ -194,6 +197,10 @@ func (r *relay) serve(ln net.Listener, ds int) {
 		if err != nil {
 			return
 		}
+		if !r.fromPeer(c) {
+			c.Close()
+			continue
+		}
 		if !r.keep(c) {
 			c.Close()
 			return
@@ -206,6 +213,27 @@ func (r *relay) serve(ln net.Listener, ds int) {
 		}()
 	}
 }
+
+// fromPeer reports whether a connection comes from the coordinator's server.
+func (r *relay) fromPeer(c net.Conn) bool {
+	a, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	if a.IP.IsLoopback() {
+		return true
+	}
+	for _, p := range r.peers {
+		if p.Equal(a.IP) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxMessage bounds one protocol message the relay reads: PostgreSQL's own bound on
+// a field, and some.
+const maxMessage = 1<<30 + 1<<20
 
 // Protocol codes of the first message a client sends.
 const (
@@ -270,12 +298,17 @@ func (r *relay) relayConn(client net.Conn, target string) {
 		defer close(done)
 		// Coordinator to shard: note whether the last query is a cursor's FETCH, and
 		// for which statement.
-		readMessages(cr, server, func(typ byte, body []byte) bool {
+		readMessages(cr, server, nil, func(typ byte, body []byte) bool {
 			switch typ {
 			case 'Q':
 				if len(body) >= 5 && strings.EqualFold(string(body[:5]), "FETCH") {
 					m := r.movementOf(appName)
-					if m != nil && m != attached {
+					if m == nil {
+						// A statement nobody counts (its backend is not tracked, or it
+						// names another's): not passed on.
+						return false
+					}
+					if m != attached {
 						if attached != nil {
 							attached.detach(client)
 						}
@@ -295,13 +328,13 @@ func (r *relay) relayConn(client net.Conn, target string) {
 		})
 		server.Close()
 	}()
-	// Shard to coordinator: count the rows of FETCH answers.
-	readMessages(bufio.NewReader(server), client, func(typ byte, body []byte) bool {
+	// Shard to coordinator: count the rows of FETCH answers, each before it is read.
+	readMessages(bufio.NewReader(server), client, func(typ byte, n int) bool {
 		if m := current.Load(); typ == 'D' && m != nil {
-			return m.add(len(body) + 5)
+			return m.add(n + 1)
 		}
 		return true
-	})
+	}, nil)
 	client.Close()
 	<-done
 }
@@ -340,11 +373,13 @@ func startupParams(msg []byte) map[string]string {
 	return out
 }
 
-// readMessages copies typed protocol messages from r to out, calling seen for each; a
-// false answer ends the copy. What is read at once is written at once.
-func readMessages(r *bufio.Reader, out io.Writer, seen func(typ byte, body []byte) bool) {
+// readMessages copies typed protocol messages from r to out. ahead, if set, hears of
+// each message's type and length before its body is read; seen, if set, sees it
+// whole. A false answer from either ends the copy. What is read at once is written at
+// once.
+func readMessages(r *bufio.Reader, out io.Writer, ahead func(typ byte, n int) bool, seen func(typ byte, body []byte) bool) {
 	var head [5]byte
-	buf := make([]byte, 0, 8192)
+	buf := make([]byte, 32<<10)
 	w := bufio.NewWriterSize(out, 32<<10)
 	for {
 		if r.Buffered() == 0 {
@@ -356,20 +391,31 @@ func readMessages(r *bufio.Reader, out io.Writer, seen func(typ byte, body []byt
 			return
 		}
 		n := int(binary.BigEndian.Uint32(head[1:]))
-		if n < 4 {
+		if n < 4 || n > maxMessage {
 			return
 		}
-		if cap(buf) < n-4 {
-			buf = make([]byte, n-4)
+		if ahead != nil && !ahead(head[0], n) {
+			return
 		}
-		body := buf[:n-4]
+		if _, err := w.Write(head[:]); err != nil {
+			return
+		}
+		if seen == nil {
+			// Streamed through in pieces: a large row holds no more than buf.
+			if _, err := io.CopyBuffer(w, io.LimitReader(r, int64(n-4)), buf); err != nil {
+				return
+			}
+			continue
+		}
+		body := buf
+		if n-4 > len(buf) {
+			body = make([]byte, n-4) // the coordinator's messages: queries, small
+		}
+		body = body[:n-4]
 		if _, err := io.ReadFull(r, body); err != nil {
 			return
 		}
 		if !seen(head[0], body) {
-			return
-		}
-		if _, err := w.Write(head[:]); err != nil {
 			return
 		}
 		if _, err := w.Write(body); err != nil {

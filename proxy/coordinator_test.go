@@ -256,6 +256,31 @@ func TestCoordinatorStaysExact(t *testing.T) {
 	if err != nil || !strings.Contains(route, "coordinator: "+joined) || !strings.Contains(route, "merge: none, the coordinator database") {
 		t.Errorf("route preview: %v\n%s", err, route)
 	}
+	// A setting the coordinator does not carry (one that names schemas, or its own
+	// reading of the shards) refuses the client's coordinated statements until it goes.
+	for _, set := range []string{`SET search_path = information_schema, public`, `SET postgres_fdw.application_name = 'x'`} {
+		if _, err := r.Simple(ctx, set); err != nil {
+			t.Fatalf("%s: %v", set, err)
+		}
+		if _, err := r.Simple(ctx, joined); sqlState(err) != "0A000" {
+			t.Errorf("after %s: %v, want 0A000", set, err)
+		}
+		if _, err := r.Simple(ctx, "RESET ALL"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.Simple(ctx, joined); err != nil {
+		t.Errorf("after RESET ALL: %v", err)
+	}
+	// A session that made a temporary table (which may shadow a table there) is not
+	// coordinated: the coordinator's sessions would not see it.
+	tmp := sqldiff.PgConnRunner{Conn: e.pgconnect(t)}
+	if _, err := tmp.Simple(ctx, `CREATE TEMP TABLE t_region (region_id int, name text)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tmp.Simple(ctx, `SELECT count(*) FROM t_region r JOIN t_order o ON o.user_id = r.region_id`); sqlState(err) != "0A000" {
+		t.Errorf("with a temporary table: %v, want 0A000", err)
+	}
 	// A schema change through the proxy reaches the coordinator.
 	for _, stmt := range []string{`ALTER TABLE t_order ADD COLUMN extra int`, `UPDATE t_order SET extra = 1 WHERE order_id = 5`} {
 		if _, err := r.Simple(ctx, stmt); err != nil {

@@ -107,7 +107,7 @@ func coordinatable(stmt *pg.Node) error {
 				err = errNotCoordinated
 			}
 		case *pg.SQLValueFunction:
-			if n.Op == pg.SQLValueFunctionOp_SVFOP_CURRENT_CATALOG {
+			if n.Op == pg.SQLValueFunctionOp_SVFOP_CURRENT_CATALOG || n.Op == pg.SQLValueFunctionOp_SVFOP_CURRENT_SCHEMA {
 				err = errNotCoordinated // the coordinator database's name
 			}
 		case *pg.RangeVar:
@@ -184,6 +184,7 @@ var sessionFunctions = map[string]bool{
 	"pg_advisory_unlock": true, "pg_advisory_unlock_shared": true, "pg_advisory_unlock_all": true,
 	"pg_cancel_backend": true, "pg_terminate_backend": true, "setseed": true, "currtid": true, "currtid2": true,
 	"obj_description": true, "col_description": true, "shobj_description": true, "format_type": true,
+	"current_setting": true, "current_schema": true, "current_schemas": true, "version": true,
 	"pg_current_wal_lsn": true, "pg_my_temp_schema": true, "pg_stat_get_activity": true,
 }
 

@@ -34,6 +34,17 @@ func (s *Session) readyCoordinator(ctx context.Context, refused error, partial b
 		return sqlplan.UnsupportedHint(hintOf(err), "%s; %s", why, strings.TrimPrefix(refusalMessage(err), "shardlab: "))
 	}
 	if err := s.r.coord.Ready(ctx, s.r.generation.Load()); err != nil {
+		if errors.Is(err, coordinator.ErrSchemaChanged) {
+			// Planned from catalogs that changed beside the proxy: plans and catalog
+			// answers go, and this statement is refused once rather than run on them.
+			s.r.planner.Invalidate()
+			s.r.catalog.Invalidate()
+			s.r.describes.reset()
+			return sqlplan.UnsupportedHint("Run it again.", "%s; the data sources' schemas changed beside the proxy since it was planned", why)
+		}
+		if ctx.Err() != nil {
+			return err
+		}
 		return sqlplan.Unsupported("%s; the coordinator database that would answer it is not available: %v", why, err)
 	}
 	return nil
@@ -51,8 +62,33 @@ func (s *Session) coordinatorAllowed(partial bool) error {
 		return sqlplan.Unsupported("an answer of the coordinator database is not fetched in parts (Execute with a row limit)")
 	case len(s.pools) <= s.coordinatorIndex():
 		return sqlplan.Unsupported("the coordinator database answers only the clients that run as the data sources' own users, whose user mappings it holds")
+	case s.madeState:
+		return sqlplan.Unsupported("the session may hold temporary objects or other state on its server connections, which the coordinator database's sessions do not see")
+	}
+	for _, list := range [][]setting{s.startup, s.currentSettings()} {
+		for _, st := range list {
+			if !coordinatorSetting(st.name) {
+				return sqlplan.Unsupported("the session set %s, which the coordinator database does not carry (it could name other schemas there, or its own reading of the shards)", st.name)
+			}
+		}
 	}
 	return nil
+}
+
+// coordinatorSetting reports whether the coordinator's sessions take a client's
+// setting as they are: how values are written and read, limits and planner choices.
+// Any other (search_path, role, postgres_fdw.*, default_transaction_read_only, custom
+// settings) refuses the client's coordinated statements.
+func coordinatorSetting(name string) bool {
+	switch name {
+	case "datestyle", "timezone", "intervalstyle", "extra_float_digits", "lc_monetary", "lc_numeric", "lc_time",
+		"bytea_output", "client_encoding", "standard_conforming_strings", "application_name", "client_min_messages",
+		"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout", "work_mem", "hash_mem_multiplier",
+		"xmloption", "xmlbinary", "jit", "geqo", "from_collapse_limit", "join_collapse_limit", "random_page_cost",
+		"seq_page_cost", "cpu_tuple_cost", "max_parallel_workers_per_gather", "default_text_search_config":
+		return true
+	}
+	return strings.HasPrefix(name, "enable_")
 }
 
 func hintOf(err error) string {

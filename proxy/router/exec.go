@@ -303,6 +303,9 @@ func (s *Session) noteEffects(plan *sqlplan.Plan, b *sqlplan.Bound, fastPath boo
 	if e == 0 && !(s.tempPath && plan.Kind == sqlplan.KindDDL) {
 		return nil
 	}
+	if e&sqlplan.EffectBinds != 0 || s.tempPath {
+		s.madeState = true // the coordinator's sessions would not see it (coordinatorAllowed)
+	}
 	if e&sqlplan.EffectSetConfig != 0 && !(single(b) && fastPath) {
 		return sqlplan.Unsupported("set_config in a statement that runs on several data sources, or that is fetched in parts: the proxy follows set_config only in a statement that runs on one data source")
 	}

@@ -66,6 +66,10 @@ type Session struct {
 	// tempPath: the search path names pg_temp, so that DDL without the word TEMP may
 	// make temporary objects.
 	tempPath bool
+	// madeState: a statement of the client's may have made state that lives on its
+	// server connections (a temporary table, say), which a coordinated statement,
+	// running in a session of its own, would not see.
+	madeState bool
 	// txLocal are SET LOCAL and SET TRANSACTION statements of the open transaction,
 	// run on each data source when it joins the transaction.
 	txLocal []string
