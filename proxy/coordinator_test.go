@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -271,6 +272,19 @@ func TestCoordinatorStaysExact(t *testing.T) {
 	}
 	if _, err := r.Simple(ctx, joined); err != nil {
 		t.Errorf("after RESET ALL: %v", err)
+	}
+	// Startup options are settings too: -c statement_timeout is carried, -c search_path
+	// refuses.
+	for opt, want := range map[string]string{"-c statement_timeout=5s": "", "-c search_path=information_schema,public": "0A000"} {
+		c, err := pgconn.Connect(ctx, e.url("")+"&options="+strings.ReplaceAll(url.QueryEscape(opt), "+", "%20"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = sqldiff.PgConnRunner{Conn: c}.Simple(ctx, joined)
+		if sqlState(err) != want {
+			t.Errorf("startup options %q: %v, want %q", opt, err, want)
+		}
+		c.Close(ctx)
 	}
 	// A session that made a temporary table (which may shadow a table there) is not
 	// coordinated: the coordinator's sessions would not see it.

@@ -67,8 +67,15 @@ func (s *Session) coordinatorAllowed(partial bool) error {
 	}
 	for _, list := range [][]setting{s.startup, s.currentSettings()} {
 		for _, st := range list {
-			if !coordinatorSetting(st.name) {
-				return sqlplan.Unsupported("the session set %s, which the coordinator database does not carry (it could name other schemas there, or its own reading of the shards)", st.name)
+			name := st.name
+			if name == "options" {
+				// A startup packet's -c name=value, one SET each.
+				if _, n, err := classifySet(st.sql); err == nil {
+					name = n
+				}
+			}
+			if !coordinatorSetting(name) {
+				return sqlplan.Unsupported("the session set %s, which the coordinator database does not carry (it could name other schemas there, or its own reading of the shards)", name)
 			}
 		}
 	}
