@@ -163,7 +163,16 @@ func TestCoordinatorRefusesDataSourcesThatSortDifferently(t *testing.T) {
 	name := pgtest.UniqueName("coordloc_c")
 	exec(t, admin, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE template0 LC_COLLATE 'POSIX' LC_CTYPE 'POSIX'`, name))
 	t.Cleanup(func() {
-		admin.Exec(context.Background(), fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, name))
+		// On a connection of its own: the test's is closed by then.
+		c, err := pgx.Connect(context.Background(), base)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close(context.Background())
+		if _, err := c.Exec(context.Background(), fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, name)); err != nil {
+			t.Error(err)
+		}
 	})
 	var collate string
 	if err := admin.QueryRow(ctx, `SELECT datcollate FROM pg_database WHERE datname = current_database()`).Scan(&collate); err != nil {
