@@ -168,6 +168,10 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 	}
 	if err != nil {
 		// Fresh connections: a cancelled context closes the ones a statement was on.
+		// The others go first: a transaction one of them left open on a source would
+		// keep a table-sync worker's slot creation waiting there, and the DROP
+		// SUBSCRIPTION below waiting for that worker.
+		closeAll(conns)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		fresh, cerr := connectAll(cctx, from, to)
