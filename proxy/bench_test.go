@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,5 +149,49 @@ func BenchmarkPassthroughTransaction(b *testing.B) {
 		c.roundTrip(b, begin)
 		c.roundTrip(b, msgs[i%len(msgs)])
 		c.roundTrip(b, commit)
+	}
+}
+
+// BenchmarkInsertKeys measures what drawing keys from the sequence costs (docs/
+// sql-sharding.md, "Keys the application does not send"): one-row and ten-row INSERTs
+// through a proxy over two databases, with the key given by the client and drawn.
+func BenchmarkInsertKeys(b *testing.B) {
+	e := startProxy(b, 2, []string{"kb_given=id", "kb_drawn=id"}, nil)
+	c := e.connect(b)
+	defer c.Close(context.Background())
+	exec1(b, c, "CREATE TABLE kb_given (id bigint PRIMARY KEY, name text)")
+	exec1(b, c, "CREATE TABLE kb_drawn (id bigserial PRIMARY KEY, name text)")
+	next := int64(0)
+	for _, rows := range []int{1, 10} {
+		var given, drawn strings.Builder
+		given.WriteString("INSERT INTO kb_given (id, name) VALUES ")
+		drawn.WriteString("INSERT INTO kb_drawn (name) VALUES ")
+		for r := range rows {
+			if r > 0 {
+				given.WriteString(", ")
+				drawn.WriteString(", ")
+			}
+			fmt.Fprintf(&given, "($%d, 'x')", r+1)
+			drawn.WriteString("('x')")
+		}
+		b.Run(fmt.Sprintf("given/rows=%d", rows), func(b *testing.B) {
+			args := make([]any, rows)
+			for i := 0; i < b.N; i++ {
+				for r := range args {
+					next++
+					args[r] = next
+				}
+				if _, err := c.Exec(context.Background(), given.String(), args...); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("drawn/rows=%d", rows), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if _, err := c.Exec(context.Background(), drawn.String()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,7 +33,12 @@ type env struct {
 	addr  string
 	dsns  []string // the data sources, straight to PostgreSQL
 	rules *rules.Compiled
+	// stop shuts the proxy down (once; the test's cleanup calls it too).
+	stop func()
 }
+
+// close shuts the proxy down before the test ends.
+func (e *env) close() { e.stop() }
 
 // option changes a proxy's configuration before it starts.
 type option func(*proxy.Config)
@@ -103,7 +109,7 @@ func startProxyOn(t testing.TB, r rules.Rules, opts ...option) *env {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
@@ -118,11 +124,12 @@ func startProxyOn(t testing.TB, r rules.Rules, opts ...option) *env {
 			}
 		}
 	})
+	t.Cleanup(stop)
 	var dsns []string
 	for _, ds := range c.DataSources() {
 		dsns = append(dsns, ds.DSN)
 	}
-	return &env{t: t, srv: srv, addr: ln.Addr().String(), dsns: dsns, rules: c}
+	return &env{t: t, srv: srv, addr: ln.Addr().String(), dsns: dsns, rules: c, stop: stop}
 }
 
 // url is the proxy's URL for database db (testDatabase when "").

@@ -309,11 +309,27 @@ func (cn *conn) runSimple(ctx context.Context, query string) (*sqlexec.Result, e
 	if err != nil {
 		return nil, err
 	}
-	b, err := plan.BindSimple(query, lits)
+	var a sqlplan.Args
+	if a.Keys, err = cn.drawKeys(ctx, plan); err != nil {
+		return nil, err
+	}
+	b, err := plan.BindSimpleArgs(query, lits, a)
 	if err != nil {
 		return nil, err
 	}
-	return cn.execute(ctx, b, sqlplan.Args{}, nil)
+	return cn.execute(ctx, b, a, nil)
+}
+
+// drawKeys draws the keys an INSERT leaves to its key's sequence (sqlplan.Plan.Keys);
+// none for any other statement.
+func (cn *conn) drawKeys(ctx context.Context, plan *sqlplan.Plan) ([]string, error) {
+	if plan.Keys == nil {
+		return nil, nil
+	}
+	if cn.s == nil {
+		return nil, sqlplan.Unsupported("an INSERT that draws its sharding key from a sequence, on SQLite data sources")
+	}
+	return sqlexec.DrawKeys(ctx, cn.s, plan.Keys)
 }
 
 // description is what a statement's parameters are, learned once from a shard.
@@ -387,6 +403,11 @@ func (cn *conn) runPlan(ctx context.Context, plan *sqlplan.Plan, args []driver.N
 			a.Values[i] = v
 		}
 	}
+	keys, err := cn.drawKeys(ctx, plan)
+	if err != nil {
+		return nil, err
+	}
+	a.Keys = keys
 	b, err := plan.Bind(a)
 	if err != nil {
 		return nil, err
@@ -749,6 +770,10 @@ func Explain(ctx context.Context, c *sql.Conn, query string, args ...any) (strin
 			if err != nil {
 				return err
 			}
+			if plan.Keys != nil {
+				out = plan.ExplainKeys() // explaining draws no keys
+				return nil
+			}
 			if b, err = plan.BindSimple(query, lits); err != nil {
 				return err
 			}
@@ -768,6 +793,10 @@ func Explain(ctx context.Context, c *sql.Conn, query string, args ...any) (strin
 					return err
 				}
 				a.Values = append(a.Values, enc)
+			}
+			if plan.Keys != nil {
+				out = plan.ExplainKeys()
+				return nil
 			}
 			if b, err = plan.Bind(a); err != nil {
 				return err

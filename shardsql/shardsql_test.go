@@ -74,6 +74,12 @@ func kv(t testing.TB, dsns []string) *rules.Compiled {
 
 func countRows(t *testing.T, dsns []string) []int {
 	t.Helper()
+	return countOn(t, dsns, "kv")
+}
+
+// countOn counts table's rows on each data source.
+func countOn(t *testing.T, dsns []string, table string) []int {
+	t.Helper()
 	var out []int
 	for _, d := range dsns {
 		db, err := sql.Open("pgx", d)
@@ -81,7 +87,7 @@ func countRows(t *testing.T, dsns []string) []int {
 			t.Fatal(err)
 		}
 		var n int
-		if err := db.QueryRow("SELECT count(*) FROM kv").Scan(&n); err != nil {
+		if err := db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		db.Close()

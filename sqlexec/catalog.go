@@ -167,6 +167,48 @@ func (c *Catalog) KeyType(ctx context.Context, t *rules.TableRule, column string
 	return typ, nil
 }
 
+// KeySequence implements the planner's key sequences: the sequence a sharding column's
+// default draws from on the table's first shard (serial, bigserial, an identity column,
+// or a default that is exactly nextval of one sequence), schema-qualified and quoted,
+// and whether the column is GENERATED ALWAYS; "" for any other default.
+func (c *Catalog) KeySequence(ctx context.Context, t *rules.TableRule, column string) (string, bool, error) {
+	k := "keyseq " + t.Name + "." + column // not a table name: it has a blank
+	_, private := c.source(ctx)
+	c.mu.Lock()
+	ans, ok := c.mu.columns[k]
+	c.mu.Unlock()
+	if !ok || private {
+		rows, err := c.query(ctx, t.Nodes[0].DataSource,
+			`SELECT CASE WHEN a.attidentity <> '' THEN pg_catalog.pg_get_serial_sequence($1, $2)
+			        ELSE (SELECT pg_catalog.format('%I.%I', n.nspname, s.relname)
+			                FROM pg_catalog.pg_attrdef d
+			                JOIN pg_catalog.pg_depend dep ON dep.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
+			                 AND dep.objid = d.oid AND dep.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+			                JOIN pg_catalog.pg_class s ON s.oid = dep.refobjid AND s.relkind = 'S'
+			                JOIN pg_catalog.pg_namespace n ON n.oid = s.relnamespace
+			               WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum
+			                 AND pg_catalog.pg_get_expr(d.adbin, d.adrelid) ~ '^nextval\(''[^'']*''::regclass\)$')
+			        END,
+			        (a.attidentity = 'a')::text
+			   FROM pg_catalog.pg_attribute a
+			  WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped`,
+			nodeName(t.Nodes[0]), column)
+		if err != nil {
+			return "", false, err
+		}
+		ans = []string{"", "false"}
+		if len(rows) == 1 && rows[0][0] != nil {
+			ans = []string{*rows[0][0], *rows[0][1]}
+		}
+		if !private {
+			c.mu.Lock()
+			c.mu.columns[k] = ans
+			c.mu.Unlock()
+		}
+	}
+	return ans[0], ans[1] == "true", nil
+}
+
 // Columns implements sqlplan.Catalog.
 func (c *Catalog) Columns(ctx context.Context, t *rules.TableRule) ([]string, error) {
 	return c.columns(ctx, t, false)

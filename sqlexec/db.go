@@ -170,6 +170,11 @@ func (db *DB) exec(ctx context.Context, s *Session, sql string, args sqlplan.Arg
 	if err != nil {
 		return nil, err
 	}
+	if plan.Keys != nil {
+		if args.Keys, err = DrawKeys(ctx, s, plan.Keys); err != nil {
+			return nil, err
+		}
+	}
 	b, err := plan.Bind(args)
 	if err != nil {
 		return nil, err
@@ -183,7 +188,17 @@ func (db *DB) SimpleExec(ctx context.Context, sql string) ([]*Result, error) {
 	s := NewSession(db.pools, db.committer)
 	var out []*Result
 	for _, stmt := range sqlplan.SplitStatements(sql) {
-		b, err := db.planner.Simple(ctx, stmt)
+		plan, lits, err := db.planner.PlanSimple(ctx, stmt)
+		if err != nil {
+			return out, err
+		}
+		var args sqlplan.Args
+		if plan.Keys != nil {
+			if args.Keys, err = DrawKeys(ctx, s, plan.Keys); err != nil {
+				return out, err
+			}
+		}
+		b, err := plan.BindSimpleArgs(stmt, lits, args)
 		if err != nil {
 			return out, err
 		}

@@ -23,6 +23,9 @@ type Args struct {
 	// statement that reads or changes rows by it goes to every shard, and one that
 	// must place a row by it is refused (0A000).
 	ForeignText bool
+	// Keys are the values drawn from Plan.Keys's sequence, one per row that takes one,
+	// as the server printed them.
+	Keys []string
 }
 
 // errForeignKey is the refusal of a sharding key that ForeignText hides.
@@ -101,6 +104,11 @@ func (v *values) key(r valueRef) (rules.Key, error) {
 			return k, errForeignKey
 		}
 		k = rules.TextKey(text)
+	case valueKey:
+		if r.n >= len(v.args.Keys) {
+			return k, fmt.Errorf("key %d of %d drawn from the sequence missing", r.n+1, len(v.args.Keys))
+		}
+		k = rules.TextKey(v.args.Keys[r.n])
 	case valueParam:
 		i := r.n - 1
 		if i < 0 || i >= len(v.args.Values) {
@@ -204,6 +212,13 @@ func (pl *Plan) BindSimpleForeign(sql string, lits []Literal) (*Bound, error) {
 	return pl.bind(sql, lits, Args{ForeignText: true})
 }
 
+// BindSimpleArgs is BindSimple with what Args says beside parameter values: whether
+// text is foreign (ForeignText) and the keys drawn for the rows (Keys).
+func (pl *Plan) BindSimpleArgs(sql string, lits []Literal, args Args) (*Bound, error) {
+	args.Values, args.Formats, args.OIDs = nil, nil, nil
+	return pl.bind(sql, lits, args)
+}
+
 func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {
 	if pl.refuse != nil {
 		return nil, pl.refuse
@@ -214,8 +229,13 @@ func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {
 	if pl.normalized && len(lits) != len(pl.litKinds) {
 		return nil, pgErr(CodeInternalError, "shardlab: statement has %d literals, its plan %d", len(lits), len(pl.litKinds))
 	}
+	if pl.Keys != nil {
+		if err := pl.Keys.check(args.Keys); err != nil {
+			return nil, err
+		}
+	}
 	v := &values{sql: sql, lits: lits, args: args}
-	b := &Bound{Plan: pl, Limit: -1, Offset: -1}
+	b := &Bound{Plan: pl, Limit: -1, Offset: -1, Keys: args.Keys}
 	b.Targets = b.one[:0]
 	switch pl.Kind {
 	case KindSelect, KindUpdate, KindDelete:
@@ -497,6 +517,9 @@ func (pl *Plan) bindUnsharded(b *Bound, v *values) error {
 // slotFunc returns the values of computed slots for b.
 func (pl *Plan) slotFunc(b *Bound) func(int) string {
 	return func(n int) string {
+		if n >= slotKeys {
+			return b.Keys[n-slotKeys]
+		}
 		if n == slotLimit && b.Limit >= 0 {
 			if b.Offset > 0 {
 				return strconv.FormatInt(b.Limit+b.Offset, 10)
@@ -562,7 +585,7 @@ func (pl *Plan) DescribeSQL() (int, string) {
 		ds = pl.insert.target.rule.Nodes[0].DataSource
 		if pl.tmpl == nil && len(pl.insert.rows) > 0 {
 			// A split INSERT has no single template: describe it whole on shard 0.
-			r := &renderer{sql: pl.SQL, table: pl.names(placement{{pl.route.groups[0], 0}}), slot: func(int) string { return "ALL" }, keepParams: true}
+			r := &renderer{sql: pl.SQL, table: pl.names(placement{{pl.route.groups[0], 0}}), slot: describeSlot, keepParams: true}
 			var sb strings.Builder
 			sb.WriteString(r.render(pl.insert.prefix))
 			for i, row := range pl.insert.rows {
@@ -578,6 +601,6 @@ func (pl *Plan) DescribeSQL() (int, string) {
 	if pl.tmpl == nil {
 		return ds, pl.SQL
 	}
-	r := &renderer{sql: pl.SQL, table: pl.names(place), slot: func(int) string { return "ALL" }, keepParams: true}
+	r := &renderer{sql: pl.SQL, table: pl.names(place), slot: describeSlot, keepParams: true}
 	return ds, r.render(pl.tmpl)
 }

@@ -226,9 +226,14 @@ func (a *analyzer) analyzeInsert(ins *pg.InsertStmt) error {
 		return a.singleTemplate(stmt)
 	}
 
-	// A sharded target: find each row's key values.
-	if !values {
-		return unsupported("INSERT into sharded table %s without a value for its sharding key %s: a per-shard SERIAL or identity column would hand out the same ids on every shard; generate ids in the client (a UUID, or a 64-bit id from a generator)",
+	// A sharded target: find each row's key values, drawing from the key's sequence
+	// those the statement leaves out.
+	if err := a.drawKeys(ins, target); err != nil {
+		return err
+	}
+	sel = ins.SelectStmt.GetSelectStmt()
+	if values = sel != nil && len(sel.ValuesLists) > 0 && sel.Op == pg.SetOperation_SETOP_NONE; !values {
+		return unsupported("INSERT into sharded table %s without a value for its sharding key %s: a key of several columns is never drawn from a sequence; give every key column a value",
 			target.name, strings.Join(target.rule.KeyColumns(), ", "))
 	}
 	cols, err := a.insertColumns(ins, target)
@@ -239,7 +244,7 @@ func (a *analyzer) analyzeInsert(ins *pg.InsertStmt) error {
 	for _, key := range target.rule.KeyColumns() {
 		i := slices.Index(cols, key)
 		if i < 0 {
-			return unsupported("INSERT into sharded table %s without a value for its sharding key %s: a per-shard SERIAL or identity column would hand out the same ids on every shard; generate ids in the client (a UUID, or a 64-bit id from a generator)", target.name, key)
+			return unsupported("INSERT into sharded table %s without a value for its sharding key %s: a key of several columns is never drawn from a sequence; give every key column a value", target.name, key)
 		}
 		for r, row := range sel.ValuesLists {
 			items := row.GetList().Items
@@ -259,6 +264,12 @@ func (a *analyzer) analyzeInsert(ins *pg.InsertStmt) error {
 	a.plan.insert = spec
 	a.markTables()
 	if len(sel.ValuesLists) == 1 {
+		if a.plan.Keys != nil {
+			// The drawn key is a slot of the template, even where no name changes.
+			t, err := a.makeTemplate(stmt)
+			a.plan.tmpl = t
+			return err
+		}
 		return a.singleTemplate(stmt)
 	}
 	return a.splitTemplate(stmt, spec)
@@ -390,7 +401,7 @@ func (pl *Plan) bindInsert(b *Bound, v *values) error {
 	}
 	for _, n := range order {
 		t := Target{DataSource: target.rule.Nodes[n].DataSource, Shard: n, RowOrder: byNode[n]}
-		if spec.rows == nil || (len(order) == 1 && pl.tmpl == nil && !pl.needsRenameAt(n)) {
+		if spec.rows == nil || (len(order) == 1 && pl.tmpl == nil && pl.Keys == nil && !pl.needsRenameAt(n)) {
 			t.SQL, t.Params = pl.render(pl.tmpl, v, placement{{pl.route.groups[0], n}}, b)
 		} else {
 			r := &renderer{sql: v.sql, lits: v.lits, table: names(n), slot: pl.slotFunc(b)}

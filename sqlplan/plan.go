@@ -127,6 +127,10 @@ type Plan struct {
 	// Session says what the statement may do to its server connection's session
 	// (settings through set_config, temporary objects, advisory locks).
 	Session SessionEffects
+	// Keys, on an INSERT into a sharded table that leaves its key to the column's
+	// sequence, says where the keys come from: the caller draws them (Args.Keys)
+	// before Bind, which routes each row by its key.
+	Keys *KeySource
 
 	rules      *rules.Compiled
 	normalized bool        // values are literals of the statement text (simple protocol)
@@ -279,6 +283,8 @@ type Bound struct {
 	// Refused is set when the coordinator database answers (Coordinated): why the
 	// merge could not.
 	Refused error
+	// Keys are the keys drawn for the statement's rows (Plan.Keys), for explaining.
+	Keys []string
 
 	one     [1]Target // storage for the usual single target
 	oneNode [1]int

@@ -27,6 +27,7 @@ const (
 	valueNull
 	valueParam   // a client parameter $n (extended protocol)
 	valueLiteral // literal n of a normalised simple-protocol statement
+	valueKey     // key n (0-based) drawn from the sharding key's sequence (Plan.Keys)
 )
 
 func (v valueRef) String() string {
@@ -41,6 +42,8 @@ func (v valueRef) String() string {
 		return neg + "$" + strconv.Itoa(v.n)
 	case valueLiteral:
 		return neg + "literal " + strconv.Itoa(v.n)
+	case valueKey:
+		return "key " + strconv.Itoa(v.n+1) + " from the sequence"
 	}
 	return neg + v.text
 }
@@ -66,6 +69,9 @@ func (a *analyzer) valueOf(n *pg.Node) (valueRef, bool) {
 		return valueRef{}, false
 	case *pg.Node_ParamRef:
 		num := int(x.ParamRef.Number)
+		if num >= slotBase+slotKeys {
+			return valueRef{kind: valueKey, n: num - slotBase - slotKeys}, true
+		}
 		if a.normalized {
 			return valueRef{kind: valueLiteral, n: num}, true
 		}

@@ -29,7 +29,18 @@ const slotBase = 1_000_000
 // Computed slots.
 const (
 	slotLimit = iota // LIMIT offset+limit, pushed to each shard
+	// slotKeys+i is the i-th key drawn from a sequence for an INSERT (Plan.Keys).
+	slotKeys
 )
+
+// describeSlot fills computed slots in a statement described without values: no LIMIT,
+// and the column's default for a key the sequence would give.
+func describeSlot(n int) string {
+	if n >= slotKeys {
+		return "DEFAULT"
+	}
+	return "ALL"
+}
 
 type segKind uint8
 

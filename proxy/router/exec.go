@@ -232,6 +232,17 @@ func (s *Session) planContext(ctx context.Context) context.Context {
 	return sqlexec.WithCatalogPool(ctx, sqlexec.TransactionPool(&s.conns))
 }
 
+// drawKeys draws the keys an INSERT leaves to its key's sequence (sqlplan.Plan.Keys)
+// on the client's connection to the sequence's data source. nextval sets that
+// session's sequence state as the client's own statement would.
+func (s *Session) drawKeys(ctx context.Context, k *sqlplan.KeySource) ([]string, error) {
+	running := s.running
+	s.running = true
+	defer func() { s.running = running }()
+	keys, err := sqlexec.DrawKeys(ctx, &s.conns, k)
+	return keys, s.shardErr(k.DataSource, err)
+}
+
 // runSimple runs one bound simple-protocol statement, sending the whole answer:
 // columns, rows and command tag.
 func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {

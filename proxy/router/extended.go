@@ -163,6 +163,11 @@ func (s *Session) Bind(ctx context.Context, m *pgproto3.Bind) error {
 			return s.fail(err)
 		}
 		p.args.OIDs = oids
+		if st.plan.Keys != nil {
+			if p.args.Keys, err = s.drawKeys(ctx, st.plan.Keys); err != nil {
+				return s.fail(err)
+			}
+		}
 		if p.bound, err = st.plan.Bind(p.args); err != nil {
 			return s.fail(err)
 		}

@@ -684,6 +684,9 @@ func (r *Router) Route(ctx context.Context, sql string) (string, error) {
 		}
 		return b.String(), nil
 	}
+	if plan.Keys != nil {
+		return plan.ExplainKeys(), nil // previewing draws no keys
+	}
 	b, err := plan.BindSimple(stmts[0], lits)
 	if err != nil {
 		return "", err

@@ -71,11 +71,13 @@ func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) 
 	case sqlplan.KindCopy:
 		return s.copy(ctx, plan)
 	}
-	bind := plan.BindSimple
-	if s.foreignText() {
-		bind = plan.BindSimpleForeign
+	args := sqlplan.Args{ForeignText: s.foreignText()}
+	if plan.Keys != nil {
+		if args.Keys, err = s.drawKeys(ctx, plan.Keys); err != nil {
+			return err
+		}
 	}
-	b, err := bind(stmt, lits)
+	b, err := plan.BindSimpleArgs(stmt, lits, args)
 	if err != nil {
 		return err
 	}
