@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,7 +54,43 @@ func runCoordinatedDifferential(t *testing.T, layout sqldiff.Layout, options str
 	}
 	t.Logf("%s through the proxy with the coordinator: %d reads, %d answered equal (%d of the %d the merge refuses), %d refused",
 		layout.Name, reads.Total, reads.Equal, reads.Coordinated, mustRefuse, reads.Refused)
+
+	// Generated joins, subqueries, CTEs, set operations and window functions: every
+	// answer equal to one database's, and the share answered reported.
+	generated := sqldiff.RandomShapes(uint64(len(layout.Name))+21, randomShapes)
+	for _, q := range generated {
+		// An error both sides raise alike would count as answered: none may have one.
+		if _, err := env.Ref.Simple(context.Background(), q.SQL); err != nil {
+			t.Errorf("generated query fails on one database: %s: %v", q.SQL, err)
+		}
+	}
+	shapes := env.RunReads(t, r, generated)
+	// The same shapes without the coordinator, in one protocol form: what the merge
+	// alone answers.
+	plain := startProxyOn(t, env.Rules.Rules())
+	conn, err := pgconn.Connect(context.Background(), plain.url(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	merge := *env
+	merge.Coordinated, merge.Modes = false, []string{"simple"}
+	alone := merge.RunReads(t, sqldiff.PgConnRunner{Conn: conn}, generated)
+	t.Logf("%s generated shapes: %d of %d answered (%.0f%%), every answer equal to one database's, %d refused; the merge alone answers %d",
+		layout.Name, shapes.Equal, shapes.Total, 100*float64(shapes.Equal)/float64(shapes.Total), shapes.Refused, alone.Equal)
+	if shapes.Equal < shapes.Total*9/10 || alone.Equal >= shapes.Equal {
+		t.Errorf("%d of %d generated shapes answered, %d by the merge alone", shapes.Equal, shapes.Total, alone.Equal)
+	}
 }
+
+// randomShapes is how many generated queries each layout's coordinated differential
+// runs: 80, or SHARDLAB_RANDOM_SHAPES for a longer search.
+var randomShapes = func() int {
+	if n, err := strconv.Atoi(os.Getenv("SHARDLAB_RANDOM_SHAPES")); err == nil && n > 0 {
+		return n
+	}
+	return 80
+}()
 
 // TestCoordinatorDifferential: the differential suite through the proxy with the
 // coordinator database, in the layouts of TestDifferentialThroughTheWire (pghash

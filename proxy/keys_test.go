@@ -156,8 +156,16 @@ func TestKeysFromSequence(t *testing.T) {
 			t.Errorf("%s: %v, want 0A000 naming the default", q, err)
 		}
 	}
+	// No column list, and ON CONFLICT: as on one database.
+	for _, q := range []string{`INSERT INTO k_nextval VALUES ('no list') RETURNING id, name`,
+		`INSERT INTO k_serial (id, name) VALUES (DEFAULT, 'conflict') ON CONFLICT (id) DO UPDATE SET name = 'updated' RETURNING *`,
+		`INSERT INTO k_serial (id, name) VALUES (3, 'conflict') ON CONFLICT (id) DO UPDATE SET name = 'updated' RETURNING *`} {
+		same(pgx.QueryExecModeSimpleProtocol, q)
+		same(pgx.QueryExecModeCacheStatement, q)
+	}
+
 	// The route preview says where keys come from, without drawing one.
-	before := queryInt(t, one, `SELECT last_value FROM k_serial_id_seq`)
+	before := queryInt(t, e.shard(t, 0), `SELECT last_value FROM k_serial_id_seq`)
 	adm, err := pgconn.Connect(ctx, strings.Replace(e.url(""), "/"+testDatabase+"?", "/shardlab?", 1))
 	if err != nil {
 		t.Fatal(err)
@@ -177,6 +185,25 @@ func TestKeysFromSequence(t *testing.T) {
 	shardSeq := queryInt(t, e.shard(t, 0), `SELECT last_value FROM k_serial_id_seq`)
 	if shardSeq != before {
 		t.Errorf("the route preview drew a key: the sequence is at %d, was %d", shardSeq, before)
+	}
+
+	// The key's default changes beside the proxy (straight on the first shard): a
+	// statement planned before draws nothing from the old sequence; it is refused once,
+	// and planned again it draws from the new one.
+	insert := `INSERT INTO k_serial (name) VALUES ($1) RETURNING id`
+	if _, err := px.Exec(ctx, insert, "planned"); err != nil {
+		t.Fatal(err)
+	}
+	s0 := e.shard(t, 0)
+	exec1(t, s0, `CREATE SEQUENCE k_moved START 5000000`)
+	exec1(t, s0, `ALTER TABLE k_serial ALTER COLUMN id SET DEFAULT nextval('k_moved')`)
+	var id int64
+	err = px.QueryRow(ctx, insert, "stale").Scan(&id)
+	if sqlState(err) != "0A000" || !strings.Contains(err.Error(), "changed") {
+		t.Errorf("insert planned before the default changed: id %d, %v; want 0A000", id, err)
+	}
+	if err := px.QueryRow(ctx, insert, "replanned").Scan(&id); err != nil || id != 5000000 {
+		t.Errorf("insert planned again: id %d, %v; want 5000000 from the new sequence", id, err)
 	}
 }
 

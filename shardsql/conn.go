@@ -329,7 +329,13 @@ func (cn *conn) drawKeys(ctx context.Context, plan *sqlplan.Plan) ([]string, err
 	if cn.s == nil {
 		return nil, sqlplan.Unsupported("an INSERT that draws its sharding key from a sequence, on SQLite data sources")
 	}
-	return sqlexec.DrawKeys(ctx, cn.s, plan.Keys)
+	keys, err := sqlexec.DrawKeys(ctx, cn.s, plan.Keys)
+	if errors.Is(err, sqlexec.ErrKeyDefaultChanged) {
+		cn.c.catalog.Invalidate()
+		cn.c.planner.Invalidate()
+		return nil, sqlplan.UnsupportedHint("Run it again (prepare it again).", "the default of sharding key %s.%s changed since the statement was planned", plan.Keys.Table, plan.Keys.Column)
+	}
+	return keys, err
 }
 
 // description is what a statement's parameters are, learned once from a shard.

@@ -167,38 +167,43 @@ func (c *Catalog) KeyType(ctx context.Context, t *rules.TableRule, column string
 	return typ, nil
 }
 
-// KeySequence implements the planner's key sequences: the sequence a sharding column's
-// default draws from on the table's first shard (serial, bigserial, an identity column,
-// or a default that is exactly nextval of one sequence), schema-qualified and quoted,
-// and whether the column is GENERATED ALWAYS; "" for any other default.
-func (c *Catalog) KeySequence(ctx context.Context, t *rules.TableRule, column string) (string, bool, error) {
+// keySequenceQuery finds, for table $1 and column $2, the sequence the column's
+// default draws from (an identity's, or the one sequence a default of exactly
+// nextval('...'::regclass) names), schema-qualified and quoted; whether the column is
+// GENERATED ALWAYS; and whether another column of the table is. No backslash: it reads
+// the same whatever standard_conforming_strings says.
+const keySequenceQuery = `SELECT CASE WHEN a.attidentity <> '' THEN pg_catalog.pg_get_serial_sequence($1, $2)
+	        ELSE (SELECT pg_catalog.format('%I.%I', n.nspname, s.relname)
+	                FROM pg_catalog.pg_attrdef d
+	                JOIN pg_catalog.pg_depend dep ON dep.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
+	                 AND dep.objid = d.oid AND dep.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+	                JOIN pg_catalog.pg_class s ON s.oid = dep.refobjid AND s.relkind = 'S'
+	                JOIN pg_catalog.pg_namespace n ON n.oid = s.relnamespace
+	               WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum
+	                 AND pg_catalog.pg_get_expr(d.adbin, d.adrelid) ~ '^nextval[(]''[^'']*''::regclass[)]$')
+	        END AS seq,
+	        a.attidentity = 'a' AS always,
+	        EXISTS (SELECT FROM pg_catalog.pg_attribute o WHERE o.attrelid = a.attrelid AND o.attnum > 0
+	                   AND o.attnum <> a.attnum AND NOT o.attisdropped AND o.attidentity = 'a') AS other_always
+	   FROM pg_catalog.pg_attribute a
+	  WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped`
+
+// KeySequence implements the planner's key sequences (sqlplan.KeyDefault), read on the
+// data source of the table's first shard.
+func (c *Catalog) KeySequence(ctx context.Context, t *rules.TableRule, column string) (sqlplan.KeyDefault, error) {
 	k := "keyseq " + t.Name + "." + column // not a table name: it has a blank
 	_, private := c.source(ctx)
 	c.mu.Lock()
 	ans, ok := c.mu.columns[k]
 	c.mu.Unlock()
 	if !ok || private {
-		rows, err := c.query(ctx, t.Nodes[0].DataSource,
-			`SELECT CASE WHEN a.attidentity <> '' THEN pg_catalog.pg_get_serial_sequence($1, $2)
-			        ELSE (SELECT pg_catalog.format('%I.%I', n.nspname, s.relname)
-			                FROM pg_catalog.pg_attrdef d
-			                JOIN pg_catalog.pg_depend dep ON dep.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
-			                 AND dep.objid = d.oid AND dep.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
-			                JOIN pg_catalog.pg_class s ON s.oid = dep.refobjid AND s.relkind = 'S'
-			                JOIN pg_catalog.pg_namespace n ON n.oid = s.relnamespace
-			               WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum
-			                 AND pg_catalog.pg_get_expr(d.adbin, d.adrelid) ~ '^nextval\(''[^'']*''::regclass\)$')
-			        END,
-			        (a.attidentity = 'a')::text
-			   FROM pg_catalog.pg_attribute a
-			  WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped`,
-			nodeName(t.Nodes[0]), column)
+		rows, err := c.query(ctx, t.Nodes[0].DataSource, keySequenceQuery, nodeName(t.Nodes[0]), column)
 		if err != nil {
-			return "", false, err
+			return sqlplan.KeyDefault{}, err
 		}
-		ans = []string{"", "false"}
+		ans = []string{"", "f", "f"}
 		if len(rows) == 1 && rows[0][0] != nil {
-			ans = []string{*rows[0][0], *rows[0][1]}
+			ans = []string{*rows[0][0], *rows[0][1], *rows[0][2]}
 		}
 		if !private {
 			c.mu.Lock()
@@ -206,7 +211,7 @@ func (c *Catalog) KeySequence(ctx context.Context, t *rules.TableRule, column st
 			c.mu.Unlock()
 		}
 	}
-	return ans[0], ans[1] == "true", nil
+	return sqlplan.KeyDefault{Sequence: ans[0], Always: ans[1] == "t", OtherAlways: ans[2] == "t"}, nil
 }
 
 // Columns implements sqlplan.Catalog.

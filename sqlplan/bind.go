@@ -518,7 +518,10 @@ func (pl *Plan) bindUnsharded(b *Bound, v *values) error {
 func (pl *Plan) slotFunc(b *Bound) func(int) string {
 	return func(n int) string {
 		if n >= slotKeys {
-			return b.Keys[n-slotKeys]
+			if i := n - slotKeys; i < len(b.Keys) {
+				return b.Keys[i]
+			}
+			return "NULL" // unreachable: Bind checked the keys against the plan's
 		}
 		if n == slotLimit && b.Limit >= 0 {
 			if b.Offset > 0 {

@@ -233,8 +233,7 @@ func (a *analyzer) analyzeInsert(ins *pg.InsertStmt) error {
 	}
 	sel = ins.SelectStmt.GetSelectStmt()
 	if values = sel != nil && len(sel.ValuesLists) > 0 && sel.Op == pg.SetOperation_SETOP_NONE; !values {
-		return unsupported("INSERT into sharded table %s without a value for its sharding key %s: a key of several columns is never drawn from a sequence; give every key column a value",
-			target.name, strings.Join(target.rule.KeyColumns(), ", "))
+		return keyMissing(target, strings.Join(target.rule.KeyColumns(), ", "))
 	}
 	cols, err := a.insertColumns(ins, target)
 	if err != nil {
@@ -244,7 +243,7 @@ func (a *analyzer) analyzeInsert(ins *pg.InsertStmt) error {
 	for _, key := range target.rule.KeyColumns() {
 		i := slices.Index(cols, key)
 		if i < 0 {
-			return unsupported("INSERT into sharded table %s without a value for its sharding key %s: a key of several columns is never drawn from a sequence; give every key column a value", target.name, key)
+			return keyMissing(target, key)
 		}
 		for r, row := range sel.ValuesLists {
 			items := row.GetList().Items
@@ -273,6 +272,14 @@ func (a *analyzer) analyzeInsert(ins *pg.InsertStmt) error {
 		return a.singleTemplate(stmt)
 	}
 	return a.splitTemplate(stmt, spec)
+}
+
+// keyMissing refuses an INSERT that gives no value for a sharding key and draws none.
+func keyMissing(target *tableRef, key string) error {
+	if len(target.rule.KeyColumns()) > 1 {
+		return unsupported("INSERT into sharded table %s without a value for its sharding key %s: a key of several columns is never drawn from a sequence; give every key column a value", target.name, key)
+	}
+	return unsupported("INSERT into sharded table %s without a value for its sharding key %s", target.name, key)
 }
 
 // insertColumns returns the INSERT's column names: its list, or the table's columns.

@@ -31,11 +31,24 @@ type KeySource struct {
 	Sequence string
 	// Count is how many rows take a key from it.
 	Count int
-	// Table and Column name the key, for errors.
+	// Table and Column name the key; Rule is the table's rule (its first shard's
+	// physical table holds the sequence).
 	Table, Column string
+	Rule          *rules.TableRule
 }
 
-// SQL is the query that draws the keys: Count values, in the rows' order.
+// KeyDefault is what a catalog says of a sharding key column's default.
+type KeyDefault struct {
+	// Sequence is the sequence the default draws from (serial, identity, DEFAULT
+	// nextval('s')), schema-qualified and quoted; "" for any other default.
+	Sequence string
+	// Always: the column is GENERATED ALWAYS AS IDENTITY. OtherAlways: another
+	// column of the table is.
+	Always, OtherAlways bool
+}
+
+// SQL shows the query that draws the keys: Count values, in the rows' order. (The
+// executor sends it with the name as a parameter, and checks the default too.)
 func (k *KeySource) SQL() string {
 	lit := "'" + strings.ReplaceAll(k.Sequence, "'", "''") + "'"
 	if k.Count == 1 {
@@ -68,11 +81,8 @@ func (k *KeySource) check(keys []string) error {
 
 // keySequences is implemented by catalogs that can name a key column's sequence.
 type keySequences interface {
-	// KeySequence returns the sequence a column's default draws from (serial,
-	// identity, DEFAULT nextval('s')) on the table's first shard, schema-qualified and
-	// quoted, and whether the column is GENERATED ALWAYS AS IDENTITY; "" when its
-	// default is anything else.
-	KeySequence(ctx context.Context, table *rules.TableRule, column string) (seq string, always bool, err error)
+	// KeySequence reads a column's default on the table's first shard.
+	KeySequence(ctx context.Context, table *rules.TableRule, column string) (KeyDefault, error)
 }
 
 // errNoKey refuses an INSERT that leaves a sharded table's key to a default that is
@@ -88,8 +98,8 @@ func errNoKey(table, key string) error {
 // row has a key.
 func (a *analyzer) drawKeys(ins *pg.InsertStmt, target *tableRef) error {
 	keys := target.rule.KeyColumns()
-	if len(keys) != 1 {
-		return nil
+	if len(keys) != 1 || a.p.rules.OneShard() {
+		return nil // rules of one shard: the statement runs there as written
 	}
 	key := keys[0]
 	sel := ins.SelectStmt.GetSelectStmt()
@@ -133,10 +143,11 @@ func (a *analyzer) drawKeys(ins *pg.InsertStmt, target *tableRef) error {
 		}
 		return errNoKey(target.name, key)
 	}
-	seq, always, err := ks.KeySequence(a.ctx, target.rule, key)
+	kd, err := ks.KeySequence(a.ctx, target.rule, key)
 	if err != nil {
 		return err
 	}
+	seq := kd.Sequence
 	if seq != "" && userValue {
 		// The identity ignores the values written and takes the shard's own sequence.
 		return unsupported("INSERT ... OVERRIDING USER VALUE into sharded table %s: every row's key %s would come from the shard's own sequence; leave the key out instead", target.name, key)
@@ -158,6 +169,8 @@ func (a *analyzer) drawKeys(ins *pg.InsertStmt, target *tableRef) error {
 			Op:          pg.SetOperation_SETOP_NONE,
 		}}}
 		drawn = 1
+	case len(ins.Cols) > 0 && at >= len(sel.ValuesLists[0].GetList().Items):
+		return nil // more columns than values: the caller says so, as PostgreSQL does
 	case at < 0 || at >= len(sel.ValuesLists[0].GetList().Items):
 		// Not among the columns written: it joins them, at the end.
 		rows = len(sel.ValuesLists)
@@ -186,12 +199,16 @@ func (a *analyzer) drawKeys(ins *pg.InsertStmt, target *tableRef) error {
 			}
 		}
 	}
-	if always && drawn == rows && ins.Override == pg.OverridingKind_OVERRIDING_NOT_SET {
+	if kd.Always && drawn == rows && ins.Override == pg.OverridingKind_OVERRIDING_NOT_SET {
 		// GENERATED ALWAYS takes a value only with OVERRIDING SYSTEM VALUE; every
 		// row's value is the identity's own. (A statement where some row writes a key
-		// of its own keeps failing on the shard, as on one database.)
+		// of its own keeps failing on the shard, as on one database.) The clause would
+		// let values into the table's other GENERATED ALWAYS columns too.
+		if kd.OtherAlways {
+			return unsupported("INSERT into sharded table %s without its key %s, a GENERATED ALWAYS identity, when another column is one too: the OVERRIDING SYSTEM VALUE that writes the drawn key would also let values into that column", target.name, key)
+		}
 		ins.Override = pg.OverridingKind_OVERRIDING_SYSTEM_VALUE
 	}
-	a.plan.Keys = &KeySource{DataSource: target.rule.Nodes[0].DataSource, Sequence: seq, Count: drawn, Table: target.name, Column: key}
+	a.plan.Keys = &KeySource{DataSource: target.rule.Nodes[0].DataSource, Sequence: seq, Count: drawn, Table: target.name, Column: key, Rule: target.rule}
 	return nil
 }

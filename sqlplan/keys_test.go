@@ -20,14 +20,16 @@ func (keyCatalog) Columns(_ context.Context, t *rules.TableRule) ([]string, erro
 	return []string{"user_id", "name"}, nil
 }
 
-func (keyCatalog) KeySequence(_ context.Context, t *rules.TableRule, col string) (string, bool, error) {
+func (keyCatalog) KeySequence(_ context.Context, t *rules.TableRule, col string) (sqlplan.KeyDefault, error) {
 	switch t.Name + "." + col {
 	case "t_order.order_id":
-		return "public.t_order_0_order_id_seq", false, nil
+		return sqlplan.KeyDefault{Sequence: "public.t_order_0_order_id_seq"}, nil
 	case "t_user.user_id":
-		return `"My Schema"."it's"`, true, nil
+		return sqlplan.KeyDefault{Sequence: `"My Schema"."it's"`, Always: true}, nil
+	case "t_event.event_id":
+		return sqlplan.KeyDefault{Sequence: "public.ev", Always: true, OtherAlways: true}, nil
 	}
-	return "", false, nil
+	return sqlplan.KeyDefault{}, nil
 }
 
 // TestKeysDrawnFromSequence: an INSERT that leaves a sharded key out takes keys drawn
@@ -112,7 +114,7 @@ func TestKeysDrawnFromSequence(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, err = pl.BindSimpleArgs(pl.SQL, lits, sqlplan.Args{Keys: []string{"10"}})
-	if err != nil || pl.Keys.Count != 1 {
+	if err != nil || pl.Keys == nil || pl.Keys.Count != 1 {
 		t.Fatal(err, pl.Keys)
 	}
 	for _, tg := range b.Targets {
@@ -122,7 +124,7 @@ func TestKeysDrawnFromSequence(t *testing.T) {
 	}
 	// Every row with a key: nothing drawn.
 	if pl, err := p.Prepare(ctx, "INSERT INTO t_order (order_id, user_id) VALUES (5, 1)"); err != nil || pl.Keys != nil {
-		t.Errorf("keyed insert: %v, keys %+v", err, pl.Keys)
+		t.Errorf("keyed insert: %v, plan %+v", err, pl)
 	}
 	// Refused: a key without a sequence, OVERRIDING USER VALUE, a catalog that cannot
 	// name sequences.
@@ -133,11 +135,35 @@ func TestKeysDrawnFromSequence(t *testing.T) {
 		{p, "INSERT INTO t_event (qty) VALUES (1)"},
 		{p, "INSERT INTO t_user OVERRIDING USER VALUE VALUES (1, 'x')"},
 		{sqlplan.New(r, floatCatalog{}, sqlplan.Options{}), "INSERT INTO t_order (user_id) VALUES (1)"},
+		{p, "INSERT INTO t_event (kind) VALUES ('x')"}, // another GENERATED ALWAYS column
 	} {
 		_, err := c.p.Prepare(ctx, c.sql)
 		if code := sqlplan.Code(err); code != "0A000" {
 			t.Errorf("%s: %v, want 0A000", c.sql, err)
 		}
+	}
+	// The numbers of the planner's own slots are no client's parameters: PostgreSQL
+	// has none such, and a value there must not be taken for a drawn key.
+	for _, sql := range []string{"INSERT INTO t_user (name) VALUES ($1000005)", "SELECT * FROM t_order WHERE status = $1000002",
+		"INSERT INTO t_order (status, user_id) VALUES ('a', $1000001)", "SELECT * FROM t_order WHERE status = $1000000 LIMIT 1"} {
+		_, err := p.Prepare(ctx, sql)
+		_, _, errSimple := p.PlanSimple(ctx, sql)
+		if sqlplan.Code(err) != "42P02" || sqlplan.Code(errSimple) != "42P02" {
+			t.Errorf("%s: %v / %v, want 42P02", sql, err, errSimple)
+		}
+	}
+	// More columns than values: PostgreSQL's 42601, no key drawn.
+	if _, err := p.Prepare(ctx, "INSERT INTO t_order (status, order_id) VALUES ('x')"); sqlplan.Code(err) != "42601" {
+		t.Errorf("more columns than values: %v", err)
+	}
+	// Rules of one shard: the statement runs there as written, drawing nothing.
+	one, err := rules.Compile(rules.Rules{DataSources: []rules.DataSource{{Name: "ds_0", DSN: "postgres://a/x"}},
+		Tables: []rules.Table{{Name: "t_order", Strategy: rules.Strategy{Column: "order_id", Type: rules.TypeInt8}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl, err := sqlplan.New(one, keyCatalog{}, sqlplan.Options{}).Prepare(ctx, "INSERT INTO t_order (user_id) VALUES (1)"); err != nil || pl.Keys != nil {
+		t.Errorf("one shard: %v, plan %+v", err, pl)
 	}
 	// An identity's quoted, qualified name is one SQL literal.
 	pl, err = p.Prepare(ctx, "INSERT INTO t_user (name) VALUES ('x')")

@@ -186,6 +186,10 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 		// they send are never bound (a COPY's WHERE clause keeps its literals).
 		return p.plan(ctx, sql, sql, false, nil)
 	}
+	if n := slotParam(tree); n > 0 {
+		// Those numbers stand for the planner's own values (see slotBase).
+		return nil, pgErr("42P02", "there is no parameter $%d", n)
+	}
 	switch len(tree.Stmts) {
 	case 0:
 		return &Plan{Kind: KindEmpty, SQL: sql, rules: p.rules}, nil

@@ -33,6 +33,19 @@ const (
 	slotKeys
 )
 
+// slotParam returns the first parameter number a statement names at slotBase or
+// above, or 0: no client may write one (PostgreSQL has no such parameter).
+func slotParam(tree *pg.ParseResult) int {
+	n := 0
+	walk(tree, func(m proto.Message) bool {
+		if p, ok := m.(*pg.ParamRef); ok && int(p.Number) >= slotBase && n == 0 {
+			n = int(p.Number)
+		}
+		return n == 0
+	})
+	return n
+}
+
 // describeSlot fills computed slots in a statement described without values: no LIMIT,
 // and the column's default for a key the sequence would give.
 func describeSlot(n int) string {

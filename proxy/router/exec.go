@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"strconv"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -240,6 +241,14 @@ func (s *Session) drawKeys(ctx context.Context, k *sqlplan.KeySource) ([]string,
 	s.running = true
 	defer func() { s.running = running }()
 	keys, err := sqlexec.DrawKeys(ctx, &s.conns, k)
+	if errors.Is(err, sqlexec.ErrKeyDefaultChanged) {
+		s.r.schemaChanged()
+		return nil, sqlplan.UnsupportedHint("Run it again.", "the default of sharding key %s.%s changed beside the proxy since the statement was planned", k.Table, k.Column)
+	}
+	if err == nil && k.DataSource != s.r.rules.DefaultDataSource() {
+		// currval and lastval run on the default data source, which did not draw.
+		s.drewElsewhere = true
+	}
 	return keys, s.shardErr(k.DataSource, err)
 }
 
@@ -319,6 +328,9 @@ func (s *Session) noteEffects(plan *sqlplan.Plan, b *sqlplan.Bound, fastPath boo
 	}
 	if e&sqlplan.EffectSetConfig != 0 && !(single(b) && fastPath) {
 		return sqlplan.Unsupported("set_config in a statement that runs on several data sources, or that is fetched in parts: the proxy follows set_config only in a statement that runs on one data source")
+	}
+	if e&sqlplan.EffectReadsSequences != 0 && s.drewElsewhere {
+		return sqlplan.UnsupportedHint("Use INSERT ... RETURNING.", "currval or lastval after an INSERT whose sharding key was drawn from a sequence on another data source than the default one, where they run")
 	}
 	if e&sqlplan.EffectReadsSequences != 0 && !(single(b) && fastPath) {
 		return sqlplan.Unsupported("currval or lastval in a statement that runs on several data sources, or that is fetched in parts: a sequence's session state is followed only in a statement that runs on one data source")

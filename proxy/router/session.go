@@ -104,6 +104,9 @@ type Session struct {
 	running bool
 	// usesSequences: the client called nextval, setval, currval or lastval.
 	usesSequences bool
+	// drewElsewhere: an INSERT drew sharding keys from a sequence on a data source
+	// other than the default one (currval and lastval would not see them).
+	drewElsewhere bool
 	// txDDL: the open transaction ran DDL: its statements are planned on its own
 	// connections' view of the schema (planContext), and the plans and descriptions
 	// made meanwhile are forgotten when it ends.
