@@ -205,6 +205,31 @@ func TestKeysFromSequence(t *testing.T) {
 	if err := px.QueryRow(ctx, insert, "replanned").Scan(&id); err != nil || id != 5000000 {
 		t.Errorf("insert planned again: id %d, %v; want 5000000 from the new sequence", id, err)
 	}
+	// The same with the identity becoming GENERATED ALWAYS: the plan without
+	// OVERRIDING SYSTEM VALUE is not run.
+	insert = `INSERT INTO k_bydefault (name) VALUES ($1) RETURNING id`
+	if _, err := px.Exec(ctx, insert, "planned"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		exec1(t, e.shard(t, i), `ALTER TABLE k_bydefault ALTER COLUMN id SET GENERATED ALWAYS`)
+	}
+	if _, err := px.Exec(ctx, insert, "stale"); sqlState(err) != "0A000" {
+		t.Errorf("insert planned before the identity changed: %v; want 0A000", err)
+	}
+	if _, err := px.Exec(ctx, insert, "replanned"); err != nil {
+		t.Errorf("insert planned again: %v", err)
+	}
+
+	// A session that quotes every identifier draws as any other.
+	quoted := e.connect(t)
+	defer quoted.Close(ctx)
+	exec1(t, quoted, `SET quote_all_identifiers = on`)
+	for _, kt := range keyTables {
+		if _, err := quoted.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (name) VALUES ('quoted')`, kt.name)); err != nil {
+			t.Errorf("%s with quote_all_identifiers: %v", kt.name, err)
+		}
+	}
 }
 
 func mustQuery(t testing.TB, c *pgx.Conn, q string, args ...any) pgx.Rows {

@@ -333,7 +333,7 @@ func (cn *conn) drawKeys(ctx context.Context, plan *sqlplan.Plan) ([]string, err
 	if errors.Is(err, sqlexec.ErrKeyDefaultChanged) {
 		cn.c.catalog.Invalidate()
 		cn.c.planner.Invalidate()
-		return nil, sqlplan.UnsupportedHint("Run it again (prepare it again).", "the default of sharding key %s.%s changed since the statement was planned", plan.Keys.Table, plan.Keys.Column)
+		return nil, sqlplan.UnsupportedHint("Run it again.", "the default of sharding key %s.%s changed since the statement was planned", plan.Keys.Table, plan.Keys.Column)
 	}
 	return keys, err
 }
@@ -632,6 +632,15 @@ func (s *stmt) Query(args []driver.Value) (driver.Rows, error) {
 func (s *stmt) exec(ctx context.Context, args []driver.NamedValue) (*sqlexec.Result, error) {
 	if s.multi {
 		return s.cn.run(ctx, s.query, nil)
+	}
+	if s.plan.Keys != nil {
+		// The key's default may have changed since Prepare (a draw that finds it so
+		// drops the planner's cache): the planner holds the current plan.
+		plan, err := s.cn.c.planner.Prepare(s.cn.planContext(ctx), s.query)
+		if err != nil {
+			return nil, err
+		}
+		s.plan = plan
 	}
 	return s.cn.runPlan(ctx, s.plan, args)
 }

@@ -2,6 +2,7 @@ package shardsql_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"sync"
@@ -57,6 +58,30 @@ func TestKeysFromSequenceThroughDriver(t *testing.T) {
 		t.Errorf("explain: %q %v", text, err)
 	}
 
+	// A statement prepared before the key's default changed beside the driver is
+	// refused once, then draws from the new sequence.
+	st, err := a.Prepare("INSERT INTO people (name) VALUES ($1) RETURNING id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := sql.Open("pgx", dsns[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"CREATE SEQUENCE people_moved START 7000000", "ALTER TABLE people ALTER COLUMN id SET DEFAULT nextval('people_moved')"} {
+		if _, err := direct.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	direct.Close()
+	if err := st.QueryRow("stale").Scan(&id); err == nil || !strings.Contains(err.Error(), "changed") {
+		t.Errorf("prepared before the default changed: id %d, %v", id, err)
+	}
+	if err := st.QueryRow("again").Scan(&id); err != nil || id != 7000000 {
+		t.Errorf("prepared statement run again: id %d, %v; want 7000000", id, err)
+	}
+	st.Close()
+
 	var mu sync.Mutex
 	seen := map[int64]bool{}
 	var wg sync.WaitGroup
@@ -75,7 +100,7 @@ func TestKeysFromSequenceThroughDriver(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				if seen[id] || id <= 5 {
+				if seen[id] || id <= 5 || id == 7000000 {
 					t.Errorf("key %d drawn twice", id)
 				}
 				seen[id] = true
@@ -85,7 +110,7 @@ func TestKeysFromSequenceThroughDriver(t *testing.T) {
 	}
 	wg.Wait()
 	var n, found int
-	if err := b.QueryRow("SELECT count(*) FROM people").Scan(&n); err != nil || n != 5+8*25 {
+	if err := b.QueryRow("SELECT count(*) FROM people").Scan(&n); err != nil || n != 6+8*25 {
 		t.Errorf("%d rows, %v", n, err)
 	}
 	for id := range seen {

@@ -167,26 +167,38 @@ func (c *Catalog) KeyType(ctx context.Context, t *rules.TableRule, column string
 	return typ, nil
 }
 
-// keySequenceQuery finds, for table $1 and column $2, the sequence the column's
-// default draws from (an identity's, or the one sequence a default of exactly
-// nextval('...'::regclass) names), schema-qualified and quoted; whether the column is
-// GENERATED ALWAYS; and whether another column of the table is. No backslash: it reads
-// the same whatever standard_conforming_strings says.
-const keySequenceQuery = `SELECT CASE WHEN a.attidentity <> '' THEN pg_catalog.pg_get_serial_sequence($1, $2)
-	        ELSE (SELECT pg_catalog.format('%I.%I', n.nspname, s.relname)
-	                FROM pg_catalog.pg_attrdef d
-	                JOIN pg_catalog.pg_depend dep ON dep.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
-	                 AND dep.objid = d.oid AND dep.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
-	                JOIN pg_catalog.pg_class s ON s.oid = dep.refobjid AND s.relkind = 'S'
-	                JOIN pg_catalog.pg_namespace n ON n.oid = s.relnamespace
-	               WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum
-	                 AND pg_catalog.pg_get_expr(d.adbin, d.adrelid) ~ '^nextval[(]''[^'']*''::regclass[)]$')
-	        END AS seq,
+// keySequenceSQL finds, for the table table (an SQL expression of its regclass) and
+// column $2: the sequence the column's default draws from (an identity's, or the one
+// sequence a default of exactly nextval('...'::regclass) names), by OID and by name
+// (schema-qualified, quoted); whether the column is GENERATED ALWAYS; whether another
+// column of the table is; the table's OID; and the default's stored expression tree
+// ("" for an identity). No backslash, and identifiers may come
+// quoted: it reads the same whatever standard_conforming_strings and
+// quote_all_identifiers say on the session that runs it.
+func keySequenceSQL(table string) string {
+	return `SELECT s.oid::text AS seq_oid, pg_catalog.format('%I.%I', n.nspname, s.relname) AS seq,
 	        a.attidentity = 'a' AS always,
 	        EXISTS (SELECT FROM pg_catalog.pg_attribute o WHERE o.attrelid = a.attrelid AND o.attnum > 0
-	                   AND o.attnum <> a.attnum AND NOT o.attisdropped AND o.attidentity = 'a') AS other_always
+	                   AND o.attnum <> a.attnum AND NOT o.attisdropped AND o.attidentity = 'a') AS other_always,
+	        a.attrelid::text AS table_oid,
+	        coalesce((SELECT d.adbin::text FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum), '') AS default_tree
 	   FROM pg_catalog.pg_attribute a
-	  WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped`
+	   JOIN pg_catalog.pg_class s ON s.relkind = 'S' AND s.oid = CASE
+	        WHEN a.attidentity <> '' THEN
+	          (SELECT dep.objid FROM pg_catalog.pg_depend dep
+	            WHERE dep.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND dep.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+	              AND dep.refobjid = a.attrelid AND dep.refobjsubid = a.attnum AND dep.deptype = 'i')
+	        ELSE
+	          (SELECT dep.refobjid FROM pg_catalog.pg_attrdef d
+	             JOIN pg_catalog.pg_depend dep ON dep.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
+	              AND dep.objid = d.oid AND dep.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+	              AND dep.deptype = 'n' AND dep.refobjid <> d.adrelid
+	            WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum
+	              AND pg_catalog.pg_get_expr(d.adbin, d.adrelid) ~ '^"?nextval"?[(]''[^'']*''::"?regclass"?[)]$')
+	        END
+	   JOIN pg_catalog.pg_namespace n ON n.oid = s.relnamespace
+	  WHERE a.attrelid = ` + table + ` AND a.attname = $2 AND NOT a.attisdropped`
+}
 
 // KeySequence implements the planner's key sequences (sqlplan.KeyDefault), read on the
 // data source of the table's first shard.
@@ -197,13 +209,13 @@ func (c *Catalog) KeySequence(ctx context.Context, t *rules.TableRule, column st
 	ans, ok := c.mu.columns[k]
 	c.mu.Unlock()
 	if !ok || private {
-		rows, err := c.query(ctx, t.Nodes[0].DataSource, keySequenceQuery, nodeName(t.Nodes[0]), column)
+		rows, err := c.query(ctx, t.Nodes[0].DataSource, keySequenceSQL("pg_catalog.to_regclass($1)"), nodeName(t.Nodes[0]), column)
 		if err != nil {
 			return sqlplan.KeyDefault{}, err
 		}
-		ans = []string{"", "f", "f"}
-		if len(rows) == 1 && rows[0][0] != nil {
-			ans = []string{*rows[0][0], *rows[0][1], *rows[0][2]}
+		ans = []string{"", "", "f", "f", "", ""}
+		if len(rows) == 1 {
+			ans = []string{*rows[0][0], *rows[0][1], *rows[0][2], *rows[0][3], *rows[0][4], *rows[0][5]}
 		}
 		if !private {
 			c.mu.Lock()
@@ -211,7 +223,7 @@ func (c *Catalog) KeySequence(ctx context.Context, t *rules.TableRule, column st
 			c.mu.Unlock()
 		}
 	}
-	return sqlplan.KeyDefault{Sequence: ans[0], Always: ans[1] == "t", OtherAlways: ans[2] == "t"}, nil
+	return sqlplan.KeyDefault{SequenceOID: ans[0], Sequence: ans[1], Always: ans[2] == "t", OtherAlways: ans[3] == "t", TableOID: ans[4], DefaultTree: ans[5]}, nil
 }
 
 // Columns implements sqlplan.Catalog.

@@ -2,6 +2,7 @@ package sqlexec
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -171,7 +172,7 @@ func (db *DB) exec(ctx context.Context, s *Session, sql string, args sqlplan.Arg
 		return nil, err
 	}
 	if plan.Keys != nil {
-		if args.Keys, err = DrawKeys(ctx, s, plan.Keys); err != nil {
+		if args.Keys, err = db.drawKeys(ctx, s, plan.Keys); err != nil {
 			return nil, err
 		}
 	}
@@ -180,6 +181,18 @@ func (db *DB) exec(ctx context.Context, s *Session, sql string, args sqlplan.Arg
 		return nil, err
 	}
 	return db.run(ctx, s, b, args, formats)
+}
+
+// drawKeys is DrawKeys; a default changed since planning drops plans and catalog
+// answers, and refuses the statement once.
+func (db *DB) drawKeys(ctx context.Context, s *Session, k *sqlplan.KeySource) ([]string, error) {
+	keys, err := DrawKeys(ctx, s, k)
+	if errors.Is(err, ErrKeyDefaultChanged) {
+		db.catalog.Invalidate()
+		db.planner.Invalidate()
+		return nil, sqlplan.UnsupportedHint("Run it again.", "the default of sharding key %s.%s changed since the statement was planned", k.Table, k.Column)
+	}
+	return keys, err
 }
 
 // SimpleExec runs a simple-protocol query string, which may hold several statements,
@@ -194,7 +207,7 @@ func (db *DB) SimpleExec(ctx context.Context, sql string) ([]*Result, error) {
 		}
 		var args sqlplan.Args
 		if plan.Keys != nil {
-			if args.Keys, err = DrawKeys(ctx, s, plan.Keys); err != nil {
+			if args.Keys, err = db.drawKeys(ctx, s, plan.Keys); err != nil {
 				return out, err
 			}
 		}

@@ -31,10 +31,15 @@ type KeySource struct {
 	Sequence string
 	// Count is how many rows take a key from it.
 	Count int
-	// Table and Column name the key; Rule is the table's rule (its first shard's
-	// physical table holds the sequence).
+	// Table and Column name the key.
 	Table, Column string
-	Rule          *rules.TableRule
+	// TableOID and SequenceOID identify the first shard's physical table and the
+	// sequence there; Always and OtherAlways are what the plan took of the identities
+	// (KeyDefault). The draw checks them.
+	TableOID, SequenceOID string
+	Always, OtherAlways   bool
+	// DefaultTree is the column's stored default expression ("" for an identity).
+	DefaultTree string
 }
 
 // KeyDefault is what a catalog says of a sharding key column's default.
@@ -42,6 +47,9 @@ type KeyDefault struct {
 	// Sequence is the sequence the default draws from (serial, identity, DEFAULT
 	// nextval('s')), schema-qualified and quoted; "" for any other default.
 	Sequence string
+	// SequenceOID and TableOID are the sequence's and the table's OIDs, as text;
+	// DefaultTree is the column's stored default expression ("" for an identity).
+	SequenceOID, TableOID, DefaultTree string
 	// Always: the column is GENERATED ALWAYS AS IDENTITY. OtherAlways: another
 	// column of the table is.
 	Always, OtherAlways bool
@@ -209,6 +217,7 @@ func (a *analyzer) drawKeys(ins *pg.InsertStmt, target *tableRef) error {
 		}
 		ins.Override = pg.OverridingKind_OVERRIDING_SYSTEM_VALUE
 	}
-	a.plan.Keys = &KeySource{DataSource: target.rule.Nodes[0].DataSource, Sequence: seq, Count: drawn, Table: target.name, Column: key, Rule: target.rule}
+	a.plan.Keys = &KeySource{DataSource: target.rule.Nodes[0].DataSource, Sequence: seq, Count: drawn, Table: target.name, Column: key,
+		TableOID: kd.TableOID, SequenceOID: kd.SequenceOID, Always: kd.Always, OtherAlways: kd.OtherAlways, DefaultTree: kd.DefaultTree}
 	return nil
 }

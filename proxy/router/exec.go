@@ -242,7 +242,11 @@ func (s *Session) drawKeys(ctx context.Context, k *sqlplan.KeySource) ([]string,
 	defer func() { s.running = running }()
 	keys, err := sqlexec.DrawKeys(ctx, &s.conns, k)
 	if errors.Is(err, sqlexec.ErrKeyDefaultChanged) {
-		s.r.schemaChanged()
+		// Plans and catalog answers go (not the coordinator's tables, which hold no
+		// defaults).
+		s.r.planner.Invalidate()
+		s.r.catalog.Invalidate()
+		s.r.describes.reset()
 		return nil, sqlplan.UnsupportedHint("Run it again.", "the default of sharding key %s.%s changed beside the proxy since the statement was planned", k.Table, k.Column)
 	}
 	if err == nil && k.DataSource != s.r.rules.DefaultDataSource() {

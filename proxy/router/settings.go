@@ -355,6 +355,9 @@ func (s *Session) discardStatement(ctx context.Context, sql string) error {
 			return err
 		}
 	}
+	if target := tree.Stmts[0].Stmt.GetDiscardStmt().Target; all || target == pg.DiscardMode_DISCARD_SEQUENCES {
+		s.drewElsewhere = false // no sequence state left for currval or lastval to read
+	}
 	if all {
 		s.settings = nil
 		s.settingsChanged()
