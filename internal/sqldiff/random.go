@@ -10,10 +10,11 @@ import (
 // tables, beyond what the merge answers: joins on keys and on other columns (inner,
 // left, with the broadcast, range and default-source tables), subqueries (IN, EXISTS,
 // correlated scalar ones), CTEs, set operations, window functions, HAVING, DISTINCT
-// ON, count(DISTINCT) and expressions over aggregates. Every answer is determined
-// (window orders end in a unique key; no float is aggregated), so that one database
-// and the sharding layer must agree on it; each may be answered or refused with 0A000
-// (MayRefuse), and the caller reports the share answered.
+// ON, count(DISTINCT), expressions over aggregates, and floating-point values (summed,
+// which must be refused, or only compared and carried, which may be answered). Every
+// other answer is determined (window orders end in a unique key or rank ties alike),
+// so that one database and the sharding layer must agree on it; each may be answered
+// or refused with 0A000 (MayRefuse), and the caller reports the share answered.
 func RandomShapes(seed uint64, n int) []Query {
 	r := rand.New(rand.NewPCG(seed, 0x5a4e))
 	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
@@ -47,7 +48,7 @@ func RandomShapes(seed uint64, n int) []Query {
 	var out []Query
 	for range n {
 		q := Query{MayRefuse: true}
-		switch r.IntN(12) {
+		switch r.IntN(13) {
 		case 0: // a join on a column that is not both sides' key
 			q.SQL = fmt.Sprintf("SELECT o.order_id, u.%s FROM t_order o %s t_user u ON u.user_id = o.%s%s",
 				pick("city", "name", "score"), pick("JOIN", "LEFT JOIN"), pick("user_id", "qty"), where("o"))
@@ -92,6 +93,14 @@ func RandomShapes(seed uint64, n int) []Query {
 					where("o"), pick("qty NULLS FIRST", "amount DESC NULLS LAST", "user_id"), 1+r.IntN(30))
 			}
 			q.Ordered = true
+		case 11: // floating point: a sum in another order is another number, so these
+			// must come back refused unless the answer does not depend on the order
+			q.SQL = pick(
+				fmt.Sprintf("SELECT u.city, sum(o.weight) FROM t_order o JOIN t_user u ON u.user_id = o.user_id%s GROUP BY 1", where("o")),
+				fmt.Sprintf("SELECT order_id, avg(weight) OVER (PARTITION BY user_id) FROM t_order o%s", where("o")),
+				fmt.Sprintf("SELECT o.order_id, o.weight * 2, u.name FROM t_order o JOIN t_user u ON u.user_id = o.qty%s", where("o")),
+				fmt.Sprintf("SELECT max(o.weight), min(o.weight), count(o.weight) FROM t_order o JOIN t_user u ON u.user_id = o.user_id%s", where("o")),
+			)
 		default: // joins with the range-sharded and default-source tables
 			q.SQL = pick(
 				fmt.Sprintf("SELECT e.kind, count(*), sum(o.qty) FROM t_event e JOIN t_order o ON o.qty = e.v %% 9%s GROUP BY e.kind", strings.Replace(where("o"), " WHERE ", " AND ", 1)),
