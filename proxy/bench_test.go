@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/internal/pgtest"
 )
 
 // The benchmarks below measure the proxy's own cost per statement on the passthrough
@@ -192,6 +195,38 @@ func BenchmarkInsertKeys(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkInsertSelect copies 10,000 rows with one INSERT ... SELECT: through the proxy
+// over 2 shards (the query's rows read into the proxy, then inserted in batches on the
+// shards their keys name, in one transaction) against the same statement on one
+// database. Each operation empties the target first (TRUNCATE, timed alike on both).
+func BenchmarkInsertSelect(b *testing.B) {
+	e := startProxy(b, 2, []string{"is_src=id", "is_dst=id"}, nil)
+	ctx := context.Background()
+	px := e.connect(b)
+	one, err := pgx.Connect(ctx, pgtest.NewDatabase(b, "insel_one"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer one.Close(ctx)
+	for _, c := range []*pgx.Conn{px, one} {
+		exec1(b, c, "CREATE TABLE is_src (id bigint PRIMARY KEY, grp int, name text)")
+		exec1(b, c, "CREATE TABLE is_dst (id bigint PRIMARY KEY, grp int, name text)")
+		exec1(b, c, "INSERT INTO is_src SELECT g, g % 10, 'name ' || g FROM generate_series(1, 10000) g")
+	}
+	for _, side := range []struct {
+		name string
+		c    *pgx.Conn
+	}{{"proxy-2shards", px}, {"one-database", one}} {
+		b.Run(side.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				exec1(b, side.c, "TRUNCATE is_dst")
+				exec1(b, side.c, "INSERT INTO is_dst SELECT id, grp, name FROM is_src")
+			}
+			b.ReportMetric(float64(10000*b.N)/b.Elapsed().Seconds(), "rows/s")
 		})
 	}
 }

@@ -69,8 +69,9 @@ type Config struct {
 	// connection to every shard it reads while it runs.
 	CoordinatorPoolSize int
 	// CoordinatorMaxMoved bounds the bytes of rows one coordinator statement reads from
-	// the shards, counted while it runs (DefaultCoordinatorMaxMoved when 0; negative:
-	// no bound). CoordinatorRelayHost is the address the coordinator's relay listens
+	// the shards, counted while it runs, and the rows an INSERT ... SELECT into a
+	// sharded table reads before it writes them (DefaultCoordinatorMaxMoved when 0;
+	// negative: no bound). CoordinatorRelayHost is the address the coordinator's relay listens
 	// on, which the default data source's server must reach (empty: the proxy's own
 	// address toward that server).
 	CoordinatorMaxMoved  int64

@@ -436,6 +436,9 @@ func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args, a
 	case sqlplan.KindListen:
 		return nil, sqlplan.Unsupported("LISTEN, UNLISTEN and NOTIFY through database/sql (its connections are pooled): listen on a connection of your own to the first data source, or through the wire proxy; SELECT pg_notify(channel, payload) sends")
 	}
+	if pl.Feed != nil {
+		return nil, feedRefused(pl.Feed)
+	}
 	var res *sqlexec.Result
 	var err error
 	if cn.streaming && cn.sq == nil && pl.Kind == sqlplan.KindSelect {
@@ -821,4 +824,11 @@ func Explain(ctx context.Context, c *sql.Conn, query string, args ...any) (strin
 		return nil
 	})
 	return out, err
+}
+
+// feedRefused refuses an INSERT ... SELECT into a sharded table, which only the wire
+// proxy runs so far (sqlplan.Feed).
+func feedRefused(f *sqlplan.Feed) error {
+	return sqlplan.UnsupportedHint("Run it through shard-proxy, or select the rows and insert them with VALUES.",
+		"INSERT ... SELECT into sharded table %s through database/sql: its rows must be read, then routed one by one, which only the wire proxy does so far", f.Table)
 }

@@ -126,3 +126,37 @@ func TestKeysFromSequenceThroughDriver(t *testing.T) {
 		t.Errorf("rows per shard %v", n)
 	}
 }
+
+// TestInsertSelectRefusedThroughDriver: INSERT ... SELECT into a sharded table, which
+// the wire proxy runs, is refused through database/sql with 0A000 naming it, and
+// writes nothing.
+func TestInsertSelectRefusedThroughDriver(t *testing.T) {
+	dsns := []string{pgtest.NewDatabase(t, "dfeed0"), pgtest.NewDatabase(t, "dfeed1")}
+	r := rules.Rules{Tables: []rules.Table{{Name: "people", Strategy: rules.Strategy{Column: "id"}}}}
+	for i, d := range dsns {
+		r.DataSources = append(r.DataSources, rules.DataSource{Name: fmt.Sprintf("ds_%d", i), DSN: d})
+	}
+	c, err := rules.Compile(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := openDriver(t, c, false)
+	if _, err := db.Exec("CREATE TABLE people (id bigint PRIMARY KEY, name text)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"INSERT INTO people SELECT g, 'n' FROM generate_series(1, 10) g", "INSERT INTO people SELECT id + 100, name FROM people WHERE name = $1"} {
+		var err error
+		if strings.Contains(q, "$1") {
+			_, err = db.Exec(q, "n")
+		} else {
+			_, err = db.Exec(q)
+		}
+		if err == nil || !strings.Contains(err.Error(), "0A000") || !strings.Contains(err.Error(), "INSERT ... SELECT into sharded table people") {
+			t.Errorf("%s: %v, want 0A000 naming it", q, err)
+		}
+	}
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM people").Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d rows, %v", n, err)
+	}
+}

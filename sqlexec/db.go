@@ -231,6 +231,10 @@ func (db *DB) run(ctx context.Context, s *Session, b *sqlplan.Bound, args sqlpla
 	case sqlplan.KindEmpty:
 		return &Result{}, nil
 	}
+	if b.Plan.Feed != nil {
+		return nil, sqlplan.UnsupportedHint("Run it through shard-proxy, or select the rows and insert them with VALUES.",
+			"INSERT ... SELECT into sharded table %s on a DB handle: its rows must be read, then routed one by one, which only the wire proxy does so far", b.Plan.Feed.Table)
+	}
 	r, err := db.engine.Execute(ctx, b, args, formats, s)
 	if b.Plan.Kind == sqlplan.KindDDL {
 		db.catalog.Invalidate()

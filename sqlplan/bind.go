@@ -237,6 +237,9 @@ func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {
 	v := &values{sql: sql, lits: lits, args: args}
 	b := &Bound{Plan: pl, Limit: -1, Offset: -1, Keys: args.Keys}
 	b.Targets = b.one[:0]
+	if pl.Feed != nil {
+		return b, nil // the caller runs the query, then the batches (see Feed)
+	}
 	switch pl.Kind {
 	case KindSelect, KindUpdate, KindDelete:
 		if err := pl.bindRouted(b, v); err != nil {
@@ -573,6 +576,12 @@ func (pl *Plan) bindMerge(b *Bound, v *values) error {
 func (pl *Plan) DescribeSQL() (int, string) {
 	if pl.Kind == KindCoordinator {
 		return CoordinatorSource(pl.rules), pl.SQL
+	}
+	if pl.Feed != nil {
+		if pl.Feed.describe.ds < 0 {
+			return CoordinatorSource(pl.rules), pl.SQL
+		}
+		return pl.Feed.describe.ds, pl.Feed.describe.sql
 	}
 	ds := pl.rules.DefaultDataSource()
 	var place placement

@@ -158,6 +158,12 @@ func (a *analyzer) checkWriteTarget(target *tableRef) error {
 func (a *analyzer) analyzeInsert(ins *pg.InsertStmt) error {
 	a.plan.Kind, a.plan.Write = KindInsert, true
 	a.noteParams(ins)
+	if sel := ins.SelectStmt.GetSelectStmt(); sel != nil && !(len(sel.ValuesLists) > 0 && sel.Op == pg.SetOperation_SETOP_NONE) {
+		if r := a.p.rules.Lookup(ins.Relation.Relname); r != nil && r.Kind == rules.KindSharded && ins.Relation.Catalogname == "" &&
+			ins.Relation.Schemaname != "pg_catalog" && ins.Relation.Schemaname != "information_schema" && !strings.HasPrefix(ins.Relation.Relname, "pg_") {
+			return a.analyzeFeed(ins)
+		}
+	}
 	s := &scope{}
 	a.top = s
 	if ins.WithClause != nil {
@@ -173,9 +179,6 @@ func (a *analyzer) analyzeInsert(ins *pg.InsertStmt) error {
 	sel := ins.SelectStmt.GetSelectStmt()
 	values := sel != nil && len(sel.ValuesLists) > 0 && sel.Op == pg.SetOperation_SETOP_NONE
 	if sel != nil && !values {
-		if target.sharded() {
-			return unsupported("INSERT ... SELECT into sharded table %s: the rows would have to be routed one by one (insert them with VALUES)", target.name)
-		}
 		if _, err := a.collectSelect(sel, s); err != nil {
 			return err
 		}

@@ -131,6 +131,9 @@ type Plan struct {
 	// sequence, says where the keys come from: the caller draws them (Args.Keys)
 	// before Bind, which routes each row by its key.
 	Keys *KeySource
+	// Feed, on an INSERT ... SELECT into a sharded table, says how the caller runs it:
+	// the query first, then its rows in batches. Bind gives it no targets.
+	Feed *Feed
 
 	rules      *rules.Compiled
 	normalized bool        // values are literals of the statement text (simple protocol)

@@ -102,7 +102,6 @@ func TestRouting(t *testing.T) {
 		{"INSERT INTO t_order (order_id, status) VALUES (10, 'a'), (11, 'b'), (12, 'c')", uniqSorted(orderShard(10), orderShard(11), orderShard(12)), false},
 		{"INSERT INTO t_order (status) VALUES ('a')", nil, true},
 		{"INSERT INTO t_order (order_id) VALUES (DEFAULT)", nil, true},
-		{"INSERT INTO t_order (order_id) SELECT 1", nil, true},
 		{"INSERT INTO t_config VALUES ('k', 'v')", []int{-1, -2}, false},
 		{"INSERT INTO t_region VALUES (1)", []int{-1}, false},
 		{"UPDATE t_order SET status = 'x' WHERE order_id = 5", []int{orderShard(5)}, false},

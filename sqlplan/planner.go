@@ -214,6 +214,9 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 		coord = p.checkCoordination(ctx, tree.Stmts[0].Stmt)
 	}
 	if err := a.analyze(tree.Stmts[0].Stmt); err != nil {
+		if errors.Is(err, errAsWritten) {
+			return p.plan(ctx, sql, sql, false, nil)
+		}
 		if errors.Is(err, ErrUnsupported) && p.rules.OneShard() {
 			// One shard: whatever its server runs is exact as written.
 			return p.passthrough(sql, text, normalized, tree, effects)

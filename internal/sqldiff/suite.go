@@ -368,7 +368,9 @@ func Writes() []Query {
 		ref("INSERT INTO t_order (user_id, status) VALUES (1, 'no key')"),
 		ref("UPDATE t_order SET order_id = order_id + 1 WHERE order_id = 5"),
 		ref("UPDATE t_order SET order_id = 7 WHERE order_id > 5"),
-		ref("INSERT INTO t_order SELECT * FROM t_order WHERE order_id = 1"),
+		// Answered through the proxy (a duplicate key, as on one database), refused
+		// through the driver; either way nothing is written.
+		{SQL: "INSERT INTO t_order SELECT * FROM t_order WHERE order_id = 1", MayRefuse: true},
 		ref("CREATE UNIQUE INDEX ON t_order (user_id)"),
 		ref("UPDATE t_config SET n = (SELECT count(*) FROM t_order)"),
 		ref("ALTER TABLE t_order ADD CONSTRAINT u_status UNIQUE (status)"),

@@ -46,6 +46,23 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 	if err := s.noteEffects(plan, b, maxRows == 0); err != nil {
 		return err
 	}
+	if plan.Feed != nil {
+		var described []uint32
+		if plan.NumParams > 0 {
+			d, err := s.describe(ctx, p.stmt)
+			if err != nil {
+				return err
+			}
+			described = d.params
+		}
+		res, err := s.insertSelect(ctx, plan, p.args, described, p.resultFormats)
+		if err != nil {
+			return err
+		}
+		p.started = true
+		p.rest, p.tag = res.Rows, res.Tag
+		return s.sendRest(p, maxRows)
+	}
 	if b.Coordinated() {
 		p.finished = true
 		t := b.Targets[0]
@@ -306,6 +323,12 @@ func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
 	if err != nil {
 		return err
 	}
+	s.sendResult(res)
+	return nil
+}
+
+// sendResult sends a whole answer of the simple protocol: columns, rows, command tag.
+func (s *Session) sendResult(res *sqlexec.Result) {
 	if res.Fields != nil {
 		s.client.Send(&pgproto3.RowDescription{Fields: fieldsOf(res.Fields)})
 	}
@@ -313,7 +336,6 @@ func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
 		s.client.Send(&pgproto3.DataRow{Values: row})
 	}
 	s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(res.Tag.String())})
-	return nil
 }
 
 // noteEffects prepares for what a statement may do to its server connections'

@@ -121,7 +121,8 @@ type Config struct {
 	CoordinatorPool *backend.Pool
 	// CoordinatorMaxMoved bounds the bytes of rows one coordinator statement reads from
 	// the shards, counted while it runs by the coordinator's relay (which Close
-	// stops); past it the statement fails with 54000. 0: no bound.
+	// stops); past it the statement fails with 54000. It bounds as well the rows an
+	// INSERT ... SELECT into a sharded table holds (sqlplan.Feed). 0: no bound.
 	CoordinatorMaxMoved int64
 	// Logger receives the router's log lines; nil discards them.
 	Logger *slog.Logger
@@ -270,11 +271,12 @@ func New(cfg Config) (*Router, error) {
 	}
 	r.catalog = sqlexec.NewCatalog(cfg.Rules, serverPool{r})
 	r.ownPools = r.pools
+	r.coordBound = cfg.CoordinatorMaxMoved
 	if cfg.Coordinator != nil {
 		if cfg.CoordinatorPool == nil {
 			return nil, errors.Join(ErrConfig, errors.New("a coordinator needs its pool"))
 		}
-		r.coord, r.coordPool, r.coordBound = cfg.Coordinator, cfg.CoordinatorPool, cfg.CoordinatorMaxMoved
+		r.coord, r.coordPool = cfg.Coordinator, cfg.CoordinatorPool
 		r.ownPools = append(slices.Clone(r.pools), r.coordPool)
 	}
 	r.planner = sqlplan.New(cfg.Rules, r.catalog, sqlplan.Options{Coordinate: r.coord != nil})
@@ -686,6 +688,18 @@ func (r *Router) Route(ctx context.Context, sql string) (string, error) {
 	}
 	if plan.Keys != nil {
 		return plan.ExplainKeys(), nil // previewing draws no keys
+	}
+	if plan.Feed != nil {
+		// The query's route; its rows, not known before it runs, are routed one by one.
+		q, qlits, err := r.planner.PlanSimple(ctx, plan.Feed.Query)
+		if err != nil {
+			return "", err
+		}
+		qb, err := q.BindSimple(plan.Feed.Query, qlits)
+		if err != nil {
+			return "", err
+		}
+		return plan.Feed.Explain() + "  query route: " + strings.ReplaceAll(strings.TrimSuffix(qb.Explain(), "\n"), "\n", "\n  ") + "\n", nil
 	}
 	b, err := plan.BindSimple(stmts[0], lits)
 	if err != nil {

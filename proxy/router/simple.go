@@ -72,6 +72,9 @@ func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) 
 		return s.copy(ctx, plan)
 	}
 	args := sqlplan.Args{ForeignText: s.foreignText()}
+	if plan.Feed != nil {
+		return s.runFeedSimple(ctx, plan, args)
+	}
 	if plan.Keys != nil {
 		if args.Keys, err = s.drawKeys(ctx, plan.Keys); err != nil {
 			return err
