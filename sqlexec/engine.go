@@ -80,6 +80,13 @@ func (e *Engine) SetMaxHeld(n int64) {
 	e.maxHeld = n
 }
 
+// MaxHeld is the engine's bound on the bytes of rows one statement holds (negative: no
+// bound).
+func (e *Engine) MaxHeld() int64 { return e.maxHeld }
+
+// HeldError is the failure of a statement that would hold more than limit bytes of rows.
+func HeldError(limit int64) error { return heldError(limit) }
+
 // heldBudget counts what one statement holds, against the engine's bound.
 type heldBudget struct {
 	limit int64
@@ -287,7 +294,7 @@ func execTarget(ctx context.Context, conn *pgconn.PgConn, t sqlplan.Target, args
 		}
 		r, err := readResult(conn.ExecStatement(ctx, desc, values, pformats, formats), held)
 		if err != nil && attempt == 0 && stale(err) && conn.TxStatus() == 'I' {
-			forget(conn, t.SQL)
+			forget(conn, t.SQL, oids)
 			continue
 		}
 		return r, err

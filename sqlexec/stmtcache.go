@@ -21,12 +21,28 @@ const (
 
 type stmtCache struct {
 	lru   *list.List // of *cachedStmt, most recent first
-	bySQL map[string]*list.Element
+	bySQL map[stmtKey]*list.Element
 	seq   int
 }
 
-type cachedStmt struct {
+// stmtKey names a prepared statement by its text and its declared parameter types: the
+// same text prepared with other types is another statement (a binary value is read
+// as the type the statement was prepared with).
+type stmtKey struct {
 	sql  string
+	oids string
+}
+
+func keyOf(sql string, oids []uint32) stmtKey {
+	b := make([]byte, 0, 4*len(oids))
+	for _, o := range oids {
+		b = append(b, byte(o>>24), byte(o>>16), byte(o>>8), byte(o))
+	}
+	return stmtKey{sql: sql, oids: string(b)}
+}
+
+type cachedStmt struct {
+	key  stmtKey
 	desc *pgconn.StatementDescription
 }
 
@@ -35,7 +51,7 @@ func statementsOf(conn *pgconn.PgConn) *stmtCache {
 	if c, ok := m[stmtCacheKey].(*stmtCache); ok {
 		return c
 	}
-	c := &stmtCache{lru: list.New(), bySQL: map[string]*list.Element{}}
+	c := &stmtCache{lru: list.New(), bySQL: map[stmtKey]*list.Element{}}
 	m[stmtCacheKey] = c
 	return c
 }
@@ -49,7 +65,8 @@ func ForgetStatements(conn *pgconn.PgConn) { delete(conn.CustomData(), stmtCache
 // Executing by description skips the Describe each execution would otherwise send.
 func prepared(ctx context.Context, conn *pgconn.PgConn, sql string, oids []uint32) (*pgconn.StatementDescription, error) {
 	c := statementsOf(conn)
-	if e, ok := c.bySQL[sql]; ok {
+	key := keyOf(sql, oids)
+	if e, ok := c.bySQL[key]; ok {
 		c.lru.MoveToFront(e)
 		return e.Value.(*cachedStmt).desc, nil
 	}
@@ -58,12 +75,12 @@ func prepared(ctx context.Context, conn *pgconn.PgConn, sql string, oids []uint3
 	if err != nil {
 		return nil, err
 	}
-	c.bySQL[sql] = c.lru.PushFront(&cachedStmt{sql: sql, desc: desc})
+	c.bySQL[key] = c.lru.PushFront(&cachedStmt{key: key, desc: desc})
 	if c.lru.Len() > stmtCacheSize {
 		old := c.lru.Back()
 		st := old.Value.(*cachedStmt)
 		c.lru.Remove(old)
-		delete(c.bySQL, st.sql)
+		delete(c.bySQL, st.key)
 		if err := conn.Deallocate(ctx, st.desc.Name); err != nil {
 			return nil, err
 		}
@@ -72,11 +89,12 @@ func prepared(ctx context.Context, conn *pgconn.PgConn, sql string, oids []uint3
 }
 
 // forget drops one statement from conn's cache (it turned out stale).
-func forget(conn *pgconn.PgConn, sql string) {
+func forget(conn *pgconn.PgConn, sql string, oids []uint32) {
 	c := statementsOf(conn)
-	if e, ok := c.bySQL[sql]; ok {
+	key := keyOf(sql, oids)
+	if e, ok := c.bySQL[key]; ok {
 		c.lru.Remove(e)
-		delete(c.bySQL, sql)
+		delete(c.bySQL, key)
 	}
 }
 

@@ -2,7 +2,9 @@ package sqlexec_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -90,5 +92,40 @@ func TestColumnCollations(t *testing.T) {
 	}
 	if strings.Join(got, "") != "ABab" {
 		t.Errorf(`ORDER BY v COLLATE "C": %v, want A B a b`, got)
+	}
+}
+
+// TestPreparedStatementsByType: the same text bound with parameters of another declared
+// type is another prepared statement. On the old code the cache went by text alone, and
+// an int8 value was read as the float8 the statement was first prepared with.
+func TestPreparedStatementsByType(t *testing.T) {
+	ctx := context.Background()
+	dsns := []string{pgtest.NewDatabase(t, "stmttype0"), pgtest.NewDatabase(t, "stmttype1")}
+	db, err := sqlexec.Open(ctx, kvRules(t, dsns), sqlexec.Config{Pool: postgresdb.Options{PoolSize: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.SimpleExec(ctx, "CREATE TABLE kv (k int PRIMARY KEY, v text); INSERT INTO kv VALUES (1, 'v'), (2, 'v'), (3, 'v'), (4, 'v'), (5, 'v'), (6, 'v'), (7, 'v'), (8, 'v'), (9, 'v'), (10, 'v')"); err != nil {
+		t.Fatal(err)
+	}
+	const float8OID, int8OID = 701, 20
+	for _, c := range []struct {
+		oid   uint32
+		value []byte
+		want  string
+	}{
+		{float8OID, binary.BigEndian.AppendUint64(nil, math.Float64bits(9.5)), "9"},
+		{int8OID, binary.BigEndian.AppendUint64(nil, 3), "2"},
+		{float8OID, binary.BigEndian.AppendUint64(nil, math.Float64bits(4.5)), "4"},
+	} {
+		res, err := db.Exec(ctx, "SELECT count(*) FROM kv WHERE k < $1",
+			sqlplan.Args{Values: [][]byte{c.value}, Formats: []int16{1}, OIDs: []uint32{c.oid}}, nil)
+		if err != nil {
+			t.Fatalf("type %d: %v", c.oid, err)
+		}
+		if len(res.Rows) != 1 || string(res.Rows[0][0]) != c.want {
+			t.Errorf("type %d: %q, want %s", c.oid, res.Rows, c.want)
+		}
 	}
 }

@@ -317,7 +317,7 @@ func streamTarget(ctx context.Context, conn *pgconn.PgConn, t sqlplan.Target, ar
 		}
 		sent, err := sendResult(ctx, conn.ExecStatement(ctx, desc, values, pformats, formats), out)
 		if err != nil && !sent && attempt == 0 && stale(err) && conn.TxStatus() == 'I' {
-			forget(conn, t.SQL)
+			forget(conn, t.SQL, oids)
 			continue
 		}
 		return err
