@@ -230,6 +230,7 @@ func TestAggregateTransactionOnOneConnection(t *testing.T) {
 func TestDifferentialAggregated(t *testing.T) {
 	layout := sqldiff.SchemaLayout()
 	env := sqldiff.NewEnv(t, layout, "")
+	env.InSteps = true
 	e := startProxyOn(t, env.Rules.Rules(), withAggregate())
 	merged, groups, err := proxy.AggregateSchemas(env.Rules)
 	if err != nil || len(groups) != 1 || merged.NumDataSources() != 1 {

@@ -16,6 +16,7 @@ import (
 // server).
 func runDifferential(t *testing.T, layout sqldiff.Layout, options string) {
 	env := sqldiff.NewEnv(t, layout, options)
+	env.InSteps = true
 	e := startProxyOn(t, env.Rules.Rules())
 	ctx := context.Background()
 	conn, err := pgconn.Connect(ctx, e.url(""))

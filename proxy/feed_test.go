@@ -105,6 +105,11 @@ func TestInsertSelectIntoSharded(t *testing.T) {
 		{name: "a default table joined", sorted: true, stmts: []string{`INSERT INTO dst (id, name) SELECT s.id, p.label FROM src s JOIN plain p ON p.code = s.grp`}},
 		{name: "spilled to disk", stmts: []string{`INSERT INTO dst (id, name) SELECT id, repeat(name, 2000) FROM src`,
 			`SELECT count(*), sum(length(name)) FROM dst`}},
+		{name: "untyped literals and NULL", stmts: []string{`INSERT INTO dst (id, name, n) SELECT id, 'lit', '1.5' FROM src WHERE id < 5`,
+			`INSERT INTO dst SELECT id + 100, NULL, NULL FROM src WHERE id < 5 RETURNING *`,
+			`INSERT INTO dst (n, name, id) SELECT '2.5', 'key from text', '4242'`,
+			`INSERT INTO dst (id, n) SELECT id + 200, 'x' FROM src WHERE id < 3`}},
+		{name: "remainders of powers of two", stmts: []string{`INSERT INTO dst (id, name) SELECT id, name FROM src WHERE id <= 1103 ORDER BY id RETURNING id`}},
 		{name: "a transaction sees its own rows", stmts: []string{`BEGIN`, `INSERT INTO src VALUES (5000, 'new', 9)`,
 			`INSERT INTO dst (id, name) SELECT id, name FROM src WHERE grp = 9 RETURNING *`, `DELETE FROM src WHERE id = 5000`, `COMMIT`}},
 	}
@@ -169,6 +174,9 @@ func TestInsertSelectIntoSharded(t *testing.T) {
 	for _, q := range []string{
 		`INSERT INTO dst (id, name) SELECT id::numeric, name FROM src`,
 		`INSERT INTO dst (id, name) SELECT id, name FROM src ON CONFLICT (id) DO UPDATE SET name = 'twice'`,
+		`INSERT INTO dst (id, name) SELECT id, name FROM src WHERE pg_try_advisory_lock(id)`,
+		`WITH c AS (SELECT 1 AS k) INSERT INTO dst (id, name) SELECT id, name FROM src RETURNING id, (SELECT k FROM c)`,
+		`INSERT INTO kd SELECT FROM src`,
 	} {
 		_, err := px.Exec(ctx, q)
 		if sqlState(err) != "0A000" {

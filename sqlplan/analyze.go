@@ -24,6 +24,7 @@ type analyzer struct {
 	maxParam   int
 	top        *scope
 	quals      map[string]bool // see qualifiers
+	pre        *Pre            // an UPDATE's or DELETE's subqueries to evaluate first, if refused
 }
 
 // scope is one query level: a SELECT (or the top of an UPDATE or DELETE) with the

@@ -577,6 +577,10 @@ func (pl *Plan) DescribeSQL() (int, string) {
 	if pl.Kind == KindCoordinator {
 		return CoordinatorSource(pl.rules), pl.SQL
 	}
+	if pl.refuse != nil && pl.Pre != nil && pl.Pre.describe.ds >= 0 {
+		// Refused as it stands (its subqueries run first): no template to render.
+		return pl.Pre.describe.ds, pl.Pre.describe.sql
+	}
 	if pl.Feed != nil {
 		if pl.Feed.describe.ds < 0 {
 			return CoordinatorSource(pl.rules), pl.SQL

@@ -30,6 +30,9 @@ type insertSpec struct {
 func (a *analyzer) analyzeUpdate(u *pg.UpdateStmt) error {
 	a.plan.Kind, a.plan.Write = KindUpdate, true
 	a.noteParams(u)
+	if hasSublink(u) {
+		a.pre = a.buildPre(&pg.Node{Node: &pg.Node_UpdateStmt{UpdateStmt: u}}, u.WithClause)
+	}
 	s := &scope{}
 	a.top = s
 	if u.WithClause != nil {
@@ -70,6 +73,9 @@ func (a *analyzer) analyzeUpdate(u *pg.UpdateStmt) error {
 func (a *analyzer) analyzeDelete(d *pg.DeleteStmt) error {
 	a.plan.Kind, a.plan.Write = KindDelete, true
 	a.noteParams(d)
+	if hasSublink(d) {
+		a.pre = a.buildPre(&pg.Node{Node: &pg.Node_DeleteStmt{DeleteStmt: d}}, d.WithClause)
+	}
 	s := &scope{}
 	a.top = s
 	if d.WithClause != nil {
@@ -159,7 +165,7 @@ func (a *analyzer) analyzeInsert(ins *pg.InsertStmt) error {
 	a.plan.Kind, a.plan.Write = KindInsert, true
 	a.noteParams(ins)
 	if sel := ins.SelectStmt.GetSelectStmt(); sel != nil && !(len(sel.ValuesLists) > 0 && sel.Op == pg.SetOperation_SETOP_NONE) {
-		if r := a.p.rules.Lookup(ins.Relation.Relname); r != nil && r.Kind == rules.KindSharded && ins.Relation.Catalogname == "" &&
+		if r := a.p.rules.Lookup(ins.Relation.Relname); r != nil && r.Kind == rules.KindSharded && ins.Relation.Catalogname == "" && !a.p.rules.OneShard() &&
 			ins.Relation.Schemaname != "pg_catalog" && ins.Relation.Schemaname != "information_schema" && !strings.HasPrefix(ins.Relation.Relname, "pg_") {
 			return a.analyzeFeed(ins)
 		}
@@ -179,6 +185,10 @@ func (a *analyzer) analyzeInsert(ins *pg.InsertStmt) error {
 	sel := ins.SelectStmt.GetSelectStmt()
 	values := sel != nil && len(sel.ValuesLists) > 0 && sel.Op == pg.SetOperation_SETOP_NONE
 	if sel != nil && !values {
+		if target.sharded() {
+			// Rules of one shard: the statement runs there as written (passthrough).
+			return unsupported("INSERT ... SELECT into sharded table %s", target.name)
+		}
 		if _, err := a.collectSelect(sel, s); err != nil {
 			return err
 		}

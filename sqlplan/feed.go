@@ -42,6 +42,7 @@ type Feed struct {
 
 	insert   *pg.InsertStmt // the client's INSERT, its SELECT to be replaced by VALUES rows
 	version  int32
+	untyped  []bool // per column of the query: a string literal or NULL, without a type
 	keys     []feedKey
 	describe describeAt
 	batches  sync.Map // rows<<20 | columns -> string
@@ -79,25 +80,35 @@ func (a *analyzer) analyzeFeed(ins *pg.InsertStmt) error {
 	orig := proto.Clone(ins).(*pg.InsertStmt)
 	query := proto.Clone(ins.SelectStmt).(*pg.Node)
 	if w := ins.WithClause; w != nil {
+		// The INSERT's WITH queries go with the query, which alone reads them.
 		sel := query.GetSelectStmt()
-		if inner := sel.WithClause; inner != nil {
-			if inner.Recursive != w.Recursive {
-				return unsupported("INSERT ... SELECT into sharded table %s with a WITH clause on the INSERT and another on the SELECT, one of them RECURSIVE", ins.Relation.Relname)
-			}
-			for _, c := range w.Ctes {
-				name := c.GetCommonTableExpr().GetCtename()
-				for _, d := range inner.Ctes {
-					if d.GetCommonTableExpr().GetCtename() == name {
-						return unsupported("INSERT ... SELECT into sharded table %s: WITH query %s named on the INSERT and on the SELECT", ins.Relation.Relname, name)
-					}
-				}
-			}
-			merged := proto.Clone(w).(*pg.WithClause)
-			merged.Ctes = append(merged.Ctes, inner.Ctes...)
-			sel.WithClause = merged
-		} else {
-			sel.WithClause = proto.Clone(w).(*pg.WithClause)
+		if sel.WithClause != nil {
+			return unsupported("INSERT ... SELECT into sharded table %s with a WITH clause on the INSERT and another on the SELECT", ins.Relation.Relname)
 		}
+		names := map[string]bool{}
+		for _, c := range w.Ctes {
+			names[c.GetCommonTableExpr().GetCtename()] = true
+		}
+		var rest []proto.Message
+		for _, r := range ins.ReturningList {
+			rest = append(rest, r)
+		}
+		if ins.OnConflictClause != nil {
+			rest = append(rest, ins.OnConflictClause)
+		}
+		for _, m := range rest {
+			named := false
+			walk(m, func(m proto.Message) bool {
+				if rv, ok := m.(*pg.RangeVar); ok && rv.Schemaname == "" && names[rv.Relname] {
+					named = true
+				}
+				return !named
+			})
+			if named {
+				return unsupported("INSERT ... SELECT into sharded table %s whose RETURNING or ON CONFLICT reads a WITH query of the INSERT", ins.Relation.Relname)
+			}
+		}
+		sel.WithClause = proto.Clone(w).(*pg.WithClause)
 	}
 	text, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: query}}})
 	if err != nil {
@@ -116,7 +127,7 @@ func (a *analyzer) analyzeFeed(ins *pg.InsertStmt) error {
 	if err != nil {
 		return err
 	}
-	f := &Feed{Table: target.name, Query: text, Params: a.maxParam, insert: orig, version: a.tree.Version}
+	f := &Feed{Table: target.name, Query: text, Params: a.maxParam, insert: orig, version: a.tree.Version, untyped: untypedColumns(query)}
 	for _, key := range target.rule.KeyColumns() {
 		if i := slices.Index(cols, key); i >= 0 {
 			f.keys = append(f.keys, feedKey{column: key, at: i, typ: target.keyTypes[key]})
@@ -125,20 +136,23 @@ func (a *analyzer) analyzeFeed(ins *pg.InsertStmt) error {
 	if oc := ins.OnConflictClause; oc != nil && oc.Action == pg.OnConflictAction_ONCONFLICT_UPDATE {
 		f.Upsert = true
 	}
-	if f.describe, err = a.describeFeed(proto.Clone(ins).(*pg.InsertStmt)); err != nil {
+	clone := proto.Clone(ins).(*pg.InsertStmt)
+	if f.describe, err = a.describeAnywhere(&pg.Node{Node: &pg.Node_InsertStmt{InsertStmt: clone}}, clone.Relation); err != nil {
 		return err
 	}
 	a.plan.Feed = f
 	return nil
 }
 
-// describeFeed finds a data source that holds a copy or a shard of every table the
-// statement names, and names them as there: the statement's parameter types and
-// RETURNING columns are the same on every shard.
-func (a *analyzer) describeFeed(ins *pg.InsertStmt) (describeAt, error) {
+// describeAnywhere finds a data source that holds a copy or a shard of every table a
+// statement (a clone, which it changes) names, and names them as there: the
+// statement's parameter types and RETURNING columns are the same on every shard.
+//
+// target, when not nil, is the statement's target, a table whatever WITH queries say.
+func (a *analyzer) describeAnywhere(stmt *pg.Node, target *pg.RangeVar) (describeAt, error) {
 	ctes := map[string]bool{}
 	var rvs []*pg.RangeVar
-	walk(ins, func(m proto.Message) bool {
+	walk(stmt, func(m proto.Message) bool {
 		switch n := m.(type) {
 		case *pg.CommonTableExpr:
 			ctes[n.Ctename] = true
@@ -151,7 +165,7 @@ func (a *analyzer) describeFeed(ins *pg.InsertStmt) (describeAt, error) {
 	var common []int // nil: any data source
 	first := true
 	lookup := func(rv *pg.RangeVar) *rules.TableRule {
-		if rv.Schemaname == "" && ctes[rv.Relname] || rv.Schemaname == "pg_catalog" || rv.Schemaname == "information_schema" || strings.HasPrefix(rv.Relname, "pg_") {
+		if rv.Schemaname == "" && ctes[rv.Relname] && rv != target || rv.Schemaname == "pg_catalog" || rv.Schemaname == "information_schema" || strings.HasPrefix(rv.Relname, "pg_") {
 			return nil
 		}
 		return a.p.rules.Lookup(rv.Relname)
@@ -162,7 +176,7 @@ func (a *analyzer) describeFeed(ins *pg.InsertStmt) (describeAt, error) {
 			for _, n := range r.Nodes {
 				here = append(here, n.DataSource)
 			}
-		} else if rv.Schemaname != "" || !ctes[rv.Relname] {
+		} else if rv.Schemaname != "" || !ctes[rv.Relname] || rv == target {
 			here = []int{def}
 		} else {
 			continue
@@ -191,7 +205,7 @@ func (a *analyzer) describeFeed(ins *pg.InsertStmt) (describeAt, error) {
 			}
 		}
 	}
-	text, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: &pg.Node{Node: &pg.Node_InsertStmt{InsertStmt: ins}}}}})
+	text, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: stmt}}})
 	if err != nil {
 		return describeAt{}, unsupported("a statement the rewriter cannot print back as SQL: %v", err)
 	}
@@ -201,6 +215,21 @@ func (a *analyzer) describeFeed(ins *pg.InsertStmt) (describeAt, error) {
 // RowsPerBatch is how many rows of columns values each Batch statement takes.
 func (f *Feed) RowsPerBatch(columns int) int {
 	return max(1, min(BatchRows, (MaxParams-f.Params)/max(columns, 1)))
+}
+
+// NextBatch is the number of rows of the next batch when left rows remain: a whole
+// batch, else the greatest power of two that fits, so that the statements of a Feed
+// are a few texts (and plans), not one per remainder.
+func (f *Feed) NextBatch(columns int, left int64) int {
+	per := f.RowsPerBatch(columns)
+	if left >= int64(per) {
+		return per
+	}
+	n := 1
+	for int64(n*2) <= left {
+		n *= 2
+	}
+	return n
 }
 
 // Batch returns the INSERT ... VALUES statement of rows rows of columns values each:
@@ -231,19 +260,46 @@ func (f *Feed) Batch(rows, columns int) (string, error) {
 	return text, nil
 }
 
+// untypedColumns marks the columns of a query that are a string literal or NULL with no
+// type: one database's INSERT ... SELECT reads them as the target column's type (from
+// their text), where the query alone would make them text.
+func untypedColumns(query *pg.Node) []bool {
+	sel := query.GetSelectStmt()
+	if sel == nil || sel.Op != pg.SetOperation_SETOP_NONE || len(sel.DistinctClause) > 0 || len(sel.GroupClause) > 0 {
+		return nil
+	}
+	out := make([]bool, len(sel.TargetList))
+	for i, t := range sel.TargetList {
+		c := t.GetResTarget().GetVal().GetAConst()
+		out[i] = c != nil && (c.Isnull || c.GetSval() != nil)
+	}
+	return out
+}
+
+// Untyped reports whether column i of the query is an untyped string literal or NULL,
+// whose value a batch passes as text of no declared type (the server reads it as the
+// column's type, as one database would the literal).
+func (f *Feed) Untyped(i int) bool { return i < len(f.untyped) && f.untyped[i] }
+
 // CheckColumns checks the types of the query's columns (their OIDs, as the answering
 // server described them) before any row is written. A type of the database's own
 // (an enum, a domain) has another OID on each data source, and a sharding key must be
 // read, to route it, as the value the column will hold.
 func (f *Feed) CheckColumns(oids []uint32, rows int64) error {
+	if len(oids) == 0 {
+		return unsupported("INSERT ... SELECT of no columns into sharded table %s", f.Table)
+	}
 	for i, oid := range oids {
-		if oid >= firstNormalOID {
+		if oid >= firstNormalOID && !f.Untyped(i) {
 			return unsupported("INSERT ... SELECT into sharded table %s: column %d of the SELECT is of a type the database defines (OID %d), which other data sources number differently; cast it to a built-in type", f.Table, i+1, oid)
 		}
 	}
 	for _, k := range f.keys {
 		if k.at >= len(oids) {
 			continue // a key the SELECT does not give: drawn, or the batch refuses it
+		}
+		if f.Untyped(k.at) {
+			continue // read from its text as the key's type, as one database reads it
 		}
 		if !keyFrom(k.typ, oids[k.at]) {
 			return unsupported("INSERT ... SELECT into sharded table %s: the SELECT gives its sharding key %s as %s, not as the key's type %s, and the row's shard depends on the converted value; cast it in the SELECT (::%s)", f.Table, k.column, typeName(oids[k.at]), k.typ, k.typ)

@@ -134,6 +134,9 @@ type Plan struct {
 	// Feed, on an INSERT ... SELECT into a sharded table, says how the caller runs it:
 	// the query first, then its rows in batches. Bind gives it no targets.
 	Feed *Feed
+	// Pre, on an UPDATE or DELETE with subqueries over sharded tables, says how the
+	// caller may still run it when Bind refuses it (0A000): those subqueries first.
+	Pre *Pre
 
 	rules      *rules.Compiled
 	normalized bool        // values are literals of the statement text (simple protocol)

@@ -224,6 +224,11 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 		if errors.Is(err, ErrUnsupported) && coord != nil {
 			return p.coordinated(sql, text, normalized, tree, effects, err, coord)
 		}
+		if errors.Is(err, ErrUnsupported) && a.pre != nil {
+			// Refused as it stands; the caller may evaluate its subqueries first.
+			return &Plan{Kind: a.plan.Kind, SQL: sql, Write: true, Tables: a.plan.Tables, rules: p.rules, normalized: normalized,
+				litKinds: a.plan.litKinds, NumParams: paramCount(a.maxParam, normalized), Session: effects, refuse: err, Pre: a.pre}, nil
+		}
 		var pe interface{ SQLState() string }
 		if errors.As(err, &pe) {
 			return nil, err
@@ -232,6 +237,7 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 	}
 	a.plan.NumParams = a.maxParam
 	a.plan.Session = effects
+	a.plan.Pre = a.pre
 	if coord != nil && coord.inexact == nil && (a.plan.Kind == KindSelect || a.plan.Kind == KindExplain) {
 		a.plan.coordinate = true
 	}

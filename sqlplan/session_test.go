@@ -80,7 +80,7 @@ func TestOneShardPassesThrough(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, sql := range []string{"DO $$ BEGIN PERFORM 1; END $$", "PREPARE p AS SELECT $1::int + 1", "CALL f(1)",
-		"SELECT id, rank() OVER (ORDER BY id) FROM t", "CREATE DATABASE x"} {
+		"SELECT id, rank() OVER (ORDER BY id) FROM t", "CREATE DATABASE x", "INSERT INTO t SELECT g FROM generate_series(1, 3) g"} {
 		p, _, err := sqlplan.New(one, nil, sqlplan.Options{}).PlanSimple(ctx, sql)
 		if err != nil || p.Kind != sqlplan.KindPassthrough && p.Kind != sqlplan.KindSelect {
 			t.Errorf("one shard: %s: %v %v", sql, p, err)

@@ -127,6 +127,9 @@ type Query struct {
 	// MayRefuse: an exact answer or a 0A000 refusal are both right (whether it spans
 	// shards depends on the layout).
 	MayRefuse bool
+	// InSteps, on a write that must be Refused, says that a runner that evaluates
+	// subqueries first (Env.InSteps) answers it instead.
+	InSteps bool
 	// OtherDatabase: refused only because a table of the default data source meets
 	// shards on other databases; where every shard is a schema of one database
 	// (Layout.Schemas) it may be answered, exactly.

@@ -372,7 +372,9 @@ func Writes() []Query {
 		// through the driver; either way nothing is written.
 		{SQL: "INSERT INTO t_order SELECT * FROM t_order WHERE order_id = 1", MayRefuse: true},
 		ref("CREATE UNIQUE INDEX ON t_order (user_id)"),
-		ref("UPDATE t_config SET n = (SELECT count(*) FROM t_order)"),
+		// The wire proxy counts first, then writes the count to every copy.
+		{SQL: "UPDATE t_config SET n = (SELECT count(*) FROM t_order)", Refused: true, InSteps: true},
+		{SQL: "DELETE FROM t_order_item WHERE order_id IN (SELECT order_id FROM t_order WHERE status = 'paid' AND qty > 2)", Refused: true, InSteps: true},
 		ref("ALTER TABLE t_order ADD CONSTRAINT u_status UNIQUE (status)"),
 		ref("INSERT INTO t_order (order_id, user_id) VALUES (DEFAULT, 1)"),
 	}

@@ -46,7 +46,13 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 	if err := s.noteEffects(plan, b, maxRows == 0); err != nil {
 		return err
 	}
-	if plan.Feed != nil {
+	if plan.Feed != nil || p.preRefused != nil {
+		// Statements of several steps: INSERT ... SELECT into a sharded table, and
+		// UPDATE or DELETE whose subqueries run first. They need the parameters'
+		// types as the statement was described.
+		if err := severalStepsAllowed(plan); err != nil {
+			return err
+		}
 		var described []uint32
 		if plan.NumParams > 0 {
 			d, err := s.describe(ctx, p.stmt)
@@ -55,7 +61,13 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 			}
 			described = d.params
 		}
-		res, err := s.insertSelect(ctx, plan, p.args, described, p.resultFormats)
+		var res *sqlexec.Result
+		var err error
+		if plan.Feed != nil {
+			res, err = s.insertSelect(ctx, plan, p.args, described, p.resultFormats)
+		} else {
+			res, err = s.runPre(ctx, plan, p.preRefused, p.args, described, p.resultFormats)
+		}
 		if err != nil {
 			return err
 		}

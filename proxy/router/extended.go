@@ -37,6 +37,9 @@ type portal struct {
 	tag      pgconn.CommandTag
 	started  bool
 	finished bool
+	// preRefused is Bind's refusal of a statement whose subqueries Execute evaluates
+	// first (sqlplan.Pre); bound then has no targets.
+	preRefused error
 }
 
 func pgError(code, format string, args ...any) *pgconn.PgError {
@@ -169,7 +172,10 @@ func (s *Session) Bind(ctx context.Context, m *pgproto3.Bind) error {
 			}
 		}
 		if p.bound, err = st.plan.Bind(p.args); err != nil {
-			return s.fail(err)
+			if st.plan.Pre == nil || !errors.Is(err, sqlplan.ErrUnsupported) {
+				return s.fail(err)
+			}
+			p.bound, p.preRefused = &sqlplan.Bound{Plan: st.plan}, err
 		}
 	}
 	s.portals[m.DestinationPortal] = p

@@ -15,19 +15,31 @@ import (
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
-// runFeedSimple runs an INSERT ... SELECT into a sharded table sent as a simple query,
-// sending its whole answer.
-func (s *Session) runFeedSimple(ctx context.Context, plan *sqlplan.Plan, args sqlplan.Args) error {
+// runSeveralSteps runs a simple-protocol statement of several steps (INSERT ... SELECT
+// into a sharded table, an UPDATE or DELETE whose subqueries run first) with run, and
+// sends its whole answer.
+func (s *Session) runSeveralSteps(ctx context.Context, plan *sqlplan.Plan, run func() (*sqlexec.Result, error)) error {
 	s.running = true
 	defer func() { s.running = false }()
-	if err := s.noteEffects(plan, &sqlplan.Bound{Plan: plan}, false); err != nil {
+	if err := severalStepsAllowed(plan); err != nil {
 		return err
 	}
-	res, err := s.insertSelect(ctx, plan, args, nil, nil)
+	res, err := run()
 	if err != nil {
 		return err
 	}
 	s.sendResult(res)
+	return nil
+}
+
+// severalStepsAllowed refuses a statement of several steps that may change what its
+// server connections' sessions hold (an advisory lock, a setting, sequence state,
+// temporary objects): its steps run as statements of their own on connections the
+// session does not follow for them.
+func severalStepsAllowed(plan *sqlplan.Plan) error {
+	if plan.Session != 0 {
+		return sqlplan.Unsupported("a %s over several shards that runs in steps (its query or subqueries first) and calls functions that may change its server connections' session state (advisory locks, set_config, sequence functions, temporary objects)", plan.Kind)
+	}
 	return nil
 }
 
@@ -59,7 +71,7 @@ func (s *Session) insertSelect(ctx context.Context, plan *sqlplan.Plan, args sql
 	if qb.Coordinated() {
 		// The coordinator reads only outside a transaction block, before the writes
 		// (which then cannot feed back into the read).
-		sink := &spoolSink{spool: spool}
+		sink := &rowSink{keep: spool.Append}
 		t := qb.Targets[0]
 		values, oids, formats := sqlexec.TargetParams(t, qargs)
 		st := backend.Statement{SQL: t.SQL, ParamOIDs: oids, Values: values, ParamFormats: formats, ResultFormats: []int16{1}, Describe: true}
@@ -108,21 +120,22 @@ func (s *Session) insertSelect(ctx context.Context, plan *sqlplan.Plan, args sql
 // insertBatches inserts a spool's rows, in batches of Feed.RowsPerBatch rows.
 func (s *Session) insertBatches(ctx context.Context, f *sqlplan.Feed, args sqlplan.Args, paramOIDs, oids []uint32, spool *sqlexec.Spool, resultFormats []int16) (*sqlexec.Result, error) {
 	out := &sqlexec.Result{}
-	per := f.RowsPerBatch(len(oids))
-	var n int64
-	for first := true; ; first = false {
-		rows, err := spool.Next(per)
+	if spool.Rows() == 0 {
+		// No row: the statement still checks as one database's would, and says what
+		// RETURNING would have returned.
+		return s.describeEmptyFeed(ctx, f, args, paramOIDs, oids, out)
+	}
+	var n, held int64
+	limit := s.r.engine.MaxHeld()
+	for left := spool.Rows(); left > 0; {
+		rows, err := spool.Next(f.NextBatch(len(oids), left))
 		if err != nil {
 			return nil, err
 		}
-		if len(rows) == 0 && !first {
-			break
-		}
 		if len(rows) == 0 {
-			// No row: the statement still checks as one database's would, and says
-			// what RETURNING would have returned.
-			return s.describeEmptyFeed(ctx, f, args, paramOIDs, oids, out)
+			return nil, fmt.Errorf("shardlab: %d spooled rows missing", left)
 		}
+		left -= int64(len(rows))
 		sql, err := f.Batch(len(rows), len(oids))
 		if err != nil {
 			return nil, err
@@ -131,7 +144,7 @@ func (s *Session) insertBatches(ctx context.Context, f *sqlplan.Feed, args sqlpl
 		if err != nil {
 			return nil, err
 		}
-		bargs := batchArgs(args, paramOIDs, oids, rows)
+		bargs := batchArgs(f, args, paramOIDs, oids, rows)
 		if bp.Keys != nil {
 			if bargs.Keys, err = s.drawKeys(ctx, bp.Keys); err != nil {
 				return nil, err
@@ -148,11 +161,18 @@ func (s *Session) insertBatches(ctx context.Context, f *sqlplan.Feed, args sqlpl
 		if out.Fields == nil {
 			out.Fields = r.Fields
 		}
+		for _, row := range r.Rows {
+			for _, v := range row {
+				held += int64(len(v)) + 4
+			}
+		}
+		if limit >= 0 && held > limit {
+			// RETURNING rows are held until the statement ends: the statement fails,
+			// and its transaction with it, rather than the proxy's memory.
+			return nil, sqlexec.HeldError(limit)
+		}
 		out.Rows = append(out.Rows, r.Rows...)
 		n += r.Tag.RowsAffected()
-		if len(rows) < per {
-			break
-		}
 	}
 	out.Tag = pgconn.NewCommandTag("INSERT 0 " + strconv.FormatInt(n, 10))
 	return out, nil
@@ -171,7 +191,7 @@ func (s *Session) describeEmptyFeed(ctx context.Context, f *sqlplan.Feed, args s
 		return nil, err
 	}
 	ds, dsql := bp.DescribeSQL()
-	types := batchArgs(args, paramOIDs, oids, [][][]byte{make([][]byte, len(oids))}).OIDs
+	types := batchArgs(f, args, paramOIDs, oids, [][][]byte{make([][]byte, len(oids))}).OIDs
 	var described []pgproto3.FieldDescription
 	err = s.onDataSource(ctx, ds, func(c *backend.Conn) error {
 		var err error
@@ -230,27 +250,6 @@ func (s *Session) spoolError(err error) error {
 		Hint:    "Insert the rows in parts (a condition on the SELECT), or raise the bound (shard-proxy --coordinator-max-moved)."}
 }
 
-// spoolSink takes a coordinator's answer into a spool.
-type spoolSink struct {
-	spool  *sqlexec.Spool
-	fields []pgconn.FieldDescription
-	err    error
-}
-
-func (k *spoolSink) Send(msg pgproto3.BackendMessage) {
-	switch m := msg.(type) {
-	case *pgproto3.RowDescription:
-		k.fields = make([]pgconn.FieldDescription, len(m.Fields))
-		for i, fd := range m.Fields {
-			k.fields[i] = pgconn.FieldDescription{Name: string(fd.Name), DataTypeOID: fd.DataTypeOID, Format: fd.Format}
-		}
-	case *pgproto3.DataRow:
-		if k.err == nil {
-			k.err = k.spool.Append(m.Values)
-		}
-	}
-}
-
 // firstArgs are the client's first n parameters, typed as described: a query that
 // names fewer of them than the INSERT does.
 func firstArgs(args sqlplan.Args, oids []uint32, n int) sqlplan.Args {
@@ -266,13 +265,19 @@ func firstArgs(args sqlplan.Args, oids []uint32, n int) sqlplan.Args {
 }
 
 // batchArgs are a batch statement's parameters: the client's, then each row's values,
-// in binary, typed as the query's columns.
-func batchArgs(args sqlplan.Args, paramOIDs, oids []uint32, rows [][][]byte) sqlplan.Args {
+// in binary, typed as the query's columns; an untyped literal's value (Feed.Untyped),
+// text, goes as text of no declared type.
+func batchArgs(f *sqlplan.Feed, args sqlplan.Args, paramOIDs, oids []uint32, rows [][][]byte) sqlplan.Args {
 	out := firstArgs(args, paramOIDs, len(args.Values))
 	for _, row := range rows {
 		out.Values = append(out.Values, row...)
-		out.OIDs = append(out.OIDs, oids...)
-		for range row {
+		for i := range row {
+			if f.Untyped(i) {
+				out.OIDs = append(out.OIDs, 0)
+				out.Formats = append(out.Formats, 0)
+				continue
+			}
+			out.OIDs = append(out.OIDs, oids[i])
 			out.Formats = append(out.Formats, 1)
 		}
 	}

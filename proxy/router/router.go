@@ -702,6 +702,12 @@ func (r *Router) Route(ctx context.Context, sql string) (string, error) {
 		return plan.Feed.Explain() + "  query route: " + strings.ReplaceAll(strings.TrimSuffix(qb.Explain(), "\n"), "\n", "\n  ") + "\n", nil
 	}
 	b, err := plan.BindSimple(stmts[0], lits)
+	if err != nil && plan.Pre != nil && errors.Is(err, sqlplan.ErrUnsupported) {
+		own, perr := r.planner.Prepare(ctx, stmts[0]) // the subqueries with their literals
+		if perr == nil && own.Pre != nil {
+			return own.Pre.Explain(plan.Kind, err), nil
+		}
+	}
 	if err != nil {
 		return "", err
 	}

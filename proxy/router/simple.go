@@ -2,10 +2,12 @@ package router
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/shardlab/shardlab/proxy/backend"
+	"github.com/shardlab/shardlab/sqlexec"
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
@@ -73,7 +75,7 @@ func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) 
 	}
 	args := sqlplan.Args{ForeignText: s.foreignText()}
 	if plan.Feed != nil {
-		return s.runFeedSimple(ctx, plan, args)
+		return s.runSeveralSteps(ctx, plan, func() (*sqlexec.Result, error) { return s.insertSelect(ctx, plan, args, nil, nil) })
 	}
 	if plan.Keys != nil {
 		if args.Keys, err = s.drawKeys(ctx, plan.Keys); err != nil {
@@ -81,6 +83,9 @@ func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) 
 		}
 	}
 	b, err := plan.BindSimpleArgs(stmt, lits, args)
+	if err != nil && plan.Pre != nil && errors.Is(err, sqlplan.ErrUnsupported) {
+		return s.runSeveralSteps(ctx, plan, func() (*sqlexec.Result, error) { return s.runPre(ctx, plan, err, args, nil, nil) })
+	}
 	if err != nil {
 		return err
 	}

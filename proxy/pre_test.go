@@ -1,0 +1,181 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/proxy"
+)
+
+// TestSubqueriesFirst: UPDATE and DELETE whose subqueries over sharded tables span
+// shards (IN, NOT IN with NULLs, ANY, ALL, EXISTS, a scalar, ARRAY, over the table
+// being changed, with parameters, one the coordinator answers, inside a transaction
+// that wrote what they read) answer as one database does, in the simple and extended
+// protocols, and leave the same rows; a correlated subquery, and a scalar subquery of
+// several rows, are refused with 0A000 and change nothing; an invalid subquery gets one
+// database's error. On the old code every one of them was refused.
+func TestSubqueriesFirst(t *testing.T) {
+	ref := pgtest.NewDatabase(t, "pre_ref")
+	var dsns []string
+	for i := range 2 {
+		dsns = append(dsns, pgtest.NewDatabase(t, fmt.Sprintf("pre_s%d", i)))
+	}
+	e := startProxyOn(t, shardedRules(dsns, []string{"orders=id", "custs=id"}, nil), withCoordinator(), func(c *proxy.Config) { c.AdminDatabase = "shardlab" })
+	ctx := context.Background()
+	one, err := pgx.Connect(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close(ctx)
+	px := e.connect(t)
+	simple := e.connect(t)
+	regions := []string{"north", "south", "east", "west"}
+	setup := []string{
+		`CREATE TABLE orders (id int PRIMARY KEY, cust int, status text, amount numeric)`,
+		`CREATE TABLE custs (id int PRIMARY KEY, name text, region text)`,
+		fmt.Sprintf(`INSERT INTO custs SELECT g, 'c' || g, (ARRAY['%s'])[g %% 4 + 1] FROM generate_series(1, 50) g`, strings.Join(regions, "','")),
+	}
+	for _, q := range setup {
+		exec1(t, one, q)
+		exec1(t, simple, q)
+	}
+	rows := func(c *pgx.Conn, mode pgx.QueryExecMode, q string, args ...any) string {
+		rs, err := c.Query(ctx, q, append([]any{mode}, args...)...)
+		if err != nil {
+			return "error " + sqlState(err)
+		}
+		var out []string
+		for rs.Next() {
+			vals, err := rs.Values()
+			if err != nil {
+				return "error " + err.Error()
+			}
+			out = append(out, fmt.Sprint(vals))
+		}
+		if err := rs.Err(); err != nil {
+			return "error " + sqlState(err)
+		}
+		slices.Sort(out)
+		return fmt.Sprintf("%s [%s]", strings.Join(out, "; "), rs.CommandTag())
+	}
+	type step struct {
+		sql  string
+		args []any
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"in", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT id FROM custs WHERE region = 'north')`}}},
+		{"any, returning", []step{{sql: `UPDATE orders SET status = 'vip' WHERE cust = ANY (SELECT id FROM custs WHERE name LIKE 'c1%') RETURNING id, status`}}},
+		{"scalar", []step{{sql: `UPDATE orders SET amount = (SELECT max(id) FROM custs) WHERE id <= 10 RETURNING *`}}},
+		{"exists", []step{{sql: `DELETE FROM orders WHERE id < 100 AND EXISTS (SELECT 1 FROM custs WHERE region = 'south')`},
+			{sql: `DELETE FROM orders WHERE id < 200 AND NOT EXISTS (SELECT 1 FROM custs WHERE region = 'nowhere')`}}},
+		{"not in with nulls", []step{{sql: `DELETE FROM orders WHERE cust NOT IN (SELECT CASE WHEN region = 'west' THEN NULL ELSE id END FROM custs)`},
+			{sql: `DELETE FROM orders WHERE cust NOT IN (SELECT id FROM custs WHERE region <> 'east')`}}},
+		{"all, over the table changed", []step{{sql: `UPDATE orders SET status = 'big' WHERE amount > ALL (SELECT amount FROM orders WHERE cust = 3) RETURNING id`}}},
+		{"parameters", []step{{sql: `UPDATE orders SET status = $1 WHERE cust IN (SELECT id FROM custs WHERE region = $2) RETURNING id, status`, args: []any{"p", "north"}}}},
+		{"coordinated", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT c.id FROM custs c JOIN orders o ON o.cust = c.id WHERE o.amount > 800) RETURNING id`}}},
+		{"array", []step{{sql: `UPDATE orders SET status = array_to_string(ARRAY(SELECT name FROM custs WHERE id < 4 ORDER BY id), ',') WHERE id = 5 RETURNING status`}}},
+		{"no rows", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT id FROM custs WHERE false)`},
+			{sql: `UPDATE orders SET amount = (SELECT id FROM custs WHERE false) WHERE id = 7 RETURNING amount`}}},
+		{"invalid subquery", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT nosuch FROM custs)`}}},
+		{"a transaction sees its own writes", []step{{sql: `BEGIN`}, {sql: `INSERT INTO custs VALUES (900, 'new', 'far')`},
+			{sql: `INSERT INTO orders VALUES (601, 900, 'x', 1)`},
+			{sql: `DELETE FROM orders WHERE cust IN (SELECT id FROM custs WHERE region = 'far') RETURNING *`},
+			{sql: `DELETE FROM custs WHERE id = 900`}, {sql: `COMMIT`}}},
+	}
+	modes := []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec}
+	reset := func(c *pgx.Conn) {
+		exec1(t, c, `TRUNCATE orders`)
+		exec1(t, c, `INSERT INTO orders SELECT g, g % 53, 'new', g * 1.5 FROM generate_series(1, 600) g`)
+	}
+	for _, c := range cases {
+		for _, mode := range modes {
+			pc := px
+			if mode == pgx.QueryExecModeSimpleProtocol {
+				pc = simple
+			}
+			reset(one)
+			reset(pc)
+			for _, st := range c.steps {
+				if mode == pgx.QueryExecModeSimpleProtocol && len(st.args) > 0 {
+					continue
+				}
+				want, got := rows(one, mode, st.sql, st.args...), rows(pc, mode, st.sql, st.args...)
+				if got != want {
+					t.Errorf("%s (%v): %s\n  one database: %.300s\n  proxy:        %.300s", c.name, mode, st.sql, want, got)
+				}
+			}
+			q := `SELECT * FROM orders ORDER BY id`
+			if want, got := rows(one, mode, q), rows(pc, mode, q); got != want {
+				t.Errorf("%s (%v): the rows afterwards differ\n  one database: %.300s\n  proxy:        %.300s", c.name, mode, want, got)
+			}
+		}
+	}
+
+	// Refused, changing nothing: a correlated subquery, a scalar subquery of several
+	// rows (one database raises 21000 only if it evaluates it), and a subquery only
+	// the coordinator answers inside a transaction block.
+	reset(px)
+	for _, q := range []string{
+		`DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust AND c.region = 'north')`,
+		`DELETE FROM orders WHERE status IN (SELECT status FROM custs WHERE region = 'north')`, // status: the outer table's
+		`UPDATE orders SET amount = (SELECT id FROM custs) WHERE id = 1`,
+	} {
+		for _, mode := range modes {
+			_, err := px.Exec(ctx, q, mode)
+			if sqlState(err) != "0A000" {
+				t.Errorf("%s (%v): %v, want 0A000", q, mode, err)
+			}
+		}
+	}
+	exec1(t, px, `BEGIN`)
+	_, err = px.Exec(ctx, `DELETE FROM orders WHERE cust IN (SELECT c.id FROM custs c JOIN orders o ON o.cust = c.id WHERE o.amount > 800)`)
+	if sqlState(err) != "0A000" || !strings.Contains(err.Error(), "transaction") {
+		t.Errorf("a coordinated subquery in a transaction block: %v, want 0A000 naming the transaction", err)
+	}
+	exec1(t, px, `ROLLBACK`)
+	// A correlated subquery inside a transaction block: refused, and the transaction
+	// has failed, as one database's would with its error.
+	exec1(t, px, `BEGIN`)
+	if _, err = px.Exec(ctx, `DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust)`); sqlState(err) != "0A000" {
+		t.Errorf("a correlated subquery in a transaction block: %v, want 0A000", err)
+	}
+	if _, err = px.Exec(ctx, `SELECT 1`); sqlState(err) != "25P02" {
+		t.Errorf("after the refusal in a transaction block: %v, want 25P02", err)
+	}
+	exec1(t, px, `ROLLBACK`)
+	if _, err = px.Exec(ctx, `DELETE FROM orders WHERE cust IN (SELECT nosuch FROM custs)`); sqlState(err) != "42703" {
+		t.Errorf("an invalid subquery after the rollback: %v, want 42703", err)
+	}
+	if n := queryInt(t, px, `SELECT count(*) FROM orders WHERE status = 'new' AND amount = id * 1.5`); n != 600 {
+		t.Errorf("%d of 600 rows unchanged after the refusals", n)
+	}
+
+	// The route preview shows the steps.
+	adm, err := pgconn.Connect(ctx, strings.Replace(e.url(""), "/"+testDatabase+"?", "/shardlab?", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close(ctx)
+	res, err := adm.Exec(ctx, `SHOW ROUTE DELETE FROM orders WHERE cust IN (SELECT id FROM custs WHERE region = 'north')`).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var route string
+	for _, r := range res[0].Rows {
+		route += string(r[0]) + "\n"
+	}
+	if !strings.Contains(route, "delete in steps") || !strings.Contains(route, "$1 (array of values): SELECT id FROM custs WHERE region = 'north'") ||
+		!strings.Contains(route, "then: DELETE FROM orders WHERE cust = ANY($1)") {
+		t.Errorf("route preview:\n%s", route)
+	}
+}

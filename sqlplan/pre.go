@@ -1,0 +1,180 @@
+package sqlplan
+
+import (
+	"fmt"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shardlab/shardlab/rules"
+)
+
+// Pre is how an UPDATE or DELETE whose subqueries over sharded tables span shards can
+// still be answered: each such subquery, when it is not correlated with the statement,
+// is evaluated first, as a statement of its own (one shard, the merge or the
+// coordinator database answers it), and its answer takes its place as a parameter; the
+// statement then runs as one without them. Citus plans such subqueries the same way
+// (recursive planning: a subquery becomes an intermediate result).
+//
+// A subquery that names no column of the statement around it means the same alone: a
+// column reference resolves in the innermost scope that has it. Whether it is
+// correlated is therefore decided by running it alone: one that names the statement's
+// columns fails there (42P01, 42703), and the statement is refused.
+type Pre struct {
+	// Subqueries are the subqueries, in the order of their parameters.
+	Subqueries []Subquery
+	// SQL is the statement with each subquery replaced by its parameter ($Params+1 ...).
+	SQL string
+	// Params is the number of the client's parameters.
+	Params int
+	// AsWritten is false on a plan made from a simple-protocol statement's normalised
+	// text, whose subqueries hold placeholders for its literals: plan the statement's
+	// own text (Planner.Prepare of Plan.SQL) for the Pre to run.
+	AsWritten bool
+
+	describe describeAt // where the statement, refused as it stands, is described
+}
+
+// SubqueryKind says what a subquery's answer becomes.
+type SubqueryKind int
+
+// Subquery kinds.
+const (
+	SubqueryExists SubqueryKind = iota // EXISTS (...): a boolean, whether it has a row
+	SubqueryScalar                     // (SELECT ...): its one value, NULL without a row; more than one row is an error (21000)
+	SubqueryArray                      // x op ANY (...), x IN (...), x op ALL (...), ARRAY(...): an array of its values, in order
+)
+
+// Subquery is one subquery of a Pre.
+type Subquery struct {
+	Kind SubqueryKind
+	SQL  string
+}
+
+// buildPre makes the Pre of an UPDATE or DELETE (a clone: the analysis renames its
+// tables), or returns nil when it has no subquery over sharded tables that can be
+// evaluated first.
+func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
+	if with != nil {
+		return nil // a subquery could name the statement's WITH queries
+	}
+	clone := proto.Clone(stmt).(*pg.Node)
+	target := clone.GetUpdateStmt().GetRelation()
+	if target == nil {
+		target = clone.GetDeleteStmt().GetRelation()
+	}
+	described, err := a.describeAnywhere(clone, target)
+	if err != nil {
+		return nil
+	}
+	stmt = proto.Clone(stmt).(*pg.Node)
+	pre := &Pre{Params: a.maxParam, AsWritten: !a.normalized, describe: described}
+	ok := true
+	walk(stmt, func(m proto.Message) bool {
+		n, isNode := m.(*pg.Node)
+		if !ok || !isNode || n.GetSubLink() == nil {
+			return ok
+		}
+		sl := n.GetSubLink()
+		if !a.readsSharded(sl.Subselect) {
+			return true
+		}
+		text, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: sl.Subselect}}})
+		if err != nil {
+			ok = false
+			return false
+		}
+		param := &pg.Node{Node: &pg.Node_ParamRef{ParamRef: &pg.ParamRef{Number: int32(pre.Params + len(pre.Subqueries) + 1)}}}
+		sub := Subquery{SQL: text}
+		switch sl.SubLinkType {
+		case pg.SubLinkType_EXISTS_SUBLINK:
+			sub.Kind = SubqueryExists
+			n.Node = param.Node
+		case pg.SubLinkType_EXPR_SUBLINK:
+			sub.Kind = SubqueryScalar
+			n.Node = param.Node
+		case pg.SubLinkType_ARRAY_SUBLINK:
+			sub.Kind = SubqueryArray
+			n.Node = param.Node
+		case pg.SubLinkType_ANY_SUBLINK, pg.SubLinkType_ALL_SUBLINK:
+			if sl.Testexpr.GetRowExpr() != nil || len(sl.OperName) > 1 {
+				ok = false // a row compared, or a qualified operator
+				return false
+			}
+			sub.Kind = SubqueryArray
+			kind := pg.A_Expr_Kind_AEXPR_OP_ANY
+			if sl.SubLinkType == pg.SubLinkType_ALL_SUBLINK {
+				kind = pg.A_Expr_Kind_AEXPR_OP_ALL
+			}
+			op := sl.OperName
+			if len(op) == 0 { // IN
+				op = []*pg.Node{{Node: &pg.Node_String_{String_: &pg.String{Sval: "="}}}}
+			}
+			n.Node = &pg.Node_AExpr{AExpr: &pg.A_Expr{Kind: kind, Name: op, Lexpr: sl.Testexpr, Rexpr: param, Location: sl.Location}}
+		default:
+			ok = false // a row comparison, a multiple assignment
+			return false
+		}
+		pre.Subqueries = append(pre.Subqueries, sub)
+		return false
+	})
+	if !ok || len(pre.Subqueries) == 0 {
+		return nil
+	}
+	text, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: stmt}}})
+	if err != nil {
+		return nil
+	}
+	pre.SQL = text
+	return pre
+}
+
+// hasSublink reports whether a statement has a subquery in an expression.
+func hasSublink(root proto.Message) bool {
+	found := false
+	walk(root, func(m proto.Message) bool {
+		if _, ok := m.(*pg.SubLink); ok {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+// readsSharded reports whether a subquery names a sharded table.
+func (a *analyzer) readsSharded(sub *pg.Node) bool {
+	found := false
+	walk(sub, func(m proto.Message) bool {
+		if rv, ok := m.(*pg.RangeVar); ok {
+			if r := a.p.rules.Lookup(rv.Relname); r != nil && r.Kind == rules.KindSharded {
+				found = true
+			}
+		}
+		return !found
+	})
+	return found
+}
+
+// paramCount is a plan's NumParams: a normalised plan's parameters are its literals,
+// bound from the text.
+func paramCount(max int, normalized bool) int {
+	if normalized {
+		return 0
+	}
+	return max
+}
+
+// Explain describes a Pre without running it; why is Bind's refusal of the statement as
+// it stands.
+func (p *Pre) Explain(kind Kind, why error) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s in steps: subqueries over sharded tables evaluated first (as it stands: %s)\n", kind, refusalText(why))
+	for i, s := range p.Subqueries {
+		fmt.Fprintf(&b, "  $%d (%s): %s\n", p.Params+i+1, subqueryKinds[s.Kind], s.SQL)
+	}
+	fmt.Fprintf(&b, "  then: %s\n", p.SQL)
+	return b.String()
+}
+
+var subqueryKinds = [...]string{"exists", "one value", "array of values"}

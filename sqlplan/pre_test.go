@@ -1,0 +1,81 @@
+package sqlplan_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// TestPrePlan: an UPDATE or DELETE refused because its subqueries over sharded tables
+// span shards carries how to evaluate them first (sqlplan.Pre): each subquery, its
+// kind, and the statement with parameters in their places. On the old code there was
+// only the refusal.
+func TestPrePlan(t *testing.T) {
+	ctx := context.Background()
+	p := sqlplan.New(testRules(t), keyCatalog{}, sqlplan.Options{})
+	for _, c := range []struct {
+		sql   string
+		kinds []sqlplan.SubqueryKind
+		subs  []string
+		then  string
+	}{
+		{"DELETE FROM t_order WHERE status IN (SELECT name FROM t_user WHERE name LIKE $1)",
+			[]sqlplan.SubqueryKind{sqlplan.SubqueryArray}, []string{"SELECT name FROM t_user WHERE name LIKE $1"},
+			"DELETE FROM t_order WHERE status = ANY($2)"},
+		{"UPDATE t_order SET status = (SELECT max(name) FROM t_user), qty = 1 WHERE user_id NOT IN (SELECT user_id FROM t_user) AND EXISTS (SELECT 1 FROM t_user) RETURNING order_id",
+			[]sqlplan.SubqueryKind{sqlplan.SubqueryScalar, sqlplan.SubqueryArray, sqlplan.SubqueryExists},
+			[]string{"SELECT max(name) FROM t_user", "SELECT user_id FROM t_user", "SELECT 1 FROM t_user"},
+			"UPDATE t_order SET status = $1, qty = 1 WHERE NOT user_id = ANY($2) AND $3 RETURNING order_id"},
+		{"DELETE FROM t_order WHERE qty > ALL (SELECT qty FROM t_order_item)",
+			[]sqlplan.SubqueryKind{sqlplan.SubqueryArray}, []string{"SELECT qty FROM t_order_item"},
+			"DELETE FROM t_order WHERE qty > ALL($1)"},
+	} {
+		pl, err := p.Prepare(ctx, c.sql)
+		if err != nil {
+			t.Fatalf("%s: %v", c.sql, err)
+		}
+		if _, err := pl.Bind(sqlplan.Args{Values: make([][]byte, pl.NumParams)}); !errors.Is(err, sqlplan.ErrUnsupported) {
+			t.Errorf("%s: bind %v, want the refusal", c.sql, err)
+		}
+		pre := pl.Pre
+		if pre == nil || !pre.AsWritten || len(pre.Subqueries) != len(c.kinds) {
+			t.Errorf("%s: pre %+v", c.sql, pre)
+			continue
+		}
+		// The parameters are numbered in the order the subqueries were found: put
+		// each subquery back in its parameter's place.
+		back := pre.SQL
+		for i := len(pre.Subqueries) - 1; i >= 0; i-- {
+			back = strings.ReplaceAll(back, fmt.Sprintf("$%d", pre.Params+i+1), fmt.Sprintf("<%d %s>", pre.Subqueries[i].Kind, pre.Subqueries[i].SQL))
+		}
+		want := c.then
+		for i := len(c.subs) - 1; i >= 0; i-- {
+			want = strings.ReplaceAll(want, fmt.Sprintf("$%d", i+1+strings.Count(c.sql, "$")), fmt.Sprintf("<%d %s>", c.kinds[i], c.subs[i]))
+		}
+		if back != want {
+			t.Errorf("%s:\n got  %s\n want %s", c.sql, back, want)
+		}
+	}
+	// No Pre: a WITH clause (a subquery could name its queries), a row compared, a
+	// subquery over copied tables only (the merge answers those).
+	for _, sql := range []string{
+		"WITH x AS (SELECT 1) DELETE FROM t_order WHERE status IN (SELECT name FROM t_user)",
+		"DELETE FROM t_order WHERE (user_id, status) IN (SELECT user_id, name FROM t_user)",
+		"DELETE FROM t_order WHERE status IN (SELECT v FROM t_config)",
+	} {
+		pl, err := p.Prepare(ctx, sql)
+		if err == nil && pl.Pre != nil {
+			t.Errorf("%s: pre %+v", sql, pl.Pre)
+		}
+	}
+	// A simple-protocol statement's plan is made from its normalised text: its Pre
+	// says to plan the statement's own text for the literals.
+	pl, _, err := p.PlanSimple(ctx, "DELETE FROM t_order WHERE status IN (SELECT name FROM t_user WHERE name = 'a')")
+	if err != nil || pl.Pre == nil || pl.Pre.AsWritten {
+		t.Errorf("normalised: %v %+v", err, pl)
+	}
+}
