@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -168,6 +169,20 @@ func TestInsertSelectIntoSharded(t *testing.T) {
 	onShards := queryInt(t, e.shard(t, 0), `SELECT count(*) FROM dst`) + queryInt(t, e.shard(t, 1), `SELECT count(*) FROM dst`)
 	if onShards != int64(len(ids)) {
 		t.Errorf("%d rows on the shards, %d through the proxy", onShards, len(ids))
+	}
+
+	// psql, the real client: a statement in steps without RETURNING describes no
+	// columns (it printed an empty table before its tag).
+	psql := needTool(t, "psql")
+	for _, c := range [][2]string{
+		{`INSERT INTO dst (id, name) SELECT id + 40000, name FROM src WHERE id <= 3`, "INSERT 0 3\n"},
+		{`DELETE FROM dst WHERE id IN (SELECT id + 40000 FROM src WHERE grp = 1 AND id <= 3)`, "DELETE 1\n"},
+	} {
+		q, want := c[0], c[1]
+		out, err := exec.Command(psql, "-X", "-d", e.url(""), "-c", q).CombinedOutput()
+		if err != nil || string(out) != want {
+			t.Errorf("psql -c %q: %q (%v), want %q", q, out, err, want)
+		}
 	}
 
 	// What stays refused, with 0A000 naming why; the session goes on.

@@ -341,7 +341,9 @@ func (s *Session) runSimple(ctx context.Context, b *sqlplan.Bound) error {
 
 // sendResult sends a whole answer of the simple protocol: columns, rows, command tag.
 func (s *Session) sendResult(res *sqlexec.Result) {
-	if res.Fields != nil {
+	if len(res.Fields) > 0 {
+		// Only a statement that returns rows describes them (a write's RETURNING; a
+		// write without one has no columns and sends no description).
 		s.client.Send(&pgproto3.RowDescription{Fields: fieldsOf(res.Fields)})
 	}
 	for _, row := range res.Rows {
