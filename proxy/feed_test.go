@@ -110,6 +110,7 @@ func TestInsertSelectIntoSharded(t *testing.T) {
 			`INSERT INTO dst SELECT id + 100, NULL, NULL FROM src WHERE id < 5 RETURNING *`,
 			`INSERT INTO dst (n, name, id) SELECT '2.5', 'key from text', '4242'`,
 			`INSERT INTO dst (id, n) SELECT id + 200, 'x' FROM src WHERE id < 3`}},
+		{name: "a literal sorted on is text, as alone", stmts: []string{`INSERT INTO dst (id, name, n) SELECT id, name, '1.5' FROM src WHERE id < 3 ORDER BY 3`}},
 		{name: "remainders of powers of two", stmts: []string{`INSERT INTO dst (id, name) SELECT id, name FROM src WHERE id <= 1103 ORDER BY id RETURNING id`}},
 		{name: "a transaction sees its own rows", stmts: []string{`BEGIN`, `INSERT INTO src VALUES (5000, 'new', 9)`,
 			`INSERT INTO dst (id, name) SELECT id, name FROM src WHERE grp = 9 RETURNING *`, `DELETE FROM src WHERE id = 5000`, `COMMIT`}},
@@ -192,6 +193,7 @@ func TestInsertSelectIntoSharded(t *testing.T) {
 		`INSERT INTO dst (id, name) SELECT id, name FROM src WHERE pg_try_advisory_lock(id)`,
 		`WITH c AS (SELECT 1 AS k) INSERT INTO dst (id, name) SELECT id, name FROM src RETURNING id, (SELECT k FROM c)`,
 		`INSERT INTO kd SELECT FROM src`,
+		`INSERT INTO dst SELECT *, NULL FROM kd`,
 	} {
 		_, err := px.Exec(ctx, q)
 		if sqlState(err) != "0A000" {

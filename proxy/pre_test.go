@@ -27,7 +27,7 @@ func TestSubqueriesFirst(t *testing.T) {
 	for i := range 2 {
 		dsns = append(dsns, pgtest.NewDatabase(t, fmt.Sprintf("pre_s%d", i)))
 	}
-	e := startProxyOn(t, shardedRules(dsns, []string{"orders=id", "custs=id"}, nil), withCoordinator(), func(c *proxy.Config) { c.AdminDatabase = "shardlab" })
+	e := startProxyOn(t, shardedRules(dsns, []string{"orders=id", "custs=id", "tags=id"}, nil), withCoordinator(), func(c *proxy.Config) { c.AdminDatabase = "shardlab" })
 	ctx := context.Background()
 	one, err := pgx.Connect(ctx, ref)
 	if err != nil {
@@ -38,6 +38,8 @@ func TestSubqueriesFirst(t *testing.T) {
 	simple := e.connect(t)
 	regions := []string{"north", "south", "east", "west"}
 	setup := []string{
+		`CREATE TABLE tags (id int PRIMARY KEY, label text COLLATE "C")`,
+		`INSERT INTO tags VALUES (1, 'new'), (2, 'vip')`,
 		`CREATE TABLE orders (id int PRIMARY KEY, cust int, status text, amount numeric)`,
 		`CREATE TABLE custs (id int PRIMARY KEY, name text, region text)`,
 		fmt.Sprintf(`INSERT INTO custs SELECT g, 'c' || g, (ARRAY['%s'])[g %% 4 + 1] FROM generate_series(1, 50) g`, strings.Join(regions, "','")),
@@ -87,6 +89,10 @@ func TestSubqueriesFirst(t *testing.T) {
 		{"no rows", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT id FROM custs WHERE false)`},
 			{sql: `UPDATE orders SET amount = (SELECT id FROM custs WHERE false) WHERE id = 7 RETURNING amount`}}},
 		{"invalid subquery", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT nosuch FROM custs)`}}},
+		// The same shape with other literals: each statement's own (a plan is shared
+		// by every text of its shape).
+		{"one shape, two texts", []step{{sql: `DELETE FROM orders WHERE id < 100 AND cust IN (SELECT id FROM custs WHERE region = 'north')`},
+			{sql: `DELETE FROM orders WHERE id < 300 AND cust IN (SELECT id FROM custs WHERE region = 'south')`}}},
 		{"a transaction sees its own writes", []step{{sql: `BEGIN`}, {sql: `INSERT INTO custs VALUES (900, 'new', 'far')`},
 			{sql: `INSERT INTO orders VALUES (601, 900, 'x', 1)`},
 			{sql: `DELETE FROM orders WHERE cust IN (SELECT id FROM custs WHERE region = 'far') RETURNING *`},
@@ -129,6 +135,9 @@ func TestSubqueriesFirst(t *testing.T) {
 		`DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust AND c.region = 'north')`,
 		`DELETE FROM orders WHERE status IN (SELECT status FROM custs WHERE region = 'north')`, // status: the outer table's
 		`UPDATE orders SET amount = (SELECT id FROM custs) WHERE id = 1`,
+		// A collation the subquery's column carries, which a parameter would not.
+		`UPDATE orders SET status = 'x' WHERE status IN (SELECT label FROM tags)`,
+		`UPDATE orders SET status = 'x' WHERE status IN (SELECT name COLLATE "C" FROM custs)`,
 	} {
 		for _, mode := range modes {
 			_, err := px.Exec(ctx, q, mode)
@@ -158,6 +167,15 @@ func TestSubqueriesFirst(t *testing.T) {
 	}
 	if n := queryInt(t, px, `SELECT count(*) FROM orders WHERE status = 'new' AND amount = id * 1.5`); n != 600 {
 		t.Errorf("%d of 600 rows unchanged after the refusals", n)
+	}
+
+	// A subquery's rows are held within --max-held-memory.
+	small := startProxyOn(t, shardedRules(dsns, []string{"orders=id", "custs=id", "tags=id"}, nil), func(c *proxy.Config) { c.MaxHeld = 1000 })
+	if _, err := small.connect(t).Exec(ctx, `DELETE FROM orders WHERE cust IN (SELECT id FROM custs)`); sqlState(err) != "54000" {
+		t.Errorf("a subquery over the bound: %v, want 54000", err)
+	}
+	if n := queryInt(t, px, `SELECT count(*) FROM orders`); n != 600 {
+		t.Errorf("%d of 600 rows after a statement over the bound", n)
 	}
 
 	// The route preview shows the steps.

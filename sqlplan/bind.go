@@ -577,8 +577,11 @@ func (pl *Plan) DescribeSQL() (int, string) {
 	if pl.Kind == KindCoordinator {
 		return CoordinatorSource(pl.rules), pl.SQL
 	}
-	if pl.refuse != nil && pl.Pre != nil && pl.Pre.describe.ds >= 0 {
+	if pl.refuse != nil && pl.Pre != nil {
 		// Refused as it stands (its subqueries run first): no template to render.
+		if pl.Pre.describe.ds < 0 {
+			return CoordinatorSource(pl.rules), pl.SQL
+		}
 		return pl.Pre.describe.ds, pl.Pre.describe.sql
 	}
 	if pl.Feed != nil {

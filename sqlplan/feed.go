@@ -127,7 +127,11 @@ func (a *analyzer) analyzeFeed(ins *pg.InsertStmt) error {
 	if err != nil {
 		return err
 	}
-	f := &Feed{Table: target.name, Query: text, Params: a.maxParam, insert: orig, version: a.tree.Version, untyped: untypedColumns(query)}
+	untyped, ok := untypedColumns(query)
+	if !ok {
+		return unsupported("INSERT ... SELECT into sharded table %s with * and a string literal or NULL in its select list (the literal's column, which takes the target column's type, is not known before the query runs); give the literal a type (::type)", target.name)
+	}
+	f := &Feed{Table: target.name, Query: text, Params: a.maxParam, insert: orig, version: a.tree.Version, untyped: untyped}
 	for _, key := range target.rule.KeyColumns() {
 		if i := slices.Index(cols, key); i >= 0 {
 			f.keys = append(f.keys, feedKey{column: key, at: i, typ: target.keyTypes[key]})
@@ -263,17 +267,43 @@ func (f *Feed) Batch(rows, columns int) (string, error) {
 // untypedColumns marks the columns of a query that are a string literal or NULL with no
 // type: one database's INSERT ... SELECT reads them as the target column's type (from
 // their text), where the query alone would make them text.
-func untypedColumns(query *pg.Node) []bool {
+//
+// ok is false when the select list has both a * (which stands for columns not known
+// here) and such a literal: the literal's column is not known.
+func untypedColumns(query *pg.Node) (untyped []bool, ok bool) {
 	sel := query.GetSelectStmt()
 	if sel == nil || sel.Op != pg.SetOperation_SETOP_NONE || len(sel.DistinctClause) > 0 || len(sel.GroupClause) > 0 {
-		return nil
+		return nil, true // made text by the set operation, DISTINCT or GROUP BY, as alone
 	}
-	out := make([]bool, len(sel.TargetList))
+	// ORDER BY a literal's position or name makes it text, as alone.
+	sorted := map[int]bool{}
+	for _, sb := range sel.SortClause {
+		n := sb.GetSortBy().GetNode()
+		if c := n.GetAConst(); c != nil && c.GetIval() != nil {
+			sorted[int(c.GetIval().Ival)-1] = true
+		}
+		if q, col, isCol := columnRef(n); isCol && q == "" {
+			for i, t := range sel.TargetList {
+				if t.GetResTarget().GetName() == col {
+					sorted[i] = true
+				}
+			}
+		}
+	}
+	star := false
+	untyped = make([]bool, len(sel.TargetList))
 	for i, t := range sel.TargetList {
-		c := t.GetResTarget().GetVal().GetAConst()
-		out[i] = c != nil && (c.Isnull || c.GetSval() != nil)
+		v := t.GetResTarget().GetVal()
+		if cr := v.GetColumnRef(); cr != nil && len(cr.Fields) > 0 && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
+			star = true
+		}
+		c := v.GetAConst()
+		untyped[i] = c != nil && (c.Isnull || c.GetSval() != nil) && !sorted[i]
 	}
-	return out
+	if star {
+		return nil, !slices.Contains(untyped, true)
+	}
+	return untyped, true
 }
 
 // Untyped reports whether column i of the query is an untyped string literal or NULL,

@@ -50,6 +50,9 @@ const (
 type Subquery struct {
 	Kind SubqueryKind
 	SQL  string
+	// Collates is set when the subquery names a collation (COLLATE): its column may
+	// carry one, which the parameter would not.
+	Collates bool
 }
 
 // buildPre makes the Pre of an UPDATE or DELETE (a clone: the analysis renames its
@@ -80,13 +83,20 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 		if !a.readsSharded(sl.Subselect) {
 			return true
 		}
-		text, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: sl.Subselect}}})
+		subselect := sl.Subselect
+		if sel := subselect.GetSelectStmt(); sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK && sel != nil && sel.LimitCount == nil && sel.LimitOffset == nil {
+			// Whether it has a row: one row per shard tells.
+			subselect = proto.Clone(subselect).(*pg.Node)
+			subselect.GetSelectStmt().LimitCount = &pg.Node{Node: &pg.Node_AConst{AConst: &pg.A_Const{Val: &pg.A_Const_Ival{Ival: &pg.Integer{Ival: 1}}}}}
+			subselect.GetSelectStmt().LimitOption = pg.LimitOption_LIMIT_OPTION_COUNT
+		}
+		text, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: subselect}}})
 		if err != nil {
 			ok = false
 			return false
 		}
 		param := &pg.Node{Node: &pg.Node_ParamRef{ParamRef: &pg.ParamRef{Number: int32(pre.Params + len(pre.Subqueries) + 1)}}}
-		sub := Subquery{SQL: text}
+		sub := Subquery{SQL: text, Collates: names(sl.Subselect, func(m proto.Message) bool { _, is := m.(*pg.CollateClause); return is })}
 		switch sl.SubLinkType {
 		case pg.SubLinkType_EXISTS_SUBLINK:
 			sub.Kind = SubqueryExists
@@ -98,8 +108,10 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 			sub.Kind = SubqueryArray
 			n.Node = param.Node
 		case pg.SubLinkType_ANY_SUBLINK, pg.SubLinkType_ALL_SUBLINK:
-			if sl.Testexpr.GetRowExpr() != nil || len(sl.OperName) > 1 {
-				ok = false // a row compared, or a qualified operator
+			if !plainOperand(sl.Testexpr) || len(sl.OperName) > 1 {
+				// A row compared, a qualified operator, or an operand that would need
+				// parentheses the SQL printer does not add before ANY.
+				ok = false
 				return false
 			}
 			sub.Kind = SubqueryArray
@@ -122,12 +134,42 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 	if !ok || len(pre.Subqueries) == 0 {
 		return nil
 	}
+	if names(stmt, func(m proto.Message) bool { _, is := m.(*pg.CommonTableExpr); return is }) {
+		// A WITH query outside the subqueries (in a derived table) could be what a
+		// subquery names: alone, it would read the table of that name.
+		return nil
+	}
 	text, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: stmt}}})
 	if err != nil {
 		return nil
 	}
 	pre.SQL = text
 	return pre
+}
+
+// names reports whether any message under root satisfies is.
+func names(root proto.Message, is func(proto.Message) bool) bool {
+	found := false
+	walk(root, func(m proto.Message) bool {
+		if is(m) {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+// plainOperand reports whether an expression compared with ANY or ALL prints back
+// without parentheses of its own: a column, a parameter, a constant, a function call,
+// or a cast of one.
+func plainOperand(n *pg.Node) bool {
+	switch x := n.Node.(type) {
+	case *pg.Node_ColumnRef, *pg.Node_ParamRef, *pg.Node_AConst, *pg.Node_FuncCall:
+		return true
+	case *pg.Node_TypeCast:
+		return x.TypeCast.Arg != nil && plainOperand(x.TypeCast.Arg) && x.TypeCast.Arg.GetTypeCast() == nil
+	}
+	return false
 }
 
 // hasSublink reports whether a statement has a subquery in an expression.

@@ -28,7 +28,7 @@ func TestPrePlan(t *testing.T) {
 			"DELETE FROM t_order WHERE status = ANY($2)"},
 		{"UPDATE t_order SET status = (SELECT max(name) FROM t_user), qty = 1 WHERE user_id NOT IN (SELECT user_id FROM t_user) AND EXISTS (SELECT 1 FROM t_user) RETURNING order_id",
 			[]sqlplan.SubqueryKind{sqlplan.SubqueryScalar, sqlplan.SubqueryArray, sqlplan.SubqueryExists},
-			[]string{"SELECT max(name) FROM t_user", "SELECT user_id FROM t_user", "SELECT 1 FROM t_user"},
+			[]string{"SELECT max(name) FROM t_user", "SELECT user_id FROM t_user", "SELECT 1 FROM t_user LIMIT 1"},
 			"UPDATE t_order SET status = $1, qty = 1 WHERE NOT user_id = ANY($2) AND $3 RETURNING order_id"},
 		{"DELETE FROM t_order WHERE qty > ALL (SELECT qty FROM t_order_item)",
 			[]sqlplan.SubqueryKind{sqlplan.SubqueryArray}, []string{"SELECT qty FROM t_order_item"},
@@ -66,6 +66,10 @@ func TestPrePlan(t *testing.T) {
 		"WITH x AS (SELECT 1) DELETE FROM t_order WHERE status IN (SELECT name FROM t_user)",
 		"DELETE FROM t_order WHERE (user_id, status) IN (SELECT user_id, name FROM t_user)",
 		"DELETE FROM t_order WHERE status IN (SELECT v FROM t_config)",
+		// Printed back, (a OR b) = ANY($1) would lose its parentheses.
+		"DELETE FROM t_order WHERE (status = 'a' OR qty > 1) IN (SELECT true FROM t_user)",
+		// The subquery's t_user is the derived table's WITH query, not the table.
+		"DELETE FROM t_order USING (WITH t_user AS (SELECT 1 AS user_id) SELECT order_id FROM t_config WHERE user_id IN (SELECT user_id FROM t_user)) d WHERE t_order.order_id = d.order_id",
 	} {
 		pl, err := p.Prepare(ctx, sql)
 		if err == nil && pl.Pre != nil {

@@ -66,7 +66,7 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 		if plan.Feed != nil {
 			res, err = s.insertSelect(ctx, plan, p.args, described, p.resultFormats)
 		} else {
-			res, err = s.runPre(ctx, plan, p.preRefused, p.args, described, p.resultFormats)
+			res, err = s.runPre(ctx, plan, p.stmt.sql, p.preRefused, p.args, described, p.resultFormats)
 		}
 		if err != nil {
 			return err

@@ -19,20 +19,23 @@ import (
 // without them. Outside a transaction block the statement gets a transaction of its
 // own, as INSERT ... SELECT does; subqueries that only the coordinator answers are read
 // before it opens, and inside a client's transaction block they are refused.
-func (s *Session) runPre(ctx context.Context, plan *sqlplan.Plan, refused error, args sqlplan.Args, paramOIDs []uint32, resultFormats []int16) (res *sqlexec.Result, err error) {
-	pre := plan.Pre
-	if !pre.AsWritten {
+//
+// text is the statement as the client sent it: a plan of a simple-protocol statement is
+// shared by every text of its shape (its SQL is the first one's).
+func (s *Session) runPre(ctx context.Context, plan *sqlplan.Plan, text string, refused error, args sqlplan.Args, paramOIDs []uint32, resultFormats []int16) (res *sqlexec.Result, err error) {
+	if !plan.Pre.AsWritten {
 		// A plan of the normalised text: the subqueries keep the client's literals in
 		// the plan of its own text.
-		own, err := s.r.planner.Prepare(s.planContext(ctx), plan.SQL)
+		own, err := s.r.planner.Prepare(s.planContext(ctx), text)
 		if err != nil {
 			return nil, err
 		}
 		if own.Pre == nil {
 			return nil, refused
 		}
-		pre = own.Pre
+		plan = own
 	}
+	pre := plan.Pre
 	n := len(pre.Subqueries)
 	bound := make([]*sqlplan.Bound, n)
 	subArgs := make([]sqlplan.Args, n)
@@ -52,11 +55,25 @@ func (s *Session) runPre(ctx context.Context, plan *sqlplan.Plan, refused error,
 	values := make([][]byte, n)
 	oids := make([]uint32, n)
 	evaluate := func(i int) error {
-		cols, rows, err := s.subqueryRows(ctx, bound[i], subArgs[i])
+		sub := pre.Subqueries[i]
+		cols, rows, err := s.subqueryRows(ctx, bound[i], subArgs[i], sub.Kind == sqlplan.SubqueryExists)
 		if err != nil {
 			return s.preFailure(ctx, plan, refused, paramOIDs, err)
 		}
-		values[i], oids[i], err = subqueryValue(pre.Subqueries[i].Kind, cols, rows)
+		if sub.Kind != sqlplan.SubqueryExists && len(cols) == 1 && collatable(cols[0]) {
+			// One database compares with the subquery column's collation when it has
+			// one of its own; a parameter has its type's.
+			own := sub.Collates
+			if !own {
+				if own, err = s.r.catalog.OwnCollation(ctx, bound[i].Plan.Tables); err != nil {
+					return err
+				}
+			}
+			if own {
+				return sqlplan.Unsupported("%s; a subquery over sharded tables whose text column may carry a collation of its own (COLLATE, or a column's) is not evaluated first", strings.TrimPrefix(refusalMessage(refused), "shardlab: "))
+			}
+		}
+		values[i], oids[i], err = subqueryValue(sub.Kind, cols, rows)
 		return err
 	}
 	for i := range n {
@@ -98,25 +115,43 @@ func (s *Session) runPre(ctx context.Context, plan *sqlplan.Plan, refused error,
 	return s.engineExecute(ctx, b, wargs, resultFormats)
 }
 
-// subqueryRows reads a subquery's answer whole, in binary, within the bound on what
-// such a statement holds (--coordinator-max-moved): its column types and its rows.
-func (s *Session) subqueryRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args) ([]uint32, [][][]byte, error) {
-	limit := s.spoolLimit()
+// collatable reports whether values of a built-in type compare under a collation of
+// the default one (name's is C, as a parameter of type name's).
+func collatable(oid uint32) bool {
+	const oidText, oidVarchar, oidBpchar = 25, 1043, 1042
+	return oid == oidText || oid == oidVarchar || oid == oidBpchar
+}
+
+// subqueryRows reads a subquery's answer whole, in binary, within the bound on the rows
+// a statement holds in memory (--max-held-memory): its column types and its rows. first
+// keeps the first row only (EXISTS), reading the rest.
+func (s *Session) subqueryRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, first bool) ([]uint32, [][][]byte, error) {
+	limit := s.r.engine.MaxHeld()
 	var size int64
 	var rows [][][]byte
 	keep := func(row [][]byte) error {
+		if first && len(rows) > 0 {
+			return nil
+		}
 		out := make([][]byte, len(row))
+		size += 24 + 24*int64(len(row)) // the row's and its values' slice headers
 		for i, v := range row {
-			size += int64(len(v)) + 4
+			size += int64(len(v))
 			if v != nil {
 				out[i] = append(make([]byte, 0, len(v)), v...)
 			}
 		}
-		if size > limit {
+		if limit >= 0 && size > limit {
 			return sqlexec.ErrSpoolFull
 		}
 		rows = append(rows, out)
 		return nil
+	}
+	held := func(err error) error {
+		if errors.Is(err, sqlexec.ErrSpoolFull) {
+			return sqlexec.HeldError(limit)
+		}
+		return err
 	}
 	var fields []pgconn.FieldDescription
 	if b.Coordinated() {
@@ -132,7 +167,7 @@ func (s *Session) subqueryRows(ctx context.Context, b *sqlplan.Bound, args sqlpl
 			err = sink.err
 		}
 		if err != nil {
-			return nil, nil, s.spoolError(err)
+			return nil, nil, held(err)
 		}
 		fields = sink.fields
 	} else {
@@ -145,7 +180,7 @@ func (s *Session) subqueryRows(ctx context.Context, b *sqlplan.Bound, args sqlpl
 		for rs.Next() {
 			if err := keep(rs.Values()); err != nil {
 				rs.Abort()
-				return nil, nil, s.spoolError(err)
+				return nil, nil, held(err)
 			}
 		}
 		if _, err := rs.Close(); err != nil {
@@ -215,7 +250,8 @@ func (s *Session) preFailure(ctx context.Context, plan *sqlplan.Plan, refused er
 	}
 	why := strings.TrimPrefix(refusalMessage(refused), "shardlab: ")
 	switch {
-	case strings.HasPrefix(pe.Code, "42"):
+	case pe.Code == "42P01" || pe.Code == "42703":
+		// What a reference to the statement's tables or columns gives alone.
 		ds, sql := plan.DescribeSQL()
 		describe := func(c *backend.Conn) error {
 			_, _, err := c.Describe(ctx, sql, paramOIDs)

@@ -84,7 +84,7 @@ func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) 
 	}
 	b, err := plan.BindSimpleArgs(stmt, lits, args)
 	if err != nil && plan.Pre != nil && errors.Is(err, sqlplan.ErrUnsupported) {
-		return s.runSeveralSteps(ctx, plan, func() (*sqlexec.Result, error) { return s.runPre(ctx, plan, err, args, nil, nil) })
+		return s.runSeveralSteps(ctx, plan, func() (*sqlexec.Result, error) { return s.runPre(ctx, plan, stmt, err, args, nil, nil) })
 	}
 	if err != nil {
 		return err
