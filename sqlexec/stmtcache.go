@@ -20,30 +20,25 @@ const (
 )
 
 type stmtCache struct {
-	lru   *list.List // of *cachedStmt, most recent first
-	bySQL map[stmtKey]*list.Element
+	lru *list.List // of *cachedStmt, most recent first
+	// bySQL finds a statement by its text, then by its declared parameter types: the
+	// same text prepared with other types is another statement (a binary value is
+	// read as the type the statement was prepared with).
+	bySQL map[string]map[string]*list.Element
 	seq   int
 }
 
-// stmtKey names a prepared statement by its text and its declared parameter types: the
-// same text prepared with other types is another statement (a binary value is read
-// as the type the statement was prepared with).
-type stmtKey struct {
-	sql  string
-	oids string
+type cachedStmt struct {
+	sql, oids string
+	desc      *pgconn.StatementDescription
 }
 
-func keyOf(sql string, oids []uint32) stmtKey {
-	b := make([]byte, 0, 4*len(oids))
+// appendOIDs writes parameter types as the bytes of a key.
+func appendOIDs(b []byte, oids []uint32) []byte {
 	for _, o := range oids {
 		b = append(b, byte(o>>24), byte(o>>16), byte(o>>8), byte(o))
 	}
-	return stmtKey{sql: sql, oids: string(b)}
-}
-
-type cachedStmt struct {
-	key  stmtKey
-	desc *pgconn.StatementDescription
+	return b
 }
 
 func statementsOf(conn *pgconn.PgConn) *stmtCache {
@@ -51,7 +46,7 @@ func statementsOf(conn *pgconn.PgConn) *stmtCache {
 	if c, ok := m[stmtCacheKey].(*stmtCache); ok {
 		return c
 	}
-	c := &stmtCache{lru: list.New(), bySQL: map[stmtKey]*list.Element{}}
+	c := &stmtCache{lru: list.New(), bySQL: map[string]map[string]*list.Element{}}
 	m[stmtCacheKey] = c
 	return c
 }
@@ -65,8 +60,10 @@ func ForgetStatements(conn *pgconn.PgConn) { delete(conn.CustomData(), stmtCache
 // Executing by description skips the Describe each execution would otherwise send.
 func prepared(ctx context.Context, conn *pgconn.PgConn, sql string, oids []uint32) (*pgconn.StatementDescription, error) {
 	c := statementsOf(conn)
-	key := keyOf(sql, oids)
-	if e, ok := c.bySQL[key]; ok {
+	var buf [64]byte
+	key := appendOIDs(buf[:0], oids)
+	byType := c.bySQL[sql]
+	if e, ok := byType[string(key)]; ok {
 		c.lru.MoveToFront(e)
 		return e.Value.(*cachedStmt).desc, nil
 	}
@@ -75,12 +72,16 @@ func prepared(ctx context.Context, conn *pgconn.PgConn, sql string, oids []uint3
 	if err != nil {
 		return nil, err
 	}
-	c.bySQL[key] = c.lru.PushFront(&cachedStmt{key: key, desc: desc})
+	if byType == nil {
+		byType = map[string]*list.Element{}
+		c.bySQL[sql] = byType
+	}
+	byType[string(key)] = c.lru.PushFront(&cachedStmt{sql: sql, oids: string(key), desc: desc})
 	if c.lru.Len() > stmtCacheSize {
 		old := c.lru.Back()
 		st := old.Value.(*cachedStmt)
 		c.lru.Remove(old)
-		delete(c.bySQL, st.key)
+		c.drop(st.sql, st.oids)
 		if err := conn.Deallocate(ctx, st.desc.Name); err != nil {
 			return nil, err
 		}
@@ -88,13 +89,23 @@ func prepared(ctx context.Context, conn *pgconn.PgConn, sql string, oids []uint3
 	return desc, nil
 }
 
+// drop removes a statement from the cache's index.
+func (c *stmtCache) drop(sql, oids string) {
+	byType := c.bySQL[sql]
+	delete(byType, oids)
+	if len(byType) == 0 {
+		delete(c.bySQL, sql)
+	}
+}
+
 // forget drops one statement from conn's cache (it turned out stale).
 func forget(conn *pgconn.PgConn, sql string, oids []uint32) {
 	c := statementsOf(conn)
-	key := keyOf(sql, oids)
-	if e, ok := c.bySQL[key]; ok {
+	var buf [64]byte
+	key := appendOIDs(buf[:0], oids)
+	if e, ok := c.bySQL[sql][string(key)]; ok {
 		c.lru.Remove(e)
-		delete(c.bySQL, key)
+		c.drop(sql, string(key))
 	}
 }
 
