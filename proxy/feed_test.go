@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -254,10 +255,17 @@ func TestInsertSelectTwoPhase(t *testing.T) {
 		t.Fatalf("%d rows", n)
 	}
 	committer := e.srv.Router().Committer()
+	var mu sync.Mutex
 	var stages []string
-	committer.SetPhaseHook(func(stage string) { stages = append(stages, stage) })
+	committer.SetPhaseHook(func(stage string) {
+		mu.Lock()
+		defer mu.Unlock()
+		stages = append(stages, stage)
+	})
 	exec1(t, c, `INSERT INTO dst SELECT id, grp FROM src WHERE grp < 3`)
 	committer.SetPhaseHook(nil)
+	mu.Lock()
+	defer mu.Unlock()
 	if !slices.Contains(stages, "prepared") || !slices.Contains(stages, "committed") {
 		t.Errorf("commit stages %v, want a two-phase commit", stages)
 	}
