@@ -63,29 +63,7 @@ func TestInsertSelectIntoSharded(t *testing.T) {
 	}
 
 	rows := func(c *pgx.Conn, mode pgx.QueryExecMode, q string, sorted bool, args ...any) string {
-		rs, err := c.Query(ctx, q, append([]any{mode}, args...)...)
-		if err != nil {
-			return "error " + sqlState(err)
-		}
-		var out []string
-		for rs.Next() {
-			vals, err := rs.Values()
-			if err != nil {
-				return "error " + err.Error()
-			}
-			out = append(out, fmt.Sprint(vals))
-		}
-		if err := rs.Err(); err != nil {
-			return "error " + sqlState(err)
-		}
-		if sorted {
-			slices.Sort(out)
-		}
-		var names []string
-		for _, f := range rs.FieldDescriptions() {
-			names = append(names, f.Name)
-		}
-		return fmt.Sprintf("%v %s [%s]", names, strings.Join(out, "; "), rs.CommandTag())
+		return answerOf(c, mode, q, sorted, args...)
 	}
 	cases := []feedCase{
 		{name: "two batches", stmts: []string{`INSERT INTO dst (id, name, n) SELECT id, name, grp * 1.5 FROM src WHERE id <= 700`}},
@@ -317,4 +295,32 @@ func TestInsertSelectTwoPhase(t *testing.T) {
 	if !strings.Contains(route, "insert of dst from a query") || !strings.Contains(route, "query route: select of src") || !strings.Contains(route, "shard") {
 		t.Errorf("route preview:\n%s", route)
 	}
+}
+
+// answerOf runs q on c in mode and prints the answer: its column names, its rows (sorted
+// when the order is open) and its command tag, or the error's SQLSTATE alone.
+func answerOf(c *pgx.Conn, mode pgx.QueryExecMode, q string, sorted bool, args ...any) string {
+	rs, err := c.Query(context.Background(), q, append([]any{mode}, args...)...)
+	if err != nil {
+		return "error " + sqlState(err)
+	}
+	var out []string
+	for rs.Next() {
+		vals, err := rs.Values()
+		if err != nil {
+			return "error " + err.Error()
+		}
+		out = append(out, fmt.Sprint(vals))
+	}
+	if err := rs.Err(); err != nil {
+		return "error " + sqlState(err)
+	}
+	if sorted {
+		slices.Sort(out)
+	}
+	var names []string
+	for _, f := range rs.FieldDescriptions() {
+		names = append(names, f.Name)
+	}
+	return fmt.Sprintf("%v %s [%s]", names, strings.Join(out, "; "), rs.CommandTag())
 }

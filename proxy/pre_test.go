@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -49,23 +48,7 @@ func TestSubqueriesFirst(t *testing.T) {
 		exec1(t, simple, q)
 	}
 	rows := func(c *pgx.Conn, mode pgx.QueryExecMode, q string, args ...any) string {
-		rs, err := c.Query(ctx, q, append([]any{mode}, args...)...)
-		if err != nil {
-			return "error " + sqlState(err)
-		}
-		var out []string
-		for rs.Next() {
-			vals, err := rs.Values()
-			if err != nil {
-				return "error " + err.Error()
-			}
-			out = append(out, fmt.Sprint(vals))
-		}
-		if err := rs.Err(); err != nil {
-			return "error " + sqlState(err)
-		}
-		slices.Sort(out)
-		return fmt.Sprintf("%s [%s]", strings.Join(out, "; "), rs.CommandTag())
+		return answerOf(c, mode, q, true, args...)
 	}
 	type step struct {
 		sql  string
