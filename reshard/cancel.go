@@ -139,10 +139,23 @@ func dropStream(ctx context.Context, src, dst *pgx.Conn, from, to, name string, 
 		fmt.Fprintf(progress, "reshard: %s: dropping subscription %s\n", to, name)
 		// Detached from its slot first, so that dropping it needs no connection to the
 		// source; the slots are dropped there below.
-		for _, sql := range []string{"ALTER SUBSCRIPTION " + name + " DISABLE", "ALTER SUBSCRIPTION " + name + " SET (slot_name = NONE)", "DROP SUBSCRIPTION " + name} {
+		for _, sql := range []string{"ALTER SUBSCRIPTION " + name + " DISABLE", "ALTER SUBSCRIPTION " + name + " SET (slot_name = NONE)"} {
 			if _, err := dst.Exec(ctx, sql); err != nil {
 				return fmt.Errorf("data source %s: %s: %w", to, sql, err)
 			}
+		}
+		// A table-sync worker may be waiting on the source for its slot, whose
+		// creation waits for every running transaction of that server to end: with
+		// the source and destination on one server, DROP SUBSCRIPTION's own among
+		// them, while DROP SUBSCRIPTION waits for the worker. The source's ends of
+		// the subscription's connections go first, and the worker with them.
+		if _, err := src.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity
+			WHERE backend_type = 'walsender' AND datname = current_database() AND (application_name = $1 OR application_name LIKE $2)`,
+			name, fmt.Sprintf("pg\\_%d\\_sync\\_%%", subOID)); err != nil {
+			return fmt.Errorf("data source %s: %w", from, err)
+		}
+		if _, err := dst.Exec(ctx, "DROP SUBSCRIPTION "+name); err != nil {
+			return fmt.Errorf("data source %s: DROP SUBSCRIPTION %s: %w", to, name, err)
 		}
 	}
 	// The stream's slot, and those its tables were being copied on when the copy was
