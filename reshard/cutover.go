@@ -217,8 +217,8 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 				}
 				step("verify")
 			}
-			err := advanceReverse(ctx, back, conns)
-			step("slots_back")
+			err := markReverse(ctx, back, conns)
+			step("slots_back_marked")
 			return err
 		},
 		undoStopped: func(ctx context.Context, conns map[string]*pgx.Conn) error { return unmarkReverse(ctx, back, conns) }}
@@ -548,12 +548,15 @@ func streamNames(ss []stream) []string {
 func stopStreams(ctx context.Context, streams []stream, conns map[string]*pgx.Conn) error {
 	return eachGroup(ctx, groupBy(streams, byDestination), func(ctx context.Context, ds string, ss []stream) error {
 		c := conns[ds]
+		// One transaction disables them all (one commit). A disabled subscription's
+		// worker notices only when it next wakes (up to a second): it is ended at once
+		// instead, once the commit says not to start it again.
+		var disable strings.Builder
 		for _, s := range ss {
-			// A disabled subscription's worker notices only when it next wakes (up to
-			// a second): it is ended at once instead, and not started again.
-			if _, err := c.Exec(ctx, "ALTER SUBSCRIPTION "+s.name+" DISABLE"); err != nil {
-				return fmt.Errorf("data source %s: %w", ds, err)
-			}
+			disable.WriteString("ALTER SUBSCRIPTION " + s.name + " DISABLE;")
+		}
+		if _, err := c.Exec(ctx, disable.String()); err != nil {
+			return fmt.Errorf("data source %s: %w", ds, err)
 		}
 		names := streamNames(ss)
 		if _, err := c.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_subscription WHERE subname = ANY($1) AND pid IS NOT NULL", names); err != nil {
@@ -582,28 +585,22 @@ func stopStreams(ctx context.Context, streams []stream, conns map[string]*pgx.Co
 
 // noPrepared waits until no source of a stream holds a prepared transaction.
 func noPrepared(ctx context.Context, streams []stream, conns map[string]*pgx.Conn) error {
-	seen := map[string]bool{}
-	for _, s := range streams {
-		if seen[s.from] {
-			continue
-		}
-		seen[s.from] = true
+	return eachGroup(ctx, groupBy(streams, bySource), func(ctx context.Context, ds string, _ []stream) error {
 		for {
 			var n int
-			if err := conns[s.from].QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()").Scan(&n); err != nil {
-				return fmt.Errorf("data source %s: %w", s.from, err)
+			if err := conns[ds].QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()").Scan(&n); err != nil {
+				return fmt.Errorf("data source %s: %w", ds, err)
 			}
 			if n == 0 {
-				break
+				return nil
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("data source %s holds %d prepared transactions (pg_prepared_xacts): %w", s.from, n, ctx.Err())
+				return fmt.Errorf("data source %s holds %d prepared transactions (pg_prepared_xacts): %w", ds, n, ctx.Err())
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
-	}
-	return nil
+	})
 }
 
 // startStreams enables the streams again (a cutover that gives up).

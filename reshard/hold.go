@@ -138,12 +138,10 @@ func (h *hold) run(ctx context.Context, conns map[string]*pgx.Conn, rep *Cutover
 	// stopped (a process left over from an earlier switch to it, say).
 	switching := *h.next
 	switching.Switching = true
-	for _, ds := range allDataSources(h.from, h.to) {
-		// Listed before it is written: a commit whose answer was lost may have landed.
-		written = append(written, ds)
-		if err := writeRecord(cctx, conns[ds], &switching); err != nil {
-			return fail("recording the layout on data source "+ds, err, restore)
-		}
+	// Listed before they are written: a commit whose answer was lost may have landed.
+	written = allDataSources(h.from, h.to)
+	if err := recordOn(cctx, written, conns, &switching); err != nil {
+		return fail("recording the layout", err, restore)
 	}
 	step("prepared_and_switching_record")
 	crashPoint(h.name + "-switching")
@@ -172,10 +170,8 @@ func (h *hold) run(ctx context.Context, conns map[string]*pgx.Conn, rep *Cutover
 	}
 	crashPoint(h.name + "-stopped")
 	// Then the record itself: the processes of the new layout write from here.
-	for _, ds := range allDataSources(h.from, h.to) {
-		if err := writeRecord(cctx, conns[ds], h.next); err != nil {
-			return fail("recording the layout on data source "+ds, err, restore, undoStopped, restart)
-		}
+	if err := recordOn(cctx, allDataSources(h.from, h.to), conns, h.next); err != nil {
+		return fail("recording the layout", err, restore, undoStopped, restart)
 	}
 	step("final_record")
 	crashPoint(h.name + "-final")
@@ -193,6 +189,16 @@ func (h *hold) run(ctx context.Context, conns map[string]*pgx.Conn, rep *Cutover
 	rep.Pause = time.Since(held)
 	fmt.Fprintf(h.opts.Progress, "reshard: layout version %d in force; held transactions went on after %v\n", h.next.Version, rep.Pause.Round(time.Microsecond))
 	return true, nil
+}
+
+// recordOn writes rec on the data sources names, side by side.
+func recordOn(ctx context.Context, names []string, conns map[string]*pgx.Conn, rec *Record) error {
+	return eachDataSource(ctx, names, func(ctx context.Context, ds string) error {
+		if err := writeRecord(ctx, conns[ds], rec); err != nil {
+			return fmt.Errorf("data source %s: %w", ds, err)
+		}
+		return nil
+	})
 }
 
 // withDefaults fills in the bounds and the writer that o leaves out.

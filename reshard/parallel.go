@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 )
 
@@ -23,18 +25,24 @@ func byDestination(s stream) string { return s.to }
 // data source's streams, and fn uses that data source's connection only: a
 // connection is never shared between two goroutines. The hold's steps cost a round
 // trip or a commit per stream; with many streams (4 to 3 has twelve) they add up
-// while every client waits, unless the data sources do theirs side by side. The first
-// error cancels the context the others run under: a hold that fails gives up at once
-// (a cancelled statement closes its connection; what undoes the hold opens its own).
+// while every client waits, unless the data sources do theirs side by side.
 func eachGroup(ctx context.Context, groups map[string][]stream, fn func(ctx context.Context, ds string, ss []stream) error) error {
+	return eachDataSource(ctx, slices.Sorted(maps.Keys(groups)), func(ctx context.Context, ds string) error { return fn(ctx, ds, groups[ds]) })
+}
+
+// eachDataSource runs fn for every data source of names at once, each on its own
+// connection, and joins their errors. The first error cancels the context the others
+// run under: a hold that fails gives up at once (a cancelled statement closes its
+// connection; what undoes the hold opens its own).
+func eachDataSource(ctx context.Context, names []string, fn func(ctx context.Context, ds string) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make([]error, 0, len(groups))
+	errs := make([]error, 0, len(names))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for ds, ss := range groups {
+	for _, ds := range names {
 		wg.Go(func() {
-			if err := fn(ctx, ds, ss); err != nil {
+			if err := fn(ctx, ds); err != nil {
 				mu.Lock()
 				if len(errs) == 0 {
 					cancel()

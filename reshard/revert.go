@@ -24,10 +24,13 @@ import (
 // The stream back's publication and slot are made before the cutover's hold. A slot
 // made then also decodes the changes the copy goes on applying on the new data source
 // until the hold stops it; sent back, they would be duplicates there. So in the hold,
-// once the copy stopped and before any write of the new layout, the slot is moved
-// past them (pg_replication_slot_advance), and that is marked. The subscriptions on
-// the old data sources are made after the hold: the slots keep every change until
-// then.
+// once the copy stopped and before any write of the new layout, the end of the new
+// data source's WAL is marked; the subscriptions on the old data sources, made after
+// the hold, start there (their replication origin set to the mark), and the server
+// skips every transaction that committed before it. The slots keep every change until
+// then. Before the hold, the slots are moved past what the copy applied so far
+// (pg_replication_slot_advance), so that the subscriptions decode little that they
+// skip; the hold itself moves no slot, which decodes WAL while every client waits.
 
 // reverseTable marks the streams back whose slot the cutover moved past the copy.
 const reverseTable = prefix + ".reverse"
@@ -226,6 +229,28 @@ var advanceWait = 10 * time.Minute
 // layout begun.
 func advanceReverse(ctx context.Context, back []stream, conns map[string]*pgx.Conn) error {
 	return advance(ctx, back, conns, true)
+}
+
+// markReverse marks the end of the WAL of each stream back's data source as where its
+// subscription starts: past every change the copy applied there. The copy must have
+// stopped (its workers ended, so that every change it applied is in the WAL), and no
+// write of the new layout begun. The mark is a commit that waits for the WAL's flush,
+// so that it outlives a crash; the slots are not moved (see the top of this file).
+func markReverse(ctx context.Context, back []stream, conns map[string]*pgx.Conn) error {
+	return eachGroup(ctx, groupBy(back, bySource), func(ctx context.Context, ds string, ss []stream) error {
+		err := pgx.BeginFunc(ctx, conns[ds], func(tx pgx.Tx) error {
+			// local: the flush here, not a synchronous standby's.
+			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = local"); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO "+reverseTable+" SELECT s, pg_current_wal_insert_lsn() FROM unnest($1::text[]) s ON CONFLICT (slot) DO UPDATE SET lsn = excluded.lsn", streamNames(ss))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("data source %s: marking where the streams back start: %w", ds, err)
+		}
+		return nil
+	})
 }
 
 // advance moves the slots of the streams back to the end of their server's WAL (past
