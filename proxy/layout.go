@@ -35,7 +35,9 @@ func (s *Server) SwitchLayout(ctx context.Context, l *rules.Compiled) error {
 // to each data source as the router in force has open to the busiest of its own) while
 // the proxy serves on. sw puts it in force (see SwitchLayout) once the proxy is paused;
 // discard closes it instead. A resharding cutover prepares before its hold, so that
-// the hold does not wait for new connections, and clients meet warm pools after it.
+// the hold does not wait for new connections, and clients meet warm pools after it:
+// each connection has read the tables it serves, and the new router holds the plans
+// and statement descriptions of the one in force (router.Router.Warm).
 func (s *Server) PrepareLayout(ctx context.Context, l *rules.Compiled) (sw func() error, discard func(), err error) {
 	given := l
 	if s.cfg.Aggregate {
@@ -59,12 +61,13 @@ func (s *Server) PrepareLayout(ctx context.Context, l *rules.Compiled) (sw func(
 		discard()
 		return nil, nil, err
 	}
+	cur := s.Router()
 	warm := 0
-	for _, p := range s.Router().Pools() {
+	for _, p := range cur.Pools() {
 		st := p.Stats()
 		warm = max(warm, int(st.InUse+st.Idle))
 	}
-	for _, p := range n.Pools() {
+	for ds, p := range n.Pools() {
 		var held []*backend.Conn
 		for range min(warm, p.Stats().Size-1) {
 			c, err := p.Acquire(ctx)
@@ -74,9 +77,16 @@ func (s *Server) PrepareLayout(ctx context.Context, l *rules.Compiled) (sw func(
 			held = append(held, c)
 		}
 		for _, c := range held {
-			p.Release(c, true)
+			// Best effort: a table the server cannot read now is read by the
+			// client's own statement, which reports it.
+			err := n.WarmConn(ctx, ds, c)
+			p.Release(c, err == nil || (!c.PgConn().IsClosed() && c.PgConn().TxStatus() == 'I'))
 		}
 	}
+	// The plans and descriptions of the router in force, made on n: its clients'
+	// first statements after the switch find them.
+	plans, descriptions := n.Warm(ctx, cur)
+	s.log.Info("layout prepared", "layout", l.Digest(), "connections_per_data_source", warm, "plans", plans, "descriptions", descriptions)
 	sw = func() error {
 		old := s.Router()
 		if err := old.Supersede(n); err != nil {

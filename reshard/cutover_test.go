@@ -107,7 +107,7 @@ func TestCutoverThroughProxy(t *testing.T) {
 	toPath := rulesFile(t, to)
 	ctx := context.Background()
 
-	addr, _, err := serve(t, from)
+	addr, srv, err := serve(t, from)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +129,11 @@ func TestCutoverThroughProxy(t *testing.T) {
 	time.Sleep(700 * time.Millisecond)
 	if c.txs.Load() == before || c.reads.Load() == readsAt {
 		t.Errorf("no transfer or read after the cutover (%d transfers, %d reads in all)", c.txs.Load(), c.reads.Load())
+	}
+	// The new layout's router was warmed with the old one's plans before the hold: the
+	// clients' statements, all sent before the cutover too, planned nothing after it.
+	if st := srv.Router().PlanCacheStats(); st.Misses != 0 || st.Hits == 0 {
+		t.Errorf("the new layout's plan cache after the cutover: %+v, want hits and no miss", st)
 	}
 
 	// A proxy given the old rules refuses to start; a process that routes by them is

@@ -2,6 +2,7 @@ package sqlplan
 
 import (
 	"container/list"
+	"context"
 	"sync"
 	"sync/atomic"
 )
@@ -121,4 +122,52 @@ func (p *Planner) Invalidate() {
 	if p.cache != nil {
 		p.cache.clear()
 	}
+}
+
+// entries lists the cache's entries, least recently used first.
+func (c *planCache) entries() []cacheEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]cacheEntry, 0, c.mu.order.Len())
+	for e := c.mu.order.Back(); e != nil; e = e.Prev() {
+		out = append(out, *e.Value.(*cacheEntry))
+	}
+	return out
+}
+
+// Warm plans on p every statement text that from holds a cached plan for, as
+// Prepare and PlanSimple would when a client sends it, so that p's cache (and its
+// catalog) are ready before clients come: a resharding cutover warms the planner of
+// the new layout from the one in force. It returns how many texts it planned; one
+// that p refuses is left out, and a client meets the refusal itself.
+func (p *Planner) Warm(ctx context.Context, from *Planner) int {
+	if p.cache == nil || from.cache == nil {
+		return 0
+	}
+	// Its own lookups are not the clients': CacheStats counts those only.
+	hits, misses := p.cache.hits.Load(), p.cache.misses.Load()
+	defer func() {
+		p.cache.hits.Add(hits - p.cache.hits.Load())
+		p.cache.misses.Add(misses - p.cache.misses.Load())
+	}()
+	n := 0
+	for _, e := range from.cache.entries() {
+		if ctx.Err() != nil {
+			break
+		}
+		var err error
+		switch e.ns {
+		case 'E':
+			_, err = p.Prepare(ctx, e.key)
+		case 'S':
+			_, _, err = p.PlanSimple(ctx, e.key)
+		case 'N':
+			// The normalised text is the key; the plan keeps a text it was made from.
+			_, _, err = p.PlanSimple(ctx, e.plan.SQL)
+		}
+		if err == nil {
+			n++
+		}
+	}
+	return n
 }

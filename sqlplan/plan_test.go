@@ -477,3 +477,56 @@ func TestRenderedTextPerShard(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestPlannerWarm checks that a planner warmed from another holds a plan, made by its
+// own rules, for each text the other had cached: a client's first statement on it
+// plans nothing.
+func TestPlannerWarm(t *testing.T) {
+	ctx := context.Background()
+	old := sqlplan.New(testRules(t), nil, sqlplan.Options{CacheSize: 64})
+	four := testRules(t).Rules()
+	four.DataSources = append(four.DataSources, rules.DataSource{Name: "ds_2", DSN: "postgres://c/x"}, rules.DataSource{Name: "ds_3", DSN: "postgres://d/x"})
+	four.Tables = slices.DeleteFunc(four.Tables, func(t rules.Table) bool { return t.Name == "t_event" }) // its bounds are for 2
+	wider, err := rules.Compile(four)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extended := []string{"SELECT c FROM sbtest1 WHERE id = $1", "UPDATE t_user SET name = $2 WHERE user_id = $1"}
+	simple := []string{"SELECT c FROM sbtest1 WHERE id = 7", "SELECT count(*) FROM t_user", "SET search_path = public"}
+	for _, q := range extended {
+		if _, err := old.Prepare(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range simple {
+		if _, _, err := old.PlanSimple(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := sqlplan.New(wider, nil, sqlplan.Options{CacheSize: 64})
+	if n := p.Warm(ctx, old); n != old.CacheStats().Plans {
+		t.Errorf("warmed %d plans of the %d cached", n, old.CacheStats().Plans)
+	}
+	before := p.CacheStats()
+	if before.Hits != 0 || before.Misses != 0 {
+		t.Errorf("warming counted lookups: %+v", before)
+	}
+	for _, q := range extended {
+		if _, err := p.Prepare(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another literal value of a normalised text finds the warmed plan too.
+	for _, q := range append(simple, "SELECT c FROM sbtest1 WHERE id = 8") {
+		b, err := p.Simple(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q == "SELECT count(*) FROM t_user" && len(b.Targets) != 4 {
+			t.Errorf("%s: %d targets, want the warmed planner's 4 data sources", q, len(b.Targets))
+		}
+	}
+	if after := p.CacheStats(); after.Misses != before.Misses {
+		t.Errorf("after warming, the clients' statements missed the cache %d times", after.Misses-before.Misses)
+	}
+}
