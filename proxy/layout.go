@@ -36,8 +36,9 @@ func (s *Server) SwitchLayout(ctx context.Context, l *rules.Compiled) error {
 // the proxy serves on. sw puts it in force (see SwitchLayout) once the proxy is paused;
 // discard closes it instead. A resharding cutover prepares before its hold, so that
 // the hold does not wait for new connections, and clients meet warm pools after it:
-// each connection has read the tables it serves, and the new router holds the plans
-// and statement descriptions of the one in force (router.Router.Warm).
+// each connection has read (nothing from) the tables it serves where it could, and the
+// new router holds the plans and statement descriptions of the one in force
+// (router.Router.Warm).
 func (s *Server) PrepareLayout(ctx context.Context, l *rules.Compiled) (sw func() error, discard func(), err error) {
 	given := l
 	if s.cfg.Aggregate {
@@ -78,9 +79,12 @@ func (s *Server) PrepareLayout(ctx context.Context, l *rules.Compiled) (sw func(
 		}
 		for _, c := range held {
 			// Best effort: a table the server cannot read now is read by the
-			// client's own statement, which reports it.
-			err := n.WarmConn(ctx, ds, c)
-			p.Release(c, err == nil || (!c.PgConn().IsClosed() && c.PgConn().TxStatus() == 'I'))
+			// client's own statement, which reports it. (Release drops a connection
+			// left broken.)
+			if err := n.WarmConn(ctx, ds, c); err != nil {
+				s.log.Debug("warming a connection of the new layout", "data_source", p.Name(), "err", err)
+			}
+			p.Release(c, true)
 		}
 	}
 	// The plans and descriptions of the router in force, made on n: its clients'

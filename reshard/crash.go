@@ -12,7 +12,7 @@ import (
 //
 //	start-stream        start, once its first stream is made
 //	cutover-switching   the cutover's hold, once the switching record is written
-//	cutover-stopped     the cutover's hold, once the streams stopped and the slots back moved
+//	cutover-stopped     the cutover's hold, once the streams stopped and the streams back marked
 //	cutover-final       the cutover's hold, once the record proper is written
 //	cutover-done        the cutover, after its hold, before it subscribes the streams back
 //	revert-switching    the revert's hold, once the switching record is written

@@ -170,8 +170,8 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 	after.From = &fromRules
 
 	// The streams back, from the new data sources to the old, for a revert: their
-	// publications and slots made now, the slots moved past every change the copy
-	// applied in the hold, their subscriptions made after it.
+	// publications and slots made now, where their subscriptions start marked in the
+	// hold (past every change the copy applied), their subscriptions made after it.
 	back, err := prepareReverse(ctx, from, to, streams, names, types, conns, opts.Progress)
 	if err != nil {
 		return nil, err
@@ -188,8 +188,8 @@ func Cutover(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutov
 	if cur != nil {
 		prior = cur
 	}
-	// The slots back moved past what the copy applied so far, so that the hold moves
-	// them past the last moments only.
+	// The slots back moved past what the copy applied so far, so that the streams back
+	// decode little that they skip (the hold only marks where they start).
 	actx, astop := context.WithTimeout(ctx, advanceWait)
 	err = advance(actx, back, conns, false)
 	astop()
@@ -278,8 +278,8 @@ func complete(ctx context.Context, from, to *rules.Compiled, cur *Record, conns 
 	}
 	fmt.Fprintf(opts.Progress, "reshard: the cutover to layout version %d stopped part way: completing it\n", cur.Version)
 	// As the hold: every data source switching first (no process writes, of either
-	// layout), the streams caught up and stopped, the slots back moved past the copy,
-	// then the record itself.
+	// layout), the streams caught up and stopped, the streams back marked past the copy
+	// (their slots moved there too), then the record itself.
 	final := *cur
 	final.Switching = false
 	switching := final
@@ -339,7 +339,7 @@ func complete(ctx context.Context, from, to *rules.Compiled, cur *Record, conns 
 type unfinished struct {
 	records []string // data sources without the new record
 	streams []stream // streams still enabled
-	reverse []stream // streams back whose slot was not moved past the copy
+	reverse []stream // streams back not marked past the copy
 }
 
 func (u unfinished) empty() bool {

@@ -32,7 +32,8 @@ import (
 // (pg_replication_slot_advance), so that the subscriptions decode little that they
 // skip; the hold itself moves no slot, which decodes WAL while every client waits.
 
-// reverseTable marks the streams back whose slot the cutover moved past the copy.
+// reverseTable marks, for each stream back, where its subscription starts: past every
+// change the copy applied on its data source (markReverse, or advanceReverse).
 const reverseTable = prefix + ".reverse"
 
 // ErrRevert is wrapped when a revert gave up: the new layout serves on, untouched.
@@ -318,7 +319,7 @@ func unmarkReverse(ctx context.Context, back []stream, conns map[string]*pgx.Con
 }
 
 // reverseMade lists the streams back whose slot exists; with advanced, only those the
-// cutover moved past the copy, else only those it did not.
+// cutover marked (where their subscription starts), else only those it did not.
 func reverseMade(ctx context.Context, from, to *rules.Compiled, conns map[string]*pgx.Conn, advanced bool) ([]stream, error) {
 	var out []stream
 	for _, r := range allReverse(from, to) {
@@ -359,7 +360,7 @@ func subscribeReverse(ctx context.Context, to *rules.Compiled, back []stream, co
 		if exists && !behind {
 			continue
 		}
-		// Made disabled, its origin set to where the slot was moved (the server then
+		// Made disabled, its origin set to the mark (the server then
 		// starts the stream there, even if a crash moved the slot back), then enabled.
 		if !exists {
 			conninfo := strings.ReplaceAll(fromDSN(to, r.from), "'", "''")
@@ -519,7 +520,7 @@ func Revert(ctx context.Context, from, to *rules.Compiled, px Proxy, opts Cutove
 }
 
 // checkReverse fails unless every stream of the copy that carried sharded rows has
-// its stream back, made and moved past the copy: a revert without one would lose the
+// its stream back, made and marked past the copy: a revert without one would lose the
 // writes made since the cutover on its data source.
 func checkReverse(ctx context.Context, from, to *rules.Compiled, back []stream, conns map[string]*pgx.Conn) error {
 	names, err := shardedTables(ctx, from, conns)

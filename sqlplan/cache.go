@@ -138,8 +138,10 @@ func (c *planCache) entries() []cacheEntry {
 // Warm plans on p every statement text that from holds a cached plan for, as
 // Prepare and PlanSimple would when a client sends it, so that p's cache (and its
 // catalog) are ready before clients come: a resharding cutover warms the planner of
-// the new layout from the one in force. It returns how many texts it planned; one
-// that p refuses is left out, and a client meets the refusal itself.
+// the new layout from the one in force. p must serve no one yet: its lookup counters
+// are put back as they were, so that CacheStats counts the clients' lookups only. It
+// returns how many texts it planned; one that p refuses is left out (a client meets
+// the refusal itself), and so is every text after ctx ends.
 func (p *Planner) Warm(ctx context.Context, from *Planner) int {
 	if p.cache == nil || from.cache == nil {
 		return 0

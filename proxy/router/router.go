@@ -198,6 +198,9 @@ type Router struct {
 	// successor is the router that took this one's place (Supersede): sessions move
 	// to it at the start of their next unit of work.
 	successor atomic.Pointer[Router]
+	// warmedAt is the generation of the router whose plans and descriptions Warm
+	// copied (Supersede forgets them if DDL ran since).
+	warmedAt atomic.Uint64
 
 	describes describeCache
 
@@ -357,6 +360,11 @@ func (r *Router) Supersede(n *Router) error {
 		return errors.New("router: superseded already")
 	}
 	n.sessions = r.sessions
+	if n.warmedAt.Load() != r.generation.Load() {
+		// DDL ran through r since n was warmed from it (Warm), or n was not warmed:
+		// n keeps nothing of r's.
+		n.schemaChanged()
+	}
 	// Every statement prepared on r is planned again on n, by n's rules.
 	n.generation.Store(r.generation.Load() + 1)
 	r.successor.Store(n)
