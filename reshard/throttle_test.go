@@ -19,8 +19,8 @@ import (
 // least as long as the bound allows, and meanwhile status shows a stream copying with
 // its subscription disabled. Once the writer stops, each new data source holds exactly
 // the rows the target places there, as they are on the source (the snapshot and the
-// stream after it meet: no write lost, none applied twice), verify finds nothing, and
-// cancel leaves nothing.
+// stream after it meet: no write lost, none applied twice), verify (bounded as well)
+// finds nothing, and cancel leaves nothing.
 func TestCopyRateBounded(t *testing.T) {
 	dsns := fourDatabases(t)
 	const rows, rate = 3000, 1000
@@ -122,12 +122,21 @@ func TestCopyRateBounded(t *testing.T) {
 			t.Errorf("ds_%d has %d countries, want the broadcast table's 3", k, n)
 		}
 	}
-	d, err := reshard.Verify(ctx, from, to, reshard.VerifyOptions{ChunkRows: 500})
+	// Verify bounded too: no faster than its rate allows, and as clean.
+	const verifyRate = 2000
+	d, err := reshard.Verify(ctx, from, to, reshard.VerifyOptions{ChunkRows: 500, Rate: verifyRate})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !d.Clean() {
 		t.Errorf("verify after a bounded copy: %+v", d.Tables)
+	}
+	var compared int64
+	for _, tb := range d.Tables {
+		compared += tb.Rows
+	}
+	if least := time.Duration(float64(compared) / verifyRate * float64(time.Second)); d.Took < least || compared == 0 {
+		t.Errorf("verify compared %d rows in %v, faster than %d rows a second allows (%v)", compared, d.Took, verifyRate, least)
 	}
 	if err := reshard.Cancel(ctx, from, to, reshard.Options{}); err != nil {
 		t.Fatal(err)

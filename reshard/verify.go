@@ -25,6 +25,11 @@ type VerifyOptions struct {
 	// MaxRows bounds the rows each kind of difference lists (default 20); the counts
 	// are exact.
 	MaxRows int
+	// Rate, when positive, bounds the rows compared to Rate a second, over the whole
+	// verify (each chunk's source rows counted once it is compared): reading every
+	// moving row twice, as fast as the servers go, takes CPU and I/O from the live
+	// load (0: no bound).
+	Rate int
 }
 
 // RowDiff is one table's comparison over one stream.
@@ -107,11 +112,15 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 		typeOf[n] = types[i][0]
 	}
 	d := &Diff{}
+	var limit *rowLimiter
+	if opts.Rate > 0 {
+		limit = newRowLimiter(opts.Rate)
+	}
 	counted := map[string]bool{} // destination tables whose misplaced rows were counted
 	for _, s := range st.Streams {
 		for _, table := range slices.Sorted(mapKeys(s.Tables)) {
 			name := unqualified(table)
-			v := verifier{ctx: ctx, src: conns[s.From], dst: conns[s.To], opts: opts}
+			v := verifier{ctx: ctx, src: conns[s.From], dst: conns[s.To], opts: opts, limit: limit}
 			rd := RowDiff{From: s.From, To: s.To, Table: name}
 			typ, sharded := typeOf[name]
 			if sharded {
@@ -210,6 +219,7 @@ type verifier struct {
 	order                string // the collation clause of text keys, for their order and bounds
 	srcFilter, dstFilter string // the stream's rows on each side
 	opts                 VerifyOptions
+	limit                *rowLimiter // nil: no bound
 }
 
 // misplaced notes the rows on the destination that the target does not place there.
@@ -258,10 +268,16 @@ func (v *verifier) compare(rd *RowDiff) error {
 		if len(conds) > 0 {
 			cond = strings.Join(conds, " AND ")
 		}
+		rows := rd.Rows
 		if err := v.chunk(rd, cond); err != nil {
 			return err
 		}
 		rd.Chunks++
+		if v.limit != nil {
+			if err := v.limit.wait(v.ctx, rd.Rows-rows); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -44,6 +44,8 @@ Options:
                       data source sends rows to each new one) instead of 2 to 4
   --copy-rate N       bound the copy to N rows a second (reshard start --copy-rate;
                       default 0: PostgreSQL's own table synchronization, unbounded)
+  --verify-rate N     bound verify to N rows compared a second (reshard verify --rate;
+                      default 0: no bound)
   --read-every S      seconds between the reader's counts (default 1; each count reads
                       every account, which at scale 50 costs a good part of a core)
   --port N            the throwaway cluster's port (default 5491); the proxy takes N+1
@@ -58,7 +60,7 @@ EOF
 
 root=$(cd "$(dirname "$0")/.." && pwd -P)
 . "$root/scripts/lib.sh"
-scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs" end=finish shrink=0 copy_rate=0
+scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs" end=finish shrink=0 copy_rate=0 verify_rate=0
 args=("$@")
 while (($#)); do
 	case $1 in
@@ -71,6 +73,7 @@ while (($#)); do
 	--revert) end=revert; shift ;;
 	--shrink) shrink=1; shift ;;
 	--copy-rate) copy_rate=$2; shift 2 ;;
+	--verify-rate) verify_rate=$2; shift 2 ;;
 	--read-every) read_every=$2; shift 2 ;;
 	--port) port=$2; shift 2 ;;
 	--runs-dir) runs=$2; shift 2 ;;
@@ -82,6 +85,7 @@ for v in scale clients capacity_time before after read_every port; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "reshard_tpcb.sh: --${v//_/-} takes a positive integer, got '${!v}'" >&2; exit 2; }
 done
 [[ $copy_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --copy-rate takes a number of rows a second (0: no bound), got '$copy_rate'" >&2; exit 2; }
+[[ $verify_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --verify-rate takes a number of rows a second (0: no bound), got '$verify_rate'" >&2; exit 2; }
 [[ $fraction =~ ^0?\.[0-9]+$|^1(\.0*)?$ ]] || { echo "reshard_tpcb.sh: --rate-fraction takes a number in (0, 1], got '$fraction'" >&2; exit 2; }
 ((port < 65000)) || { echo "reshard_tpcb.sh: --port must be below 65000" >&2; exit 2; }
 pg_bin=${SHARDLAB_PG_BINDIR:-/usr/lib/postgresql/15/bin}
@@ -234,7 +238,7 @@ done >"$run_dir/copied-accounts.txt"
 
 event verify_start
 verify_rc=0
-reshard verify --settle 10s >"$run_dir/verify.txt" 2>"$run_dir/verify.stderr" || verify_rc=$?
+reshard verify --settle 10s --rate "$verify_rate" >"$run_dir/verify.txt" 2>"$run_dir/verify.stderr" || verify_rc=$?
 event verify_end
 echo "$verify_rc" >"$run_dir/verify-rc.txt"
 

@@ -66,7 +66,7 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         states (copying, synced, ready), the rows on the destination, the slot's lag;
         with --watch, again every D with each stream's copy rate, until every stream
         is ready (or Ctrl-C).
-  verify [--chunk-rows N] [--settle D]
+  verify [--chunk-rows N] [--settle D] [--rate N]
         compares, per stream, the rows the source has that the target places on the
         destination with the destination's: a count and a checksum per chunk of N
         keys (default 10000), the rows themselves by key where a chunk differs (again
@@ -74,6 +74,8 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         writes), and the rows a destination has that the target does not place there.
         Lists missing, extra and different keys; exit 1 if anything differs. Run it
         while the moving tables take no writes (it is not pinned to one WAL position).
+        --rate N compares at most N rows a second, so that verify does not starve
+        the live load (it reads every moving row on both sides; default: no bound).
   cancel
         ends the move before its cutover and removes what it made: subscriptions,
         slots and publications, the hash helpers, the tables it created on the data
@@ -168,6 +170,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	watch := fs.Duration("watch", 0, "status: print it again every interval, with each stream's copy rate, until every stream is ready (0: once)")
 	chunkRows := fs.Int("chunk-rows", 10000, "verify: source rows per checksum")
 	settle := fs.Duration("settle", 5*time.Second, "verify: how long a chunk that differs is compared again")
+	verifyRate := fs.Int("rate", 0, "verify: compare at most this many rows a second (0: no bound)")
 	identityFull := fs.Bool("replica-identity-full", false, "start: give published tables without a replica identity covering their key (no primary key) REPLICA IDENTITY FULL while rows move; cancel restores it")
 	pgDump := fs.String("pg-dump", "pg_dump", "start: the pg_dump program that copies a table's definition to a destination that lacks it")
 	proxyAdmin := fs.String("proxy-admin", "", "cutover, finish, revert: the DSN of the proxy's admin database; the proxy then does the step (RESHARD CUTOVER, FINISH, REVERT)")
@@ -239,7 +242,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *chunkRows < 1 || *settle < 0 {
 			return fmt.Errorf("%w: --chunk-rows must be positive and --settle 0 or more", ErrUsage)
 		}
-		d, err := resharding.Verify(ctx, from, to, resharding.VerifyOptions{Options: opts, ChunkRows: *chunkRows, Settle: *settle})
+		if *verifyRate < 0 {
+			return fmt.Errorf("%w: --rate takes a number of rows a second, 0 for no bound", ErrUsage)
+		}
+		d, err := resharding.Verify(ctx, from, to, resharding.VerifyOptions{Options: opts, ChunkRows: *chunkRows, Settle: *settle, Rate: *verifyRate})
 		if err != nil {
 			return err
 		}
