@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -126,9 +125,9 @@ func (p reshardProxy) Prepare(ctx context.Context, l *rules.Compiled) (func() er
 	return p.s.PrepareLayout(ctx, l)
 }
 
-// reshardCommand carries out the admin console's RESHARD CUTOVER 'file', RESHARD
-// FINISH and RESHARD REVERT: one at a time.
-func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.Result, error) {
+// reshardCommand carries out the admin console's RESHARD CUTOVER 'file' [VERIFY
+// seconds], RESHARD FINISH [rate] and RESHARD REVERT: one at a time.
+func (s *Server) reshardCommand(ctx context.Context, c admin.Reshard) (*admin.Result, error) {
 	if !s.reshardMu.TryLock() {
 		return nil, &pgconn.PgError{Severity: "ERROR", Code: "55006", Message: "a RESHARD command is running already"}
 	}
@@ -140,16 +139,16 @@ func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.R
 	}
 	var out strings.Builder
 	current := s.layout.Load()
-	switch verb {
+	switch c.Verb {
 	case "CUTOVER":
 		if len(current.TableNames()) > 0 {
 			return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "RESHARD CUTOVER: the last move is cut over and not finished: RESHARD FINISH first"}
 		}
-		to, err := rules.Load(arg)
+		to, err := rules.Load(c.Rules)
 		if err != nil {
 			return nil, &pgconn.PgError{Severity: "ERROR", Code: "22023", Message: "RESHARD CUTOVER: " + err.Error()}
 		}
-		rep, err := reshard.Cutover(ctx, current, to, reshardProxy{s}, reshard.CutoverOptions{Drain: s.cfg.ReshardDrain, CatchUp: s.cfg.ReshardCatchUp, Progress: &out})
+		rep, err := reshard.Cutover(ctx, current, to, reshardProxy{s}, reshard.CutoverOptions{Drain: s.cfg.ReshardDrain, CatchUp: s.cfg.ReshardCatchUp, Verify: c.Verify, Progress: &out})
 		if s.layout.Load() != current {
 			s.cutFrom = current // switched, even if a step after the switch failed
 		}
@@ -164,8 +163,7 @@ func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.R
 			return nil, err
 		}
 		// The target itself, without the views the proxy reads through until now.
-		rate, _ := strconv.Atoi(arg) // checked by the console
-		rep, err := reshard.Finish(ctx, from, current.WithTableNames(nil), reshardProxy{s}, reshard.FinishOptions{Drain: s.cfg.ReshardDrain, Rate: rate, Progress: &out})
+		rep, err := reshard.Finish(ctx, from, current.WithTableNames(nil), reshardProxy{s}, reshard.FinishOptions{Drain: s.cfg.ReshardDrain, Rate: c.Rate, Progress: &out})
 		if err != nil {
 			return nil, reshardError(err)
 		}
@@ -189,7 +187,7 @@ func (s *Server) reshardCommand(ctx context.Context, verb, arg string) (*admin.R
 		s.log.Info("reshard: reverted", "version", rep.Version, "pause", rep.Pause)
 		return holdResult(rep), nil
 	}
-	return nil, &pgconn.PgError{Severity: "ERROR", Code: "42601", Message: "RESHARD takes CUTOVER 'rules file', FINISH or REVERT"}
+	return nil, &pgconn.PgError{Severity: "ERROR", Code: "42601", Message: "RESHARD takes CUTOVER 'rules file' [VERIFY seconds], FINISH [rows per second] or REVERT"}
 }
 
 // movedFrom returns the rules of the move that was cut over to this proxy's layout, the

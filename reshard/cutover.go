@@ -35,7 +35,7 @@ type CutoverOptions struct {
 	// CatchUp bounds the rest of the hold once the transactions in flight ended: no
 	// prepared transaction left on the sources, the new layout recorded, every
 	// destination applying its source's changes up to a marker written then, and the
-	// streams stopped (0: DefaultCatchUp).
+	// streams stopped (0: DefaultCatchUp); with Verify, CatchUp + Verify.
 	CatchUp time.Duration
 	// Verify, when positive, compares the destinations with their sources in the
 	// hold, once the streams stopped (Verify, pinned: nothing writes then), within

@@ -117,13 +117,19 @@ func TestCutoverThroughProxy(t *testing.T) {
 	c.reader(rows)
 	time.Sleep(500 * time.Millisecond)
 	before := c.txs.Load()
-	res, err := c.admin("RESHARD CUTOVER '" + toPath + "'")
+	// Verified in the hold, pinned: nothing writes then.
+	res, err := c.admin("RESHARD CUTOVER '" + toPath + "' VERIFY 30")
 	if err != nil {
 		c.halt()
 		t.Fatalf("RESHARD CUTOVER: %v", err)
 	}
+	verified := false
 	for _, row := range res[0].Rows {
 		t.Logf("cutover %s: %s", row[0], row[1])
+		verified = verified || string(row[0]) == "catch_up.verify"
+	}
+	if !verified {
+		t.Error("RESHARD CUTOVER ... VERIFY 30 did not verify in its hold")
 	}
 	readsAt := c.reads.Load()
 	time.Sleep(700 * time.Millisecond)

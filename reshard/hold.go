@@ -124,7 +124,9 @@ func (h *hold) run(ctx context.Context, conns map[string]*pgx.Conn, rep *Cutover
 		rep.Steps = append(rep.Steps, Step{name, time.Since(last)})
 		last = time.Now()
 	}
-	cctx, stop := context.WithTimeout(ctx, h.opts.CatchUp)
+	// A comparison in the hold (CutoverOptions.Verify) has a bound of its own, on top:
+	// the steps after it must not find their bound spent by it.
+	cctx, stop := context.WithTimeout(ctx, h.opts.CatchUp+max(h.opts.Verify, 0))
 	defer stop()
 	// A transaction prepared for two-phase commit and not yet committed would commit
 	// its changes after the streams stop: the hold waits for none to be left.

@@ -123,7 +123,7 @@ func TestCopyRateBounded(t *testing.T) {
 		}
 	}
 	// Verify bounded too: no faster than its rate allows, and as clean.
-	const verifyRate = 2000
+	const verifyRate = 500
 	d, err := reshard.Verify(ctx, from, to, reshard.VerifyOptions{ChunkRows: 500, Rate: verifyRate})
 	if err != nil {
 		t.Fatal(err)

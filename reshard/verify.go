@@ -25,10 +25,11 @@ type VerifyOptions struct {
 	// MaxRows bounds the rows each kind of difference lists (default 20); the counts
 	// are exact.
 	MaxRows int
-	// Rate, when positive, bounds the rows compared to Rate a second, over the whole
-	// verify (each chunk's source rows counted once it is compared): reading every
-	// moving row twice, as fast as the servers go, takes CPU and I/O from the live
-	// load (0: no bound).
+	// Rate, when positive, bounds the rows compared to Rate a second on average over
+	// the whole verify: each chunk is read at full speed, then Verify waits until its
+	// source rows are due (the scans for the chunks' bounds and for the misplaced rows
+	// are not bounded). Reading every moving row on both sides as fast as the servers
+	// go takes CPU and I/O from the live load (0: no bound).
 	Rate int
 }
 

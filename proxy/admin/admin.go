@@ -27,15 +27,30 @@ import (
 type Admin struct {
 	router  *router.Router
 	clients func() int
-	reshard func(ctx context.Context, verb, arg string) (*Result, error)
+	reshard func(ctx context.Context, c Reshard) (*Result, error)
 	// resharding reports whether a RESHARD command is running: PAUSE and RESUME are
 	// refused meanwhile (its hold is a pause).
 	resharding func() bool
 }
 
-// SetReshard sets what carries out RESHARD CUTOVER 'rules file', RESHARD FINISH and
-// RESHARD REVERT, and what says whether one is running.
-func (a *Admin) SetReshard(f func(ctx context.Context, verb, arg string) (*Result, error), running func() bool) {
+// maxVerify bounds RESHARD CUTOVER's VERIFY: the comparison is a pause.
+const maxVerify = time.Hour
+
+// Reshard is a RESHARD command of the console, checked.
+type Reshard struct {
+	Verb string // CUTOVER, FINISH or REVERT
+	// Rules is CUTOVER's target rules file.
+	Rules string
+	// Verify is CUTOVER's bound on comparing the destinations with the sources in
+	// its hold (VERIFY seconds; 0: no comparison).
+	Verify time.Duration
+	// Rate is FINISH's bound on the delete, in rows a second (0: none).
+	Rate int
+}
+
+// SetReshard sets what carries out RESHARD CUTOVER 'rules file' [VERIFY seconds],
+// RESHARD FINISH [rate] and RESHARD REVERT, and what says whether one is running.
+func (a *Admin) SetReshard(f func(ctx context.Context, c Reshard) (*Result, error), running func() bool) {
 	a.reshard, a.resharding = f, running
 }
 
@@ -83,9 +98,11 @@ PAUSE [seconds] holds every client's next transaction (or statement outside one)
 RESUME          ends the pause: the held clients go on
 SHOW LAYOUT     the layout the proxy routes by: its digest, data sources, and the views a
                 resharding move reads through between its cutover and its finish
-RESHARD CUTOVER 'file'  switches to the target rules of the move under way (reshard start):
-                holds new transactions, lets those in flight end, waits until the new data
-                sources caught up, switches, releases the held transactions
+RESHARD CUTOVER 'file' [VERIFY seconds]  switches to the target rules of the move under way
+                (reshard start): holds new transactions, lets those in flight end, waits until
+                the new data sources caught up, switches, releases the held transactions; with
+                VERIFY, compares the new data sources with the old in the hold, within that
+                many seconds counted as pause (a difference gives the cutover up)
 RESHARD FINISH [rows per second]  ends a move that was cut over: deletes the moved rows from
                 where they were (at most that many a second on each data source), drops the
                 views, streams and slots
@@ -108,22 +125,23 @@ func (a *Admin) Answer(ctx context.Context, sql string) (*Result, error) {
 		verb := strings.ToUpper(words[1])
 		arg := strings.TrimSpace(q[strings.Index(strings.ToUpper(q), verb)+len(verb):])
 		if verb == "CUTOVER" {
-			unq, ok := strings.CutPrefix(arg, "'")
-			if unq, ok2 := strings.CutSuffix(unq, "'"); ok && ok2 && unq != "" {
-				return a.reshard(ctx, verb, strings.ReplaceAll(unq, "''", "'"))
+			c, ok := parseCutover(arg)
+			if !ok {
+				return nil, &pgconn.PgError{Severity: "ERROR", Code: "42601", Message: "RESHARD CUTOVER takes the target rules file, quoted, and optionally VERIFY and a bound in seconds (0.001 to 3600): RESHARD CUTOVER '/path/to/rules.toml' [VERIFY 30]"}
 			}
-			return nil, &pgconn.PgError{Severity: "ERROR", Code: "42601", Message: "RESHARD CUTOVER takes the target rules file, quoted: RESHARD CUTOVER '/path/to/rules.toml'"}
+			return a.reshard(ctx, c)
 		}
 		if verb == "FINISH" && arg != "" {
-			if n, err := strconv.Atoi(arg); err != nil || n <= 0 {
+			n, err := strconv.Atoi(arg)
+			if err != nil || n <= 0 {
 				return nil, &pgconn.PgError{Severity: "ERROR", Code: "42601", Message: "RESHARD FINISH takes a bound on the delete in rows a second, a positive integer: RESHARD FINISH 50000"}
 			}
-			return a.reshard(ctx, verb, arg)
+			return a.reshard(ctx, Reshard{Verb: verb, Rate: n})
 		}
 		if arg != "" {
 			return nil, unknown(q)
 		}
-		return a.reshard(ctx, verb, "")
+		return a.reshard(ctx, Reshard{Verb: verb})
 	case len(words) == 1 && strings.EqualFold(words[0], "RESUME"):
 		if err := a.router.Current().Resume(); err != nil {
 			return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "the proxy is not paused"}
@@ -326,4 +344,45 @@ func (a *Admin) allStats() []backend.Stats {
 		out = append(out, p.Stats())
 	}
 	return out
+}
+
+// parseCutover reads RESHARD CUTOVER's arguments: a quoted rules file (a quote in it
+// doubled, as in an SQL string), then nothing or VERIFY and a number of seconds from
+// a millisecond to maxVerify.
+func parseCutover(arg string) (Reshard, bool) {
+	c := Reshard{Verb: "CUTOVER"}
+	rest, ok := strings.CutPrefix(arg, "'")
+	if !ok {
+		return c, false
+	}
+	var path strings.Builder
+	for {
+		i := strings.IndexByte(rest, '\'')
+		if i < 0 {
+			return c, false
+		}
+		path.WriteString(rest[:i])
+		rest = rest[i+1:]
+		if !strings.HasPrefix(rest, "'") {
+			break
+		}
+		path.WriteByte('\'')
+		rest = rest[1:]
+	}
+	if c.Rules = path.String(); c.Rules == "" {
+		return c, false
+	}
+	words := strings.Fields(rest)
+	switch {
+	case len(words) == 0:
+		return c, true
+	case len(words) == 2 && strings.EqualFold(words[0], "VERIFY"):
+		secs, err := strconv.ParseFloat(words[1], 64)
+		if err != nil || !(secs <= maxVerify.Seconds()) {
+			return c, false
+		}
+		c.Verify = time.Duration(secs * float64(time.Second))
+		return c, c.Verify >= time.Millisecond
+	}
+	return c, false
 }

@@ -74,8 +74,10 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         writes), and the rows a destination has that the target does not place there.
         Lists missing, extra and different keys; exit 1 if anything differs. Run it
         while the moving tables take no writes (it is not pinned to one WAL position).
-        --rate N compares at most N rows a second, so that verify does not starve
-        the live load (it reads every moving row on both sides; default: no bound).
+        --rate N compares N source rows a second on average (each chunk is read at
+        full speed, then verify waits), so that verify does not starve the live load;
+        the scans that find the chunks' bounds and the misplaced rows are not bounded
+        (default: no bound).
   cancel
         ends the move before its cutover and removes what it made: subscriptions,
         slots and publications, the hash helpers, the tables it created on the data
@@ -98,7 +100,8 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         routes by the current rules is then refused its writes (the fence), and is to
         be restarted with the target rules. --verify D compares the destinations with
         the sources in the hold, once nothing writes (verify, pinned), within D,
-        counted as pause: a difference gives the cutover up.
+        counted as pause: a difference gives the cutover up (with --proxy-admin, the
+        proxy's RESHARD CUTOVER 'file' VERIFY seconds).
   finish [--proxy-admin DSN] [--delete-rate N]
         ends a move that was cut over: drops the streams, deletes the moved rows from
         the data sources they left (in batches, while the load goes on; at most N
@@ -170,11 +173,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	watch := fs.Duration("watch", 0, "status: print it again every interval, with each stream's copy rate, until every stream is ready (0: once)")
 	chunkRows := fs.Int("chunk-rows", 10000, "verify: source rows per checksum")
 	settle := fs.Duration("settle", 5*time.Second, "verify: how long a chunk that differs is compared again")
-	verifyRate := fs.Int("rate", 0, "verify: compare at most this many rows a second (0: no bound)")
+	verifyRate := fs.Int("rate", 0, "verify: compare this many source rows a second on average, a chunk at a time (0: no bound)")
 	identityFull := fs.Bool("replica-identity-full", false, "start: give published tables without a replica identity covering their key (no primary key) REPLICA IDENTITY FULL while rows move; cancel restores it")
 	pgDump := fs.String("pg-dump", "pg_dump", "start: the pg_dump program that copies a table's definition to a destination that lacks it")
 	proxyAdmin := fs.String("proxy-admin", "", "cutover, finish, revert: the DSN of the proxy's admin database; the proxy then does the step (RESHARD CUTOVER, FINISH, REVERT)")
-	verifyHold := fs.Duration("verify", 0, "cutover without --proxy-admin: compare the destinations with the sources in the hold, within this bound, counted as pause (0: not)")
+	verifyHold := fs.Duration("verify", 0, "cutover: compare the destinations with the sources in the hold, within this bound, counted as pause (0: not)")
 	copyRate := fs.Int("copy-rate", 0, "start: copy at most this many rows a second for the whole move, start copying them itself (0: PostgreSQL's table synchronization, no bound)")
 	deleteRate := fs.Int("delete-rate", 0, "finish: delete at most this many moved rows a second on each data source (0: no bound)")
 	catchUp := fs.Duration("catch-up", resharding.DefaultCatchUp, "cutover, revert without --proxy-admin: how long the destinations may take to apply the last changes and stop")
@@ -257,15 +260,19 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	case "cutover":
-		if *verifyHold < 0 || (*verifyHold > 0 && *proxyAdmin != "") {
-			return fmt.Errorf("%w: --verify takes a positive bound, and is for a cutover without --proxy-admin", ErrUsage)
+		if *verifyHold < 0 || (*proxyAdmin != "" && *verifyHold > time.Hour) || (*verifyHold > 0 && *verifyHold < time.Millisecond) {
+			return fmt.Errorf("%w: --verify takes a bound from 1ms (0: no comparison in the hold), at most 1h with --proxy-admin", ErrUsage)
 		}
 		if *proxyAdmin != "" {
 			abs, err := filepath.Abs(*toPath)
 			if err != nil {
 				return err
 			}
-			return adminCommand(ctx, *proxyAdmin, "RESHARD CUTOVER '"+strings.ReplaceAll(abs, "'", "''")+"'", stdout)
+			cmd := "RESHARD CUTOVER '" + strings.ReplaceAll(abs, "'", "''") + "'"
+			if *verifyHold > 0 {
+				cmd += fmt.Sprintf(" VERIFY %g", verifyHold.Seconds())
+			}
+			return adminCommand(ctx, *proxyAdmin, cmd, stdout)
 		}
 		rep, err := resharding.Cutover(ctx, from, to, nil, resharding.CutoverOptions{CatchUp: *catchUp, Verify: *verifyHold, Progress: stderr})
 		if err != nil {
