@@ -262,7 +262,14 @@ func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, f
 		fanout.FailFast(), fanout.WithLimit(limit))
 	var failed fanout.Errors
 	if errors.As(err, &failed) && len(failed) > 0 {
-		err = e.shardErr(failed[0].Shard, failed[0].Err)
+		first := failed[0]
+		for _, f := range failed {
+			if !errors.Is(f.Err, ErrTxAborted) {
+				first = f // the cause: see ErrTxAborted
+				break
+			}
+		}
+		err = e.shardErr(first.Shard, first.Err)
 	}
 	if wrap {
 		if err != nil {

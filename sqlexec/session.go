@@ -30,7 +30,9 @@ type Pool interface {
 }
 
 // ErrTxAborted is returned by statements in a transaction after one failed, until
-// ROLLBACK, as PostgreSQL does (SQLSTATE 25P02).
+// ROLLBACK, as PostgreSQL does (SQLSTATE 25P02). The targets of one statement run at
+// once: one that starts after a sibling failed meets it too, and the statement's error
+// is then the sibling's, never this one.
 var ErrTxAborted = &pgconn.PgError{Severity: "ERROR", Code: "25P02",
 	Message: "current transaction is aborted, commands ignored until end of transaction block"}
 

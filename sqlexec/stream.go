@@ -3,6 +3,7 @@ package sqlexec
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -384,6 +385,9 @@ func (st *stream) fill(c *cursor) error {
 		ds := st.b.Targets[c.target].DataSource
 		if !open {
 			err := st.errs[ds]
+			if errors.Is(err, ErrTxAborted) {
+				ds, err = st.cause(ds, err)
+			}
 			if err == nil {
 				err = fmt.Errorf("sqlexec: the answer ended before its end")
 			}
@@ -587,6 +591,24 @@ func (st *stream) close(abort bool) error {
 		st.conns.Release(ds, st.errs[ds])
 	}
 	return err
+}
+
+// cause returns the error that aborted the transaction under data source ds's err
+// (ErrTxAborted): another data source's, met at the same time. It stops the stream
+// and waits for every data source to end, which the caller's close then finds done.
+func (st *stream) cause(ds int, err error) (int, error) {
+	st.cancel()
+	for _, c := range st.curs {
+		for range c.ch {
+		}
+	}
+	st.wg.Wait()
+	for _, other := range st.order {
+		if e := st.errs[other]; e != nil && !errors.Is(e, ErrTxAborted) {
+			return other, e
+		}
+	}
+	return ds, err
 }
 
 // rowsSize is what rows hold, as heldBudget counts it.

@@ -2,11 +2,13 @@ package sqlexec
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -155,4 +157,39 @@ func FuzzStreamMatchesOracle(f *testing.F) {
 			t.Fatalf("case %+v:\nstreamed %q\nwant     %q", c, got, want)
 		}
 	})
+}
+
+// TestStreamReportsTheCause: the targets of a statement in a transaction run at once,
+// and one that starts after another failed meets ErrTxAborted; the stream reports the
+// failure that aborted the transaction, whichever target it reads first.
+func TestStreamReportsTheCause(t *testing.T) {
+	r, err := rules.Compile(rules.Rules{DataSources: []rules.DataSource{{Name: "ds_0", DSN: "postgres://localhost/x"}, {Name: "ds_1", DSN: "postgres://localhost/x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &sqlplan.Bound{Targets: []sqlplan.Target{{DataSource: 0}, {DataSource: 1}}}
+	_, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := &stream{e: &Engine{rules: r}, b: b, cancel: cancel, errs: make([]error, 2), order: []int{0, 1}}
+	cause := &pgconn.PgError{Severity: "ERROR", Code: "42P01", Message: `missing FROM-clause entry for table "o"`}
+	errs := []error{ErrTxAborted, cause}
+	for i := range 2 {
+		ch := make(chan batch, streamBatches)
+		st.curs = append(st.curs, &cursor{target: i, ch: ch})
+		st.wg.Add(1)
+		go func() {
+			defer st.wg.Done()
+			if i == 1 {
+				time.Sleep(20 * time.Millisecond) // the cause comes after the first target ended
+			}
+			st.errs[i] = errs[i]
+			close(ch)
+		}()
+	}
+	_, err = st.prime("", nil)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42P01" {
+		t.Errorf("the stream's error: %v, want the cause (42P01)", err)
+	}
+	st.wg.Wait()
 }
