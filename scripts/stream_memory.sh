@@ -2,8 +2,8 @@
 # Measures what a large cross-shard answer costs shard-proxy in memory (docs/proxy.md,
 # "Answers in bounded memory"): fills one table of about --rows x --pad bytes in a
 # scratch database, copies it through a proxy onto two shard databases, then reads the
-# whole table through a fresh proxy, with and without ORDER BY, and directly from the
-# one database. For each read it records the proxy's peak resident memory (VmHWM from
+# whole table through a fresh proxy (as it is, ORDER BY id, SELECT DISTINCT, and GROUP BY
+# id with an aggregate of the text) and directly from the one database. For each read it records the proxy's peak resident memory (VmHWM from
 # /proc) above its resident memory before the read, and the time to the first row and
 # to the end, beside a direct connection's. Writes results/runs/streammem-<time>/:
 # results.csv, summary.txt and run.txt.
@@ -20,10 +20,11 @@ Usage: scripts/stream_memory.sh [options]
                      postgres://postgres@127.0.0.1:5432); three scratch databases are
                      made there and dropped at the end
   --max-held-memory BYTES
-                     the proxy's bound on what one statement holds when its answer is read
-                     whole, for the third read, SELECT DISTINCT, which must merge every
-                     shard's whole answer (default 67108864: the read is refused with
-                     SQLSTATE 54000, and the proxy's peak growth shows the bound held)
+                     the proxy's bound on what one statement holds (default 67108864),
+                     for every read; the last read, groups sorted by an aggregate
+                     (ORDER BY count(*)), must gather one row per group: past the bound
+                     it is refused with SQLSTATE 54000, and the proxy's peak growth
+                     shows the bound held
   --runs-dir DIR     where the run directory goes (default results/runs)
   -h, --help         this help (writes nothing)
 
@@ -106,9 +107,16 @@ psql -X -q "$server/$s1" -c "ANALYZE big" >/dev/null
 stop_proxy
 
 echo "path,read,rows,bytes,first_row_ms,total_ms,proxy_rss_before_kib,proxy_hwm_kib,proxy_growth_kib" >"$run_dir/results.csv"
-for read in concatenated ordered; do
-	query="SELECT id, pad FROM big"
-	[[ $read == ordered ]] && query+=" ORDER BY id"
+query_of() {
+	case $1 in
+	concatenated) echo "SELECT id, pad FROM big" ;;
+	ordered) echo "SELECT id, pad FROM big ORDER BY id" ;;
+	distinct) echo "SELECT DISTINCT id, pad FROM big" ;;
+	grouped) echo "SELECT id, count(*), max(pad) FROM big GROUP BY id" ;;
+	esac
+}
+for read in concatenated ordered distinct grouped; do
+	query=$(query_of "$read")
 	echo "reading: $query"
 	out=$("$bin/netprobe" read --timeout 30m --query "$query" "$server/$one?sslmode=disable")
 	eval "$(tr ' ' '\n' <<<"$out" | sed 's/^/r_/')"
@@ -123,8 +131,8 @@ for read in concatenated ordered; do
 	echo "proxy,$read,$r_rows,$r_bytes,$r_first_row_ms,$r_total_ms,$before,$hwm,$((hwm - before))" >>"$run_dir/results.csv"
 done
 
-# The third read: a merge of every shard's whole answer, past the bound.
-query="SELECT DISTINCT id, pad FROM big"
+# The last read: one row per group gathered to be sorted, past the bound.
+query="SELECT id, count(*) FROM big GROUP BY id ORDER BY count(*) DESC, id"
 echo "reading: $query (--max-held-memory $held)"
 start_proxy
 "$bin/netprobe" sql --count 20 "$proxy_url" >/dev/null
@@ -138,7 +146,7 @@ else
 fi
 hwm=$(kib VmHWM)
 stop_proxy
-echo "proxy,distinct_$outcome,,,,,$before,$hwm,$((hwm - before))" >>"$run_dir/results.csv"
+echo "proxy,gathered_$outcome,,,,,$before,$hwm,$((hwm - before))" >>"$run_dir/results.csv"
 
 {
 	echo "command: $command_line"
@@ -146,12 +154,14 @@ echo "proxy,distinct_$outcome,,,,,$before,$hwm,$((hwm - before))" >>"$run_dir/re
 	echo "finished: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$run_dir/run.txt"
-awk -F, -v held="$held" 'NR > 1 {
+awk -F, -v held="$held" -v q1="$(query_of concatenated)" -v q2="$(query_of ordered)" -v q3="$(query_of distinct)" -v q4="$(query_of grouped)" '
+BEGIN { query["concatenated"] = q1; query["ordered"] = q2; query["distinct"] = q3; query["grouped"] = q4 }
+NR > 1 {
 	if ($1 == "direct") { first[$2] = $5; total[$2] = $6; next }
-	if ($2 ~ /^distinct_/) {
-		printf "distinct (SELECT DISTINCT id, pad FROM big, --max-held-memory %.0f MB): %s; proxy peak growth %.1f MB\n", held / 1048576, substr($2, 10), $9 / 1024
+	if ($2 ~ /^gathered_/) {
+		printf "gathered (SELECT id, count(*) FROM big GROUP BY id ORDER BY count(*) DESC, id, --max-held-memory %.0f MB): %s; proxy peak growth %.1f MB\n", held / 1048576, substr($2, 10), $9 / 1024
 		next
 	}
-	printf "%s (SELECT id, pad FROM big%s): %d rows, %.0f MB; proxy peak growth %.1f MB; first row %.1f ms (direct %.1f ms); whole answer %.1f s (direct %.1f s)\n",
-		$2, ($2 == "ordered" ? " ORDER BY id" : ""), $3, $4 / 1e6, $9 / 1024, $5, first[$2], $6 / 1000, total[$2] / 1000
+	printf "%s (%s): %d rows, %.0f MB; proxy peak growth %.1f MB; first row %.1f ms (direct %.1f ms); whole answer %.1f s (direct %.1f s)\n",
+		$2, query[$2], $3, $4 / 1e6, $9 / 1024, $5, first[$2], $6 / 1000, total[$2] / 1000
 }' "$run_dir/results.csv" | tee "$run_dir/summary.txt"

@@ -320,8 +320,17 @@ func TestMaxHeld(t *testing.T) {
 		return n, rows.Err()
 	}
 	var pe *pgconn.PgError
-	if _, err := count(db, "SELECT DISTINCT v FROM kv"); !errors.As(err, &pe) || pe.Code != "54000" {
-		t.Errorf("DISTINCT over 64 KiB held: %v, want 54000", err)
+	// Groups sorted by an aggregate are gathered before they are sorted: held.
+	if _, err := count(db, "SELECT v, count(*) FROM kv GROUP BY v ORDER BY count(*) DESC, v"); !errors.As(err, &pe) || pe.Code != "54000" {
+		t.Errorf("groups sorted by count, over 64 KiB held: %v, want 54000", err)
+	}
+	// DISTINCT and GROUP BY meet each group's rows in the shards' sorted streams: one
+	// group held at a time, whatever the answer's size.
+	if n, err := count(db, "SELECT DISTINCT v FROM kv"); err != nil || n != 2000 {
+		t.Errorf("DISTINCT over the bound, streamed: %d rows, %v", n, err)
+	}
+	if n, err := count(db, "SELECT v, count(*) FROM kv GROUP BY v ORDER BY v DESC"); err != nil || n != 2000 {
+		t.Errorf("GROUP BY over the bound, streamed: %d rows, %v", n, err)
 	}
 	if n, err := count(db, "SELECT k, v FROM kv"); err != nil || n != 2000 {
 		t.Errorf("a streamed answer over the bound: %d rows, %v", n, err)

@@ -100,6 +100,13 @@ func (h *heldBudget) take(n int) bool {
 	return h == nil || h.limit < 0 || h.used.Add(int64(n)) <= h.limit
 }
 
+// give counts n bytes no longer held.
+func (h *heldBudget) give(n int) {
+	if h != nil {
+		h.used.Add(-int64(n))
+	}
+}
+
 // heldError is the failure of a statement that would hold more than the bound.
 func heldError(limit int64) error {
 	return &pgconn.PgError{Severity: "ERROR", Code: "54000",

@@ -208,13 +208,21 @@ func (e *Engine) rankText(ctx context.Context, b *sqlplan.Bound, results []targe
 // a key cannot be told (see rankText).
 func (e *Engine) textCollation(ctx context.Context, b *sqlplan.Bound) (string, error) {
 	m := b.Merge
-	switch {
-	case m.Collation != "":
+	if m.Collation != "" {
 		if byteOrderCollation(m.Collation) {
 			return "", nil
 		}
 		return m.Collation, nil
-	case e.catalog == nil:
+	}
+	return e.tablesCollation(ctx, b)
+}
+
+// tablesCollation is textCollation without the statement's COLLATE clauses: the
+// collation the tables' text columns (and the database's default) sort under, as
+// the shards sort a group key they were not told a collation for.
+func (e *Engine) tablesCollation(ctx context.Context, b *sqlplan.Bound) (string, error) {
+	m := b.Merge
+	if e.catalog == nil {
 		return "", unsupported("comparing text across shards without a catalog to tell its collation")
 	}
 	dss := map[int]bool{}
@@ -441,10 +449,65 @@ func distinct(rows [][][]byte, cols []colType) ([][][]byte, error) {
 // returns the merged rows (one value per MergedColumn, outputs encoded in the client's
 // formats), their column types, and the client's field descriptions.
 func aggregate(m *sqlplan.MergeSpec, results []targetResult, client []int16, floatAvg bool, ranks map[int]map[string]int64) ([][][]byte, []colType, []pgconn.FieldDescription, error) {
-	fields := results[0].fields
-	cols := make([]colType, len(m.Columns))
-	var out []pgconn.FieldDescription
-	var groupIdx []int
+	ag, err := newAggregator(m, results[0].fields, client, floatAvg, ranks)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var groups []*group
+	index := map[string]*group{}
+	var buf []byte
+	for _, r := range results {
+		if len(ag.groupIdx) == 0 && len(r.rows) != 1 {
+			return nil, nil, nil, errPlainRows
+		}
+		for _, row := range r.rows {
+			buf, err = rowKey(buf[:0], row, ag.shardCols, ag.groupIdx)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			g := index[string(buf)]
+			if g == nil {
+				g = ag.start(row)
+				index[string(buf)] = g
+				groups = append(groups, g)
+			}
+			if err := ag.add(g, row); err != nil {
+				return nil, nil, nil, err
+			}
+		}
+	}
+	rows := make([][][]byte, 0, len(groups))
+	for _, g := range groups {
+		rows = append(rows, ag.finish(g))
+	}
+	return rows, ag.cols, ag.out, nil
+}
+
+// aggregator combines the shards' partial rows of one group at a time (see aggregate).
+type aggregator struct {
+	m         *sqlplan.MergeSpec
+	fields    []pgconn.FieldDescription // the shards' columns
+	shardCols []colType
+	cols      []colType                 // the merged columns
+	out       []pgconn.FieldDescription // the client's columns
+	groupIdx  []int                     // the group keys' shard columns
+	floatAvg  bool
+	ranks     map[int]map[string]int64
+}
+
+// group is what an aggregator holds of one group.
+type group struct {
+	vals   [][]byte  // per merged column: the winner (min/max) or first (any, group)
+	cnt    []int64   // count sums; avg counts
+	sums   []numeric // numeric sums (sum, avg)
+	isum   []int64   // bigint sums
+	hasSum []bool
+}
+
+// newAggregator checks that the shards' columns (fields) combine as m says, and
+// prepares their combination.
+func newAggregator(m *sqlplan.MergeSpec, fields []pgconn.FieldDescription, client []int16, floatAvg bool, ranks map[int]map[string]int64) (*aggregator, error) {
+	ag := &aggregator{m: m, fields: fields, cols: make([]colType, len(m.Columns)), floatAvg: floatAvg, ranks: ranks}
 	for j, c := range m.Columns {
 		f := fields[c.Shard]
 		ct := colType{oid: f.DataTypeOID, format: f.Format}
@@ -457,173 +520,155 @@ func aggregate(m *sqlplan.MergeSpec, results []targetResult, client []int16, flo
 				ct.format = sqlplan.ClientFormat(client, j)
 			}
 		}
-		cols[j] = ct
+		ag.cols[j] = ct
 		if c.Kind == sqlplan.AggGroupKey {
-			groupIdx = append(groupIdx, c.Shard)
+			ag.groupIdx = append(ag.groupIdx, c.Shard)
 		}
 		if j < m.Outputs {
 			fd := f
 			if c.Kind == sqlplan.AggAvg {
 				fd = pgconn.FieldDescription{Name: c.Name, DataTypeOID: ct.oid, DataTypeSize: -1, TypeModifier: -1, Format: ct.format}
 			}
-			out = append(out, fd)
+			ag.out = append(ag.out, fd)
 		}
 		switch c.Kind {
 		case sqlplan.AggSum, sqlplan.AggAvg:
 			switch f.DataTypeOID {
 			case oidInt8, oidNumeric, oidInt4, oidInt2:
 			default:
-				return nil, nil, nil, unsupported("%s() of type %s across shards: only integer and numeric sums add up exactly", c.Kind, typeName(f.DataTypeOID))
+				return nil, unsupported("%s() of type %s across shards: only integer and numeric sums add up exactly", c.Kind, typeName(f.DataTypeOID))
 			}
 		case sqlplan.AggMin, sqlplan.AggMax:
 			if !comparable(f.DataTypeOID) {
-				return nil, nil, nil, errNoOrder(f.DataTypeOID)
+				return nil, errNoOrder(f.DataTypeOID)
 			}
 		}
 	}
-	shardCols := make([]colType, len(fields))
+	ag.shardCols = make([]colType, len(fields))
 	for i, f := range fields {
-		shardCols[i] = colType{oid: f.DataTypeOID, format: f.Format}
+		ag.shardCols[i] = colType{oid: f.DataTypeOID, format: f.Format}
 	}
+	return ag, nil
+}
 
-	type acc struct {
-		first  [][]byte
-		vals   [][]byte  // per merged column: the winner (min/max) or first (any, group)
-		cnt    []int64   // count sums; avg counts
-		sums   []numeric // numeric sums (sum, avg)
-		isum   []int64   // bigint sums
-		hasSum []bool
+// start begins a group with its first row (which add must then be given too).
+func (ag *aggregator) start(row [][]byte) *group {
+	n := len(ag.m.Columns)
+	g := &group{vals: make([][]byte, n), cnt: make([]int64, n), sums: make([]numeric, n), isum: make([]int64, n), hasSum: make([]bool, n)}
+	for j, c := range ag.m.Columns {
+		g.vals[j] = row[c.Shard]
 	}
-	var groups []*acc
-	index := map[string]*acc{}
-	var buf []byte
-	for _, r := range results {
-		for _, row := range r.rows {
-			var err error
-			buf, err = rowKey(buf[:0], row, shardCols, groupIdx)
+	return g
+}
+
+// add combines one shard's partial row into g.
+func (ag *aggregator) add(g *group, row [][]byte) error {
+	for j, c := range ag.m.Columns {
+		f := ag.fields[c.Shard]
+		raw := row[c.Shard]
+		switch c.Kind {
+		case sqlplan.AggCount:
+			v, err := decode(f.DataTypeOID, f.Format, raw)
 			if err != nil {
-				return nil, nil, nil, err
+				return err
 			}
-			g := index[string(buf)]
-			if g == nil {
-				g = &acc{first: row, vals: make([][]byte, len(m.Columns)), cnt: make([]int64, len(m.Columns)),
-					sums: make([]numeric, len(m.Columns)), isum: make([]int64, len(m.Columns)), hasSum: make([]bool, len(m.Columns))}
-				for j, c := range m.Columns {
-					g.vals[j] = row[c.Shard]
-				}
-				index[string(buf)] = g
-				groups = append(groups, g)
-				if len(groupIdx) == 0 && len(groups) > 1 {
-					return nil, nil, nil, fmt.Errorf("sqlexec: more than one group without GROUP BY")
-				}
+			if g.cnt[j], err = addInt64(g.cnt[j], v.integer()); err != nil {
+				return err
 			}
-			for j, c := range m.Columns {
-				f := fields[c.Shard]
-				raw := row[c.Shard]
-				switch c.Kind {
-				case sqlplan.AggCount:
-					v, err := decode(f.DataTypeOID, f.Format, raw)
-					if err != nil {
-						return nil, nil, nil, err
-					}
-					if g.cnt[j], err = addInt64(g.cnt[j], v.integer()); err != nil {
-						return nil, nil, nil, err
-					}
-				case sqlplan.AggSum, sqlplan.AggAvg:
-					if raw == nil {
-						break
-					}
-					v, err := decode(f.DataTypeOID, f.Format, raw)
-					if err != nil {
-						return nil, nil, nil, err
-					}
-					if v.kind == kNumeric {
-						if !g.hasSum[j] {
-							g.sums[j] = v.n
-						} else {
-							g.sums[j] = addNumeric(g.sums[j], v.n)
-						}
-					} else if g.isum[j], err = addInt64(g.isum[j], v.i); err != nil {
-						return nil, nil, nil, err
-					}
-					g.hasSum[j] = true
-					if c.Kind == sqlplan.AggAvg {
-						cf := fields[c.Count]
-						cv, err := decode(cf.DataTypeOID, cf.Format, row[c.Count])
-						if err != nil {
-							return nil, nil, nil, err
-						}
-						g.cnt[j] += cv.integer()
-					}
-				case sqlplan.AggMin, sqlplan.AggMax:
-					if raw == nil {
-						break
-					}
-					if g.vals[j] == nil {
-						g.vals[j] = raw
-						break
-					}
-					a, err := decode(f.DataTypeOID, f.Format, g.vals[j])
-					if err != nil {
-						return nil, nil, nil, err
-					}
-					b, err := decode(f.DataTypeOID, f.Format, raw)
-					if err != nil {
-						return nil, nil, nil, err
-					}
-					a, b = ranked(a, g.vals[j], ranks[c.Shard]), ranked(b, raw, ranks[c.Shard])
-					if c := compare(b, a); (c < 0 && m.Columns[j].Kind == sqlplan.AggMin) || (c > 0 && m.Columns[j].Kind == sqlplan.AggMax) {
-						g.vals[j] = raw
-					}
+		case sqlplan.AggSum, sqlplan.AggAvg:
+			if raw == nil {
+				break
+			}
+			v, err := decode(f.DataTypeOID, f.Format, raw)
+			if err != nil {
+				return err
+			}
+			if v.kind == kNumeric {
+				if !g.hasSum[j] {
+					g.sums[j] = v.n
+				} else {
+					g.sums[j] = addNumeric(g.sums[j], v.n)
 				}
+			} else if g.isum[j], err = addInt64(g.isum[j], v.i); err != nil {
+				return err
+			}
+			g.hasSum[j] = true
+			if c.Kind == sqlplan.AggAvg {
+				cf := ag.fields[c.Count]
+				cv, err := decode(cf.DataTypeOID, cf.Format, row[c.Count])
+				if err != nil {
+					return err
+				}
+				g.cnt[j] += cv.integer()
+			}
+		case sqlplan.AggMin, sqlplan.AggMax:
+			if raw == nil {
+				break
+			}
+			if g.vals[j] == nil {
+				g.vals[j] = raw
+				break
+			}
+			a, err := decode(f.DataTypeOID, f.Format, g.vals[j])
+			if err != nil {
+				return err
+			}
+			b, err := decode(f.DataTypeOID, f.Format, raw)
+			if err != nil {
+				return err
+			}
+			a, b = ranked(a, g.vals[j], ag.ranks[c.Shard]), ranked(b, raw, ag.ranks[c.Shard])
+			if cmp := compare(b, a); (cmp < 0 && c.Kind == sqlplan.AggMin) || (cmp > 0 && c.Kind == sqlplan.AggMax) {
+				g.vals[j] = raw
 			}
 		}
 	}
-	rows := make([][][]byte, 0, len(groups))
-	for _, g := range groups {
-		row := make([][]byte, len(m.Columns))
-		for j, c := range m.Columns {
-			f := fields[c.Shard]
-			switch c.Kind {
-			case sqlplan.AggCount:
-				row[j] = encodeInt8(g.cnt[j], f.Format)
-			case sqlplan.AggSum:
-				switch {
-				case !g.hasSum[j]:
-					row[j] = nil
-				case f.DataTypeOID == oidNumeric:
-					row[j] = encodeNumeric(g.sums[j], f.Format)
-				default:
-					row[j] = encodeInt(g.isum[j], f.DataTypeOID, f.Format)
-				}
-			case sqlplan.AggAvg:
-				if !g.hasSum[j] || g.cnt[j] == 0 {
-					row[j] = nil
-					break
-				}
-				if floatAvg {
-					var total float64
-					if f.DataTypeOID == oidNumeric {
-						r, _ := new(big.Rat).SetFrac(g.sums[j].int, pow10(g.sums[j].scale)).Float64()
-						total = r
-					} else {
-						total = float64(g.isum[j])
-					}
-					row[j] = strconv.AppendFloat(nil, total/float64(g.cnt[j]), 'g', -1, 64)
-					break
-				}
-				sum := g.sums[j]
-				if f.DataTypeOID != oidNumeric {
-					sum = numeric{int: big.NewInt(g.isum[j])}
-				}
-				row[j] = encodeNumeric(divNumeric(sum, numeric{int: big.NewInt(g.cnt[j])}), cols[j].format)
+	return nil
+}
+
+// finish is g's merged row: one value per merged column.
+func (ag *aggregator) finish(g *group) [][]byte {
+	row := make([][]byte, len(ag.m.Columns))
+	for j, c := range ag.m.Columns {
+		f := ag.fields[c.Shard]
+		switch c.Kind {
+		case sqlplan.AggCount:
+			row[j] = encodeInt8(g.cnt[j], f.Format)
+		case sqlplan.AggSum:
+			switch {
+			case !g.hasSum[j]:
+				row[j] = nil
+			case f.DataTypeOID == oidNumeric:
+				row[j] = encodeNumeric(g.sums[j], f.Format)
 			default:
-				row[j] = g.vals[j]
+				row[j] = encodeInt(g.isum[j], f.DataTypeOID, f.Format)
 			}
+		case sqlplan.AggAvg:
+			if !g.hasSum[j] || g.cnt[j] == 0 {
+				row[j] = nil
+				break
+			}
+			if ag.floatAvg {
+				var total float64
+				if f.DataTypeOID == oidNumeric {
+					r, _ := new(big.Rat).SetFrac(g.sums[j].int, pow10(g.sums[j].scale)).Float64()
+					total = r
+				} else {
+					total = float64(g.isum[j])
+				}
+				row[j] = strconv.AppendFloat(nil, total/float64(g.cnt[j]), 'g', -1, 64)
+				break
+			}
+			sum := g.sums[j]
+			if f.DataTypeOID != oidNumeric {
+				sum = numeric{int: big.NewInt(g.isum[j])}
+			}
+			row[j] = encodeNumeric(divNumeric(sum, numeric{int: big.NewInt(g.cnt[j])}), ag.cols[j].format)
+		default:
+			row[j] = g.vals[j]
 		}
-		rows = append(rows, row)
 	}
-	return rows, cols, out, nil
+	return row
 }
 
 func addInt64(a, b int64) (int64, error) {

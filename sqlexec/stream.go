@@ -166,10 +166,16 @@ func (e *Engine) Query(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args,
 	// if the columns turn out to include text.
 	var coll string
 	var collErr error
-	if b.Merge != nil && len(b.Merge.OrderBy) > 0 {
+	if b.Merge != nil && comparesValues(b.Merge) {
 		coll, collErr = e.textCollation(ctx, b)
+		if len(b.Merge.GroupOrder) > 0 && b.Merge.Collation != "" && collErr == nil && coll == "" {
+			// The shards sort group keys under their own collation, not the statement's
+			// COLLATE clause (which names the order of a sort key or an aggregate's input).
+			coll, collErr = e.tablesCollation(ctx, b)
+		}
 	}
 	st := e.startStream(ctx, b, args, shardFormats, conns)
+	st.client = resultFormats
 	whole, err := st.prime(coll, collErr)
 	if err != nil {
 		st.close(true)
@@ -194,22 +200,44 @@ func (e *Engine) Query(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args,
 	return &Rows{fields: st.fields, st: st}, nil
 }
 
+// comparesValues reports whether a merge compares the shards' values: it sorts, meets
+// groups in order, or keeps the least or greatest.
+func comparesValues(m *sqlplan.MergeSpec) bool {
+	if len(m.OrderBy) > 0 || len(m.GroupOrder) > 0 {
+		return true
+	}
+	for _, c := range m.Columns {
+		if c.Kind == sqlplan.AggMin || c.Kind == sqlplan.AggMax {
+			return true
+		}
+	}
+	return false
+}
+
 // streamable reports whether a bound statement's answer can be read as it arrives: a
-// SELECT over several targets whose merge concatenates, or merge-sorts streams that
-// come one per data source.
+// SELECT over several targets whose merge concatenates, merge-sorts streams that come
+// one per data source, combines a plain aggregate's one row per target, or meets the
+// rows of each group (or each set of equal rows, for DISTINCT) one after another in
+// streams sorted by the group (MergeSpec.GroupOrder) that come one per data source.
 func streamable(b *sqlplan.Bound) bool {
 	if b.Plan.Kind != sqlplan.KindSelect || b.Plan.Write || !b.MultiTarget() || b.Broadcast {
 		return false
 	}
 	m := b.Merge
-	if m == nil || len(m.OrderBy) == 0 {
-		return m == nil || !m.Aggregate && !m.Distinct
-	}
-	if m.Aggregate || m.Distinct {
+	switch {
+	case m == nil:
+		return true
+	case m.Aggregate && m.Distinct:
 		return false
+	case m.Aggregate && len(m.GroupOrder) == 0 && hasGroupKeys(m):
+		return false
+	case m.Distinct && len(m.GroupOrder) == 0:
+		return false
+	case !m.Aggregate && !m.Distinct && len(m.OrderBy) == 0:
+		return true
 	}
-	// A sort merge needs the head of every target at once: targets that share a
-	// connection would wait on each other.
+	// A sort merge, and a grouping one, needs the head of every target at once:
+	// targets that share a connection would wait on each other.
 	seen := map[int]bool{}
 	for _, t := range b.Targets {
 		if seen[t.DataSource] {
@@ -237,6 +265,7 @@ type cursor struct {
 	pos    int
 	ended  bool
 	tag    pgconn.CommandTag
+	n      int64 // rows pulled
 }
 
 // stream is a statement's answer on its way from the data sources.
@@ -261,6 +290,18 @@ type stream struct {
 	skip    int64
 	left    int64 // rows still to hand out (-1: no limit)
 	done    bool  // every row the client gets has been handed out
+
+	// Grouping (see groups): the rows of a group arrive one after another.
+	grouped    bool
+	agg        *aggregator // combines a group's rows (nil for DISTINCT: it keeps the first)
+	pending    [][]byte    // the next group's first row, read ahead
+	pendingKey []value     // and its group key
+	client     []int16     // the client's result formats
+	ended      bool        // the sources are read to their end
+	final      []sortCol   // the client's order over the merged rows, when the groups need sorting
+	mcols      []colType   // the merged rows' column types
+	sorting    bool        // the groups are being gathered for the final sort
+	gathered   [][][]byte  // the sorted groups, handed out from the front
 }
 
 // startStream starts reading every target: one goroutine per data source runs its
@@ -417,8 +458,16 @@ func (st *stream) pull(c *cursor) ([][]byte, bool, error) {
 	row := c.rows[c.pos]
 	c.rows[c.pos] = nil
 	c.pos++
+	c.n++
 	return row, true, nil
 }
+
+// errShardOrder refuses a merge of streams that a shard did not sort as the merge
+// compares: merged on, they would interleave wrongly (a group met twice, rows out of
+// order).
+var errShardOrder = unsupported("merging rows that a shard sorted otherwise than the merge compares them: " +
+	"a sort or group key under a collation the merge cannot tell from the tables' (a COLLATE clause in a subquery, a domain's), " +
+	"or whose type sorts otherwise than its values compare; add COLLATE \"C\" to the key or pin the statement to one shard")
 
 // prime waits for the first rows: those of the first target for a concatenation, of
 // every target for a sort merge. It settles the columns, and reports whether the
@@ -426,10 +475,15 @@ func (st *stream) pull(c *cursor) ([][]byte, bool, error) {
 // compare bytes; collErr refuses comparing text at all).
 func (st *stream) prime(coll string, collErr error) (whole bool, err error) {
 	m := st.b.Merge
-	st.sorted = m != nil && len(m.OrderBy) > 0
+	st.grouped = m != nil && (m.Aggregate || m.Distinct)
+	if st.grouped {
+		st.sorted = len(m.GroupOrder) > 0
+	} else {
+		st.sorted = m != nil && len(m.OrderBy) > 0
+	}
 	primed := st.curs[:1]
-	if st.sorted {
-		primed = st.curs
+	if st.sorted || st.grouped {
+		primed = st.curs // a group's rows may come from any target (one per data source: see streamable)
 	}
 	for _, c := range primed {
 		if err := st.fill(c); err != nil {
@@ -442,13 +496,20 @@ func (st *stream) prime(coll string, collErr error) (whole bool, err error) {
 	}
 	st.outputs = len(st.first) - hidden
 	st.fields = st.first[:st.outputs]
+	if st.grouped {
+		if whole, err := st.primeGroups(coll, collErr); whole || err != nil {
+			return whole, err
+		}
+	}
 	if !st.sorted {
 		return false, nil
 	}
-	for _, f := range st.first {
-		st.cols = append(st.cols, colType{oid: f.DataTypeOID, format: f.Format})
+	if st.cols == nil {
+		for _, f := range st.first {
+			st.cols = append(st.cols, colType{oid: f.DataTypeOID, format: f.Format})
+		}
 	}
-	if len(textColumns(m, st.first)) > 0 {
+	if !st.grouped && len(textColumns(m, st.first)) > 0 {
 		if collErr != nil {
 			return false, collErr
 		}
@@ -456,11 +517,13 @@ func (st *stream) prime(coll string, collErr error) (whole bool, err error) {
 			return true, nil
 		}
 	}
-	st.keys = make([]sortCol, len(m.OrderBy))
-	for i, k := range m.OrderBy {
-		st.keys[i] = sortCol{col: m.SortColumn(k, len(st.cols)), desc: k.Desc, nullsFirst: k.NullsFirst}
-		if !comparable(st.cols[st.keys[i].col].oid) {
-			return false, errNoOrder(st.cols[st.keys[i].col].oid)
+	if !st.grouped {
+		st.keys = make([]sortCol, len(m.OrderBy))
+		for i, k := range m.OrderBy {
+			st.keys[i] = sortCol{col: m.SortColumn(k, len(st.cols)), desc: k.Desc, nullsFirst: k.NullsFirst}
+			if !comparable(st.cols[st.keys[i].col].oid) {
+				return false, errNoOrder(st.cols[st.keys[i].col].oid)
+			}
 		}
 	}
 	st.h = &rowHeap{keys: st.keys}
@@ -489,41 +552,19 @@ func (st *stream) next() ([][]byte, bool, error) {
 			break
 		}
 		var row [][]byte
-		if st.sorted {
-			if st.h.Len() == 0 {
-				st.done = true
-				break
-			}
-			top := st.h.items[0]
-			row = top.row
-			nr, ok, err := st.pull(st.curs[top.stream])
-			if err != nil {
-				return nil, false, err
-			}
-			if ok {
-				key, err := decodeCols(nr, st.keys, st.cols)
-				if err != nil {
-					return nil, false, err
-				}
-				top.row, top.key = nr, key
-				heap.Fix(st.h, 0)
-			} else {
-				heap.Pop(st.h)
-			}
+		var ok bool
+		var err error
+		if st.grouped {
+			row, ok, err = st.nextGroup()
 		} else {
-			if st.cur >= len(st.curs) {
-				st.done = true
-				break
-			}
-			r, ok, err := st.pull(st.curs[st.cur])
-			if err != nil {
-				return nil, false, err
-			}
-			if !ok {
-				st.cur++
-				continue
-			}
-			row = r
+			row, _, ok, err = st.source()
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if !ok {
+			st.done = true
+			break
 		}
 		if st.skip > 0 {
 			st.skip--
@@ -535,6 +576,44 @@ func (st *stream) next() ([][]byte, bool, error) {
 		return row[:st.outputs], true, nil
 	}
 	return nil, false, nil
+}
+
+// source returns the shards' next row: from the target read in turn for a
+// concatenation, the least of the targets' heads for a sort merge (with its sort key).
+func (st *stream) source() (row [][]byte, key []value, ok bool, err error) {
+	if st.sorted {
+		if st.h.Len() == 0 {
+			return nil, nil, false, nil
+		}
+		top := st.h.items[0]
+		row, key = top.row, top.key
+		nr, ok, err := st.pull(st.curs[top.stream])
+		if err != nil {
+			return nil, nil, false, err
+		}
+		if ok {
+			nk, err := decodeCols(nr, st.keys, st.cols)
+			if err != nil {
+				return nil, nil, false, err
+			}
+			if cmpKeys(nk, key, st.keys) < 0 {
+				return nil, nil, false, errShardOrder
+			}
+			top.row, top.key = nr, nk
+			heap.Fix(st.h, 0)
+		} else {
+			heap.Pop(st.h)
+		}
+		return row, key, true, nil
+	}
+	for st.cur < len(st.curs) {
+		row, ok, err := st.pull(st.curs[st.cur])
+		if err != nil || ok {
+			return row, nil, ok, err
+		}
+		st.cur++
+	}
+	return nil, nil, false, nil
 }
 
 // readAll reads the rest of every target, for a merge of the whole answers.

@@ -62,26 +62,45 @@ var streamCols = []colType{{oid: 20}, {oid: 25}}
 // run streams the case through the consumer side of a stream, each target fed by a
 // goroutine in batches, and returns the rows handed out.
 func (c streamCase) run(t *testing.T) [][][]byte {
-	var dss []rules.DataSource
-	for i := range c.targets {
-		dss = append(dss, rules.DataSource{Name: fmt.Sprintf("ds_%d", i), DSN: "postgres://localhost/x"})
-	}
-	r, err := rules.Compile(rules.Rules{DataSources: dss})
-	if err != nil {
-		t.Fatal(err)
-	}
 	m := &sqlplan.MergeSpec{HasLimit: c.limit >= 0, HasOffset: c.offset >= 0}
 	if c.sorted {
 		m.OrderBy = []sqlplan.SortKey{{Column: 0, Desc: c.desc, NullsFirst: c.desc}}
 	}
-	b := &sqlplan.Bound{Merge: m, Limit: c.limit, Offset: c.offset}
-	for i := range c.targets {
+	fields := []pgconn.FieldDescription{{Name: "k", DataTypeOID: 20}, {Name: "v", DataTypeOID: 25}}
+	return feedStream(t, m, fields, c.targets, c.offset, c.limit, c.batch)
+}
+
+// feedStream runs a merge over targets' rows (of the given columns) through the
+// consumer side of a stream, each target fed by a goroutine in batches of batchSize
+// rows, and returns the rows handed out.
+func feedStream(t *testing.T, m *sqlplan.MergeSpec, fields []pgconn.FieldDescription, targets [][][][]byte, offset, limit int64, batchSize int) [][][]byte {
+	t.Helper()
+	rows, err := streamRows(m, fields, targets, offset, limit, batchSize, DefaultMaxHeld)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// streamRows is feedStream under an engine that holds at most maxHeld bytes of rows,
+// returning the error that ended the answer.
+func streamRows(m *sqlplan.MergeSpec, fields []pgconn.FieldDescription, targets [][][][]byte, offset, limit int64, batchSize int, maxHeld int64) ([][][]byte, error) {
+	var dss []rules.DataSource
+	for i := range targets {
+		dss = append(dss, rules.DataSource{Name: fmt.Sprintf("ds_%d", i), DSN: "postgres://localhost/x"})
+	}
+	r, err := rules.Compile(rules.Rules{DataSources: dss})
+	if err != nil {
+		return nil, err
+	}
+	b := &sqlplan.Bound{Merge: m, Limit: limit, Offset: offset}
+	for i := range targets {
 		b.Targets = append(b.Targets, sqlplan.Target{DataSource: i})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &stream{e: &Engine{rules: r}, b: b, cancel: cancel, errs: make([]error, len(c.targets)), left: c.limit, skip: max(c.offset, 0)}
-	fields := []pgconn.FieldDescription{{Name: "k", DataTypeOID: 20}, {Name: "v", DataTypeOID: 25}}
-	for i, rows := range c.targets {
+	defer cancel()
+	st := &stream{e: &Engine{rules: r, maxHeld: maxHeld}, b: b, cancel: cancel, errs: make([]error, len(targets)), left: limit, skip: max(offset, 0)}
+	for i, rows := range targets {
 		ch := make(chan batch, streamBatches)
 		st.curs = append(st.curs, &cursor{target: i, ch: ch})
 		go func() {
@@ -89,7 +108,7 @@ func (c streamCase) run(t *testing.T) [][][]byte {
 			bt := batch{fields: fields}
 			for _, row := range rows {
 				bt.rows = append(bt.rows, row)
-				if len(bt.rows) == c.batch {
+				if len(bt.rows) == batchSize {
 					select {
 					case ch <- bt:
 					case <-ctx.Done():
@@ -105,22 +124,24 @@ func (c streamCase) run(t *testing.T) [][][]byte {
 			}
 		}()
 	}
-	defer cancel()
-	if _, err := st.prime("", nil); err != nil {
-		t.Fatal(err)
+	whole, err := st.prime("", nil)
+	if err != nil {
+		return nil, err
+	}
+	if whole {
+		return nil, errors.New("the merge asked for the whole answers")
 	}
 	var out [][][]byte
 	for {
 		row, ok, err := st.next()
 		if err != nil {
-			t.Fatal(err)
+			return out, err
 		}
 		if !ok {
-			break
+			return out, nil
 		}
 		out = append(out, slices.Clone(row))
 	}
-	return out
 }
 
 // oracle concatenates every target's rows, then sorts (stably) and applies the offset

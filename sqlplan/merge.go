@@ -29,6 +29,16 @@ type MergeSpec struct {
 	Distinct bool
 	// OrderBy is the sort order, over merged columns.
 	OrderBy []SortKey
+	// GroupOrder is, for a merge that groups rows (GROUP BY, or SELECT DISTINCT
+	// without aggregates), the order the shards sort their rows in, over shard columns:
+	// every group key (every column, for DISTINCT), NULLs where PostgreSQL puts them. Rows of
+	// one group then arrive one after another, and the merge holds one group at a time.
+	// Empty for a plain aggregate (one group) and where the shard's columns are not
+	// known (SELECT DISTINCT *).
+	GroupOrder []SortKey
+	// GroupOrdered is set when the groups, merged in GroupOrder, are in the order the
+	// client's ORDER BY asks (or it has none); otherwise the merge sorts them.
+	GroupOrdered bool
 	// HasLimit and HasOffset are set when the statement has LIMIT or OFFSET; Bound
 	// carries their values.
 	HasLimit, HasOffset bool
@@ -108,9 +118,9 @@ func (m *MergeSpec) String() string {
 	if m.Distinct {
 		parts = append(parts, "distinct")
 	}
-	if len(m.OrderBy) > 0 {
-		var keys []string
-		for _, k := range m.OrderBy {
+	keyList := func(keys []SortKey) string {
+		var out []string
+		for _, k := range keys {
 			s := fmt.Sprintf("#%d", k.Column+1)
 			if k.Desc {
 				s += " desc"
@@ -118,13 +128,21 @@ func (m *MergeSpec) String() string {
 			if k.NullsFirst {
 				s += " nulls first"
 			}
-			keys = append(keys, s)
+			out = append(out, s)
 		}
+		return strings.Join(out, ", ")
+	}
+	if len(m.GroupOrder) > 0 {
+		parts = append(parts, "groups merged in order("+keyList(m.GroupOrder)+")")
+	}
+	if len(m.OrderBy) > 0 {
 		how := "merge-sort"
-		if m.Aggregate || m.Distinct {
+		if (m.Aggregate || m.Distinct) && !m.GroupOrdered {
 			how = "sort"
+		} else if m.Aggregate || m.Distinct {
+			how = "in group order"
 		}
-		parts = append(parts, how+"("+strings.Join(keys, ", ")+")")
+		parts = append(parts, how+"("+keyList(m.OrderBy)+")")
 	}
 	if m.HasLimit || m.HasOffset {
 		s := "limit"

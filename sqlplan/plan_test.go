@@ -530,3 +530,40 @@ func TestPlannerWarm(t *testing.T) {
 		t.Errorf("after warming, the clients' statements missed the cache %d times", after.Misses-before.Misses)
 	}
 }
+
+// TestGroupOrder: a merge that groups asks the shards to sort by the group, the keys
+// the client's ORDER BY names first and as it names them, so that the merge meets each
+// group's rows together; an ORDER BY over an aggregate leaves the groups to be sorted;
+// a statement with a COLLATE clause anywhere, a system column (xmin: its type hashes
+// but does not sort), or SELECT DISTINCT * is merged whole; NULLs are placed only
+// where the client placed them (SQLite's default differs from PostgreSQL's).
+func TestGroupOrder(t *testing.T) {
+	p := sqlplan.New(testRules(t), nil, sqlplan.Options{})
+	for _, c := range []struct{ sql, shard, merge string }{
+		{"SELECT k, count(*) FROM sbtest1 GROUP BY k",
+			"SELECT k, count(*), k FROM sbtest1 GROUP BY k ORDER BY 3", "groups merged in order(#3)"},
+		{"SELECT k, c, sum(id) FROM sbtest1 GROUP BY k, c ORDER BY c DESC",
+			"SELECT k, c, sum(id), k, c FROM sbtest1 GROUP BY k, c ORDER BY 5 DESC, 4", "in group order(#2 desc nulls first)"},
+		{"SELECT k, count(*) FROM sbtest1 GROUP BY k ORDER BY count(*) DESC LIMIT 3",
+			"SELECT k, count(*), k FROM sbtest1 GROUP BY k ORDER BY 3", "sort(#2 desc nulls first)"},
+		{"SELECT count(*) FROM sbtest1", "SELECT count(*) FROM sbtest1", "aggregate(count)"},
+		{"SELECT DISTINCT c, k FROM sbtest1 ORDER BY k NULLS FIRST",
+			"SELECT DISTINCT c, k FROM sbtest1 ORDER BY 2 NULLS FIRST, 1", "in group order(#2 nulls first)"},
+		{"SELECT k COLLATE \"C\", count(*) FROM sbtest1 GROUP BY 1", "SELECT k COLLATE \"C\", count(*), k COLLATE \"C\" FROM sbtest1 GROUP BY k COLLATE \"C\"", "aggregate(any, count, group key)"},
+		{"SELECT DISTINCT * FROM sbtest1", "SELECT DISTINCT * FROM sbtest1", "distinct"},
+		{"SELECT DISTINCT c FROM (SELECT c COLLATE \"C\" AS c FROM sbtest1) s", "SELECT DISTINCT c FROM (SELECT c COLLATE \"C\" AS c FROM sbtest1) s", "distinct"},
+		{"SELECT xmin, count(*) FROM sbtest1 GROUP BY xmin", "SELECT xmin, count(*), xmin FROM sbtest1 GROUP BY xmin", "aggregate(any, count, group key)"},
+	} {
+		b, err := p.Simple(context.Background(), c.sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := b.Explain()
+		if !strings.Contains(got, c.shard+"\n") || !strings.Contains(got, c.merge) {
+			t.Errorf("%s: want shard SQL %q and merge %q in\n%s", c.sql, c.shard, c.merge, got)
+		}
+		if whole := !strings.Contains(c.shard, "ORDER BY"); whole && strings.Contains(got, "groups merged") {
+			t.Errorf("%s: want no group order:\n%s", c.sql, got)
+		}
+	}
+}

@@ -369,6 +369,13 @@ func (a *analyzer) planMerge(sel *pg.SelectStmt) (*pg.SelectStmt, error) {
 		}
 	}
 	spec.pushLimit = spec.HasLimit && !aggregating && (!spec.Distinct || len(spec.OrderBy) > 0)
+	switch {
+	case !groupOrderSafe(sel):
+	case aggregating && !spec.Distinct:
+		spec.GroupOrder, spec.GroupOrdered = groupOrder(spec, shardTargets)
+	case spec.Distinct && !aggregating && !star:
+		spec.GroupOrder, spec.GroupOrdered = distinctOrder(spec, len(outs)), true
+	}
 
 	shard.TargetList = shardTargets
 	shard.LimitOffset = nil
@@ -389,8 +396,128 @@ func (a *analyzer) planMerge(sel *pg.SelectStmt) (*pg.SelectStmt, error) {
 			}
 		}
 	}
+	if len(spec.GroupOrder) > 0 {
+		shard.SortClause = sortClauseOf(spec.GroupOrder)
+	}
 	a.plan.merge = spec
 	return shard, nil
+}
+
+// groupOrder is the order the shards sort their groups in (over shard columns), so
+// that the merge meets each group's rows one after another: the group keys the
+// client's ORDER BY names first, as it names them, then the rest. ordered reports
+// whether the groups then come out in the client's order (every ORDER BY item is a
+// group key); otherwise the merge sorts the groups. A plain aggregate (no GROUP BY)
+// has one group and no order.
+func groupOrder(spec *MergeSpec, targets []*pg.Node) (order []SortKey, ordered bool) {
+	var keys []int // the group keys' shard columns
+	for _, c := range spec.Columns {
+		if c.Kind == AggGroupKey {
+			keys = append(keys, c.Shard)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, false
+	}
+	exprOf := func(col int) string { return exprKey(targets[col].GetResTarget().Val) }
+	used := map[int]bool{}
+	ordered = true
+	for _, k := range spec.OrderBy {
+		c := spec.Columns[k.Column]
+		key := -1
+		if c.Kind == AggAny || c.Kind == AggGroupKey {
+			want := exprOf(c.Shard)
+			for _, g := range keys {
+				if !used[g] && exprOf(g) == want {
+					key = g
+					break
+				}
+			}
+		}
+		if key < 0 {
+			ordered = false
+			break
+		}
+		used[key] = true
+		order = append(order, SortKey{Column: key, Desc: k.Desc, NullsFirst: k.NullsFirst, NullsDefault: k.NullsDefault})
+	}
+	if !ordered {
+		order, used = nil, map[int]bool{}
+	}
+	for _, g := range keys {
+		if !used[g] {
+			order = append(order, SortKey{Column: g, NullsDefault: true})
+		}
+	}
+	return order, ordered
+}
+
+// groupOrderSafe reports whether the shards may be asked to sort a grouping merge's
+// rows: not where a COLLATE clause anywhere in the statement could put a key under a
+// collation the merge cannot tell from the tables' (the merge compares text by bytes
+// only where the tables' collations do), and not where a system column (xmin, cmin of
+// types that hash but do not sort) may be a key. Such statements are merged from the
+// shards' whole answers.
+func groupOrderSafe(sel *pg.SelectStmt) bool {
+	safe := true
+	walk(sel, func(m proto.Message) bool {
+		switch n := m.(type) {
+		case *pg.CollateClause:
+			safe = false
+		case *pg.ColumnRef:
+			if len(n.Fields) > 0 {
+				switch n.Fields[len(n.Fields)-1].GetString_().GetSval() {
+				case "xmin", "xmax", "cmin", "cmax":
+					safe = false
+				}
+			}
+		}
+		return safe
+	})
+	return safe
+}
+
+// distinctOrder is the order the shards sort a SELECT DISTINCT's rows in (over its n
+// columns), so that the merge meets equal rows one after another: the client's ORDER
+// BY (whose items DISTINCT requires to be columns of the select list), then the rest.
+func distinctOrder(spec *MergeSpec, n int) []SortKey {
+	var order []SortKey
+	used := map[int]bool{}
+	for _, k := range spec.OrderBy {
+		if !used[k.Column] {
+			used[k.Column] = true
+			order = append(order, SortKey{Column: k.Column, Desc: k.Desc, NullsFirst: k.NullsFirst, NullsDefault: k.NullsDefault})
+		}
+	}
+	for i := range n {
+		if !used[i] {
+			order = append(order, SortKey{Column: i, NullsDefault: true})
+		}
+	}
+	return order
+}
+
+// sortClauseOf is an ORDER BY of shard columns by position. NULLs are placed as the
+// client placed them: explicitly where it said NULLS FIRST or LAST, else by the
+// database's default (PostgreSQL's, which SortKey.NullsFirst then holds, or SQLite's,
+// whose merge reads whole answers and sorts them itself).
+func sortClauseOf(order []SortKey) []*pg.Node {
+	out := make([]*pg.Node, len(order))
+	for i, k := range order {
+		dir, nulls := pg.SortByDir_SORTBY_DEFAULT, pg.SortByNulls_SORTBY_NULLS_DEFAULT
+		if k.Desc {
+			dir = pg.SortByDir_SORTBY_DESC
+		}
+		switch {
+		case k.NullsDefault:
+		case k.NullsFirst:
+			nulls = pg.SortByNulls_SORTBY_NULLS_FIRST
+		default:
+			nulls = pg.SortByNulls_SORTBY_NULLS_LAST
+		}
+		out[i] = pg.MakeSortByNode(pg.MakeAConstIntNode(int64(k.Column+1), -1), dir, nulls, -1)
+	}
+	return out
 }
 
 // mergedColumn describes how one select-list (or ORDER BY) expression of an
