@@ -3,6 +3,7 @@ package sqlexec
 import (
 	"container/heap"
 	"slices"
+	"unsafe"
 
 	"github.com/shardlab/shardlab/sqlplan"
 )
@@ -151,6 +152,9 @@ func (st *stream) group() ([][]byte, bool, error) {
 // one row each.
 var errPlainRows = unsupported("an aggregate without GROUP BY whose shards answer several rows each (a set-returning function beside aggregates) across shards")
 
+// errGroupRows refuses an aggregate whose shard answers two rows for one group.
+var errGroupRows = unsupported("a set-returning function beside aggregates with GROUP BY across shards (a shard answered two rows for one group)")
+
 // gather reads every group and sorts the merged rows by the client's order. Under a
 // LIMIT it keeps only the rows of that order up to OFFSET + LIMIT, in a heap whose top
 // is the last of them: a "top 10 by count" holds 10 rows whatever the groups' number.
@@ -174,6 +178,8 @@ func (st *stream) gather() error {
 		if keep == 0 {
 			continue
 		}
+		// The copy first: the key's text points into the row it is read from.
+		row = cloneRow(row)
 		key, err := decodeCols(row, st.final, st.mcols)
 		if err != nil {
 			return err
@@ -183,17 +189,15 @@ func (st *stream) gather() error {
 			if !h.before(item, h.items[0]) {
 				continue
 			}
-			held.give(rowsSize([][][]byte{h.items[0].row}))
-			item.row = cloneRow(row)
-			if !held.take(rowsSize([][][]byte{item.row})) {
+			held.give(keptSize(h.items[0]))
+			if !held.take(keptSize(item)) {
 				return heldError(held.limit)
 			}
 			h.items[0] = item
 			heap.Fix(h, 0)
 			continue
 		}
-		item.row = cloneRow(row)
-		if !held.take(rowsSize([][][]byte{item.row})) {
+		if !held.take(keptSize(item)) {
 			return heldError(held.limit)
 		}
 		heap.Push(h, item)
@@ -209,6 +213,12 @@ func (st *stream) gather() error {
 		st.gathered[i] = it.row
 	}
 	return nil
+}
+
+// keptSize is what a gathered row holds: its values, and beside them its sort key and
+// its place in the heap (small rows hold more beside their values than in them).
+func keptSize(it *keyedRow) int {
+	return rowsSize([][][]byte{it.row}) + int(unsafe.Sizeof(*it)) + len(it.key)*int(unsafe.Sizeof(value{})) + 8
 }
 
 // lastFirst is a heap of merged rows whose top is the last in the client's order (ties

@@ -313,4 +313,31 @@ func TestGroupStreamRefuses(t *testing.T) {
 	if _, _, _, err := aggregate(m, []targetResult{{fields: fields, rows: shards[0]}, {fields: fields, rows: shards[1]}}, nil, false, nil); !errors.As(err, &pe) || pe.Code != "0A000" {
 		t.Errorf("the same, merged whole: %v; want SQLSTATE 0A000", err)
 	}
+	// GROUP BY beside a set-returning function: a shard answers two rows for a group.
+	c = groupCase{mode: groupByKey, offset: -1, limit: -1, batch: 1, raw: [][][2]*int64{{{&one, &one}}, {{&two, &two}}}}
+	m, fields = c.spec()
+	shards = c.shardRows(m)
+	shards[0] = append(shards[0], shards[0][0])
+	if got, err := streamRows(m, fields, shards, -1, -1, 1, DefaultMaxHeld); !errors.As(err, &pe) || pe.Code != "0A000" {
+		t.Errorf("GROUP BY with two rows for a group from a shard: %q, %v; want SQLSTATE 0A000", got, err)
+	}
+	if _, _, _, err := aggregate(m, []targetResult{{fields: fields, rows: shards[0]}, {fields: fields, rows: shards[1]}}, nil, false, nil); !errors.As(err, &pe) || pe.Code != "0A000" {
+		t.Errorf("the same, merged whole: %v; want SQLSTATE 0A000", err)
+	}
+}
+
+// TestLateTimestampsOrder: timestamps up to PostgreSQL's last year (294276) compare in
+// order; counted from 1970 in microseconds, those past 294246 wrapped around.
+func TestLateTimestampsOrder(t *testing.T) {
+	a, err := decode(oidTimestamptz, 0, []byte("2024-01-01 00:00:00+00"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := decode(oidTimestamptz, 0, []byte("294250-01-01 00:00:00+00"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if compare(a, b) >= 0 {
+		t.Errorf("2024 compares %d to the year 294250, want -1", compare(a, b))
+	}
 }

@@ -456,7 +456,7 @@ func aggregate(m *sqlplan.MergeSpec, results []targetResult, client []int16, flo
 	var groups []*group
 	index := map[string]*group{}
 	var buf []byte
-	for _, r := range results {
+	for i, r := range results {
 		if len(ag.groupIdx) == 0 && len(r.rows) != 1 {
 			return nil, nil, nil, errPlainRows
 		}
@@ -466,11 +466,15 @@ func aggregate(m *sqlplan.MergeSpec, results []targetResult, client []int16, flo
 				return nil, nil, nil, err
 			}
 			g := index[string(buf)]
-			if g == nil {
+			switch {
+			case g == nil:
 				g = ag.start(row)
 				index[string(buf)] = g
 				groups = append(groups, g)
+			case g.from == i && len(ag.groupIdx) > 0:
+				return nil, nil, nil, errGroupRows
 			}
+			g.from = i
 			if err := ag.add(g, row); err != nil {
 				return nil, nil, nil, err
 			}
@@ -502,6 +506,7 @@ type group struct {
 	sums   []numeric // numeric sums (sum, avg)
 	isum   []int64   // bigint sums
 	hasSum []bool
+	from   int // the last target that added a row (aggregate: one row per group from each)
 }
 
 // newAggregator checks that the shards' columns (fields) combine as m says, and

@@ -596,8 +596,13 @@ func (st *stream) source() (row [][]byte, key []value, ok bool, err error) {
 			if err != nil {
 				return nil, nil, false, err
 			}
-			if cmpKeys(nk, key, st.keys) < 0 {
+			switch c := cmpKeys(nk, key, st.keys); {
+			case c < 0:
 				return nil, nil, false, errShardOrder
+			case c == 0 && st.agg != nil:
+				// A shard answers one row per group: two are a set-returning
+				// function beside the aggregates, which folding would miscount.
+				return nil, nil, false, errGroupRows
 			}
 			top.row, top.key = nr, nk
 			heap.Fix(st.h, 0)

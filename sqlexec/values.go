@@ -173,7 +173,9 @@ func decode(oid uint32, format int16, raw []byte) (value, error) {
 		case pgtype.NegativeInfinity:
 			return value{i: math.MinInt64}, nil
 		}
-		return value{i: t.UnixMicro()}, nil
+		// Microseconds from 2000, as PostgreSQL counts them: from 1970, the latest
+		// timestamps (past the year 294246) would not fit in an int64.
+		return value{i: (t.Unix()-946684800)*1e6 + int64(t.Nanosecond()/1e3)}, nil
 	case oidTime:
 		var tm pgtype.Time
 		if err := typeMap.Scan(oid, format, raw, &tm); err != nil {

@@ -1,6 +1,7 @@
 package sqlplan
 
 import (
+	"slices"
 	"strconv"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -279,7 +280,11 @@ func (a *analyzer) planMerge(sel *pg.SelectStmt) (*pg.SelectStmt, error) {
 			} else if _, name, ok := columnRef(g); ok && isBareName(g) {
 				for _, o := range outs {
 					if o.alias == name {
-						expr = o.expr
+						// PostgreSQL reads a GROUP BY name as an input column first,
+						// and as an output column's alias only where no column has it.
+						if !a.inputColumn(name) {
+							expr = o.expr
+						}
 						break
 					}
 				}
@@ -401,6 +406,23 @@ func (a *analyzer) planMerge(sel *pg.SelectStmt) (*pg.SelectStmt, error) {
 	}
 	a.plan.merge = spec
 	return shard, nil
+}
+
+// inputColumn reports whether a table the statement reads has a column of this name,
+// as its catalog says (without a catalog, none is known).
+func (a *analyzer) inputColumn(name string) bool {
+	if a.p.cat == nil {
+		return false
+	}
+	for _, r := range a.plan.refs {
+		if r.rule == nil {
+			continue
+		}
+		if cols, err := a.p.cat.Columns(a.ctx, r.rule); err == nil && slices.Contains(cols, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // groupOrder is the order the shards sort their groups in (over shard columns), so

@@ -236,6 +236,12 @@ func Queries() []Query {
 		o("SELECT user_id, sum(qty) FROM t_order GROUP BY user_id ORDER BY sum(amount) NULLS FIRST, user_id"),
 		o("SELECT user_id FROM t_order GROUP BY user_id ORDER BY avg(qty) DESC NULLS LAST, user_id"),
 		o("SELECT user_id, count(*) FROM t_order WHERE order_id < 0 GROUP BY user_id ORDER BY 1"),
+		// A GROUP BY name that is both a column and an output alias means the column.
+		m("SELECT city AS name, count(*) FROM t_user GROUP BY city, name"),
+		ot("SELECT user_id, status, count(*) FROM t_order GROUP BY user_id, status ORDER BY 1 DESC, 2 DESC NULLS LAST LIMIT 7 OFFSET 3"),
+		// A set-returning function beside an aggregate: several rows from each shard.
+		ref("SELECT generate_series(1, 2) AS g, count(*) FROM t_order"),
+		ref("SELECT user_id, generate_series(1, 2) AS g, count(*) FROM t_order GROUP BY user_id"),
 		o("SELECT weight > 500 AS heavy, count(*) FROM t_order GROUP BY weight > 500 ORDER BY 1"),
 		p("SELECT user_id, count(*) FROM t_order WHERE qty > $1 GROUP BY user_id ORDER BY 1", true, "2"),
 		p("SELECT user_id, sum(amount) FROM t_order GROUP BY user_id ORDER BY 2 DESC NULLS LAST, 1 LIMIT $1", true, "6"),
