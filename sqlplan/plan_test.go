@@ -567,3 +567,26 @@ func TestGroupOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestCollateElsewhereRefused: a merge compares text under the one collation a COLLATE
+// clause of the select list or ORDER BY names; one in a subquery, a condition, or two
+// collations, it cannot place, so a sort or min/max beside them is refused across
+// shards (0A000; the coordinator answers it) rather than compared under the wrong one.
+func TestCollateElsewhereRefused(t *testing.T) {
+	p := sqlplan.New(testRules(t), nil, sqlplan.Options{})
+	for sql, refused := range map[string]bool{
+		`SELECT k FROM (SELECT c COLLATE "C" AS k FROM sbtest1) s ORDER BY k`:           true,
+		`SELECT max(k) FROM (SELECT c COLLATE "C" AS k FROM sbtest1) s`:                 true,
+		`SELECT c FROM sbtest1 WHERE c COLLATE "C" > 'a' ORDER BY c`:                    true,
+		`SELECT c, pad FROM sbtest1 ORDER BY c COLLATE "C", pad COLLATE "en_US"`:        true,
+		`SELECT c FROM sbtest1 ORDER BY c COLLATE "C"`:                                  false,
+		`SELECT max(c COLLATE "C") FROM sbtest1`:                                        false,
+		`SELECT count(*) FROM (SELECT c COLLATE "C" AS k FROM sbtest1) s`:               false,
+		`SELECT k, count(*) FROM (SELECT c COLLATE "C" AS k FROM sbtest1) s GROUP BY k`: false,
+	} {
+		_, err := p.Simple(context.Background(), sql)
+		if got := err != nil && sqlplan.Code(err) == "0A000"; got != refused {
+			t.Errorf("%s: %v, want refused %v", sql, err, refused)
+		}
+	}
+}

@@ -351,6 +351,12 @@ func (a *analyzer) planMerge(sel *pg.SelectStmt) (*pg.SelectStmt, error) {
 	if !aggregating {
 		spec.Hidden = len(shardTargets) - hiddenStart
 	}
+	if placed, total, names := collateClauses(sel); (len(names) > 1 || placed < total) && comparesValues(spec) {
+		// spec.Collation names the collation the merge compares text under: one
+		// COLLATE clause, where it decides a sort key or an aggregate's input.
+		a.singleOnly("ORDER BY, min() or max() beside a COLLATE clause in a subquery, a CTE or a condition, or beside several collations")
+		return nil, nil
+	}
 
 	// LIMIT and OFFSET.
 	if sel.LimitCount != nil {
@@ -472,6 +478,45 @@ func groupOrder(spec *MergeSpec, targets []*pg.Node) (order []SortKey, ordered b
 		}
 	}
 	return order, ordered
+}
+
+// collateClauses counts the COLLATE clauses of sel's select list and ORDER BY (placed)
+// and of the whole statement (total), and names their collations.
+func collateClauses(sel *pg.SelectStmt) (placed, total int, names []string) {
+	count := func(root proto.Message, n *int) {
+		walk(root, func(m proto.Message) bool {
+			if c, ok := m.(*pg.CollateClause); ok {
+				*n++
+				if len(c.Collname) > 0 && n == &total {
+					if name := c.Collname[len(c.Collname)-1].GetString_().GetSval(); !slices.Contains(names, name) {
+						names = append(names, name)
+					}
+				}
+			}
+			return true
+		})
+	}
+	for _, part := range [][]*pg.Node{sel.TargetList, sel.SortClause} {
+		for _, n := range part {
+			count(n, &placed)
+		}
+	}
+	count(sel, &total)
+	return placed, total, names
+}
+
+// comparesValues reports whether a merge compares the shards' values under a
+// collation: it sorts, or keeps a least or greatest value.
+func comparesValues(spec *MergeSpec) bool {
+	if len(spec.OrderBy) > 0 {
+		return true
+	}
+	for _, c := range spec.Columns {
+		if c.Kind == AggMin || c.Kind == AggMax {
+			return true
+		}
+	}
+	return false
 }
 
 // groupOrderSafe reports whether the shards may be asked to sort a grouping merge's

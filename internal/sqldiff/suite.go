@@ -279,6 +279,8 @@ func Queries() []Query {
 		ot("SELECT order_id FROM t_order ORDER BY lower(status), order_id LIMIT 9"),
 		o("SELECT order_id, note FROM t_order ORDER BY note COLLATE \"C\", order_id"),
 		o("SELECT order_id, status FROM t_order ORDER BY status COLLATE \"C\" DESC, order_id LIMIT 11"),
+		// A COLLATE clause the merge cannot place: the sort key's collation is a subquery's.
+		ref("SELECT order_id, k FROM (SELECT order_id, status COLLATE \"C\" AS k FROM t_order) s ORDER BY k, order_id"),
 		p("SELECT order_id FROM t_order ORDER BY order_id LIMIT $1 OFFSET $2", true, "5", "3"),
 		p("SELECT order_id, amount FROM t_order WHERE amount > $1 ORDER BY amount, order_id LIMIT $2", true, "1000", "4"),
 		p("SELECT order_id FROM t_order ORDER BY order_id DESC LIMIT $1", true, "3"),
