@@ -208,21 +208,13 @@ func (e *Engine) rankText(ctx context.Context, b *sqlplan.Bound, results []targe
 // a key cannot be told (see rankText).
 func (e *Engine) textCollation(ctx context.Context, b *sqlplan.Bound) (string, error) {
 	m := b.Merge
-	if m.Collation != "" {
+	switch {
+	case m.Collation != "":
 		if byteOrderCollation(m.Collation) {
 			return "", nil
 		}
 		return m.Collation, nil
-	}
-	return e.tablesCollation(ctx, b)
-}
-
-// tablesCollation is textCollation without the statement's COLLATE clauses: the
-// collation the tables' text columns (and the database's default) sort under, as
-// the shards sort a group key they were not told a collation for.
-func (e *Engine) tablesCollation(ctx context.Context, b *sqlplan.Bound) (string, error) {
-	m := b.Merge
-	if e.catalog == nil {
+	case e.catalog == nil:
 		return "", unsupported("comparing text across shards without a catalog to tell its collation")
 	}
 	dss := map[int]bool{}

@@ -166,13 +166,10 @@ func (e *Engine) Query(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args,
 	// if the columns turn out to include text.
 	var coll string
 	var collErr error
-	if b.Merge != nil && comparesValues(b.Merge) {
+	if b.Merge != nil && b.Merge.ComparesValues() {
+		// A grouping merge has no COLLATE clause (sqlplan.MergeSpec.GroupOrder): its keys
+		// sort under the tables' collations, which textCollation then tells.
 		coll, collErr = e.textCollation(ctx, b)
-		if len(b.Merge.GroupOrder) > 0 && b.Merge.Collation != "" && collErr == nil && coll == "" {
-			// The shards sort group keys under their own collation, not the statement's
-			// COLLATE clause (which names the order of a sort key or an aggregate's input).
-			coll, collErr = e.tablesCollation(ctx, b)
-		}
 	}
 	st := e.startStream(ctx, b, args, shardFormats, conns)
 	st.client = resultFormats
@@ -198,20 +195,6 @@ func (e *Engine) Query(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args,
 		return RowsOf(res), nil
 	}
 	return &Rows{fields: st.fields, st: st}, nil
-}
-
-// comparesValues reports whether a merge compares the shards' values: it sorts, meets
-// groups in order, or keeps the least or greatest.
-func comparesValues(m *sqlplan.MergeSpec) bool {
-	if len(m.OrderBy) > 0 || len(m.GroupOrder) > 0 {
-		return true
-	}
-	for _, c := range m.Columns {
-		if c.Kind == sqlplan.AggMin || c.Kind == sqlplan.AggMax {
-			return true
-		}
-	}
-	return false
 }
 
 // streamable reports whether a bound statement's answer can be read as it arrives: a

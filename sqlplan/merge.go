@@ -53,6 +53,21 @@ type MergeSpec struct {
 	pushLimit     bool // targets run LIMIT offset+limit (a computed slot)
 }
 
+// ComparesValues reports whether the merge compares the shards' values (under a
+// collation, for text): it sorts, meets groups in order, or keeps a least or greatest
+// value.
+func (m *MergeSpec) ComparesValues() bool {
+	if len(m.OrderBy) > 0 || len(m.GroupOrder) > 0 {
+		return true
+	}
+	for _, c := range m.Columns {
+		if c.Kind == AggMin || c.Kind == AggMax {
+			return true
+		}
+	}
+	return false
+}
+
 // SortColumn returns the shard column a sort key reads, in rows of ncols columns.
 // Without aggregation a select list with * has more columns than items: hidden sort
 // columns are counted from the end, the client's from the front.

@@ -351,7 +351,7 @@ func (a *analyzer) planMerge(sel *pg.SelectStmt) (*pg.SelectStmt, error) {
 	if !aggregating {
 		spec.Hidden = len(shardTargets) - hiddenStart
 	}
-	if placed, total, names := collateClauses(sel); (len(names) > 1 || placed < total) && comparesValues(spec) {
+	if placed, total, names := collateClauses(sel); (len(names) > 1 || placed < total) && spec.ComparesValues() {
 		// spec.Collation names the collation the merge compares text under: one
 		// COLLATE clause, where it decides a sort key or an aggregate's input.
 		a.singleOnly("ORDER BY, min() or max() beside a COLLATE clause in a subquery, a CTE or a condition, or beside several collations")
@@ -503,20 +503,6 @@ func collateClauses(sel *pg.SelectStmt) (placed, total int, names []string) {
 	}
 	count(sel, &total)
 	return placed, total, names
-}
-
-// comparesValues reports whether a merge compares the shards' values under a
-// collation: it sorts, or keeps a least or greatest value.
-func comparesValues(spec *MergeSpec) bool {
-	if len(spec.OrderBy) > 0 {
-		return true
-	}
-	for _, c := range spec.Columns {
-		if c.Kind == AggMin || c.Kind == AggMax {
-			return true
-		}
-	}
-	return false
 }
 
 // groupOrderSafe reports whether the shards may be asked to sort a grouping merge's
