@@ -59,6 +59,20 @@ func TestSuspendedPortalsAsOnOneServer(t *testing.T) {
 		// Outside a transaction block the portal ends at Sync.
 		{[]pgproto3.FrontendMessage{bind("d", "ordered"), exec("d", 3), sync}},
 		{[]pgproto3.FrontendMessage{exec("d", 3), sync}},
+		// Two portals read in turns within one batch, and one described while it
+		// streams.
+		{[]pgproto3.FrontendMessage{query("BEGIN")}},
+		{[]pgproto3.FrontendMessage{bind("e", "ordered"), exec("e", 4), bind("f", "ordered"), exec("f", 3), &pgproto3.Describe{ObjectType: 'P', Name: "e"}, exec("e", 4), exec("f", 0), exec("e", 0), sync}},
+		{[]pgproto3.FrontendMessage{query("COMMIT")}},
+		// A write and a portal suspended in one batch outside a transaction block:
+		// the portal ends at Sync, and the write commits.
+		{[]pgproto3.FrontendMessage{parse("ins", "INSERT INTO pt VALUES (100002, 'batch')"), bind("", "ins"), exec("", 0), bind("g", "ordered"), exec("g", 2), sync}},
+		{[]pgproto3.FrontendMessage{query("SELECT count(*) FROM pt WHERE id = 100002")}},
+		// Many single-row statements (Npgsql's SingleRow, JDBC's setMaxRows): each
+		// portal ends at its Sync.
+		{[]pgproto3.FrontendMessage{bind("", "ordered"), exec("", 1), sync}},
+		{[]pgproto3.FrontendMessage{bind("", "ordered"), exec("", 1), sync}},
+		{[]pgproto3.FrontendMessage{bind("", "ordered"), exec("", 1), sync}},
 		// The unnamed portal, replaced while suspended.
 		{[]pgproto3.FrontendMessage{query("BEGIN")}},
 		{[]pgproto3.FrontendMessage{bind("", "ordered"), exec("", 5), sync}},

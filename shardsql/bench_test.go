@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -139,4 +140,49 @@ func BenchmarkSeedSelect(b *testing.B) {
 		ptrs[i] = &cols[i]
 	}
 	benchSelect(b, q, direct, router, ptrs...)
+}
+
+// BenchmarkCrossShardPair reads two rows that live on two shards (a concatenation the
+// driver streams), one client at a time: through plain database/sql on one database
+// holding both, and through shardlab's driver over two databases. It shows what a
+// short cross-shard answer costs the client per statement (goroutines, batches).
+//
+//	SHARDLAB_PG_DSN=... go test -run XXX -bench CrossShardPair -benchmem -count 6 ./shardsql
+func BenchmarkCrossShardPair(b *testing.B) {
+	one := pgtest.NewDatabase(b, "bench_pair")
+	dsns := []string{pgtest.NewDatabase(b, "bench_pair0"), pgtest.NewDatabase(b, "bench_pair1")}
+	direct, err := sql.Open("pgx", one)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer direct.Close()
+	c, err := rules.Compile(rules.Rules{
+		DataSources: []rules.DataSource{{Name: "ds_0", DSN: dsns[0]}, {Name: "ds_1", DSN: dsns[1]}},
+		Tables:      []rules.Table{{Name: "t", Strategy: rules.Strategy{Column: "id", Type: rules.TypeInt8, Algorithm: rules.AlgorithmMod}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	router, err := shardsql.Open(shardsql.Config{Rules: c})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer router.Close()
+	var rows []string
+	for g := 1; g <= 10001; g++ {
+		rows = append(rows, fmt.Sprintf("(%d, %d, 'some text %d', 'more text', 7)", g, g%100, g))
+	}
+	for _, db := range []*sql.DB{direct, router} {
+		for _, q := range []string{"CREATE TABLE t (id bigint PRIMARY KEY, a int, b text, c text, d int)",
+			"INSERT INTO t VALUES " + strings.Join(rows, ", ")} {
+			if _, err := db.Exec(q); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	const q = "SELECT a, b, c, d FROM t WHERE id IN ($1::bigint, $1::bigint + 1) ORDER BY id"
+	var (
+		a, d int
+		x, y string
+	)
+	benchSelect(b, q, direct, router, &a, &x, &y, &d)
 }

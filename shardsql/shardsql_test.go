@@ -338,6 +338,30 @@ func TestMaxHeld(t *testing.T) {
 	if n, err := count(db, "SELECT DISTINCT v FROM kv WHERE k < 50"); err != nil || n != 50 {
 		t.Errorf("DISTINCT under the bound: %d rows, %v", n, err)
 	}
+	// Rows read into memory (a statement on their transaction while they are open)
+	// past the bound: the rest is read and dropped, and a shard's error met there is
+	// what the rows report, not the bound's (the transaction failed on that shard).
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query("SELECT k, v, 1 / (k - 1990) FROM kv ORDER BY k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		rows.Next()
+	}
+	if _, err := tx.Exec("SELECT 1"); sqlState(err) != "22012" && sqlState(err) != "25P02" {
+		t.Errorf("a statement beside rows that failed: %v", err)
+	}
+	for rows.Next() {
+	}
+	if err := rows.Err(); sqlState(err) != "22012" {
+		t.Errorf("rows read into memory past the bound, a shard error past it: %v, want SQLSTATE 22012", err)
+	}
+	rows.Close()
+	tx.Rollback()
 	def := openDriver(t, r, false)
 	if n, err := count(def, "SELECT DISTINCT v FROM kv"); err != nil || n != 2000 {
 		t.Errorf("DISTINCT under the default bound: %d rows, %v", n, err)
@@ -588,4 +612,13 @@ func TestTransactionStatementsKeepTheirOptions(t *testing.T) {
 			t.Errorf("%s outside a transaction: %v, want SQLSTATE 25P01", q, err)
 		}
 	}
+}
+
+// sqlState returns err's SQLSTATE, or "" when it carries none.
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
 }

@@ -29,6 +29,7 @@ const (
 	batchRows     = 256
 	batchBytes    = 64 << 10
 	streamBatches = 2
+	firstBuffer   = 512 // bytes of a target's first row buffer
 )
 
 // Rows is the answer to a statement, read row by row (Engine.Query). Close must be
@@ -135,8 +136,10 @@ func (r *Rows) Buffer() error {
 	}
 	st := r.st
 	r.st = nil
-	// Past the bound the rest is read and dropped: the connections stay usable.
-	if err := st.close(r.err != nil && !over); err != nil && r.err == nil {
+	// Past the bound the rest is read and dropped: the connections stay usable. A data
+	// source's error met on the way wins over the bound's: the caller's transaction
+	// failed there.
+	if err := st.close(r.err != nil && !over); err != nil && (r.err == nil || over) {
 		r.err = err
 	}
 	// The tag counts what the caller read before and what it will read now.
@@ -372,7 +375,9 @@ func sendResult(ctx context.Context, rr *pgconn.ResultReader, out chan<- batch) 
 			need += len(v)
 		}
 		if cap(buf)-len(buf) < need {
-			buf = make([]byte, 0, max(need, batchBytes))
+			// Buffers grow from small to a batch's size, so that a short answer (one
+			// row, most often) does not cost a batch's allocation.
+			buf = make([]byte, 0, max(need, min(batchBytes, max(firstBuffer, 2*cap(buf)))))
 		}
 		row := make([][]byte, len(src))
 		for i, v := range src {
