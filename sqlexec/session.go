@@ -168,6 +168,17 @@ func (s *Session) RunJoining(ctx context.Context, ds int, fn func(conn *pgconn.P
 	return err
 }
 
+// failStatement records the error of a statement met after Run returned (the rest of
+// a one-target answer, read as the caller asks): inside a transaction, the
+// transaction has failed.
+func (s *Session) failStatement(err error) {
+	if err != nil && s.inTx {
+		s.mu.Lock()
+		s.failed = true
+		s.mu.Unlock()
+	}
+}
+
 func savepointStmts(saves []string) []string {
 	out := make([]string, len(saves))
 	for i, name := range saves {

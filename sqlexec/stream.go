@@ -44,6 +44,7 @@ type Rows struct {
 
 	buf [][][]byte // an answer read whole
 	st  *stream    // or one read as it arrives
+	one oneRead    // or one target's, read in the caller's goroutine (one.rr set)
 }
 
 // RowsOf returns a gathered answer, to be read row by row.
@@ -57,6 +58,19 @@ func (r *Rows) Fields() []pgconn.FieldDescription { return r.fields }
 func (r *Rows) Next() bool {
 	if r.closed || r.err != nil {
 		return false
+	}
+	if r.one.rr != nil {
+		row, ok, err := r.one.next()
+		if err != nil {
+			r.err = err
+		}
+		if !ok {
+			r.tag = CommandTag(sqlplan.KindSelect, r.n, pgconn.CommandTag{})
+			return false
+		}
+		r.row = row
+		r.n++
+		return true
 	}
 	if r.st == nil {
 		if len(r.buf) == 0 {
@@ -100,6 +114,12 @@ func (r *Rows) end(abort bool) (pgconn.CommandTag, error) {
 	}
 	r.closed = true
 	r.row, r.buf = nil, nil
+	if r.one.rr != nil {
+		if err := r.one.end(abort); err != nil && r.err == nil {
+			r.err = err
+		}
+		r.tag = CommandTag(sqlplan.KindSelect, r.n, pgconn.CommandTag{})
+	}
 	if r.st != nil {
 		if err := r.st.close(abort || r.err != nil); err != nil && r.err == nil {
 			r.err = err
@@ -114,6 +134,9 @@ func (r *Rows) end(abort bool) (pgconn.CommandTag, error) {
 // connections, for a caller that must run another statement on them before it reads
 // on (database/sql allows one while rows are open). Next then hands out what it read.
 func (r *Rows) Buffer() error {
+	if r.one.rr != nil && !r.closed {
+		return r.bufferOne()
+	}
 	if r.st == nil || r.closed {
 		return nil
 	}
@@ -148,9 +171,42 @@ func (r *Rows) Buffer() error {
 	return r.err
 }
 
+// bufferOne is Buffer for a one-target answer: its rows are copied out of the
+// connection's buffer, within the bound, and the connection goes back.
+func (r *Rows) bufferOne() error {
+	o := &r.one
+	var rest [][][]byte
+	held, over := o.e.budget(), false
+	for {
+		row, ok, err := o.next()
+		if err != nil {
+			r.err = err
+			break
+		}
+		if !ok {
+			break
+		}
+		if !held.take(rowsSize([][][]byte{row})) {
+			r.err, rest, over = heldError(held.limit), nil, true
+			break
+		}
+		rest = append(rest, cloneRow(row))
+	}
+	// Past the bound the rest is read and dropped; a shard's error met there wins.
+	if err := o.end(false); err != nil && (r.err == nil || over) {
+		r.err = err
+	}
+	r.tag = CommandTag(sqlplan.KindSelect, r.n+int64(len(rest)), pgconn.CommandTag{})
+	r.buf = rest
+	return r.err
+}
+
 // Query runs a bound statement as Execute does, and returns its answer to be read row
 // by row: streamed where the merge allows it (see above), read whole otherwise.
 func (e *Engine) Query(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, resultFormats []int16, conns Conns) (*Rows, error) {
+	if s, ok := conns.(*Session); ok && oneTarget(b) {
+		return e.queryOne(ctx, b, args, resultFormats, s)
+	}
 	if !streamable(b) {
 		res, err := e.Execute(ctx, b, args, resultFormats, conns)
 		if err != nil {
@@ -232,6 +288,13 @@ func streamable(b *sqlplan.Bound) bool {
 		seen[t.DataSource] = true
 	}
 	return true
+}
+
+// oneTarget reports whether a bound statement is a SELECT on one data source's target
+// as it is, whose rows the caller can read straight from the connection (queryOne).
+func oneTarget(b *sqlplan.Bound) bool {
+	return b.Plan.Kind == sqlplan.KindSelect && !b.Plan.Write && len(b.Targets) == 1 &&
+		b.Merge == nil && !b.Broadcast && !b.Coordinated()
 }
 
 // batch is a part of one target's answer.
