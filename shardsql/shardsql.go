@@ -74,7 +74,9 @@ type Config struct {
 	// looked for and settled (0: sqlexec.DefaultSettleInterval; negative: only when the
 	// handle is opened).
 	SettleInterval time.Duration
-	// MaxConns bounds each data source's pool; default DefaultMaxConns.
+	// MaxConns bounds each data source's pool; default DefaultMaxConns. A SELECT's
+	// open rows hold a connection of each data source they read until they end, so
+	// it must exceed the answers a program keeps open while it runs other statements.
 	MaxConns int
 	// PlanCacheSize bounds the plan cache (sqlplan.Options.CacheSize).
 	PlanCacheSize int

@@ -204,3 +204,77 @@ func TestOneShardRowsInTransaction(t *testing.T) {
 		t.Errorf("the failed transaction's insert on the other data source: count %d, %v; want 0", count, err)
 	}
 }
+
+// TestOneShardRowsDeadlockVictim: a transaction whose rows from one data source wait,
+// while they are read, for a lock in a cycle across data sources is the detector's
+// victim, and its rows end with 40P01, as a statement that waits inside the session's
+// Run does (before the fix, 57014, which clients do not retry).
+func TestOneShardRowsDeadlockVictim(t *testing.T) {
+	dsns := []string{pgtest.NewDatabase(t, "one_dl_s0"), pgtest.NewDatabase(t, "one_dl_s1")}
+	db, err := shardsql.Open(shardsql.Config{Rules: kv(t, dsns), DeadlockInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	for _, q := range []string{
+		"CREATE TABLE kv (k int PRIMARY KEY, v text)",
+		"INSERT INTO kv VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+		"CREATE TABLE plain AS SELECT g AS k, repeat('v', 100) AS v FROM generate_series(1, 3000) g",
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	older, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer older.Rollback()
+	time.Sleep(10 * time.Millisecond)
+	younger, err := db.BeginTx(ctx, nil) // the youngest of a cycle gives way
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer younger.Rollback()
+	for _, step := range []struct {
+		tx *sql.Tx
+		q  string
+	}{
+		{younger, "SELECT pg_advisory_xact_lock(1) FROM kv WHERE k = 1"}, // ds_1
+		{younger, "SELECT count(*) FROM plain"},                          // joins ds_0
+		{older, "SELECT pg_advisory_xact_lock(2) FROM kv WHERE k = 2"},   // ds_0
+	} {
+		if _, err := step.tx.ExecContext(ctx, step.q); err != nil {
+			t.Fatalf("%s: %v", step.q, err)
+		}
+	}
+	olderDone := make(chan error, 1)
+	go func() { // waits for the younger on ds_1
+		_, err := older.ExecContext(ctx, "SELECT pg_advisory_xact_lock(1) FROM kv WHERE k = 3")
+		olderDone <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	// The younger's rows wait, in row 2000, for the older on ds_0: a cycle.
+	rows, err := younger.QueryContext(ctx, "SELECT k, CASE WHEN k = 2000 THEN pg_advisory_xact_lock(2)::text ELSE v END FROM plain ORDER BY k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Err(); sqlState(err) != "40P01" || n == 0 {
+		t.Errorf("the victim's rows: %d, then %v; want rows, then SQLSTATE 40P01", n, err)
+	}
+	rows.Close()
+	younger.Rollback()
+	select {
+	case err := <-olderDone:
+		if err != nil {
+			t.Errorf("the older transaction after the victim rolled back: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("the older transaction still waits")
+	}
+}

@@ -70,6 +70,8 @@ func (p txPool) Acquire(_ context.Context, ds int) (Lease, error) {
 	return txLease{conns: p.conns, ds: ds}, nil
 }
 
+// txLease gives its connection back when Run returns: it lends a catalog lookup a
+// connection, and must not back a Session (see Lease).
 type txLease struct {
 	conns Conns
 	ds    int

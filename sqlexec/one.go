@@ -93,8 +93,9 @@ func (o *oneRead) next() (row [][]byte, ok bool, err error) {
 }
 
 // end reads the rest of the answer and drops it (abort: asks the server to cancel the
-// statement first), then gives the connection back. An error there fails the caller's
-// transaction, as a statement's error does inside the session's Run.
+// statement first), then gives the connection back. An error there counts as one
+// inside the session's Run (Session.statementError): it fails the caller's
+// transaction, and a deadlock victim's cancel reads 40P01.
 func (o *oneRead) end(abort bool) error {
 	if o.rr == nil {
 		return nil
@@ -111,11 +112,8 @@ func (o *oneRead) end(abort bool) error {
 		err = errAborted
 	}
 	o.rr = nil
-	if err != nil {
-		o.s.failStatement(err)
-	}
 	o.s.Release(o.ds, err)
-	if err != nil {
+	if err = o.s.statementError(o.ds, err); err != nil {
 		return o.e.shardErr(o.ds, err)
 	}
 	return nil

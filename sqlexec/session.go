@@ -17,7 +17,8 @@ import (
 
 // Lease is one connection borrowed from a data source's pool.
 type Lease interface {
-	// Run calls fn with the connection; it is valid only inside fn.
+	// Run calls fn with the connection. It stays the lease's until Release: a Session
+	// reads a one-target answer from it after Run returned (Engine.Query).
 	Run(ctx context.Context, fn func(*pgconn.PgConn) error) error
 	// Release returns the connection; reuse false closes it (it may be broken, or hold
 	// state another user must not see).
@@ -47,9 +48,10 @@ type Session struct {
 	pool      Pool
 	committer *Committer
 
-	mu      sync.Mutex // guards held, begun, touched and pids: Run is called concurrently per data source
+	mu      sync.Mutex // guards held, begun, broken, touched and pids: Run is called concurrently per data source
 	held    map[int]Lease
 	begun   map[int]bool
+	broken  map[int]bool // data sources whose connection saw an error that forbids reusing it
 	inTx    bool
 	failed  bool
 	begin   string   // the BEGIN statement, with the transaction's options
@@ -153,30 +155,38 @@ func (s *Session) RunJoining(ctx context.Context, ds int, fn func(conn *pgconn.P
 		}
 		return err
 	})
-	if err != nil && s.victim.Load() && isCancel(err) {
+	return s.statementError(ds, err)
+}
+
+// statementError records a statement's error on data source ds, met inside Run or
+// after it (the rest of a one-target answer, read as the caller asks), and returns it
+// as the caller should see it: the cancel the deadlock detector sent its victim
+// becomes 40P01. Inside a transaction the transaction has failed, and a connection
+// that must not serve anyone else (see Reusable) is dropped when the transaction ends.
+func (s *Session) statementError(ds int, err error) error {
+	if err == nil {
+		return nil
+	}
+	reusable := Reusable(err)
+	if s.victim.Load() && isCancel(err) {
 		var names []string
 		for _, ds := range s.Touched() {
 			names = append(names, s.committer.name(ds))
 		}
 		err = deadlockError(names)
 	}
-	if err != nil && s.inTx {
+	if s.inTx {
 		s.mu.Lock()
 		s.failed = true
+		if !reusable {
+			if s.broken == nil {
+				s.broken = map[int]bool{}
+			}
+			s.broken[ds] = true
+		}
 		s.mu.Unlock()
 	}
 	return err
-}
-
-// failStatement records the error of a statement met after Run returned (the rest of
-// a one-target answer, read as the caller asks): inside a transaction, the
-// transaction has failed.
-func (s *Session) failStatement(err error) {
-	if err != nil && s.inTx {
-		s.mu.Lock()
-		s.failed = true
-		s.mu.Unlock()
-	}
 }
 
 func savepointStmts(saves []string) []string {
@@ -296,14 +306,14 @@ func (s *Session) end() {
 		s.detector.forget(s)
 	}
 	s.mu.Lock()
-	held := s.held
+	held, broken := s.held, s.broken
 	s.held = map[int]Lease{}
-	s.begun = map[int]bool{}
+	s.begun, s.broken = map[int]bool{}, nil
 	s.inTx, s.failed, s.saves, s.touched, s.pids = false, false, nil, nil, nil
 	s.mu.Unlock()
 	s.victim.Store(false)
-	for _, lease := range held {
-		lease.Release(true)
+	for ds, lease := range held {
+		lease.Release(!broken[ds])
 	}
 }
 
