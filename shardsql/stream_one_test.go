@@ -241,6 +241,7 @@ func TestOneShardRowsDeadlockVictim(t *testing.T) {
 		tx *sql.Tx
 		q  string
 	}{
+		{younger, "SAVEPOINT s"},
 		{younger, "SELECT pg_advisory_xact_lock(1) FROM kv WHERE k = 1"}, // ds_1
 		{younger, "SELECT count(*) FROM plain"},                          // joins ds_0
 		{older, "SELECT pg_advisory_xact_lock(2) FROM kv WHERE k = 2"},   // ds_0
@@ -268,7 +269,11 @@ func TestOneShardRowsDeadlockVictim(t *testing.T) {
 		t.Errorf("the victim's rows: %d, then %v; want rows, then SQLSTATE 40P01", n, err)
 	}
 	rows.Close()
-	younger.Rollback()
+	// The victim rolls back to its savepoint (its locks go) and goes on: a later
+	// cancel, its own statement timeout, is no deadlock (before, 40P01 again).
+	if _, err := younger.ExecContext(ctx, "ROLLBACK TO SAVEPOINT s"); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case err := <-olderDone:
 		if err != nil {
@@ -276,5 +281,61 @@ func TestOneShardRowsDeadlockVictim(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Error("the older transaction still waits")
+	}
+	if _, err := younger.ExecContext(ctx, "SELECT set_config('statement_timeout', '100ms', true)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := younger.ExecContext(ctx, "SELECT pg_sleep(5)"); sqlState(err) != "57014" {
+		t.Errorf("a statement timeout after the victim went on: %v, want SQLSTATE 57014", err)
+	}
+}
+
+// TestCancelledStatementKeepsConnection: a statement cancelled inside a transaction (a
+// statement timeout), rolled back to a savepoint, leaves a connection that serves on
+// after the transaction: the cancel is used up (f00381e dropped it, and every such
+// transaction cost a new server connection).
+func TestCancelledStatementKeepsConnection(t *testing.T) {
+	dsns := []string{pgtest.NewDatabase(t, "cancel_keep_s0"), pgtest.NewDatabase(t, "cancel_keep_s1")}
+	db, err := shardsql.Open(shardsql.Config{Rules: kv(t, dsns), MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	pid := func(q interface {
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}) int {
+		t.Helper()
+		var p int
+		if err := q.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	before := pid(db)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	for _, q := range []string{"SELECT set_config('statement_timeout', '100ms', true)", "SAVEPOINT s"} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, "SELECT pg_sleep(5)"); sqlState(err) != "57014" {
+		t.Fatalf("a statement over its timeout: %v, want SQLSTATE 57014", err)
+	}
+	if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT s"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pid(tx); got != before {
+		t.Fatalf("the transaction's backend %d, want %d", got, before)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if after := pid(db); after != before {
+		t.Errorf("backend %d after the transaction, want %d: the connection was dropped", after, before)
 	}
 }

@@ -162,7 +162,9 @@ func (s *Session) RunJoining(ctx context.Context, ds int, fn func(conn *pgconn.P
 // after it (the rest of a one-target answer, read as the caller asks), and returns it
 // as the caller should see it: the cancel the deadlock detector sent its victim
 // becomes 40P01. Inside a transaction the transaction has failed, and a connection
-// that must not serve anyone else (see Reusable) is dropped when the transaction ends.
+// that must not serve anyone else is dropped when the transaction ends: one whose
+// aborted answer may still meet a cancel request sent late (errAborted). A cancelled
+// statement (57014) used its cancel up, and a broken connection its pool drops anyway.
 func (s *Session) statementError(ds int, err error) error {
 	if err == nil {
 		return nil
@@ -178,7 +180,7 @@ func (s *Session) statementError(ds int, err error) error {
 	if s.inTx {
 		s.mu.Lock()
 		s.failed = true
-		if !reusable {
+		if !reusable && !isCancel(err) {
 			if s.broken == nil {
 				s.broken = map[int]bool{}
 			}
@@ -344,6 +346,9 @@ func (s *Session) RollbackTo(ctx context.Context, name string) error {
 		return err
 	}
 	s.saves = s.saves[:i+1]
+	// A deadlock victim that rolled back to a savepoint goes on: a later cancel (a
+	// statement timeout) is not the detector's.
+	s.victim.Store(false)
 	return nil
 }
 
