@@ -134,16 +134,33 @@ func (r *Rows) end(abort bool) (pgconn.CommandTag, error) {
 // connections, for a caller that must run another statement on them before it reads
 // on (database/sql allows one while rows are open). Next then hands out what it read.
 func (r *Rows) Buffer() error {
-	if r.one.rr != nil && !r.closed {
-		return r.bufferOne()
-	}
-	if r.st == nil || r.closed {
+	var next func() ([][]byte, bool, error)
+	var end func(abort bool) error
+	var held *heldBudget
+	switch {
+	case r.closed:
+		return nil
+	case r.one.rr != nil:
+		// A one-target answer's rows live in the connection's buffer: copied out.
+		next = func() ([][]byte, bool, error) {
+			row, ok, err := r.one.next()
+			if ok {
+				row = cloneRow(row)
+			}
+			return row, ok, err
+		}
+		end, held = r.one.end, r.one.e.budget()
+	case r.st != nil:
+		st := r.st
+		r.st = nil
+		next, end, held = st.next, st.close, st.e.budget()
+	default:
 		return nil
 	}
 	var rest [][][]byte
-	held, over := r.st.e.budget(), false
+	over := false
 	for {
-		row, ok, err := r.st.next()
+		row, ok, err := next()
 		if err != nil {
 			r.err = err
 			break
@@ -157,45 +174,13 @@ func (r *Rows) Buffer() error {
 		}
 		rest = append(rest, row)
 	}
-	st := r.st
-	r.st = nil
 	// Past the bound the rest is read and dropped: the connections stay usable. A data
 	// source's error met on the way wins over the bound's: the caller's transaction
 	// failed there.
-	if err := st.close(r.err != nil && !over); err != nil && (r.err == nil || over) {
+	if err := end(r.err != nil && !over); err != nil && (r.err == nil || over) {
 		r.err = err
 	}
 	// The tag counts what the caller read before and what it will read now.
-	r.tag = CommandTag(sqlplan.KindSelect, r.n+int64(len(rest)), pgconn.CommandTag{})
-	r.buf = rest
-	return r.err
-}
-
-// bufferOne is Buffer for a one-target answer: its rows are copied out of the
-// connection's buffer, within the bound, and the connection goes back.
-func (r *Rows) bufferOne() error {
-	o := &r.one
-	var rest [][][]byte
-	held, over := o.e.budget(), false
-	for {
-		row, ok, err := o.next()
-		if err != nil {
-			r.err = err
-			break
-		}
-		if !ok {
-			break
-		}
-		if !held.take(rowsSize([][][]byte{row})) {
-			r.err, rest, over = heldError(held.limit), nil, true
-			break
-		}
-		rest = append(rest, cloneRow(row))
-	}
-	// Past the bound the rest is read and dropped; a shard's error met there wins.
-	if err := o.end(false); err != nil && (r.err == nil || over) {
-		r.err = err
-	}
 	r.tag = CommandTag(sqlplan.KindSelect, r.n+int64(len(rest)), pgconn.CommandTag{})
 	r.buf = rest
 	return r.err
