@@ -288,6 +288,28 @@ func TestOneShardRowsDeadlockVictim(t *testing.T) {
 	if _, err := younger.ExecContext(ctx, "SELECT pg_sleep(5)"); sqlState(err) != "57014" {
 		t.Errorf("a statement timeout after the victim went on: %v, want SQLSTATE 57014", err)
 	}
+	// The victim's connection to the first data source serves on after its
+	// transaction: its cancels were used up (before, it was closed).
+	if _, err := younger.ExecContext(ctx, "ROLLBACK TO SAVEPOINT s"); err != nil {
+		t.Fatal(err)
+	}
+	var victimPID int
+	if err := younger.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&victimPID); err != nil {
+		t.Fatal(err)
+	}
+	if err := younger.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	direct, err := sql.Open("pgx", dsns[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	var alive int
+	if err := direct.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", victimPID).Scan(&alive); err != nil || alive != 1 {
+		t.Errorf("the victim's connection after its transaction: %d backends with its pid, %v; want 1", alive, err)
+	}
 }
 
 // TestCancelledStatementKeepsConnection: a statement cancelled inside a transaction (a

@@ -169,7 +169,8 @@ func (s *Session) statementError(ds int, err error) error {
 	if err == nil {
 		return nil
 	}
-	reusable := Reusable(err)
+	// Judged on the server's error, before a victim's cancel becomes 40P01.
+	drop := !Reusable(err) && !isCancel(err)
 	if s.victim.Load() && isCancel(err) {
 		var names []string
 		for _, ds := range s.Touched() {
@@ -180,7 +181,7 @@ func (s *Session) statementError(ds int, err error) error {
 	if s.inTx {
 		s.mu.Lock()
 		s.failed = true
-		if !reusable && !isCancel(err) {
+		if drop {
 			if s.broken == nil {
 				s.broken = map[int]bool{}
 			}
