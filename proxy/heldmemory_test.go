@@ -18,7 +18,7 @@ import (
 // hint, and leaves the client's connection and its server connections usable; a
 // streamed answer of the same size passes, and so does a DISTINCT under the bound.
 func TestMaxHeldMemory(t *testing.T) {
-	e := startProxy(t, 2, []string{"held=id"}, nil, func(c *proxy.Config) { c.MaxHeld = 1 << 20 })
+	e := startProxy(t, 2, []string{"held=id", "heldk=k"}, nil, func(c *proxy.Config) { c.MaxHeld = 1 << 20 })
 	c := e.connect(t)
 	exec1(t, c, "CREATE TABLE held (id int PRIMARY KEY, v text)")
 	pad := strings.Repeat("x", 100)
@@ -81,6 +81,51 @@ func TestMaxHeldMemory(t *testing.T) {
 	}
 	if code != "54000" {
 		t.Errorf("a row-limited portal over the bound: error %q, want 54000", code)
+	}
+	// On one shard, the server's own portal keeps the rest: the same answer, fetched
+	// in parts, holds nothing in the proxy.
+	exec1(t, c, "CREATE TABLE heldk (k int, id int, v text)")
+	for start := 0; start < 20000; start += 1000 {
+		var rows []string
+		for i := start; i < start+1000; i++ {
+			rows = append(rows, fmt.Sprintf("(7, %d, '%d%s')", i, i, pad))
+		}
+		exec1(t, c, "INSERT INTO heldk VALUES "+strings.Join(rows, ", "))
+	}
+	fe.Send(&pgproto3.Query{String: "BEGIN"})
+	fe.Send(&pgproto3.Parse{Query: "SELECT id, v FROM heldk WHERE k = 7 ORDER BY id"})
+	fe.Send(&pgproto3.Bind{DestinationPortal: "parts"})
+	for range 3 {
+		fe.Send(&pgproto3.Execute{Portal: "parts", MaxRows: 10})
+	}
+	fe.Send(&pgproto3.Execute{Portal: "parts"}) // the rest, relayed
+	fe.Send(&pgproto3.Sync{})
+	fe.Send(&pgproto3.Query{String: "COMMIT"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got, suspended, ready int
+	for ready < 3 {
+		msg, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			t.Errorf("one shard's answer fetched in parts: %s %s", m.Code, m.Message)
+		case *pgproto3.DataRow:
+			if want := fmt.Sprint(got); string(m.Values[0]) != want {
+				t.Fatalf("row %d: id %s", got, m.Values[0])
+			}
+			got++
+		case *pgproto3.PortalSuspended:
+			suspended++
+		case *pgproto3.ReadyForQuery:
+			ready++
+		}
+	}
+	if got != 20000 || suspended != 3 {
+		t.Errorf("one shard's answer fetched in parts: %d rows, %d suspensions; want 20000, 3", got, suspended)
 	}
 	check("SELECT count(*) FROM held", "")
 	// A write's RETURNING rows are not bounded: the write ran (alone on one shard,

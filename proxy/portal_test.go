@@ -20,7 +20,9 @@ import (
 // command tags, errors. Covered: a cross-shard ORDER BY read in batches; another
 // statement run while a portal is suspended, then the portal read on; a portal closed
 // early, with the transaction going on; a portal outside a transaction block, which
-// ends at Sync; an aggregate the engine answers whole.
+// ends at Sync; an aggregate the engine answers whole; and one shard's portal, which
+// the server keeps suspended, across savepoints, Close, COMMIT and an error met in a
+// later part.
 func TestSuspendedPortalsAsOnOneServer(t *testing.T) {
 	const n = 2500
 	setup := []string{"CREATE TABLE pt (id int PRIMARY KEY, v text)"}
@@ -29,6 +31,13 @@ func TestSuspendedPortalsAsOnOneServer(t *testing.T) {
 		values = append(values, fmt.Sprintf("(%d, 'v%d')", i, i))
 	}
 	setup = append(setup, "INSERT INTO pt VALUES "+strings.Join(values, ", "))
+	// pk's rows with one key live on one shard: a portal over them is the server's.
+	setup = append(setup, "CREATE TABLE pk (k int, id int, v text)")
+	values = values[:0]
+	for i := 1; i <= n; i++ {
+		values = append(values, fmt.Sprintf("(%d, %d, 'v%d')", 1+i%2, i, i))
+	}
+	setup = append(setup, "INSERT INTO pk VALUES "+strings.Join(values, ", "))
 	type step struct {
 		msgs []pgproto3.FrontendMessage
 	}
@@ -78,6 +87,36 @@ func TestSuspendedPortalsAsOnOneServer(t *testing.T) {
 		{[]pgproto3.FrontendMessage{bind("", "ordered"), exec("", 5), sync}},
 		{[]pgproto3.FrontendMessage{bind("", "ordered"), exec("", 2), exec("", 0), sync}},
 		{[]pgproto3.FrontendMessage{query("ROLLBACK")}},
+		// One shard's rows: the server keeps the suspended portal. Read on across
+		// batches and beside another portal; a savepoint rolled back drops the
+		// portals made after it, and the next Execute of one fails the transaction.
+		{[]pgproto3.FrontendMessage{query("BEGIN")}},
+		{[]pgproto3.FrontendMessage{parse("one", "SELECT id, v FROM pk WHERE k = 1 ORDER BY id"), bind("h", "one"), exec("h", 100), sync}},
+		{[]pgproto3.FrontendMessage{exec("h", 100), &pgproto3.Describe{ObjectType: 'P', Name: "h"}, sync}},
+		{[]pgproto3.FrontendMessage{query("SAVEPOINT s1")}},
+		{[]pgproto3.FrontendMessage{bind("i", "one"), exec("i", 5), bind("i2", "ordered"), exec("i2", 5), exec("h", 50), sync}},
+		{[]pgproto3.FrontendMessage{query("ROLLBACK TO SAVEPOINT s1")}},
+		{[]pgproto3.FrontendMessage{exec("h", 50), sync}},
+		{[]pgproto3.FrontendMessage{exec("i", 5), sync}},
+		{[]pgproto3.FrontendMessage{query("ROLLBACK")}},
+		// Closed while suspended, then executed: gone. A portal left suspended at
+		// COMMIT ends with it.
+		{[]pgproto3.FrontendMessage{query("BEGIN")}},
+		{[]pgproto3.FrontendMessage{bind("j", "one"), exec("j", 3), &pgproto3.Close{ObjectType: 'P', Name: "j"}, bind("j", "one"), exec("j", 2), sync}},
+		{[]pgproto3.FrontendMessage{bind("m", "one"), exec("m", 3), sync}},
+		{[]pgproto3.FrontendMessage{query("COMMIT")}},
+		{[]pgproto3.FrontendMessage{exec("m", 3), sync}},
+		// An error met in a later part fails the transaction, as on the server.
+		{[]pgproto3.FrontendMessage{query("BEGIN")}},
+		{[]pgproto3.FrontendMessage{parse("bad", "SELECT id, 1 / (id - 1501) FROM pk WHERE k = 2"), bind("o", "bad"), exec("o", 100), sync}},
+		{[]pgproto3.FrontendMessage{exec("o", 1000), sync}},
+		{[]pgproto3.FrontendMessage{exec("o", 1), sync}},
+		{[]pgproto3.FrontendMessage{query("ROLLBACK")}},
+		// Outside a transaction block: alone in its batch (the portal ends at Sync),
+		// and read on within one batch (an implicit transaction).
+		{[]pgproto3.FrontendMessage{bind("", "one"), exec("", 3), sync}},
+		{[]pgproto3.FrontendMessage{bind("q", "one"), exec("q", 3), exec("q", 4), exec("q", 0), sync}},
+		{[]pgproto3.FrontendMessage{exec("q", 3), sync}},
 	}
 	transcript := func(t *testing.T, dsn string) []string {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -148,7 +187,7 @@ func TestSuspendedPortalsAsOnOneServer(t *testing.T) {
 		return out
 	}
 	direct := transcript(t, pgtest.NewDatabase(t, "portal_direct"))
-	e := startProxy(t, 2, []string{"pt=id"}, nil)
+	e := startProxy(t, 2, []string{"pt=id", "pk=k"}, nil)
 	proxied := transcript(t, e.url(""))
 	t.Logf("PostgreSQL's transcript:\n%s", strings.Join(direct, "\n"))
 	for i := range direct {

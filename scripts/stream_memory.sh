@@ -3,7 +3,10 @@
 # "Answers in bounded memory"): fills one table of about --rows x --pad bytes in a
 # scratch database, copies it through a proxy onto two shard databases, then reads the
 # whole table through a fresh proxy (as it is, ORDER BY id, SELECT DISTINCT, and GROUP BY
-# id with an aggregate of the text) and directly from the one database. For each read it records the proxy's peak resident memory (VmHWM from
+# id with an aggregate of the text) and directly from the one database. It also reads, in
+# parts of --fetch rows (Execute with a row limit, as JDBC's fetch size), a copy of the
+# table that lives on one data source (an unsharded table, on the first shard), and the
+# sharded table. For each read it records the proxy's peak resident memory (VmHWM from
 # /proc) above its resident memory before the read, and the time to the first row and
 # to the end, beside a direct connection's. Writes results/runs/streammem-<time>/:
 # results.csv, summary.txt and run.txt.
@@ -16,6 +19,7 @@ Usage: scripts/stream_memory.sh [options]
   --rows N           rows of the table (default 1000000)
   --pad BYTES        bytes of text per row beside its bigint key (default 1000): the
                      defaults make an answer of about 1 GB
+  --fetch N          rows a part for the reads fetched in parts (default 1000)
   --server URL       PostgreSQL server, without a database (default
                      postgres://postgres@127.0.0.1:5432); three scratch databases are
                      made there and dropped at the end
@@ -28,18 +32,19 @@ Usage: scripts/stream_memory.sh [options]
   --runs-dir DIR     where the run directory goes (default results/runs)
   -h, --help         this help (writes nothing)
 
-Needs psql and go. The scratch databases take about twice the answer's size on disk.
+Needs psql and go. The scratch databases take about three times the answer's size on disk.
 USAGE
 }
 
 root=$(cd "$(dirname "$0")/.." && pwd -P)
 . "$root/scripts/lib.sh"
-rows=1000000 pad=1000 server=postgres://postgres@127.0.0.1:5432 runs="$root/results/runs" held=67108864
+rows=1000000 pad=1000 fetch=1000 server=postgres://postgres@127.0.0.1:5432 runs="$root/results/runs" held=67108864
 command_line="scripts/stream_memory.sh$(quote_args "$@")"
 while (($#)); do
 	case $1 in
 	--rows) rows=${2:?--rows needs a value}; shift 2 ;;
 	--pad) pad=${2:?--pad needs a value}; shift 2 ;;
+	--fetch) fetch=${2:?--fetch needs a value}; shift 2 ;;
 	--server) server=${2:?--server needs a value}; shift 2 ;;
 	--runs-dir) runs=${2:?--runs-dir needs a value}; shift 2 ;;
 	--max-held-memory) held=${2:?--max-held-memory needs a value}; shift 2 ;;
@@ -48,6 +53,7 @@ while (($#)); do
 	esac
 done
 [[ $rows =~ ^[1-9][0-9]*$ ]] || { echo "--rows must be a positive integer, got $rows" >&2; exit 2; }
+[[ $fetch =~ ^[1-9][0-9]*$ ]] && ((fetch <= 4294967295)) || { echo "--fetch must be a positive integer below 2^32, got $fetch" >&2; exit 2; }
 [[ $pad =~ ^[0-9]+$ ]] || { echo "--pad must be a non-negative integer, got $pad" >&2; exit 2; }
 [[ $held =~ ^[0-9]+$ ]] && ((held >= 1048576)) || { echo "--max-held-memory must be at least 1048576 bytes, got $held" >&2; exit 2; }
 for tool in psql go; do
@@ -105,30 +111,46 @@ psql -X -q "$server/$one" -c "COPY big TO STDOUT" | psql -X -q "$proxy_url" -c "
 psql -X -q "$server/$s0" -c "ANALYZE big" >/dev/null
 psql -X -q "$server/$s1" -c "ANALYZE big" >/dev/null
 stop_proxy
+# flat: the same rows in one table on one data source (unsharded tables live on the
+# first shard); directly, a view of big.
+psql -X -q "$server/$s0" -c "CREATE TABLE flat AS SELECT * FROM big WHERE false" >/dev/null
+psql -X -q "$server/$one" -c "COPY big TO STDOUT" | psql -X -q "$server/$s0" -c "COPY flat FROM STDIN"
+psql -X -q "$server/$one" -c "CREATE VIEW flat AS SELECT * FROM big" >/dev/null
 
 echo "path,read,rows,bytes,first_row_ms,total_ms,proxy_rss_before_kib,proxy_hwm_kib,proxy_growth_kib" >"$run_dir/results.csv"
 query_of() {
 	case $1 in
-	concatenated) echo "SELECT id, pad FROM big" ;;
+	concatenated | sharded_in_parts) echo "SELECT id, pad FROM big" ;;
 	ordered) echo "SELECT id, pad FROM big ORDER BY id" ;;
 	distinct) echo "SELECT DISTINCT id, pad FROM big" ;;
 	grouped) echo "SELECT id, count(*), max(pad) FROM big GROUP BY id" ;;
+	one_shard_in_parts) echo "SELECT id, pad FROM flat" ;;
 	esac
 }
-for read in concatenated ordered distinct grouped; do
-	query=$(query_of "$read")
-	echo "reading: $query"
-	out=$("$bin/netprobe" read --timeout 30m --query "$query" "$server/$one?sslmode=disable")
+fetch_of() { case $1 in *_in_parts) echo "$fetch" ;; *) echo 0 ;; esac; }
+for read in concatenated ordered distinct grouped one_shard_in_parts sharded_in_parts; do
+	query=$(query_of "$read") f=$(fetch_of "$read")
+	if ((f > 0)); then echo "reading: $query ($f rows a part)"; else echo "reading: $query"; fi
+	out=$("$bin/netprobe" read --timeout 30m --fetch "$f" --query "$query" "$server/$one?sslmode=disable")
 	eval "$(tr ' ' '\n' <<<"$out" | sed 's/^/r_/')"
 	echo "direct,$read,$r_rows,$r_bytes,$r_first_row_ms,$r_total_ms,,," >>"$run_dir/results.csv"
 	start_proxy
 	"$bin/netprobe" sql --count 20 "$proxy_url" >/dev/null # pools and plans warm
 	before=$(kib VmRSS)
-	out=$("$bin/netprobe" read --timeout 30m --query "$query" "$proxy_url")
-	hwm=$(kib VmHWM)
-	stop_proxy
-	eval "$(tr ' ' '\n' <<<"$out" | sed 's/^/r_/')"
-	echo "proxy,$read,$r_rows,$r_bytes,$r_first_row_ms,$r_total_ms,$before,$hwm,$((hwm - before))" >>"$run_dir/results.csv"
+	if out=$("$bin/netprobe" read --timeout 30m --fetch "$f" --query "$query" "$proxy_url" 2>&1); then
+		hwm=$(kib VmHWM)
+		stop_proxy
+		eval "$(tr ' ' '\n' <<<"$out" | sed 's/^/r_/')"
+		echo "proxy,$read,$r_rows,$r_bytes,$r_first_row_ms,$r_total_ms,$before,$hwm,$((hwm - before))" >>"$run_dir/results.csv"
+	elif grep -q 54000 <<<"$out"; then
+		# Read whole within the bound, past it refused (docs/proxy.md).
+		hwm=$(kib VmHWM)
+		stop_proxy
+		echo "proxy,${read}_refused_54000,,,,,$before,$hwm,$((hwm - before))" >>"$run_dir/results.csv"
+	else
+		echo "$out" >&2
+		exit 1
+	fi
 done
 
 # The last read: one row per group gathered to be sorted, past the bound.
@@ -154,10 +176,18 @@ echo "proxy,gathered_$outcome,,,,,$before,$hwm,$((hwm - before))" >>"$run_dir/re
 	echo "finished: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$run_dir/run.txt"
-awk -F, -v held="$held" -v q1="$(query_of concatenated)" -v q2="$(query_of ordered)" -v q3="$(query_of distinct)" -v q4="$(query_of grouped)" '
-BEGIN { query["concatenated"] = q1; query["ordered"] = q2; query["distinct"] = q3; query["grouped"] = q4 }
+awk -F, -v held="$held" -v fetch="$fetch" -v q1="$(query_of concatenated)" -v q2="$(query_of ordered)" -v q3="$(query_of distinct)" -v q4="$(query_of grouped)" -v q5="$(query_of one_shard_in_parts)" '
+BEGIN {
+	query["concatenated"] = q1; query["ordered"] = q2; query["distinct"] = q3; query["grouped"] = q4
+	query["one_shard_in_parts"] = q5 ", " fetch " rows a part"; query["sharded_in_parts"] = q1 ", " fetch " rows a part"
+}
 NR > 1 {
 	if ($1 == "direct") { first[$2] = $5; total[$2] = $6; next }
+	if ($2 ~ /_refused_54000$/ && $2 !~ /^gathered_/) {
+		r = substr($2, 1, length($2) - 14)
+		printf "%s (%s, --max-held-memory %.0f MB): refused_54000; proxy peak growth %.1f MB\n", r, query[r], held / 1048576, $9 / 1024
+		next
+	}
 	if ($2 ~ /^gathered_/) {
 		printf "gathered (SELECT id, count(*) FROM big GROUP BY id ORDER BY count(*) DESC, id, --max-held-memory %.0f MB): %s; proxy peak growth %.1f MB\n", held / 1048576, substr($2, 10), $9 / 1024
 		next

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // ErrNoSamples is returned by Summarize for an empty slice.
@@ -123,6 +124,77 @@ func ReadAnswer(ctx context.Context, dsn, query string) (Read, error) {
 	}
 	r.Total = time.Since(start)
 	return r, nil
+}
+
+// ReadAnswerInParts is ReadAnswer for a client that fetches the answer fetch rows at a
+// time, as JDBC does with a fetch size: in a transaction, one portal, Execute with a row
+// limit until the answer ends, one round trip per part.
+func ReadAnswerInParts(ctx context.Context, dsn, query string, fetch uint32) (Read, error) {
+	if fetch == 0 {
+		return Read{}, errors.New("netprobe: fetch size 0: want at least 1 row a part")
+	}
+	conn, err := pgconn.Connect(ctx, dsn)
+	if err != nil {
+		return Read{}, fmt.Errorf("netprobe: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	stop := context.AfterFunc(ctx, func() { conn.Conn().SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if _, err := conn.Exec(ctx, "BEGIN").ReadAll(); err != nil {
+		return Read{}, fmt.Errorf("netprobe: BEGIN: %w", err)
+	}
+	var r Read
+	start := time.Now()
+	fe := conn.Frontend()
+	fe.Send(&pgproto3.Parse{Query: query})
+	fe.Send(&pgproto3.Bind{DestinationPortal: "parts"})
+	for done := false; !done; {
+		fe.Send(&pgproto3.Execute{Portal: "parts", MaxRows: fetch})
+		fe.Send(&pgproto3.Sync{})
+		if err := fe.Flush(); err != nil {
+			return r, fmt.Errorf("netprobe: %w", err)
+		}
+		var failed error
+		for {
+			msg, err := fe.Receive()
+			if err != nil {
+				return r, fmt.Errorf("netprobe: %w", ctxOr(ctx, err))
+			}
+			switch m := msg.(type) {
+			case *pgproto3.DataRow:
+				if r.Rows == 0 {
+					r.FirstRow = time.Since(start)
+				}
+				r.Rows++
+				for _, v := range m.Values {
+					r.Bytes += int64(len(v))
+				}
+			case *pgproto3.CommandComplete:
+				done = true
+			case *pgproto3.ErrorResponse:
+				failed = pgconn.ErrorResponseToPgError(m)
+			}
+			if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+				break
+			}
+		}
+		if failed != nil {
+			return r, fmt.Errorf("netprobe: %s: %w", query, failed)
+		}
+	}
+	r.Total = time.Since(start)
+	if _, err := conn.Exec(ctx, "COMMIT").ReadAll(); err != nil {
+		return r, fmt.Errorf("netprobe: COMMIT: %w", err)
+	}
+	return r, nil
+}
+
+// ctxOr returns ctx's error when ctx ended (it interrupted err), else err.
+func ctxOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
 // Outcome is what became of an attempt to open a TCP connection.

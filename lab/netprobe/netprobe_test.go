@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,5 +126,30 @@ func TestReadAnswer(t *testing.T) {
 	}
 	if _, err := netprobe.ReadAnswer(context.Background(), dsn, "SELECT * FROM no_such_table"); err == nil {
 		t.Errorf("a failing query: no error")
+	}
+}
+
+func TestReadAnswerInParts(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	const q = "SELECT g, repeat('x', 10) FROM generate_series(1, 1000) g"
+	for _, fetch := range []uint32{1, 7, 1000, 5000} {
+		r, err := netprobe.ReadAnswerInParts(context.Background(), dsn, q, fetch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Rows != 1000 || r.Bytes != 9+180+2700+4+10000 {
+			t.Errorf("fetch %d: rows %d, bytes %d", fetch, r.Rows, r.Bytes)
+		}
+		if r.FirstRow <= 0 || r.FirstRow > r.Total {
+			t.Errorf("fetch %d: first row after %v of %v", fetch, r.FirstRow, r.Total)
+		}
+	}
+	// An error in a later part: every row before it came, and the error names it.
+	r, err := netprobe.ReadAnswerInParts(context.Background(), dsn, "SELECT 1 / (g - 500) FROM generate_series(1, 1000) g", 100)
+	if err == nil || !strings.Contains(err.Error(), "division by zero") || r.Rows != 499 {
+		t.Errorf("a query failing at row 500, 100 rows a part: %d rows, %v", r.Rows, err)
+	}
+	if _, err := netprobe.ReadAnswerInParts(context.Background(), dsn, q, 0); err == nil {
+		t.Errorf("fetch 0: no error")
 	}
 }

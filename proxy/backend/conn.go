@@ -64,6 +64,12 @@ type Conn struct {
 	stmtSeq int
 	evict   []string // names to close with the next round trip
 
+	// portalSeq numbers the portals the proxy names on the connection (NewPortal), so
+	// that no name comes twice in its life; closing lists the ones to close with the
+	// next round trip (ClosePortal).
+	portalSeq int
+	closing   []string
+
 	// base is the pool's interrupt context when the connection was made (see
 	// Pool.InterruptOn), and stopBase ends the watch on it (nil: none); the watch
 	// interrupts the connection only while it is lent (lent), so that idle ones close
@@ -444,7 +450,32 @@ type Statement struct {
 	Prepare bool
 	// Describe asks for the portal's RowDescription, relayed before the rows.
 	Describe bool
+	// Portal names the server portal the statement is bound to ("": the unnamed one),
+	// and MaxRows > 0 stops its Execute after that many rows: the server then answers
+	// PortalSuspended (relayed), and the portal keeps the rest until the transaction
+	// ends (see NewPortal).
+	Portal  string
+	MaxRows uint32
+	// Resume executes Portal again, as an earlier Statement bound it: no Parse, no
+	// Bind, and SQL and the values are not used.
+	Resume bool
 }
+
+// portalPrefix starts the names of the portals the proxy opens on servers.
+const portalPrefix = "shardlab_portal_"
+
+// NewPortal returns a portal name not used before on the connection. A portal lives on
+// the server until its transaction ends (outside a transaction block, until the
+// exchange's Sync), or until ClosePortal.
+func (c *Conn) NewPortal() string {
+	c.portalSeq++
+	return portalPrefix + strconv.Itoa(c.portalSeq)
+}
+
+// ClosePortal closes a portal of the connection's with its next round trip. A portal
+// that ended already (with its transaction) is no error: PostgreSQL closes a name it
+// does not know without complaint, and NewPortal never gives a name twice.
+func (c *Conn) ClosePortal(name string) { c.closing = append(c.closing, name) }
 
 // Exec runs st and relays its answer (rows, command tag, notices) to sink, ending with
 // the server's ReadyForQuery, which is not relayed. A server error is returned as
@@ -500,7 +531,7 @@ func (c *Conn) execOnce(ctx context.Context, prefix []string, st *Statement, sin
 	fe := c.pg.Frontend()
 	name := ""
 	parsed := false
-	if st.Prepare {
+	if st.Prepare && !st.Resume {
 		key := stmtKey{st.SQL, oidKey(st.ParamOIDs)}
 		if n, ok := c.stmts[key]; ok {
 			name = n
@@ -524,24 +555,33 @@ func (c *Conn) execOnce(ctx context.Context, prefix []string, st *Statement, sin
 		fe.Send(&m.close)
 	}
 	c.evict = c.evict[:0]
+	for _, name := range c.closing {
+		m.close = pgproto3.Close{ObjectType: 'P', Name: name}
+		fe.Send(&m.close)
+	}
+	c.closing = c.closing[:0]
 	for _, q := range prefix {
 		m.parse = pgproto3.Parse{Query: q}
 		fe.Send(&m.parse)
 		m.bind = pgproto3.Bind{}
 		fe.Send(&m.bind)
+		m.execute = pgproto3.Execute{}
 		fe.Send(&m.execute)
 	}
-	if name == "" || parsed {
-		m.parse = pgproto3.Parse{Name: name, Query: st.SQL, ParameterOIDs: st.ParamOIDs}
-		fe.Send(&m.parse)
+	if !st.Resume {
+		if name == "" || parsed {
+			m.parse = pgproto3.Parse{Name: name, Query: st.SQL, ParameterOIDs: st.ParamOIDs}
+			fe.Send(&m.parse)
+		}
+		m.bind = pgproto3.Bind{DestinationPortal: st.Portal, PreparedStatement: name, ParameterFormatCodes: st.ParamFormats,
+			Parameters: st.Values, ResultFormatCodes: st.ResultFormats}
+		fe.Send(&m.bind)
+		if st.Describe {
+			m.describe = pgproto3.Describe{ObjectType: 'P', Name: st.Portal}
+			fe.Send(&m.describe)
+		}
 	}
-	m.bind = pgproto3.Bind{PreparedStatement: name, ParameterFormatCodes: st.ParamFormats,
-		Parameters: st.Values, ResultFormatCodes: st.ResultFormats}
-	fe.Send(&m.bind)
-	if st.Describe {
-		m.describe = pgproto3.Describe{ObjectType: 'P'}
-		fe.Send(&m.describe)
-	}
+	m.execute = pgproto3.Execute{Portal: st.Portal, MaxRows: st.MaxRows}
 	fe.Send(&m.execute)
 	fe.Send(&m.sync)
 	m.parse, m.bind = pgproto3.Parse{}, pgproto3.Bind{} // keep no client's data

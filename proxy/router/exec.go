@@ -33,6 +33,9 @@ func prepareOnServer(p *sqlplan.Plan) bool {
 // and suspends the portal.
 func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error {
 	if p.started {
+		if p.server != "" {
+			return s.resume(ctx, p, maxRows)
+		}
 		if p.rows != nil {
 			return s.sendRows(p, maxRows)
 		}
@@ -85,15 +88,24 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 			return err
 		})
 	}
-	if single(b) && maxRows == 0 {
+	if single(b) {
+		// Relayed: the server's answer goes to the client as it comes. With a row
+		// limit, the server's own portal keeps the rest, suspended as the client's is,
+		// so the proxy holds none of it (see resume).
 		p.finished = true
 		t := b.Targets[0]
 		values, oids, formats := sqlexec.TargetParams(t, p.args)
 		st := backend.Statement{SQL: t.SQL, ParamOIDs: oids, Values: values, ParamFormats: formats,
-			ResultFormats: p.resultFormats, Prepare: prepareOnServer(plan)}
+			ResultFormats: p.resultFormats, Prepare: prepareOnServer(plan), MaxRows: maxRows}
 		calls, err := setConfigCallsOf(plan, t.SQL, values, formats, oids)
 		if err != nil {
 			return err
+		}
+		sink := backend.Sink(s.client)
+		var w *suspensions
+		if maxRows > 0 {
+			w = &suspensions{Sink: s.client}
+			sink = w
 		}
 		// A transaction's BEGIN on this data source, if it is the first statement
 		// there, goes in the same round trip.
@@ -102,10 +114,23 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 			if err != nil {
 				return false, err
 			}
-			ran, err := c.ExecAfter(ctx, prefix, &st, s.client)
+			if maxRows > 0 {
+				st.Portal = c.NewPortal()
+			}
+			ran, err := c.ExecAfter(ctx, prefix, &st, sink)
 			sequencesRan(c, discarded, ran)
 			if err == nil && calls != nil {
 				err = s.followSetConfig(ctx, c, t.DataSource, calls)
+			}
+			if err == nil && w != nil && w.suspended {
+				p.started, p.finished = true, false
+				p.server, p.ds = st.Portal, t.DataSource
+				if s.tx.InTransaction() {
+					// Else the server's portal ended with the exchange, as the
+					// client's does at its Sync, which comes next (Execute's
+					// lastInBatch); the connection went back to its pool.
+					p.conn = c
+				}
 			}
 			return ran, err
 		})
@@ -116,10 +141,11 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 		return s.relayRows(ctx, b, p.args, p.resultFormats, false)
 	}
 	if plan.Kind == sqlplan.KindSelect {
-		// A row limit: the answer is read whole now, within the engine's bound on
-		// held memory, and handed out maxRows rows per Execute. Streamed instead, the
-		// shards would have to read the rows the client never asks for when the
-		// portal closes, and one failing there would fail the transaction unseen.
+		// A row limit on several targets: the answer is read whole now, within the
+		// engine's bound on held memory, and handed out maxRows rows per Execute.
+		// Streamed instead, the shards would have to read the rows the client never
+		// asks for when the portal closes, and one failing there would fail the
+		// transaction unseen.
 		res, err := s.engineExecute(ctx, b, p.args, p.resultFormats)
 		if err != nil {
 			return err
@@ -134,6 +160,59 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 	p.started = true
 	p.rest, p.tag = res.Rows, res.Tag
 	return s.sendRest(p, maxRows)
+}
+
+// resume executes a portal whose rest the server keeps suspended (see execute): the
+// server's portal runs on, on the transaction's connection, and its rows go to the
+// client as they come.
+func (s *Session) resume(ctx context.Context, p *portal, maxRows uint32) error {
+	s.running = true
+	defer func() { s.running = false }()
+	st := backend.Statement{Portal: p.server, MaxRows: maxRows, Resume: true}
+	w := &suspensions{Sink: s.client}
+	gone := pgError("34000", "portal does not exist")
+	err := error(gone)
+	if p.conn != nil {
+		err = s.onDataSourceJoining(ctx, p.ds, func(c *backend.Conn, join []string) (bool, error) {
+			if c != p.conn || len(join) > 0 {
+				// Not the connection the portal lives on: the transaction it lived in
+				// ended (endTx drops such portals; this is the guard).
+				return false, gone
+			}
+			_, err := c.ExecAfter(ctx, nil, &st, w)
+			return true, err
+		})
+	}
+	if err != nil || !w.suspended {
+		p.finished, p.server, p.conn = true, "", nil
+	}
+	return err
+}
+
+// suspensions relays an answer and notes whether the server suspended its portal.
+type suspensions struct {
+	backend.Sink
+	suspended bool
+}
+
+func (w *suspensions) Send(msg pgproto3.BackendMessage) {
+	if _, ok := msg.(*pgproto3.PortalSuspended); ok {
+		w.suspended = true
+	}
+	w.Sink.Send(msg)
+}
+
+// dropPortal forgets a client's portal; one whose rest a server keeps is closed there
+// with the connection's next round trip.
+func (s *Session) dropPortal(name string) {
+	p, ok := s.portals[name]
+	if !ok {
+		return
+	}
+	delete(s.portals, name)
+	if p.conn != nil {
+		p.conn.ClosePortal(p.server)
+	}
 }
 
 // engineExecute runs a statement through the SQL core's engine (merges, writes to

@@ -40,6 +40,12 @@ type portal struct {
 	// preRefused is Bind's refusal of a statement whose subqueries Execute evaluates
 	// first (sqlplan.Pre); bound then has no targets.
 	preRefused error
+	// server names the portal that keeps the rest of a one-target answer suspended
+	// on conn, the transaction's connection to data source ds (see resume); "" when
+	// none does.
+	server string
+	conn   *backend.Conn
+	ds     int
 }
 
 func pgError(code, format string, args ...any) *pgconn.PgError {
@@ -178,6 +184,7 @@ func (s *Session) Bind(ctx context.Context, m *pgproto3.Bind) error {
 			p.bound, p.preRefused = &sqlplan.Bound{Plan: st.plan}, err
 		}
 	}
+	s.dropPortal(m.DestinationPortal) // the unnamed portal, which Bind replaces
 	s.portals[m.DestinationPortal] = p
 	s.client.Send(&pgproto3.BindComplete{})
 	return nil
@@ -410,7 +417,7 @@ func (s *Session) Close(kind byte, name string) error {
 	case 'S':
 		delete(s.stmts, name)
 	case 'P':
-		delete(s.portals, name)
+		s.dropPortal(name)
 	default:
 		return s.fail(pgError("08P01", "invalid CLOSE message subtype %d", kind))
 	}

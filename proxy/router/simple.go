@@ -42,7 +42,7 @@ func (s *Session) endQuery() {
 	if !s.explicit {
 		clear(s.portals)
 	} else {
-		delete(s.portals, "")
+		s.dropPortal("")
 	}
 }
 

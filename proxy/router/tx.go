@@ -52,6 +52,13 @@ func (s *Session) endTx(committed bool) {
 	}
 	s.saved = nil
 	s.txLocal = nil
+	for name, p := range s.portals {
+		if p.server != "" {
+			// The server closed it with the transaction, as PostgreSQL closes every
+			// portal then.
+			delete(s.portals, name)
+		}
+	}
 	if s.txDDL {
 		// Plans made on the transaction's view of the schema: forget them, whether it
 		// committed or not.

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -25,10 +26,12 @@ const usage = `Usage:
   netprobe sql [--count N] [--timeout D] DSN
       times N round trips of "SELECT 1" over one connection to DSN and prints
       n=N min_ms=... median_ms=... p99_ms=... max_ms=... mean_ms=... stddev_ms=...
-  netprobe read [--query SQL] [--timeout D] DSN
+  netprobe read [--query SQL] [--fetch N] [--timeout D] DSN
       runs SQL once over one connection to DSN, reads its answer row by row as it
       arrives (keeping none), and prints
       rows=N bytes=B first_row_ms=... total_ms=...
+      --fetch N > 0 fetches it N rows at a time instead, as JDBC's fetch size does
+      (in a transaction, Execute with a row limit until the answer ends)
   netprobe latency [--query SQL] [--key-max N] [--count N] [--rate R] [--seed S]
                    [--out FILE] [--timeout D] DSN
       sends SQL over one connection N times at R a second (0: each as soon as the
@@ -58,6 +61,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	count := fs.Int("count", 200, "sql: timed round trips")
 	query := fs.String("query", "SELECT 1", "read: the statement whose answer is read")
+	fetch := fs.Uint("fetch", 0, "read: rows a part, fetched in parts (0: the whole answer at once)")
 	timeout := fs.Duration("timeout", 10*time.Second, "sql, latency: bound on the whole probe (latency: the run's length plus a minute when not given); dial: bound on opening the connection")
 	keyMax := fs.Int64("key-max", 0, "latency: $1 is drawn from 1 to this (0: the statement takes no parameter)")
 	rate := fs.Float64("rate", 100, "latency: sends a second (0: closed loop)")
@@ -146,7 +150,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "read":
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
-		r, err := netprobe.ReadAnswer(ctx, target, *query)
+		if *fetch > math.MaxUint32 {
+			return fmt.Errorf("%w: --fetch %d: at most %d", ErrUsage, *fetch, uint32(math.MaxUint32))
+		}
+		var r netprobe.Read
+		var err error
+		if *fetch > 0 {
+			r, err = netprobe.ReadAnswerInParts(ctx, target, *query, uint32(*fetch))
+		} else {
+			r, err = netprobe.ReadAnswer(ctx, target, *query)
+		}
 		if err != nil {
 			return err
 		}
