@@ -57,30 +57,53 @@ func TestMaxHeldMemory(t *testing.T) {
 	if n := queryInt(t, c, "SELECT count(*) FROM held"); n != 20000 {
 		t.Errorf("count %d after the refusals, want 20000", n)
 	}
-	// A portal with a row limit reads its answer whole: bounded too.
+	// A portal with a row limit over several shards, in a transaction, reads its
+	// answer whole: bounded too. Alone in its batch outside one, it ends at the Sync
+	// that follows: its first rows stream, and the shards stop.
 	fe := pc.Frontend()
-	fe.Send(&pgproto3.Parse{Query: "SELECT id, v FROM held ORDER BY id"})
-	fe.Send(&pgproto3.Bind{})
-	fe.Send(&pgproto3.Execute{MaxRows: 10})
-	fe.Send(&pgproto3.Sync{})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	code := ""
-	for {
-		msg, err := fe.Receive()
-		if err != nil {
+	limited := func(inTx bool) (code string, rows, suspended int) {
+		t.Helper()
+		if inTx {
+			fe.Send(&pgproto3.Query{String: "BEGIN"})
+		}
+		fe.Send(&pgproto3.Parse{Query: "SELECT id, v FROM held ORDER BY id"})
+		fe.Send(&pgproto3.Bind{})
+		fe.Send(&pgproto3.Execute{MaxRows: 10})
+		fe.Send(&pgproto3.Sync{})
+		if inTx {
+			fe.Send(&pgproto3.Query{String: "ROLLBACK"})
+		}
+		if err := fe.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		if m, ok := msg.(*pgproto3.ErrorResponse); ok {
-			code = m.Code
+		for ready := 0; ready < 1+2*btoi(inTx); {
+			msg, err := fe.Receive()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m := msg.(type) {
+			case *pgproto3.ErrorResponse:
+				code = m.Code
+			case *pgproto3.DataRow:
+				if want := fmt.Sprint(rows); string(m.Values[0]) != want {
+					t.Errorf("row %d: id %s", rows, m.Values[0])
+				}
+				rows++
+			case *pgproto3.PortalSuspended:
+				suspended++
+			case *pgproto3.ReadyForQuery:
+				ready++
+			}
 		}
-		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
-			break
-		}
+		return code, rows, suspended
 	}
-	if code != "54000" {
-		t.Errorf("a row-limited portal over the bound: error %q, want 54000", code)
+	if code, _, _ := limited(true); code != "54000" {
+		t.Errorf("a row-limited portal over the bound, in a transaction: error %q, want 54000", code)
+	}
+	for range 3 { // the connections of the shards stopped are not reused
+		if code, rows, suspended := limited(false); code != "" || rows != 10 || suspended != 1 {
+			t.Errorf("a row-limited portal alone in its batch: error %q, %d rows, %d suspended; want none, 10, 1", code, rows, suspended)
+		}
 	}
 	// On one shard, the server's own portal keeps the rest: the same answer, fetched
 	// in parts, holds nothing in the proxy.
@@ -130,7 +153,6 @@ func TestMaxHeldMemory(t *testing.T) {
 	check("SELECT count(*) FROM held", "")
 	// A write's RETURNING rows are not bounded: the write ran (alone on one shard,
 	// it committed), and its answer says so.
-	// (Executed with a row limit, the answer goes through the engine, read whole.)
 	fe.Send(&pgproto3.Parse{Query: "UPDATE held SET v = 'changed' WHERE id = 5 RETURNING repeat('x', 2000000)"})
 	fe.Send(&pgproto3.Bind{})
 	fe.Send(&pgproto3.Execute{MaxRows: 1})
@@ -154,4 +176,11 @@ func TestMaxHeldMemory(t *testing.T) {
 	if err := c.QueryRow(ctx, "SELECT v FROM held WHERE id = 5").Scan(&v); err != nil || v != "changed" {
 		t.Errorf("after the UPDATE ... RETURNING: %q %v", v, err)
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -117,6 +117,34 @@ func TestSuspendedPortalsAsOnOneServer(t *testing.T) {
 		{[]pgproto3.FrontendMessage{bind("", "one"), exec("", 3), sync}},
 		{[]pgproto3.FrontendMessage{bind("q", "one"), exec("q", 3), exec("q", 4), exec("q", 0), sync}},
 		{[]pgproto3.FrontendMessage{exec("q", 3), sync}},
+		// A portal bound before a savepoint and first run after it outlives a
+		// ROLLBACK TO it; those bound after it do not, and their names are free.
+		{[]pgproto3.FrontendMessage{query("BEGIN")}},
+		{[]pgproto3.FrontendMessage{bind("r", "one"), bind("r2", "ordered"), sync}},
+		{[]pgproto3.FrontendMessage{query("SAVEPOINT s2")}},
+		{[]pgproto3.FrontendMessage{exec("r", 3), exec("r2", 3), bind("c", "one"), exec("c", 3), bind("c2", "ordered"), exec("c2", 3), sync}},
+		{[]pgproto3.FrontendMessage{query("ROLLBACK TO SAVEPOINT s2")}},
+		{[]pgproto3.FrontendMessage{exec("r", 3), exec("r2", 3), bind("c", "one"), exec("c", 2), bind("c2", "ordered"), exec("c2", 2), sync}},
+		{[]pgproto3.FrontendMessage{query("RELEASE SAVEPOINT s2")}},
+		{[]pgproto3.FrontendMessage{exec("r", 2), &pgproto3.Describe{ObjectType: 'P', Name: "c"}, sync}},
+		{[]pgproto3.FrontendMessage{query("ROLLBACK")}},
+		// A portal that failed in a later part runs no more after a ROLLBACK TO.
+		{[]pgproto3.FrontendMessage{query("BEGIN")}},
+		{[]pgproto3.FrontendMessage{bind("d", "bad"), exec("d", 10), sync}},
+		{[]pgproto3.FrontendMessage{query("SAVEPOINT s4")}},
+		{[]pgproto3.FrontendMessage{exec("d", 1000), sync}},
+		{[]pgproto3.FrontendMessage{query("ROLLBACK TO SAVEPOINT s4")}},
+		{[]pgproto3.FrontendMessage{exec("d", 1), sync}},
+		{[]pgproto3.FrontendMessage{query("ROLLBACK")}},
+		// A finished portal executed again: the command with no rows. A portal does
+		// not outlive COMMIT AND CHAIN.
+		{[]pgproto3.FrontendMessage{query("BEGIN")}},
+		{[]pgproto3.FrontendMessage{bind("a2", "one"), exec("a2", 1000), exec("a2", 1000), exec("a2", 1000), sync}},
+		{[]pgproto3.FrontendMessage{bind("a3", "ordered"), exec("a3", 2000), exec("a3", 2000), exec("a3", 2000), sync}},
+		{[]pgproto3.FrontendMessage{bind("a4", "one"), exec("a4", 5), sync}},
+		{[]pgproto3.FrontendMessage{query("COMMIT AND CHAIN")}},
+		{[]pgproto3.FrontendMessage{exec("a4", 5), sync}},
+		{[]pgproto3.FrontendMessage{query("ROLLBACK")}},
 	}
 	transcript := func(t *testing.T, dsn string) []string {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -169,6 +197,9 @@ func TestSuspendedPortalsAsOnOneServer(t *testing.T) {
 				case *pgproto3.ErrorResponse:
 					flush()
 					fmt.Fprintf(&b, " error %s;", m.Code)
+					if m.Code == "34000" || m.Code == "55000" {
+						fmt.Fprintf(&b, " (%s)", m.Message) // names the client's portal
+					}
 				case *pgproto3.PortalSuspended:
 					flush()
 					b.WriteString(" suspended;")

@@ -88,10 +88,12 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 			return err
 		})
 	}
-	if single(b) {
+	if single(b) && (maxRows == 0 || p.sub == s.currentSub()) {
 		// Relayed: the server's answer goes to the client as it comes. With a row
 		// limit, the server's own portal keeps the rest, suspended as the client's is,
-		// so the proxy holds none of it (see resume).
+		// so the proxy holds none of it (see resume). Not when a savepoint began after
+		// the client's Bind: the server's portal would be the savepoint's, and a
+		// ROLLBACK TO it would drop what PostgreSQL keeps.
 		p.finished = true
 		t := b.Targets[0]
 		values, oids, formats := sqlexec.TargetParams(t, p.args)
@@ -140,6 +142,14 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 		p.started, p.finished = true, true
 		return s.relayRows(ctx, b, p.args, p.resultFormats, false)
 	}
+	if plan.Kind == sqlplan.KindSelect && !s.tx.InTransaction() {
+		// A row limit on several targets, alone in its batch outside a transaction
+		// (Execute's lastInBatch; else an implicit transaction began): the portal
+		// ends at the Sync that comes next, so its first rows are all the client
+		// can ever read (JDBC's setMaxRows, Npgsql's SingleRow).
+		p.started, p.finished = true, true
+		return s.relayFirst(ctx, b, p.args, p.resultFormats, maxRows)
+	}
 	if plan.Kind == sqlplan.KindSelect {
 		// A row limit on several targets: the answer is read whole now, within the
 		// engine's bound on held memory, and handed out maxRows rows per Execute.
@@ -170,7 +180,7 @@ func (s *Session) resume(ctx context.Context, p *portal, maxRows uint32) error {
 	defer func() { s.running = false }()
 	st := backend.Statement{Portal: p.server, MaxRows: maxRows, Resume: true}
 	w := &suspensions{Sink: s.client}
-	gone := pgError("34000", "portal does not exist")
+	gone := pgError("34000", "portal %q does not exist", p.name)
 	err := error(gone)
 	if p.conn != nil {
 		err = s.onDataSourceJoining(ctx, p.ds, func(c *backend.Conn, join []string) (bool, error) {
@@ -183,8 +193,12 @@ func (s *Session) resume(ctx context.Context, p *portal, maxRows uint32) error {
 			return true, err
 		})
 	}
-	if err != nil || !w.suspended {
+	if !w.suspended {
 		p.finished, p.server, p.conn = true, "", nil
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "34000" {
+		return gone // the server's names its own portal, not the client's
 	}
 	return err
 }
@@ -234,6 +248,42 @@ func (s *Session) relayRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.
 	}
 	defer rows.Close()
 	return s.relay(rows, describe)
+}
+
+// relayFirst sends the first maxRows rows of a SELECT as they come, then
+// PortalSuspended (as PostgreSQL does even when no row is left) and stops the shards'
+// work when rows are left: their connections are then not reused. An answer of fewer
+// rows ends with its tag.
+func (s *Session) relayFirst(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16, maxRows uint32) error {
+	defer s.multiTarget(b)()
+	rows, err := s.r.engine.Query(ctx, b, args, formats, &s.conns)
+	if err != nil {
+		return err
+	}
+	for n := uint32(0); n < maxRows; n++ {
+		if !rows.Next() {
+			if _, err := rows.Close(); err != nil {
+				return err
+			}
+			// As PostgreSQL's, the tag counts the rows of this Execute.
+			s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT " + strconv.FormatUint(uint64(n), 10))})
+			return nil
+		}
+		s.client.Send(&pgproto3.DataRow{Values: rows.Values()})
+		if (n+1)%relayCheck == 0 && s.client.Flush() != nil {
+			rows.Abort() // the client is gone
+			return nil
+		}
+	}
+	if rows.Next() {
+		rows.Abort()
+	} else {
+		// Ended with the rows sent: the connections go back clean. An error met past
+		// them is not the client's; PostgreSQL would not have reached it.
+		rows.Close()
+	}
+	s.client.Send(&pgproto3.PortalSuspended{})
+	return nil
 }
 
 // multiTarget marks, while a statement with several targets runs, that its data

@@ -26,6 +26,7 @@ type statement struct {
 
 // portal is a bound statement, ready to execute.
 type portal struct {
+	name          string
 	stmt          *statement
 	bound         *sqlplan.Bound // nil for statements the session handles itself
 	args          sqlplan.Args
@@ -46,6 +47,11 @@ type portal struct {
 	server string
 	conn   *backend.Conn
 	ds     int
+	// sub is the subtransaction the portal was made in (Session.currentSub): a
+	// ROLLBACK TO SAVEPOINT drops it with its subtransaction.
+	sub int
+	// failed: an Execute of it failed; PostgreSQL runs such a portal no more.
+	failed bool
 }
 
 func pgError(code, format string, args ...any) *pgconn.PgError {
@@ -157,7 +163,7 @@ func (s *Session) Bind(ctx context.Context, m *pgproto3.Bind) error {
 	if st.plan.NumParams != n && !(st.plan.NumParams == 0 && n == 0) && st.plan.Kind != sqlplan.KindEmpty {
 		return s.fail(pgError("08P01", "bind message supplies %d parameters, but prepared statement %q requires %d", n, st.name, st.plan.NumParams))
 	}
-	p := &portal{stmt: st}
+	p := &portal{stmt: st, name: m.DestinationPortal, sub: s.currentSub()}
 	p.args.Values = copyValues(m.Parameters)
 	if len(m.ParameterFormatCodes) > 0 {
 		p.args.Formats = append([]int16(nil), m.ParameterFormatCodes...)
@@ -378,9 +384,12 @@ func (s *Session) Execute(ctx context.Context, name string, maxRows uint32, last
 	if s.isFailed() && !exitStatement(plan) {
 		return s.fail(failedTx())
 	}
+	if p.failed {
+		return s.fail(pgError("55000", "portal %q cannot be run", name))
+	}
 	if p.finished {
 		// PostgreSQL answers a finished portal with an empty result.
-		s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(emptyTag(p.tag))})
+		s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(emptyTag(plan, p.tag))})
 		return nil
 	}
 	var err error
@@ -397,18 +406,16 @@ func (s *Session) Execute(ctx context.Context, name string, maxRows uint32, last
 		if !lastInBatch {
 			s.beginImplicit()
 		}
-		err = s.execute(ctx, p, maxRows)
+		if err = s.execute(ctx, p, maxRows); err != nil {
+			p.failed = true
+		}
 	}
 	return s.fail(err)
 }
 
 // emptyTag is the tag of a finished portal executed again: the command with no rows.
-func emptyTag(t pgconn.CommandTag) string {
-	switch {
-	case t.Select():
-		return "SELECT 0"
-	}
-	return t.String()
+func emptyTag(plan *sqlplan.Plan, t pgconn.CommandTag) string {
+	return sqlexec.CommandTag(plan.Kind, 0, t).String()
 }
 
 // Close handles a Close message.

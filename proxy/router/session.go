@@ -61,6 +61,7 @@ type Session struct {
 	txSettings []setting
 	txChanged  bool
 	saved      []savedSettings
+	subSeq     int // numbers the subtransactions (savepoints) of the session
 	key        string
 	stmtsSQL   []string
 	// tempPath: the search path names pg_temp, so that DDL without the word TEMP may

@@ -114,6 +114,7 @@ type savedSettings struct {
 	name  string // the savepoint's name, quoted as an identifier
 	list  []setting
 	local int // len(txLocal) then
+	sub   int // the subtransaction the savepoint began (see Session.subSeq)
 }
 
 // currentSettings returns the client's settings as they stand: inside a transaction
@@ -135,7 +136,29 @@ func (s *Session) changeTxSettings(kind setKind, name, sql string) {
 
 // savepointSettings records the settings at a new savepoint.
 func (s *Session) savepointSettings(name string) {
-	s.saved = append(s.saved, savedSettings{name: name, list: s.currentSettings(), local: len(s.txLocal)})
+	s.subSeq++
+	s.saved = append(s.saved, savedSettings{name: name, list: s.currentSettings(), local: len(s.txLocal), sub: s.subSeq})
+}
+
+// currentSub identifies the subtransaction statements run in now: the latest savepoint's
+// (0: none). Numbers only grow, so one begun after another has a greater number.
+func (s *Session) currentSub() int {
+	if len(s.saved) == 0 {
+		return 0
+	}
+	return s.saved[len(s.saved)-1].sub
+}
+
+// dropPortalsFrom drops the portals made in subtransaction sub or a later one, after a
+// ROLLBACK TO SAVEPOINT to the savepoint that began sub, as PostgreSQL drops the
+// portals made in the subtransactions it rolls back (a later number is a child of sub's
+// while sub's savepoint stands).
+func (s *Session) dropPortalsFrom(sub int) {
+	for name, p := range s.portals {
+		if p.sub >= sub {
+			delete(s.portals, name) // a server's portal went with the subtransaction
+		}
+	}
 }
 
 // rollbackSettings brings back the settings of the latest savepoint named name, which

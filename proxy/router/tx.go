@@ -52,13 +52,8 @@ func (s *Session) endTx(committed bool) {
 	}
 	s.saved = nil
 	s.txLocal = nil
-	for name, p := range s.portals {
-		if p.server != "" {
-			// The server closed it with the transaction, as PostgreSQL closes every
-			// portal then.
-			delete(s.portals, name)
-		}
-	}
+	// PostgreSQL drops every portal with its transaction (a server's went with it).
+	clear(s.portals)
 	if s.txDDL {
 		// Plans made on the transaction's view of the schema: forget them, whether it
 		// committed or not.
@@ -174,7 +169,9 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 		case sqlplan.TxRollbackTo:
 			if err = s.tx.RollbackTo(ctx, name); err == nil {
 				s.failed = false
-				if s.rollbackSettings(name, false) {
+				changed := s.rollbackSettings(name, false)
+				s.dropPortalsFrom(s.currentSub()) // the savepoint's, which stays
+				if changed {
 					err = s.restoreSettings(ctx)
 				}
 			}
