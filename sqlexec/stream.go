@@ -192,6 +192,25 @@ func (e *Engine) Query(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args,
 	if s, ok := conns.(*Session); ok && oneTarget(b) {
 		return e.queryOne(ctx, b, args, resultFormats, s)
 	}
+	return e.query(ctx, b, args, resultFormats, conns, false)
+}
+
+// QueryInParts is Query for an answer read in parts between which the caller runs
+// other statements on the same connections, inside a transaction (a portal executed
+// with a row limit, Execute after Execute). Each target runs as a portal on its data
+// source's server, and the merge fetches its rows in batches when it needs them, each
+// batch its own round trip: between two calls of Next that do not need a batch, no
+// connection is busy, and what the server has not sent waits there. Rows read ahead
+// are at most a batch per target. ctx must last as long as the Rows. An answer that
+// cannot be streamed (see streamable) is read whole, as Query reads it.
+func (e *Engine) QueryInParts(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, resultFormats []int16, conns Conns) (*Rows, error) {
+	if !conns.InTransaction() {
+		return nil, errors.New("sqlexec: an answer read in parts needs a transaction: its portals end with it")
+	}
+	return e.query(ctx, b, args, resultFormats, conns, true)
+}
+
+func (e *Engine) query(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, resultFormats []int16, conns Conns, inParts bool) (*Rows, error) {
 	if !streamable(b) {
 		res, err := e.Execute(ctx, b, args, resultFormats, conns)
 		if err != nil {
@@ -215,7 +234,16 @@ func (e *Engine) Query(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args,
 		// sort under the tables' collations, which textCollation then tells.
 		coll, collErr = e.textCollation(ctx, b)
 	}
-	st := e.startStream(ctx, b, args, shardFormats, conns)
+	var st *stream
+	if inParts {
+		st = e.startParts(ctx, b, args, shardFormats, conns)
+		if err := st.parts.bind(st); err != nil {
+			st.close(true)
+			return nil, err
+		}
+	} else {
+		st = e.startStream(ctx, b, args, shardFormats, conns)
+	}
 	st.client = resultFormats
 	whole, err := st.prime(coll, collErr)
 	if err != nil {
@@ -336,6 +364,8 @@ type stream struct {
 	mcols      []colType   // the merged rows' column types
 	sorting    bool        // the groups are being gathered for the final sort
 	gathered   [][][]byte  // the sorted groups, handed out from the front
+
+	parts *parts // the targets' portals, when the answer is read in parts (nil: readers)
 }
 
 // startStream starts reading every target: one goroutine per data source runs its
@@ -417,24 +447,7 @@ func sendResult(ctx context.Context, rr *pgconn.ResultReader, out chan<- batch) 
 		}
 	}
 	for rr.NextRow() {
-		src := rr.Values()
-		need := 0
-		for _, v := range src {
-			need += len(v)
-		}
-		if cap(buf)-len(buf) < need {
-			// Buffers grow from small to a batch's size, so that a short answer (one
-			// row, most often) does not cost a batch's allocation.
-			buf = make([]byte, 0, max(need, min(batchBytes, max(firstBuffer, 2*cap(buf)))))
-		}
-		row := make([][]byte, len(src))
-		for i, v := range src {
-			if v != nil {
-				start := len(buf)
-				buf = append(buf, v...)
-				row[i] = buf[start:len(buf):len(buf)]
-			}
-		}
+		row, need := copyRow(&buf, rr.Values())
 		b.rows = append(b.rows, row)
 		size += need
 		// The first row goes at once: the time to an answer's first row does not wait
@@ -454,21 +467,51 @@ func sendResult(ctx context.Context, rr *pgconn.ResultReader, out chan<- batch) 
 	return sent, send()
 }
 
+// copyRow copies a row's values out of the connection's buffer into *buf, which it
+// replaces by a larger one when they do not fit; need is their size.
+func copyRow(buf *[]byte, src [][]byte) (row [][]byte, need int) {
+	for _, v := range src {
+		need += len(v)
+	}
+	if cap(*buf)-len(*buf) < need {
+		// Buffers grow from small to a batch's size, so that a short answer (one row,
+		// most often) does not cost a batch's allocation.
+		*buf = make([]byte, 0, max(need, min(batchBytes, max(firstBuffer, 2*cap(*buf)))))
+	}
+	row = make([][]byte, len(src))
+	for i, v := range src {
+		if v != nil {
+			start := len(*buf)
+			*buf = append(*buf, v...)
+			row[i] = (*buf)[start:len(*buf):len(*buf)]
+		}
+	}
+	return row, need
+}
+
 // fill makes the cursor hold an unread row, or end; a target whose data source failed
 // reports its error.
 func (st *stream) fill(c *cursor) error {
 	for c.pos >= len(c.rows) && !c.ended {
-		bt, open := <-c.ch
 		ds := st.b.Targets[c.target].DataSource
-		if !open {
-			err := st.errs[ds]
-			if errors.Is(err, ErrTxAborted) {
-				ds, err = st.cause(ds, err)
+		var bt batch
+		if st.parts != nil {
+			var err error
+			if bt, err = st.parts.fetch(st, c); err != nil {
+				return st.e.shardErr(ds, err)
 			}
-			if err == nil {
-				err = fmt.Errorf("sqlexec: the answer ended before its end")
+		} else {
+			var open bool
+			if bt, open = <-c.ch; !open {
+				err := st.errs[ds]
+				if errors.Is(err, ErrTxAborted) {
+					ds, err = st.cause(ds, err)
+				}
+				if err == nil {
+					err = fmt.Errorf("sqlexec: the answer ended before its end")
+				}
+				return st.e.shardErr(ds, err)
 			}
-			return st.e.shardErr(ds, err)
 		}
 		if bt.fields != nil && c.fields == nil {
 			c.fields = bt.fields
@@ -684,6 +727,9 @@ func (st *stream) readAll() ([]targetResult, error) {
 // dropped, so that the connections stay usable; with abort (or when a target failed)
 // the targets are cancelled. It waits for the readers and releases the connections.
 func (st *stream) close(abort bool) error {
+	if st.parts != nil {
+		return st.parts.close(st)
+	}
 	var err error
 	if !abort {
 		for _, c := range st.curs {

@@ -37,6 +37,7 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 			return s.resume(ctx, p, maxRows)
 		}
 		if p.rows != nil {
+			defer s.multiTarget(p.bound)()
 			return s.sendRows(p, maxRows)
 		}
 		return s.sendRest(p, maxRows)
@@ -150,12 +151,23 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 		p.started, p.finished = true, true
 		return s.relayFirst(ctx, b, p.args, p.resultFormats, maxRows)
 	}
+	if plan.Kind == sqlplan.KindSelect && p.sub == s.currentSub() {
+		// A row limit on several targets in a transaction: each shard's part is a
+		// portal there, fetched in batches as the merge needs them
+		// (sqlexec.Engine.QueryInParts); the rest waits in the servers. Not when a
+		// savepoint began after the client's Bind (see above).
+		defer s.multiTarget(b)()
+		rows, err := s.r.engine.QueryInParts(ctx, b, p.args, p.resultFormats, &s.conns)
+		if err != nil {
+			return err
+		}
+		p.started, p.rows = true, rows
+		return s.sendRows(p, maxRows)
+	}
 	if plan.Kind == sqlplan.KindSelect {
-		// A row limit on several targets: the answer is read whole now, within the
-		// engine's bound on held memory, and handed out maxRows rows per Execute.
-		// Streamed instead, the shards would have to read the rows the client never
-		// asks for when the portal closes, and one failing there would fail the
-		// transaction unseen.
+		// A row limit on several targets, in a savepoint begun after the client's
+		// Bind: the answer is read whole now, within the engine's bound on held
+		// memory, and handed out maxRows rows per Execute.
 		res, err := s.engineExecute(ctx, b, p.args, p.resultFormats)
 		if err != nil {
 			return err
@@ -226,6 +238,9 @@ func (s *Session) dropPortal(name string) {
 	delete(s.portals, name)
 	if p.conn != nil {
 		p.conn.ClosePortal(p.server)
+	}
+	if p.rows != nil && s.tx.InTransaction() {
+		p.rows.Close() // closes the shards' portals of an answer read in parts
 	}
 }
 

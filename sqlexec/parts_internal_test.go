@@ -1,0 +1,160 @@
+package sqlexec
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/rules"
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// TestQueryInParts reads cross-shard answers in parts inside a transaction, on real
+// servers: the sort merge comes out whole and in order while the transaction runs other
+// statements on the same connections between parts (which readers holding the
+// connections could not allow); an answer closed early leaves no portal open on the
+// shards; a row that fails in a later part fails the transaction; and outside a
+// transaction the engine refuses, since the portals would end with the first part.
+func TestQueryInParts(t *testing.T) {
+	ctx := context.Background()
+	dsns := []string{pgtest.NewDatabase(t, "parts0"), pgtest.NewDatabase(t, "parts1")}
+	r := rules.Rules{Tables: []rules.Table{{Name: "kv", Strategy: rules.Strategy{Column: "k", Type: rules.TypeInt4, Algorithm: rules.AlgorithmMod}}}}
+	for i, d := range dsns {
+		r.DataSources = append(r.DataSources, rules.DataSource{Name: fmt.Sprintf("ds_%d", i), DSN: d})
+	}
+	compiled, err := rules.Compile(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(ctx, compiled, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const n = 2000
+	if _, err := db.SimpleExec(ctx, "CREATE TABLE kv (k int PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	var values []string
+	for k := range n {
+		values = append(values, fmt.Sprintf("(%d, '%s')", k, strings.Repeat("v", k%50)))
+	}
+	if _, err := db.SimpleExec(ctx, "INSERT INTO kv VALUES "+strings.Join(values, ", ")); err != nil {
+		t.Fatal(err)
+	}
+	bound := func(sql string) *sqlplan.Bound {
+		t.Helper()
+		plan, err := db.planner.Prepare(ctx, sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := plan.Bind(sqlplan.Args{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !b.MultiTarget() {
+			t.Fatalf("%s: one target", sql)
+		}
+		return b
+	}
+	// openPortals counts the protocol-level portals open in the transaction, on every
+	// data source.
+	openPortals := func(s *Session) int {
+		t.Helper()
+		total := 0
+		for ds := range dsns {
+			err := s.Run(ctx, ds, func(pg *pgconn.PgConn) error {
+				res, err := pg.Exec(ctx, "SELECT count(*) FROM pg_cursors WHERE name LIKE '"+portalPrefix+"%'").ReadAll()
+				if err != nil {
+					return err
+				}
+				var k int
+				fmt.Sscan(string(res[0].Rows[0][0]), &k)
+				total += k
+				return nil
+			})
+			s.Release(ds, err)
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return total
+	}
+
+	if _, err := db.engine.QueryInParts(ctx, bound("SELECT k, v FROM kv ORDER BY k"), sqlplan.Args{}, nil, NewSession(db.pools, db.committer)); err == nil {
+		t.Error("in parts outside a transaction: no error")
+	}
+
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.engine.QueryInParts(ctx, bound("SELECT k, v FROM kv ORDER BY k DESC"), sqlplan.Args{}, nil, tx.s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := openPortals(tx.s); got != 2 {
+		t.Errorf("%d portals open on the shards after the first part, want 2 (one a target)", got)
+	}
+	want := n - 1
+	for rows.Next() {
+		if got := string(rows.Values()[0]); got != fmt.Sprint(want) {
+			t.Fatalf("row %d: k %s, want %d", n-1-want, got, want)
+		}
+		if want%500 == 0 {
+			// Another statement on the same connections, between two parts.
+			if _, err := tx.Exec(ctx, "UPDATE kv SET v = 'seen' WHERE k = $1 OR k = $1 + 1", sqlplan.Args{Values: [][]byte{[]byte(fmt.Sprint(want))}}, nil); err != nil {
+				t.Fatalf("a statement between parts: %v", err)
+			}
+		}
+		want--
+	}
+	if tag, err := rows.Close(); err != nil || want != -1 || tag.String() != fmt.Sprintf("SELECT %d", n) {
+		t.Fatalf("after %d rows: %v %v", n-1-want, tag, err)
+	}
+
+	// Closed early: its portals close on the shards.
+	before := openPortals(tx.s)
+	rows, err = db.engine.QueryInParts(ctx, bound("SELECT k, v FROM kv"), sqlplan.Args{}, nil, tx.s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if !rows.Next() {
+			t.Fatal("fewer than 5 rows")
+		}
+	}
+	if _, err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := openPortals(tx.s); after != before {
+		t.Errorf("%d portals open after closing an answer read in part, %d before it", after, before)
+	}
+
+	// A row failing in a later part fails the transaction.
+	rows, err = db.engine.QueryInParts(ctx, bound("SELECT k, 10 / (k - 1500) FROM kv ORDER BY k"), sqlplan.Args{}, nil, tx.s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := 0
+	for rows.Next() {
+		read++
+	}
+	if _, err := rows.Close(); sqlplan.Code(err) != "22012" || read < 1000 || read >= 1500 {
+		t.Errorf("a row failing in a later part: %d rows, then %v; want some rows, then 22012", read, err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT count(*) FROM kv", sqlplan.Args{}, nil); sqlplan.Code(err) != "25P02" {
+		t.Errorf("after the failure: %v, want 25P02", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := db.Exec(ctx, "SELECT count(*) FROM kv WHERE v = 'seen'", sqlplan.Args{}, nil)
+	if err != nil || string(res.Rows[0][0]) != "0" {
+		t.Errorf("after ROLLBACK: %v %v rows changed between parts remain", res, err)
+	}
+}
