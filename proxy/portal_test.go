@@ -145,6 +145,29 @@ func TestSuspendedPortalsAsOnOneServer(t *testing.T) {
 		{[]pgproto3.FrontendMessage{query("COMMIT AND CHAIN")}},
 		{[]pgproto3.FrontendMessage{exec("a4", 5), sync}},
 		{[]pgproto3.FrontendMessage{query("ROLLBACK")}},
+		// A row-limited portal over several shards alone in its batch leaves the
+		// session's connections as they were (a temporary table pins them).
+		{[]pgproto3.FrontendMessage{query("CREATE TEMP TABLE tt (x int)")}},
+		{[]pgproto3.FrontendMessage{bind("", "ordered"), exec("", 1), sync}},
+		{[]pgproto3.FrontendMessage{bind("", "ordered"), exec("", 3000), sync}},
+		{[]pgproto3.FrontendMessage{query("SELECT count(*) FROM tt")}},
+		// A portal that answers no rows runs once: executed again it fails, and so
+		// does its batch. One that answers rows answers none.
+		{[]pgproto3.FrontendMessage{parse("ins2", "INSERT INTO pk VALUES (9, 99999, 'twice')"), bind("", "ins2"), exec("", 0), exec("", 0), sync}},
+		{[]pgproto3.FrontendMessage{query("SELECT count(*) FROM pk WHERE id = 99999")}},
+		{[]pgproto3.FrontendMessage{parse("sh", "SHOW DateStyle"), bind("s1", "sh"), exec("s1", 0), exec("s1", 0), sync}},
+		{[]pgproto3.FrontendMessage{query("BEGIN")}},
+		{[]pgproto3.FrontendMessage{parse("sp", "SAVEPOINT z"), bind("z1", "sp"), exec("z1", 0), exec("z1", 0), sync}},
+		{[]pgproto3.FrontendMessage{query("ROLLBACK")}},
+		// A write's RETURNING rows over several shards, in parts: suspended after a
+		// full part, and the last tag counts its own rows.
+		{[]pgproto3.FrontendMessage{query("BEGIN")}},
+		{[]pgproto3.FrontendMessage{parse("ret", "INSERT INTO pt VALUES (200001, 'a'), (200002, 'b'), (200003, 'c') RETURNING id"), bind("w", "ret"), exec("w", 3), exec("w", 1), sync}},
+		{[]pgproto3.FrontendMessage{bind("w2", "ret"), sync}},
+		{[]pgproto3.FrontendMessage{query("ROLLBACK")}},
+		{[]pgproto3.FrontendMessage{query("BEGIN")}},
+		{[]pgproto3.FrontendMessage{bind("w3", "ret"), exec("w3", 2), exec("w3", 2), exec("w3", 2), sync}},
+		{[]pgproto3.FrontendMessage{query("ROLLBACK")}},
 	}
 	transcript := func(t *testing.T, dsn string) []string {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -28,7 +28,7 @@ type insertSpec struct {
 }
 
 func (a *analyzer) analyzeUpdate(u *pg.UpdateStmt) error {
-	a.plan.Kind, a.plan.Write = KindUpdate, true
+	a.plan.Kind, a.plan.Write, a.plan.Returning = KindUpdate, true, len(u.ReturningList) > 0
 	a.noteParams(u)
 	if hasSublink(u) {
 		a.pre = a.buildPre(&pg.Node{Node: &pg.Node_UpdateStmt{UpdateStmt: u}}, u.WithClause)
@@ -71,7 +71,7 @@ func (a *analyzer) analyzeUpdate(u *pg.UpdateStmt) error {
 }
 
 func (a *analyzer) analyzeDelete(d *pg.DeleteStmt) error {
-	a.plan.Kind, a.plan.Write = KindDelete, true
+	a.plan.Kind, a.plan.Write, a.plan.Returning = KindDelete, true, len(d.ReturningList) > 0
 	a.noteParams(d)
 	if hasSublink(d) {
 		a.pre = a.buildPre(&pg.Node{Node: &pg.Node_DeleteStmt{DeleteStmt: d}}, d.WithClause)
@@ -162,7 +162,7 @@ func (a *analyzer) checkWriteTarget(target *tableRef) error {
 }
 
 func (a *analyzer) analyzeInsert(ins *pg.InsertStmt) error {
-	a.plan.Kind, a.plan.Write = KindInsert, true
+	a.plan.Kind, a.plan.Write, a.plan.Returning = KindInsert, true, len(ins.ReturningList) > 0
 	a.noteParams(ins)
 	if sel := ins.SelectStmt.GetSelectStmt(); sel != nil && !(len(sel.ValuesLists) > 0 && sel.Op == pg.SetOperation_SETOP_NONE) {
 		if r := a.p.rules.Lookup(ins.Relation.Relname); r != nil && r.Kind == rules.KindSharded && ins.Relation.Catalogname == "" && !a.p.rules.OneShard() &&

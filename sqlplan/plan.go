@@ -101,6 +101,8 @@ type Plan struct {
 	Tables []string
 	// Write is true for statements that change data or schema.
 	Write bool
+	// Returning is set for an INSERT, UPDATE or DELETE with RETURNING: it answers rows.
+	Returning bool
 	// NoTransaction is set for statements PostgreSQL refuses inside a transaction block
 	// (VACUUM, CREATE INDEX CONCURRENTLY): they are never wrapped in one.
 	NoTransaction bool

@@ -143,14 +143,6 @@ func (s *Session) execute(ctx context.Context, p *portal, maxRows uint32) error 
 		p.started, p.finished = true, true
 		return s.relayRows(ctx, b, p.args, p.resultFormats, false)
 	}
-	if plan.Kind == sqlplan.KindSelect && !s.tx.InTransaction() {
-		// A row limit on several targets, alone in its batch outside a transaction
-		// (Execute's lastInBatch; else an implicit transaction began): the portal
-		// ends at the Sync that comes next, so its first rows are all the client
-		// can ever read (JDBC's setMaxRows, Npgsql's SingleRow).
-		p.started, p.finished = true, true
-		return s.relayFirst(ctx, b, p.args, p.resultFormats, maxRows)
-	}
 	if plan.Kind == sqlplan.KindSelect && p.sub == s.currentSub() {
 		// A row limit on several targets in a transaction: each shard's part is a
 		// portal there, fetched in batches as the merge needs them
@@ -265,42 +257,6 @@ func (s *Session) relayRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.
 	return s.relay(rows, describe)
 }
 
-// relayFirst sends the first maxRows rows of a SELECT as they come, then
-// PortalSuspended (as PostgreSQL does even when no row is left) and stops the shards'
-// work when rows are left: their connections are then not reused. An answer of fewer
-// rows ends with its tag.
-func (s *Session) relayFirst(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16, maxRows uint32) error {
-	defer s.multiTarget(b)()
-	rows, err := s.r.engine.Query(ctx, b, args, formats, &s.conns)
-	if err != nil {
-		return err
-	}
-	for n := uint32(0); n < maxRows; n++ {
-		if !rows.Next() {
-			if _, err := rows.Close(); err != nil {
-				return err
-			}
-			// As PostgreSQL's, the tag counts the rows of this Execute.
-			s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT " + strconv.FormatUint(uint64(n), 10))})
-			return nil
-		}
-		s.client.Send(&pgproto3.DataRow{Values: rows.Values()})
-		if (n+1)%relayCheck == 0 && s.client.Flush() != nil {
-			rows.Abort() // the client is gone
-			return nil
-		}
-	}
-	if rows.Next() {
-		rows.Abort()
-	} else {
-		// Ended with the rows sent: the connections go back clean. An error met past
-		// them is not the client's; PostgreSQL would not have reached it.
-		rows.Close()
-	}
-	s.client.Send(&pgproto3.PortalSuspended{})
-	return nil
-}
-
 // multiTarget marks, while a statement with several targets runs, that its data
 // sources may join the transaction concurrently, so that each is bounded at once (see
 // conns); the returned function ends the mark.
@@ -375,12 +331,17 @@ func (s *Session) sendRest(p *portal, maxRows uint32) error {
 		s.client.Send(&pgproto3.DataRow{Values: row})
 	}
 	p.rest = p.rest[len(rows):]
-	if maxRows > 0 && len(rows) == int(maxRows) && len(p.rest) > 0 {
+	if maxRows > 0 && len(rows) == int(maxRows) {
+		// As PostgreSQL, which suspends even when no row is left.
 		s.client.Send(&pgproto3.PortalSuspended{})
 		return nil
 	}
 	p.finished = true
-	s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(p.tag.String())})
+	tag := p.tag
+	if returnsRows(p.stmt.plan) == yes {
+		tag = sqlexec.CommandTag(p.stmt.plan.Kind, int64(len(rows)), tag) // this Execute's rows, as PostgreSQL counts
+	}
+	s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(tag.String())})
 	return nil
 }
 

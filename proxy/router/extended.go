@@ -388,7 +388,11 @@ func (s *Session) Execute(ctx context.Context, name string, maxRows uint32, last
 		return s.fail(pgError("55000", "portal %q cannot be run", name))
 	}
 	if p.finished {
-		// PostgreSQL answers a finished portal with an empty result.
+		if returnsRows(plan) == no {
+			// PostgreSQL marks the portal of a statement that answers no rows done.
+			return s.fail(pgError("55000", "portal %q cannot be run", name))
+		}
+		// And answers one that answers rows with none.
 		s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte(emptyTag(plan, p.tag))})
 		return nil
 	}
@@ -398,23 +402,80 @@ func (s *Session) Execute(ctx context.Context, name string, maxRows uint32, last
 		s.client.Send(&pgproto3.EmptyQueryResponse{})
 	case sqlplan.KindTransaction:
 		err = s.transaction(ctx, plan)
+		p.finished = true
 	case sqlplan.KindSet:
 		err = s.set(ctx, plan.SQL)
+		p.finished = true
 	case sqlplan.KindDiscard:
 		err = s.discardStatement(ctx, plan.SQL)
+		p.finished = true
 	default:
-		if !lastInBatch {
+		// A row-limited SELECT over several shards alone in its batch outside a
+		// transaction runs in an implicit one all the same: its shards' portals
+		// (fetched in parts) end at the Sync that comes next, with nothing more read.
+		if !lastInBatch || maxRows > 0 && plan.Kind == sqlplan.KindSelect && p.bound != nil && p.preRefused == nil &&
+			plan.Feed == nil && !single(p.bound) && !p.bound.Coordinated() {
 			s.beginImplicit()
 		}
-		if err = s.execute(ctx, p, maxRows); err != nil {
+		started := p.started
+		if err = s.execute(ctx, p, maxRows); err != nil && (started || ranOnServer(err)) {
+			// PostgreSQL runs a portal that failed no more; an error the proxy
+			// raised before the portal ran (a refusal) is met again instead.
 			p.failed = true
 		}
 	}
 	return s.fail(err)
 }
 
-// emptyTag is the tag of a finished portal executed again: the command with no rows.
+// ranOnServer reports whether err is a server's answer to a statement that ran, not
+// the proxy's refusal or bound.
+func ranOnServer(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || errors.Is(err, sqlplan.ErrUnsupported) {
+		return false
+	}
+	switch pe.Code {
+	case "54000", "53300", "0A000":
+		return false
+	}
+	return true
+}
+
+// answers tells what returnsRows knows.
+type answers int
+
+const (
+	unknown answers = iota
+	no
+	yes
+)
+
+// returnsRows tells whether a statement answers rows (a SELECT, SHOW, EXPLAIN, a write
+// with RETURNING) or not (other writes, DDL, LOCK, transaction statements, SET).
+func returnsRows(plan *sqlplan.Plan) answers {
+	switch plan.Kind {
+	case sqlplan.KindSelect, sqlplan.KindShow, sqlplan.KindExplain, sqlplan.KindCoordinator:
+		return yes
+	case sqlplan.KindInsert, sqlplan.KindUpdate, sqlplan.KindDelete:
+		if plan.Returning {
+			return yes
+		}
+		return no
+	case sqlplan.KindDDL, sqlplan.KindLock, sqlplan.KindTransaction, sqlplan.KindSet, sqlplan.KindDiscard:
+		return no
+	}
+	return unknown
+}
+
+// emptyTag is the tag of a finished portal that answers rows, executed again: the
+// command with no rows.
 func emptyTag(plan *sqlplan.Plan, t pgconn.CommandTag) string {
+	switch plan.Kind {
+	case sqlplan.KindShow:
+		return "SHOW"
+	case sqlplan.KindExplain:
+		return "EXPLAIN"
+	}
 	return sqlexec.CommandTag(plan.Kind, 0, t).String()
 }
 
