@@ -110,8 +110,19 @@ func (h *heldBudget) give(n int) {
 // heldError is the failure of a statement that would hold more than the bound.
 func heldError(limit int64) error {
 	return &pgconn.PgError{Severity: "ERROR", Code: "54000",
-		Message: fmt.Sprintf("shardlab: the answer needs more than %d MB of rows held in memory to be merged", limit>>20),
+		Message: fmt.Sprintf("shardlab: the answer needs more than %s of rows held in memory to be merged", sizeOf(limit)),
 		Hint:    "Aggregates, DISTINCT and sorts of text under a collation are merged from every shard's whole answer; narrow the statement, pin it to one shard, or raise the bound (shard-proxy --max-held-memory, sqlexec.Engine.SetMaxHeld)."}
+}
+
+// sizeOf writes a byte count for people: in MB from 1 MB up, else in kB or bytes.
+func sizeOf(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return strconv.FormatInt(n>>20, 10) + " MB"
+	case n >= 1<<10:
+		return strconv.FormatInt(n>>10, 10) + " kB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
 }
 
 // NewEngine returns an engine for rules; cat answers collation questions (it may be

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -339,5 +340,13 @@ func TestLateTimestampsOrder(t *testing.T) {
 	}
 	if compare(a, b) >= 0 {
 		t.Errorf("2024 compares %d to the year 294250, want -1", compare(a, b))
+	}
+}
+
+func TestHeldErrorNamesTheBound(t *testing.T) {
+	for limit, want := range map[int64]string{64 << 20: "64 MB", 1 << 20: "1 MB", 300 << 10: "300 kB", 1000: "1000 bytes"} {
+		if msg := heldError(limit).Error(); !strings.Contains(msg, "more than "+want+" of rows") {
+			t.Errorf("bound %d: %q, want it to name %s", limit, msg, want)
+		}
 	}
 }
