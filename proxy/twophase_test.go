@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/shardlab/shardlab/internal/pgtest"
 	"github.com/shardlab/shardlab/proxy"
@@ -357,4 +358,61 @@ func adminHelp(t *testing.T, e *env) string {
 		lines = append(lines, string(r[0]))
 	}
 	return fmt.Sprint(lines)
+}
+
+// TestReadInPartsOneByOne: a row-limited SELECT over several shards alone in its batch
+// runs in an implicit transaction (its shards' portals are fetched in parts) that
+// commits each data source on its own, as autocommit would have: under --two-phase it
+// takes no decision record and prepares nothing, so it answers under
+// default_transaction_read_only as PostgreSQL does.
+func TestReadInPartsOneByOne(t *testing.T) {
+	a := pgtest.StartClusterWith(t, "max_prepared_transactions = 20")
+	dsns := []string{a.NewDatabase("oneby_s0"), a.NewDatabase("oneby_s1")}
+	e := startProxyOn(t, shardedRules(dsns, []string{"pt=id"}, nil), func(c *proxy.Config) {
+		c.TwoPhase, c.AdminDatabase = true, "shardlab"
+	})
+	c := e.connect(t)
+	exec1(t, c, "CREATE TABLE pt (id int PRIMARY KEY)")
+	exec1(t, c, "INSERT INTO pt SELECT g FROM generate_series(1, 100) g")
+	pc := e.pgconnect(t)
+	ctx := context.Background()
+	if _, err := pc.Exec(ctx, "SET default_transaction_read_only = on").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	fe := pc.Frontend()
+	for range 3 {
+		fe.Send(&pgproto3.Parse{Query: "SELECT id FROM pt ORDER BY id"})
+		fe.Send(&pgproto3.Bind{})
+		fe.Send(&pgproto3.Execute{MaxRows: 2})
+		fe.Send(&pgproto3.Sync{})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			msg, err := fe.Receive()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m := msg.(type) {
+			case *pgproto3.DataRow:
+				got = append(got, string(m.Values[0]))
+			case *pgproto3.PortalSuspended:
+				got = append(got, "suspended")
+			case *pgproto3.ErrorResponse:
+				got = append(got, "error "+m.Code+" "+m.Message)
+			}
+			if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+				break
+			}
+		}
+		if strings.Join(got, ",") != "1,2,suspended" {
+			t.Fatalf("read-only, two rows of a cross-shard SELECT: %q, want 1, 2, suspended", got)
+		}
+	}
+	for ds := range dsns {
+		if n := queryInt(t, e.shard(t, ds), "SELECT count(*) FROM pg_prepared_xacts"); n != 0 {
+			t.Errorf("data source %d: %d prepared transactions", ds, n)
+		}
+	}
 }

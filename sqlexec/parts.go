@@ -2,8 +2,10 @@ package sqlexec
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,9 +22,15 @@ import (
 // Between fetches the connections are idle inside the caller's transaction, which
 // keeps the portals until it ends.
 
-// partsFirstRows is how many rows a target's first fetch asks for; later fetches ask
-// for about batchBytes of rows, at the size of the rows met so far, within batchRows.
-const partsFirstRows = 32
+// A target's first fetch asks for one row: the size of its rows is not known yet, and a
+// sort merge needs no more of it to start. Later fetches ask for about partsBytes of
+// rows at the size met so far, within partsRows, and no more than the caller said it
+// will read next (Rows.FetchHint). Each fetch is a round trip the merge waits for, so
+// its parts are larger than a stream's batches.
+const (
+	partsBytes = 256 << 10
+	partsRows  = 1024
+)
 
 // portalSeq numbers the portals of answers read in parts, so that no name comes twice
 // on a connection.
@@ -36,10 +44,11 @@ type parts struct {
 	ctx     context.Context
 	args    sqlplan.Args
 	formats []int16
-	names   []string                    // by target: its portal
-	fields  [][]pgconn.FieldDescription // by target: its columns, until its first fetch
-	want    []uint32                    // by target: rows its next fetch asks for
-	used    map[int]bool
+	names   []string // by target: its portal
+	first   []*batch // by target: its first fetch, made when it was bound, until read
+	want    []uint32 // by target: rows its next fetch asks for
+	hint    uint32   // rows the caller reads next (0: not known)
+	used    []int    // the data sources, in order
 }
 
 // startParts prepares a stream whose targets are fetched in parts; bind binds them.
@@ -49,85 +58,97 @@ func (e *Engine) startParts(ctx context.Context, b *sqlplan.Bound, args sqlplan.
 		st.skip, st.left = max(b.Offset, 0), b.Limit
 	}
 	st.parts = &parts{ctx: ctx, args: args, formats: formats, names: make([]string, len(b.Targets)),
-		fields: make([][]pgconn.FieldDescription, len(b.Targets)), want: make([]uint32, len(b.Targets)), used: map[int]bool{}}
+		first: make([]*batch, len(b.Targets)), want: make([]uint32, len(b.Targets))}
 	for i := range b.Targets {
 		st.curs = append(st.curs, &cursor{target: i})
-		st.parts.want[i] = partsFirstRows
 	}
 	return st
 }
 
-// bind binds every target's portal and learns its columns, in one exchange per data
-// source, the data sources one after another in their order (as a transaction's
-// statements take them).
+// bind binds every target's portal and fetches its first row, in one exchange per data
+// source, the data sources at once (each shard starts its work as it would for a
+// stream).
 func (p *parts) bind(st *stream) error {
 	byDS := map[int][]int{}
-	var order []int
 	for i, t := range st.b.Targets {
 		if _, ok := byDS[t.DataSource]; !ok {
-			order = append(order, t.DataSource)
+			p.used = append(p.used, t.DataSource)
 		}
 		byDS[t.DataSource] = append(byDS[t.DataSource], i)
+		p.names[i] = portalPrefix + strconv.FormatUint(portalSeq.Add(1), 10)
+		p.want[i] = 1
 	}
-	slices.Sort(order)
-	for _, ds := range order {
-		p.used[ds] = true
-		err := st.conns.Run(p.ctx, ds, func(conn *pgconn.PgConn) error {
-			fe := conn.Frontend()
-			for _, i := range byDS[ds] {
+	slices.Sort(p.used)
+	errs := make([]error, len(p.used))
+	var wg sync.WaitGroup
+	for k, ds := range p.used {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			batches, err := p.exchange(st, ds, byDS[ds], true)
+			for j, i := range byDS[ds] {
+				if err == nil {
+					p.first[i] = batches[j]
+				}
+			}
+			errs[k] = err
+		}()
+	}
+	wg.Wait()
+	// The first failure that is a data source's own: another's may have failed the
+	// transaction under it at the same time (ErrTxAborted).
+	failed := -1
+	for k, err := range errs {
+		if err != nil && (failed < 0 || errors.Is(errs[failed], ErrTxAborted) && !errors.Is(err, ErrTxAborted)) {
+			failed = k
+		}
+	}
+	if failed >= 0 {
+		return st.e.shardErr(p.used[failed], errs[failed])
+	}
+	return nil
+}
+
+// fetch returns cursor c's target's next rows: the first fetch's, then one exchange's.
+func (p *parts) fetch(st *stream, c *cursor) (batch, error) {
+	if bt := p.first[c.target]; bt != nil {
+		p.first[c.target] = nil
+		return *bt, nil
+	}
+	batches, err := p.exchange(st, st.b.Targets[c.target].DataSource, []int{c.target}, false)
+	if err != nil {
+		return batch{}, err
+	}
+	return *batches[0], nil
+}
+
+// exchange runs one exchange on data source ds: for each target, its portal bound and
+// described first when bind is set, then asked for its next rows; then Sync. It
+// returns each target's batch and sizes its next fetch.
+func (p *parts) exchange(st *stream, ds int, targets []int, bind bool) ([]*batch, error) {
+	out := make([]*batch, len(targets))
+	err := st.conns.Run(p.ctx, ds, func(conn *pgconn.PgConn) error {
+		fe := conn.Frontend()
+		for _, i := range targets {
+			if bind {
 				t := st.b.Targets[i]
-				p.names[i] = portalPrefix + strconv.FormatUint(portalSeq.Add(1), 10)
 				values, oids, pformats := TargetParams(t, p.args)
 				fe.Send(&pgproto3.Parse{Query: t.SQL, ParameterOIDs: oids})
 				fe.Send(&pgproto3.Bind{DestinationPortal: p.names[i], ParameterFormatCodes: pformats, Parameters: values, ResultFormatCodes: p.formats})
 				fe.Send(&pgproto3.Describe{ObjectType: 'P', Name: p.names[i]})
 			}
-			fe.Send(&pgproto3.Sync{})
-			if err := fe.Flush(); err != nil {
-				return err
+			want := p.want[i]
+			if p.hint > 0 {
+				want = min(want, p.hint)
 			}
-			k := 0 // the next target to be described
-			var serverErr error
-			for {
-				msg, err := conn.ReceiveMessage(p.ctx)
-				if err != nil {
-					return err
-				}
-				switch m := msg.(type) {
-				case *pgproto3.RowDescription:
-					if k < len(byDS[ds]) {
-						p.fields[byDS[ds][k]] = fieldsOf(m.Fields)
-					}
-					k++
-				case *pgproto3.NoData:
-					k++
-				case *pgproto3.ErrorResponse:
-					serverErr = pgconn.ErrorResponseToPgError(m)
-				case *pgproto3.ReadyForQuery:
-					return serverErr
-				}
-			}
-		})
-		if err != nil {
-			return st.e.shardErr(ds, err)
+			fe.Send(&pgproto3.Execute{Portal: p.names[i], MaxRows: want})
 		}
-	}
-	return nil
-}
-
-// fetch runs one exchange for cursor c's target: it asks for the next rows.
-func (p *parts) fetch(st *stream, c *cursor) (batch, error) {
-	t := st.b.Targets[c.target]
-	bt := batch{fields: p.fields[c.target]}
-	p.fields[c.target] = nil
-	err := st.conns.Run(p.ctx, t.DataSource, func(conn *pgconn.PgConn) error {
-		fe := conn.Frontend()
-		name := p.names[c.target]
-		fe.Send(&pgproto3.Execute{Portal: name, MaxRows: p.want[c.target]})
 		fe.Send(&pgproto3.Sync{})
 		if err := fe.Flush(); err != nil {
 			return err
 		}
+		k := 0 // the target the answer is about
+		bt := &batch{}
 		var buf []byte
 		size := 0
 		var serverErr error
@@ -137,24 +158,36 @@ func (p *parts) fetch(st *stream, c *cursor) (batch, error) {
 				return err
 			}
 			switch m := msg.(type) {
+			case *pgproto3.RowDescription:
+				bt.fields = fieldsOf(m.Fields)
 			case *pgproto3.DataRow:
 				row, need := copyRow(&buf, m.Values)
 				bt.rows = append(bt.rows, row)
 				size += need
-			case *pgproto3.CommandComplete:
-				bt.tag, bt.end = pgconn.NewCommandTag(string(m.CommandTag)), true
+			case *pgproto3.PortalSuspended, *pgproto3.CommandComplete:
+				if cc, ok := m.(*pgproto3.CommandComplete); ok {
+					bt.tag, bt.end = pgconn.NewCommandTag(string(cc.CommandTag)), true
+				}
+				if k < len(targets) {
+					if len(bt.rows) > 0 {
+						per := max(1, size/len(bt.rows)+24*len(bt.rows[0]))
+						p.want[targets[k]] = uint32(min(partsRows, max(1, partsBytes/per)))
+					}
+					out[k] = bt
+				}
+				k++
+				bt, buf, size = &batch{}, nil, 0
 			case *pgproto3.ErrorResponse:
 				serverErr = pgconn.ErrorResponseToPgError(m)
 			case *pgproto3.ReadyForQuery:
-				if serverErr == nil && len(bt.rows) > 0 {
-					per := max(1, size/len(bt.rows)+24*len(bt.rows[0]))
-					p.want[c.target] = uint32(min(batchRows, max(1, batchBytes/per)))
+				if serverErr == nil && k < len(targets) {
+					return errors.New("sqlexec: a shard's answer ended before its end")
 				}
 				return serverErr
 			}
 		}
 	})
-	return bt, err
+	return out, err
 }
 
 // fieldsOf converts a RowDescription's fields.
@@ -200,7 +233,7 @@ func (p *parts) close(st *stream) error {
 			}
 		})
 	}
-	for ds := range p.used {
+	for _, ds := range p.used {
 		st.conns.Release(ds, nil)
 	}
 	return nil

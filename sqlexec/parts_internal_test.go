@@ -123,6 +123,7 @@ func TestQueryInParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rows.FetchHint(5) // parts of 5 rows: neither target ends (an ended one stays open, as on PostgreSQL)
 	for range 5 {
 		if !rows.Next() {
 			t.Fatal("fewer than 5 rows")
@@ -140,6 +141,7 @@ func TestQueryInParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rows.FetchHint(100) // a shard computes at most 100 rows past the merge
 	read := 0
 	for rows.Next() {
 		read++
@@ -156,5 +158,33 @@ func TestQueryInParts(t *testing.T) {
 	res, err := db.Exec(ctx, "SELECT count(*) FROM kv WHERE v = 'seen'", sqlplan.Args{}, nil)
 	if err != nil || string(res.Rows[0][0]) != "0" {
 		t.Errorf("after ROLLBACK: %v %v rows changed between parts remain", res, err)
+	}
+
+	// Wide rows: a shard is asked for one at a time, the first fetch included, so the
+	// merge holds about a row per shard whatever their size.
+	wide := strings.Repeat("w", 300000)
+	for k := 10000; k < 10020; k++ {
+		if _, err := db.Exec(ctx, "INSERT INTO kv VALUES ($1, $2)", sqlplan.Args{Values: [][]byte{[]byte(fmt.Sprint(k)), []byte(wide)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err = db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	rows, err = db.engine.QueryInParts(ctx, bound("SELECT k, v FROM kv WHERE k >= 10000 ORDER BY k"), sqlplan.Args{}, nil, tx.s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, most := 0, 0
+	for rows.Next() {
+		read++
+		for _, c := range rows.st.curs {
+			most = max(most, len(c.rows))
+		}
+	}
+	if _, err := rows.Close(); err != nil || read != 20 || most != 1 {
+		t.Errorf("wide rows: %d read, at most %d held by a shard's cursor, %v; want 20, 1", read, most, err)
 	}
 }

@@ -284,6 +284,22 @@ func (s *Session) Commit(ctx context.Context) error {
 	return s.committer.Commit(ctx, s, s.touched)
 }
 
+// CommitEach commits the transaction on each data source on its own, in data source
+// order, never in two phases: for a transaction that stands for one statement that
+// does not write (a SELECT fetched in parts), which autocommit would have run so.
+func (s *Session) CommitEach(ctx context.Context) error {
+	if !s.inTx {
+		return nil
+	}
+	if s.failed {
+		return s.Commit(ctx)
+	}
+	defer s.end()
+	dss := slices.Clone(s.touched)
+	slices.Sort(dss)
+	return s.committer.bestEffort(ctx, s, dss)
+}
+
 // Rollback rolls the transaction back everywhere it went.
 func (s *Session) Rollback(ctx context.Context) error {
 	if !s.inTx {

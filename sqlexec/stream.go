@@ -96,6 +96,15 @@ func (r *Rows) Next() bool {
 // Values returns the current row's values, valid until the next call of Next.
 func (r *Rows) Values() [][]byte { return r.row }
 
+// FetchHint tells an answer read in parts (Engine.QueryInParts) how many rows the
+// caller reads next (0: not known): its shards are asked for no more at a time, so
+// that they compute no row far past what the caller wants, as one server would not.
+func (r *Rows) FetchHint(n uint32) {
+	if r.st != nil && r.st.parts != nil {
+		r.st.parts.hint = n
+	}
+}
+
 // Close ends the answer and releases its connections. Rows not read yet are read and
 // dropped, so that the connections stay usable (a caller's transaction on them goes
 // on); the time that takes is the time the rest of the answer would have taken, its
@@ -366,6 +375,11 @@ type stream struct {
 	gathered   [][][]byte  // the sorted groups, handed out from the front
 
 	parts *parts // the targets' portals, when the answer is read in parts (nil: readers)
+
+	// refill is 1 + the target whose head a sort merge handed out last (0: none): its
+	// next row is pulled when the merge next needs a row, not before, so that a
+	// shard is asked for no row the caller may never want.
+	refill int
 }
 
 // startStream starts reading every target: one goroutine per data source runs its
@@ -661,34 +675,40 @@ func (st *stream) next() ([][]byte, bool, error) {
 // concatenation, the least of the targets' heads for a sort merge (with its sort key).
 func (st *stream) source() (row [][]byte, key []value, ok bool, err error) {
 	if st.sorted {
+		if st.refill > 0 {
+			// The head handed out last is still on top: its target's next row
+			// replaces it.
+			st.refill = 0
+			top := st.h.items[0]
+			nr, ok, err := st.pull(st.curs[top.stream])
+			if err != nil {
+				return nil, nil, false, err
+			}
+			if ok {
+				nk, err := decodeCols(nr, st.keys, st.cols)
+				if err != nil {
+					return nil, nil, false, err
+				}
+				switch c := cmpKeys(nk, top.key, st.keys); {
+				case c < 0:
+					return nil, nil, false, errShardOrder
+				case c == 0 && st.agg != nil:
+					// A shard answers one row per group: two are a set-returning
+					// function beside the aggregates, which folding would miscount.
+					return nil, nil, false, errGroupRows
+				}
+				top.row, top.key = nr, nk
+				heap.Fix(st.h, 0)
+			} else {
+				heap.Pop(st.h)
+			}
+		}
 		if st.h.Len() == 0 {
 			return nil, nil, false, nil
 		}
 		top := st.h.items[0]
-		row, key = top.row, top.key
-		nr, ok, err := st.pull(st.curs[top.stream])
-		if err != nil {
-			return nil, nil, false, err
-		}
-		if ok {
-			nk, err := decodeCols(nr, st.keys, st.cols)
-			if err != nil {
-				return nil, nil, false, err
-			}
-			switch c := cmpKeys(nk, key, st.keys); {
-			case c < 0:
-				return nil, nil, false, errShardOrder
-			case c == 0 && st.agg != nil:
-				// A shard answers one row per group: two are a set-returning
-				// function beside the aggregates, which folding would miscount.
-				return nil, nil, false, errGroupRows
-			}
-			top.row, top.key = nr, nk
-			heap.Fix(st.h, 0)
-		} else {
-			heap.Pop(st.h)
-		}
-		return row, key, true, nil
+		st.refill = 1 + top.stream
+		return top.row, top.key, true, nil
 	}
 	for st.cur < len(st.curs) {
 		row, ok, err := st.pull(st.curs[st.cur])

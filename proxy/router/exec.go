@@ -278,6 +278,7 @@ func (s *Session) multiTarget(b *sqlplan.Bound) func() {
 // PortalSuspended when it sent maxRows (as PostgreSQL, which suspends even when no
 // row is left), or the command tag when the answer ended.
 func (s *Session) sendRows(p *portal, maxRows uint32) error {
+	p.rows.FetchHint(maxRows)
 	for n := uint32(0); maxRows == 0 || n < maxRows; n++ {
 		if !p.rows.Next() {
 			_, err := p.rows.Close()

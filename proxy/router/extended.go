@@ -413,9 +413,13 @@ func (s *Session) Execute(ctx context.Context, name string, maxRows uint32, last
 		// A row-limited SELECT over several shards alone in its batch outside a
 		// transaction runs in an implicit one all the same: its shards' portals
 		// (fetched in parts) end at the Sync that comes next, with nothing more read.
-		if !lastInBatch || maxRows > 0 && plan.Kind == sqlplan.KindSelect && p.bound != nil && p.preRefused == nil &&
-			plan.Feed == nil && !single(p.bound) && !p.bound.Coordinated() {
+		switch {
+		case !lastInBatch:
 			s.beginImplicit()
+		case maxRows > 0 && plan.Kind == sqlplan.KindSelect && !plan.Write && p.bound != nil && p.preRefused == nil &&
+			plan.Feed == nil && !single(p.bound) && !p.bound.Coordinated() && !s.explicit && !s.implicit:
+			s.beginImplicit()
+			s.reading = true
 		}
 		started := p.started
 		if err = s.execute(ctx, p, maxRows); err != nil && (started || ranOnServer(err)) {
@@ -461,7 +465,7 @@ func returnsRows(plan *sqlplan.Plan) answers {
 			return yes
 		}
 		return no
-	case sqlplan.KindDDL, sqlplan.KindLock, sqlplan.KindTransaction, sqlplan.KindSet, sqlplan.KindDiscard:
+	case sqlplan.KindDDL, sqlplan.KindLock, sqlplan.KindTransaction, sqlplan.KindSet, sqlplan.KindDiscard, sqlplan.KindListen:
 		return no
 	}
 	return unknown

@@ -91,7 +91,11 @@ type Session struct {
 	tx       *sqlexec.Session
 	explicit bool
 	implicit bool
-	failed   bool // a statement of the explicit transaction failed in the proxy itself
+	// reading: the implicit transaction holds one SELECT alone in its batch, fetched
+	// in parts (see Execute); it commits as autocommit would have, each data source on
+	// its own.
+	reading bool
+	failed  bool // a statement of the explicit transaction failed in the proxy itself
 	// batchFailed: an error happened since the last Sync; the implicit transaction of
 	// the batch rolls back.
 	batchFailed bool

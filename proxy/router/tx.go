@@ -31,7 +31,11 @@ func (s *Session) endImplicit(ctx context.Context, ok bool) error {
 	s.implicit = false
 	var err error
 	if ok && !s.tx.Failed() {
-		err = s.tx.Commit(ctx)
+		if s.reading {
+			err = s.tx.CommitEach(ctx)
+		} else {
+			err = s.tx.Commit(ctx)
+		}
 		s.endTx(err == nil)
 	} else {
 		s.tx.Rollback(ctx)
@@ -52,6 +56,7 @@ func (s *Session) endTx(committed bool) {
 	}
 	s.saved = nil
 	s.txLocal = nil
+	s.reading = false
 	// PostgreSQL drops every portal with its transaction (a server's went with it).
 	clear(s.portals)
 	if s.txDDL {
