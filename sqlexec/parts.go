@@ -65,9 +65,11 @@ func (e *Engine) startParts(ctx context.Context, b *sqlplan.Bound, args sqlplan.
 	return st
 }
 
-// bind binds every target's portal and fetches its first row, in one exchange per data
-// source, the data sources at once (each shard starts its work as it would for a
-// stream).
+// bind binds every target's portal, in one exchange per data source, the data sources
+// at once, and fetches the first row of those the merge starts from: every target's
+// for a sort or grouping merge (each shard starts its work as it would for a stream),
+// the first target's for a concatenation (the others compute nothing until they are
+// read, as one server would not).
 func (p *parts) bind(st *stream) error {
 	byDS := map[int][]int{}
 	for i, t := range st.b.Targets {
@@ -85,7 +87,7 @@ func (p *parts) bind(st *stream) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			batches, err := p.exchange(st, ds, byDS[ds], true)
+			batches, err := p.exchange(st, ds, byDS[ds], p.startsFrom(st))
 			for j, i := range byDS[ds] {
 				if err == nil {
 					p.first[i] = batches[j]
@@ -115,27 +117,40 @@ func (p *parts) fetch(st *stream, c *cursor) (batch, error) {
 		p.first[c.target] = nil
 		return *bt, nil
 	}
-	batches, err := p.exchange(st, st.b.Targets[c.target].DataSource, []int{c.target}, false)
+	batches, err := p.exchange(st, st.b.Targets[c.target].DataSource, []int{c.target}, nil)
 	if err != nil {
 		return batch{}, err
 	}
 	return *batches[0], nil
 }
 
+// startsFrom reports, for binding, whether the merge starts from target i's first row.
+func (p *parts) startsFrom(st *stream) func(i int) bool {
+	m := st.b.Merge
+	all := m != nil && (m.Aggregate || m.Distinct || len(m.OrderBy) > 0)
+	return func(i int) bool { return all || i == 0 }
+}
+
 // exchange runs one exchange on data source ds: for each target, its portal bound and
-// described first when bind is set, then asked for its next rows; then Sync. It
-// returns each target's batch and sizes its next fetch.
-func (p *parts) exchange(st *stream, ds int, targets []int, bind bool) ([]*batch, error) {
+// described first when bind is set (and then asked for its first row only where
+// bind(i) says so), else asked for its next rows; then Sync. It returns each target's
+// batch (for a target bound but not asked, its columns alone) and sizes its next fetch.
+func (p *parts) exchange(st *stream, ds int, targets []int, bind func(i int) bool) ([]*batch, error) {
 	out := make([]*batch, len(targets))
+	asked := make([]bool, len(targets))
 	err := st.conns.Run(p.ctx, ds, func(conn *pgconn.PgConn) error {
 		fe := conn.Frontend()
-		for _, i := range targets {
-			if bind {
+		for k, i := range targets {
+			asked[k] = bind == nil || bind(i)
+			if bind != nil {
 				t := st.b.Targets[i]
 				values, oids, pformats := TargetParams(t, p.args)
 				fe.Send(&pgproto3.Parse{Query: t.SQL, ParameterOIDs: oids})
 				fe.Send(&pgproto3.Bind{DestinationPortal: p.names[i], ParameterFormatCodes: pformats, Parameters: values, ResultFormatCodes: p.formats})
 				fe.Send(&pgproto3.Describe{ObjectType: 'P', Name: p.names[i]})
+			}
+			if !asked[k] {
+				continue
 			}
 			want := p.want[i]
 			if p.hint > 0 {
@@ -158,8 +173,15 @@ func (p *parts) exchange(st *stream, ds int, targets []int, bind bool) ([]*batch
 				return err
 			}
 			switch m := msg.(type) {
-			case *pgproto3.RowDescription:
-				bt.fields = fieldsOf(m.Fields)
+			case *pgproto3.RowDescription, *pgproto3.NoData:
+				if rd, ok := m.(*pgproto3.RowDescription); ok {
+					bt.fields = fieldsOf(rd.Fields)
+				}
+				if k < len(targets) && !asked[k] {
+					out[k] = bt // bound and described: its rows come with its first fetch
+					k++
+					bt = &batch{}
+				}
 			case *pgproto3.DataRow:
 				row, need := copyRow(&buf, m.Values)
 				bt.rows = append(bt.rows, row)

@@ -93,6 +93,7 @@ func TestQueryInParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { tx.Rollback(ctx) }() // a failed check leaves no connection held (db.Close waits for them)
 	rows, err := db.engine.QueryInParts(ctx, bound("SELECT k, v FROM kv ORDER BY k DESC"), sqlplan.Args{}, nil, tx.s)
 	if err != nil {
 		t.Fatal(err)
@@ -136,6 +137,40 @@ func TestQueryInParts(t *testing.T) {
 		t.Errorf("%d portals open after closing an answer read in part, %d before it", after, before)
 	}
 
+	// A concatenation computes nothing on a target before it is read: every row of
+	// the second target (odd keys, on ds_1) fails.
+	b := bound("SELECT k, 10 / (k % 2 - 1) FROM kv")
+	if b.Targets[0].DataSource != 0 {
+		t.Fatalf("the first target is on data source %d", b.Targets[0].DataSource)
+	}
+	rows, err = db.engine.QueryInParts(ctx, b, sqlplan.Args{}, nil, tx.s)
+	if err != nil {
+		t.Fatalf("a concatenation whose second target's first row fails: %v", err)
+	}
+	rows.FetchHint(1)
+	if !rows.Next() {
+		_, err := rows.Close()
+		t.Fatalf("a concatenation whose second target's first row fails: no first row: %v", err)
+	}
+	if _, err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Rows an OFFSET skips count in what a part asks for.
+	rows, err = db.engine.QueryInParts(ctx, bound("SELECT k FROM kv ORDER BY k OFFSET 1500"), sqlplan.Args{}, nil, tx.s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows.FetchHint(1)
+	if h := rows.st.parts.hint; h != partsRows {
+		t.Errorf("OFFSET 1500, the caller reading 1 row: parts of %d rows, want %d", h, partsRows)
+	}
+	if !rows.Next() || string(rows.Values()[0]) != "1500" {
+		t.Errorf("OFFSET 1500: first row %q", rows.Values())
+	}
+	if _, err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+
 	// A row failing in a later part fails the transaction.
 	rows, err = db.engine.QueryInParts(ctx, bound("SELECT k, 10 / (k - 1500) FROM kv ORDER BY k"), sqlplan.Args{}, nil, tx.s)
 	if err != nil {
@@ -172,7 +207,6 @@ func TestQueryInParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx)
 	rows, err = db.engine.QueryInParts(ctx, bound("SELECT k, v FROM kv WHERE k >= 10000 ORDER BY k"), sqlplan.Args{}, nil, tx.s)
 	if err != nil {
 		t.Fatal(err)

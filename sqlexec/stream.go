@@ -100,8 +100,16 @@ func (r *Rows) Values() [][]byte { return r.row }
 // caller reads next (0: not known): its shards are asked for no more at a time, so
 // that they compute no row far past what the caller wants, as one server would not.
 func (r *Rows) FetchHint(n uint32) {
-	if r.st != nil && r.st.parts != nil {
-		r.st.parts.hint = n
+	st := r.st
+	if st == nil || st.parts == nil {
+		return
+	}
+	switch {
+	case n == 0 || st.grouped:
+		st.parts.hint = 0 // a group may take any number of a shard's rows
+	default:
+		// The rows an OFFSET still skips pass through the merge first.
+		st.parts.hint = uint32(min(int64(n)+st.skip, partsRows))
 	}
 }
 
