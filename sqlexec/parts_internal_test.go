@@ -124,7 +124,7 @@ func TestQueryInParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows.FetchHint(5) // parts of 5 rows: neither target ends (an ended one stays open, as on PostgreSQL)
+	rows.FetchHint(5) // parts of 5 rows: the first target does not end, the second never runs
 	for range 5 {
 		if !rows.Next() {
 			t.Fatal("fewer than 5 rows")
@@ -169,6 +169,24 @@ func TestQueryInParts(t *testing.T) {
 	}
 	if _, err := rows.Close(); err != nil {
 		t.Fatal(err)
+	}
+	// Groups handed out as they come: a shard sends a row a group, and the merge reads
+	// one more to close the last; groups gathered to be sorted are read whole anyway.
+	for sql, want := range map[string]uint32{
+		"SELECT k, count(*) FROM kv GROUP BY k ORDER BY k":           3,
+		"SELECT k, count(*) FROM kv GROUP BY k ORDER BY count(*), k": 0,
+	} {
+		rows, err = db.engine.QueryInParts(ctx, bound(sql), sqlplan.Args{}, nil, tx.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows.FetchHint(2)
+		if h := rows.st.parts.hint; h != want {
+			t.Errorf("%s, the caller reading 2 rows: parts of %d rows, want %d", sql, h, want)
+		}
+		if _, err := rows.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// A row failing in a later part fails the transaction.

@@ -105,11 +105,15 @@ func (r *Rows) FetchHint(n uint32) {
 		return
 	}
 	switch {
-	case n == 0 || st.grouped:
-		st.parts.hint = 0 // a group may take any number of a shard's rows
+	case n == 0 || st.final != nil:
+		st.parts.hint = 0 // groups gathered to be sorted: every row is read anyway
+	case st.grouped:
+		// A shard sends one row a group; the merge reads one more to close the last
+		// group, after the rows an OFFSET still skips.
+		st.parts.hint = uint32(min(int64(n)+min(st.skip, partsRows)+1, partsRows))
 	default:
 		// The rows an OFFSET still skips pass through the merge first.
-		st.parts.hint = uint32(min(int64(n)+st.skip, partsRows))
+		st.parts.hint = uint32(min(int64(n)+min(st.skip, partsRows), partsRows))
 	}
 }
 
