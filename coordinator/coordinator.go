@@ -325,7 +325,7 @@ func (c *Coordinator) own(ctx context.Context) error {
 		conn.Close(context.Background())
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "55P03" {
-			return fmt.Errorf("%w: the coordinator database %q is in use by another proxy; give each proxy its own (--coordinator-database)", ErrBuild, c.database)
+			return fmt.Errorf("%w: the coordinator database %q is in use by another proxy or driver process; give each its own (shard-proxy --coordinator-database, shardsql.Config.CoordinatorDatabase)", ErrBuild, c.database)
 		}
 		return fmt.Errorf("%w: %v", ErrBuild, err)
 	}

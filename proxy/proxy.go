@@ -25,13 +25,10 @@ import (
 	"net"
 	"net/http"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardlab/shardlab/coordinator"
 	"github.com/shardlab/shardlab/proxy/admin"
@@ -278,25 +275,6 @@ const DefaultCoordinatorPoolSize = 4
 // max_intermediate_result_size.
 const DefaultCoordinatorMaxMoved = 1 << 30
 
-// relayHost returns the address of this machine that the server of dsn reaches it
-// by: loopback for a server on loopback or a Unix socket, else the source address
-// of a route toward it.
-func relayHost(dsn string) (string, error) {
-	cfg, err := pgconn.ParseConfig(dsn)
-	if err != nil {
-		return "", err
-	}
-	if strings.HasPrefix(cfg.Host, "/") {
-		return "127.0.0.1", nil
-	}
-	c, err := net.Dial("udp", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
-	if err != nil {
-		return "", fmt.Errorf("no route to the coordinator's server %s: %v", cfg.Host, err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
-}
-
 // newRouter makes the pools of layout l's data sources and a router over them, as the
 // proxy starts and at a layout switch (SwitchLayout). Every server connection tells
 // its server which layout it routes by (rules.Compiled.Digest, as the setting
@@ -359,7 +337,7 @@ func (s *Server) newRouter(l *rules.Compiled) (*router.Router, error) {
 		}
 		host := cfg.CoordinatorRelayHost
 		if host == "" {
-			host, err = relayHost(coord.DSN())
+			host, err = coordinator.RelayHost(coord.DSN())
 		}
 		if err == nil {
 			err = coord.StartRelay(host)

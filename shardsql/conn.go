@@ -33,6 +33,9 @@ type conn struct {
 	// as they arrive, instead of gathering them.
 	streaming bool
 	streamed  *sqlexec.Rows
+	// streamFail turns the errors of a coordinated answer's rows into what the program
+	// sees (see coordinated); nil for any other answer.
+	streamFail func(error) error
 	// open is the last answer handed out as a stream; it may still hold connections
 	// (see finishOpen).
 	open *sqlexec.Rows
@@ -206,8 +209,8 @@ func (cn *conn) query(run func() (*sqlexec.Result, error)) (driver.Rows, error) 
 	cn.streaming = true
 	res, err := run()
 	cn.streaming = false
-	streamed := cn.streamed
-	cn.streamed = nil
+	streamed, fail := cn.streamed, cn.streamFail
+	cn.streamed, cn.streamFail = nil, nil
 	if err != nil {
 		if streamed != nil {
 			streamed.Close()
@@ -219,7 +222,11 @@ func (cn *conn) query(run func() (*sqlexec.Result, error)) (driver.Rows, error) 
 	} else {
 		cn.open = streamed
 	}
-	return newRows(streamed, cn.sq != nil)
+	r, err := newRows(streamed, cn.sq != nil)
+	if r != nil {
+		r.fail = fail
+	}
+	return r, err
 }
 
 func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
@@ -348,6 +355,12 @@ type describeKey struct{}
 func (cn *conn) describe(ctx context.Context, plan *sqlplan.Plan) (*description, error) {
 	v, err := plan.Memo(describeKey{}, func() (any, error) {
 		ds, sql := plan.DescribeSQL()
+		if ds == sqlplan.CoordinatorSource(cn.c.cfg.Rules) {
+			// Described by the coordinator database, which must be built first.
+			if err := cn.readyCoordinator(ctx, plan.Refused); err != nil {
+				return nil, err
+			}
+		}
 		var d description
 		err := runOn(ctx, cn.c.pools, ds, func(pc *pgconn.PgConn) error {
 			sd, err := pc.Prepare(ctx, "", sql, nil)
@@ -439,6 +452,9 @@ func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args, a
 	if pl.Feed != nil {
 		return nil, feedRefused(pl.Feed)
 	}
+	if b.Coordinated() {
+		return cn.coordinated(ctx, b, a)
+	}
 	var res *sqlexec.Result
 	var err error
 	if cn.streaming && cn.sq == nil && pl.Kind == sqlplan.KindSelect {
@@ -458,6 +474,9 @@ func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args, a
 			cn.c.catalog.Invalidate()
 		}
 		cn.c.planner.Invalidate()
+		if cn.c.coord != nil {
+			cn.c.coord.generation.Add(1)
+		}
 		if cn.sq == nil && cn.s.InTransaction() {
 			cn.txDDL = true
 		}
@@ -683,6 +702,15 @@ type rows struct {
 	src    *sqlexec.Rows
 	fields []pgconn.FieldDescription
 	decode []func([]byte) (driver.Value, error)
+	fail   func(error) error // a coordinated answer's (see conn.streamFail)
+}
+
+// failed is err as the program sees it.
+func (r *rows) failed(err error) error {
+	if r.fail != nil {
+		return r.fail(err)
+	}
+	return err
 }
 
 var _ driver.RowsColumnTypeDatabaseTypeName = (*rows)(nil)
@@ -736,13 +764,13 @@ func (r *rows) Columns() []string {
 // Close ends the answer; shards still sending rows stop.
 func (r *rows) Close() error {
 	_, err := r.src.Close()
-	return err
+	return r.failed(err)
 }
 
 func (r *rows) Next(dest []driver.Value) error {
 	if !r.src.Next() {
 		if _, err := r.src.Close(); err != nil {
-			return err
+			return r.failed(err)
 		}
 		return io.EOF
 	}

@@ -90,14 +90,42 @@ type Config struct {
 	// sources, which no one server can see (0: sqlexec.DefaultDeadlockInterval;
 	// negative: never). The victim's statement fails with SQLSTATE 40P01.
 	DeadlockInterval time.Duration
+	// Coordinate has a coordinator database answer the SELECTs that the merge cannot
+	// answer exactly over several shards (joins on any column, CTEs, subqueries,
+	// window functions, expressions over aggregates ...), as shard-proxy does: a
+	// database on the default data source's server, made and kept in step by this
+	// handle, where PostgreSQL evaluates the statement over every shard's rows through
+	// postgres_fdw (package coordinator; docs/sql-sharding.md). Without it those
+	// statements are refused with SQLSTATE 0A000. It needs PostgreSQL data sources, a
+	// login that may create databases, and postgres_fdw on that server; the handle
+	// listens on a port of its own (the relay that counts what the shards send).
+	Coordinate bool
+	// CoordinatorDatabase names the coordinator database (default: the default data
+	// source's database name + "_coordinator"). It has one owner at a time: give each
+	// process its own.
+	CoordinatorDatabase string
+	// CoordinatorMaxMoved bounds the bytes of rows one coordinated statement reads from
+	// the shards: past it the statement is cut off and fails with SQLSTATE 54000
+	// (0: DefaultCoordinatorMaxMoved; negative: no bound).
+	CoordinatorMaxMoved int64
+	// CoordinatorPoolSize bounds the connections to the coordinator database
+	// (0: DefaultCoordinatorPoolSize).
+	CoordinatorPoolSize int
 	// PhaseHook, when set, is called at each stage of a two-phase commit
 	// (sqlexec.StagePrepared, sqlexec.StageCommitted). It is for tests that crash a
 	// process between the phases.
 	PhaseHook func(stage string)
 }
 
+// DefaultCoordinatorMaxMoved is the usual Config.CoordinatorMaxMoved: 1 GB, as Citus's
+// max_intermediate_result_size.
+const DefaultCoordinatorMaxMoved = 1 << 30
+
+// DefaultCoordinatorPoolSize is the usual Config.CoordinatorPoolSize.
+const DefaultCoordinatorPoolSize = 4
+
 // Driver is the database/sql driver. Its data source name is the path of a rules file
-// (see package rules), optionally followed by ?two_phase=true&max_conns=N&settle_interval=1s&max_held=BYTES. Data
+// (see package rules), optionally followed by query parameters (see ParseDSN). Data
 // sources are PostgreSQL DSNs, or "sqlite:PATH" for SQLite files (see sqlite.go for
 // the part of the SQL they take).
 type Driver struct{}
@@ -124,7 +152,10 @@ func (Driver) OpenConnector(name string) (driver.Connector, error) {
 
 // ParseDSN reads a data source name: a rules file path, then optional query
 // parameters two_phase (a boolean), max_conns (an integer), settle_interval (a Go
-// duration) and max_held (bytes, see Config.MaxHeld).
+// duration), max_held (bytes, see Config.MaxHeld), coordinate (a boolean),
+// coordinator_database (a name) and coordinator_max_moved (bytes):
+//
+//	rules.toml?two_phase=true&coordinate=true
 func ParseDSN(name string) (Config, error) {
 	path, query, _ := strings.Cut(name, "?")
 	if path == "" {
@@ -153,8 +184,21 @@ func ParseDSN(name string) (Config, error) {
 			if cfg.SettleInterval, err = time.ParseDuration(v[0]); err != nil || cfg.SettleInterval <= 0 {
 				return cfg, fmt.Errorf("shardsql: settle_interval=%q: want a positive duration such as 1s", v[0])
 			}
+		case "coordinate":
+			if cfg.Coordinate, err = strconv.ParseBool(v[0]); err != nil {
+				return cfg, fmt.Errorf("shardsql: coordinate=%q: want true or false", v[0])
+			}
+		case "coordinator_database":
+			if v[0] == "" {
+				return cfg, errors.New("shardsql: coordinator_database is empty: want a database name")
+			}
+			cfg.CoordinatorDatabase = v[0]
+		case "coordinator_max_moved":
+			if cfg.CoordinatorMaxMoved, err = strconv.ParseInt(v[0], 10, 64); err != nil {
+				return cfg, fmt.Errorf("shardsql: coordinator_max_moved=%q: want a number of bytes (0 the default, below 0 no bound)", v[0])
+			}
 		default:
-			return cfg, fmt.Errorf("shardsql: unknown parameter %q in the data source name (want two_phase, max_conns, settle_interval, max_held)", k)
+			return cfg, fmt.Errorf("shardsql: unknown parameter %q in the data source name (want two_phase, max_conns, settle_interval, max_held, coordinate, coordinator_database, coordinator_max_moved)", k)
 		}
 	}
 	if cfg.Rules, err = rules.Load(path); err != nil {
@@ -210,6 +254,7 @@ type Connector struct {
 	settler   *sqlexec.Settler // with TwoPhase
 	engine    *sqlexec.Engine
 	detector  *sqlexec.DeadlockDetector
+	coord     *coordination // with Config.Coordinate
 	closeOnce sync.Once
 }
 
@@ -237,6 +282,9 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 		if cfg.TwoPhase {
 			return nil, errors.New("shardsql: two-phase commit needs PostgreSQL data sources; SQLite has no PREPARE TRANSACTION")
 		}
+		if cfg.Coordinate {
+			return nil, errors.New("shardsql: the coordinator database needs PostgreSQL data sources; on SQLite data sources, statements the merge cannot answer are refused")
+		}
 		if c.sqlite, err = openSQLite(ctx, cfg.Rules); err != nil {
 			return nil, err
 		}
@@ -263,8 +311,15 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 	// Statements borrow pgx's pooled connections directly: a database/sql pool under a
 	// database/sql driver would be a second layer of pooling on every statement.
 	c.pools = c.pgxPools
+	if cfg.Coordinate {
+		if c.coord, err = openCoordination(ctx, cfg); err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.pools = coordinatedPools{c.pgxPools, c.coord}
+	}
 	c.catalog = sqlexec.NewCatalog(cfg.Rules, c.pools)
-	c.planner = sqlplan.New(cfg.Rules, c.catalog, sqlplan.Options{CacheSize: cfg.PlanCacheSize})
+	c.planner = sqlplan.New(cfg.Rules, c.catalog, sqlplan.Options{CacheSize: cfg.PlanCacheSize, Coordinate: cfg.Coordinate})
 	c.committer = sqlexec.NewCommitter(cfg.Rules, cfg.TwoPhase)
 	if cfg.PhaseHook != nil {
 		c.committer.SetPhaseHook(cfg.PhaseHook)
@@ -327,6 +382,9 @@ func (c *Connector) Close() error {
 		}
 		for _, p := range c.pgxPools {
 			p.Close()
+		}
+		if c.coord != nil {
+			c.coord.close()
 		}
 	})
 	return first

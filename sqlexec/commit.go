@@ -112,7 +112,7 @@ const DecisionTable = "shardlab_2pc_decisions"
 // without the last field.
 const GIDPrefix = "shardlab_"
 
-func (c *Committer) name(ds int) string { return c.rules.DataSources()[ds].Name }
+func (c *Committer) name(ds int) string { return sourceName(c.rules, ds) }
 
 // Commit commits the open transaction of every data source in dss (sorted, as Run
 // touched them), through conns.

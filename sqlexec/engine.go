@@ -444,7 +444,16 @@ func CommandTag(kind sqlplan.Kind, n int64, other pgconn.CommandTag) pgconn.Comm
 	return other
 }
 
-func (e *Engine) name(ds int) string { return e.rules.DataSources()[ds].Name }
+func (e *Engine) name(ds int) string { return sourceName(e.rules, ds) }
+
+// sourceName names data source ds; the index past the data sources stands for the
+// coordinator database (sqlplan.CoordinatorSource).
+func sourceName(r *rules.Compiled, ds int) string {
+	if ds == sqlplan.CoordinatorSource(r) {
+		return "coordinator"
+	}
+	return r.DataSources()[ds].Name
+}
 
 // shardErr names the data source an error came from (once).
 func (e *Engine) shardErr(ds int, err error) error {

@@ -398,7 +398,7 @@ type stream struct {
 // targets in order on its connection.
 func (e *Engine) startStream(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16, conns Conns) *stream {
 	ctx, cancel := context.WithCancel(ctx)
-	st := &stream{e: e, b: b, conns: conns, cancel: cancel, errs: make([]error, e.rules.NumDataSources()),
+	st := &stream{e: e, b: b, conns: conns, cancel: cancel, errs: make([]error, e.rules.NumDataSources()+1),
 		skip: 0, left: -1}
 	if m := b.Merge; m != nil {
 		st.skip, st.left = max(b.Offset, 0), b.Limit

@@ -3,14 +3,12 @@ package router
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardlab/shardlab/coordinator"
 	"github.com/shardlab/shardlab/proxy/backend"
-	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
@@ -140,10 +138,7 @@ func (s *Session) runCoordinated(ctx context.Context, b *sqlplan.Bound, oids []u
 		st.lastBytes.Store(moved.Bytes())
 		if moved.Exceeded() {
 			st.cut.Add(1)
-			return &pgconn.PgError{Severity: "ERROR", Code: "54000",
-				Message: fmt.Sprintf("shardlab: the statement read more than %s from the shards into the coordinator database (--coordinator-max-moved)", byteSize(s.r.coordBound)),
-				Detail:  fmt.Sprintf("It was stopped after %d rows, %d bytes.", moved.Rows(), moved.Bytes()),
-				Hint:    "Narrow the statement (a condition the shards can apply), pin it to one shard, or raise the bound (shard-proxy --coordinator-max-moved)."}
+			return coordinator.MovedError(moved, s.r.coordBound, "shard-proxy --coordinator-max-moved")
 		}
 	}
 	if err != nil {
@@ -167,70 +162,13 @@ func (s *Session) coordinatorError(ctx context.Context, b *sqlplan.Bound, oids [
 }
 
 func (s *Session) coordinatorFailure(ctx context.Context, refused error, tables []string, sql string, oids []uint32, err error) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return err
-	}
 	why := strings.TrimPrefix(refusalMessage(refused), "shardlab: ")
-	cannot := func() error {
-		detail := pe.Code + ": " + pe.Message
-		for _, t := range tables {
-			if reason, ok := s.r.coord.Skipped()[t]; ok {
-				detail = fmt.Sprintf("table %s is not in the coordinator database: %s", t, reason)
-			}
-		}
-		return sqlplan.Unsupported("%s; the coordinator database could not answer it as one database would (%s)", why, detail)
-	}
-	switch {
-	case pe.Code == "2F003" || pe.Code == "28000" || pe.Code == "28P01":
-		return cannot() // the coordinator's login to a shard
-	case !strings.HasPrefix(pe.Code, "42"):
-		return err
-	}
-	ds := s.r.rules.DefaultDataSource()
-	if !s.namesLogical(tables, ds) {
-		return cannot()
-	}
-	oneDB := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
-		_, _, err := c.Describe(ctx, sql, oids)
-		return err
+	return s.r.coord.ClientError(why, tables, err, func() error {
+		return s.onDataSource(ctx, s.r.rules.DefaultDataSource(), func(c *backend.Conn) error {
+			_, _, err := c.Describe(ctx, sql, oids)
+			return err
+		})
 	})
-	var one *pgconn.PgError
-	if errors.As(oneDB, &one) && one.Code != "42P18" {
-		return oneDB
-	}
-	return cannot()
 }
 
-// namesLogical reports whether data source ds holds every table of names under its
-// logical name, so that a statement naming them means there what it means to the
-// client.
-func (s *Session) namesLogical(names []string, ds int) bool {
-	for _, name := range names {
-		r := s.r.rules.Lookup(name)
-		if r == nil || r.Kind != rules.KindSharded && r.Kind != rules.KindBroadcast {
-			continue
-		}
-		found := false
-		for _, n := range r.Nodes {
-			if n.DataSource == ds && n.Table == name && n.Schema == "" {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
-}
-
-// byteSize writes a bound in the largest unit that keeps it whole.
-func byteSize(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MB", n>>20)
-	}
-	return fmt.Sprintf("%d bytes", n)
-}
+func byteSize(n int64) string { return coordinator.ByteSize(n) }

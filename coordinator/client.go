@@ -1,0 +1,121 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/rules"
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// What a client of the coordinator database sees, the same through every adapter (the
+// wire proxy, the database/sql driver): a statement cut off for what it moved, and the
+// coordinator's errors judged against one database.
+
+// RelayHost returns the address of this machine that the server of dsn reaches it by:
+// the relay listens there. A server on a Unix socket is this machine's: loopback.
+func RelayHost(dsn string) (string, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return "", err
+	}
+	if strings.HasPrefix(cfg.Host, "/") {
+		return "127.0.0.1", nil
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	if err != nil {
+		return "", fmt.Errorf("no route to the coordinator's server %s: %v", cfg.Host, err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
+}
+
+// MovedError is the failure of a statement that read more than bound bytes from the
+// shards and was cut off (Movement.Exceeded); setting names how the user raises the
+// bound (a flag, a configuration field).
+func MovedError(m *Movement, bound int64, setting string) error {
+	return &pgconn.PgError{Severity: "ERROR", Code: "54000",
+		Message: fmt.Sprintf("shardlab: the statement read more than %s from the shards into the coordinator database (%s)", ByteSize(bound), setting),
+		Detail:  fmt.Sprintf("It was stopped after %d rows, %d bytes.", m.Rows(), m.Bytes()),
+		Hint:    fmt.Sprintf("Narrow the statement (a condition the shards can apply), pin it to one shard, or raise the bound (%s).", setting)}
+}
+
+// ByteSize writes a bound in the largest unit that keeps it whole.
+func ByteSize(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// ClientError decides what a client sees of err, the error the coordinator database
+// gave a statement the merge refused (why) over tables. An error of the statement's
+// analysis (SQLSTATE class 42: an unknown column, a grouping error) may be the
+// coordinator's own: its tables have no keys, so a GROUP BY a primary key is not one
+// there, and its database has none of the shards' functions and types. oneDatabase
+// then analyses the statement on the default data source, where every table it names
+// has its logical name (it is not called otherwise): that database's error is the
+// client's answer, and when it accepts the statement the coordinator's failure is a
+// refusal (0A000), never an error one database would not raise. An error of the
+// coordinator's own making (its login to a shard) is a refusal too. Other errors (a
+// division by zero, a cancel, an unreachable shard) are the statement's.
+func (c *Coordinator) ClientError(why string, tables []string, err error, oneDatabase func() error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	cannot := func() error {
+		detail := pe.Code + ": " + pe.Message
+		for _, t := range tables {
+			if reason, ok := c.Skipped()[t]; ok {
+				detail = fmt.Sprintf("table %s is not in the coordinator database: %s", t, reason)
+			}
+		}
+		return sqlplan.Unsupported("%s; the coordinator database could not answer it as one database would (%s)", why, detail)
+	}
+	switch {
+	case pe.Code == "2F003" || pe.Code == "28000" || pe.Code == "28P01":
+		return cannot() // the coordinator's login to a shard
+	case !strings.HasPrefix(pe.Code, "42"):
+		return err
+	}
+	if !namesLogical(c.rules, tables, c.rules.DefaultDataSource()) {
+		return cannot()
+	}
+	oneDB := oneDatabase()
+	var one *pgconn.PgError
+	if errors.As(oneDB, &one) && one.Code != "42P18" {
+		return oneDB
+	}
+	return cannot()
+}
+
+// namesLogical reports whether data source ds holds every table of names under its
+// logical name, so that a statement naming them means there what it means to the
+// client.
+func namesLogical(r *rules.Compiled, names []string, ds int) bool {
+	for _, name := range names {
+		t := r.Lookup(name)
+		if t == nil || t.Kind != rules.KindSharded && t.Kind != rules.KindBroadcast {
+			continue
+		}
+		found := false
+		for _, n := range t.Nodes {
+			if n.DataSource == ds && n.Table == name && n.Schema == "" {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}

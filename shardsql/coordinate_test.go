@@ -1,0 +1,180 @@
+package shardsql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/coordinator"
+	"github.com/shardlab/shardlab/internal/sqldiff"
+	"github.com/shardlab/shardlab/rules"
+	"github.com/shardlab/shardlab/shardsql"
+)
+
+// openCoordinated opens the driver with the coordinator database over c, dropped
+// when the test ends.
+func openCoordinated(t *testing.T, c *rules.Compiled, edit func(*shardsql.Config)) *sql.DB {
+	t.Helper()
+	coord, err := coordinator.New(c, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := shardsql.Config{Rules: c, Coordinate: true}
+	if edit != nil {
+		edit(&cfg)
+	}
+	db, err := shardsql.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		db.Close()
+		if err := coord.Drop(context.Background()); err != nil {
+			t.Errorf("dropping the coordinator database: %v", err)
+		}
+	})
+	return db
+}
+
+// coordinatedEnv makes a layout's databases, opens the driver with the coordinator over
+// them and loads the suite's data through it.
+func coordinatedEnv(t *testing.T, layout sqldiff.Layout, options string, edit func(*shardsql.Config)) (*sqldiff.Env, sqldiff.SQLRunner) {
+	t.Helper()
+	env := sqldiff.NewEnv(t, layout, options)
+	ref, err := sql.Open("pgx", env.RefDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ref.Close() })
+	env.Ref = sqldiff.SQLRunner{DB: ref}
+	env.Modes = []string{"simple", "text"}
+	sharded := sqldiff.SQLRunner{DB: openCoordinated(t, env.Rules, edit)}
+	env.Load(t, sharded)
+	return env, sharded
+}
+
+// TestCoordinatorThroughDriver: with Config.Coordinate, the queries the merge must
+// refuse may be answered by the coordinator database, and every answer the driver
+// gives equals one database's, in the differential suite and in generated joins,
+// subqueries, CTEs, set operations and window functions; without it, the merge alone
+// answers fewer of them. The layouts are the proxy's (TestCoordinatorDifferential):
+// hash partitions and views, ICU's en-US collation, shards that are schemas.
+func TestCoordinatorThroughDriver(t *testing.T) {
+	type layout struct {
+		sqldiff.Layout
+		options string
+	}
+	layouts := []layout{{sqldiff.ICULayout(), sqldiff.ICUOptions}, {sqldiff.SchemaLayout(), ""}}
+	for _, l := range sqldiff.Layouts() {
+		layouts = append(layouts, layout{l, ""})
+	}
+	for _, l := range layouts {
+		layout := l.Layout
+		t.Run(layout.Name, func(t *testing.T) {
+			env, sharded := coordinatedEnv(t, layout, l.options, nil)
+			env.Coordinated = true
+			queries := append(sqldiff.Queries(), sqldiff.Random(uint64(len(layout.Name)), 30)...)
+			mustRefuse := 0
+			for _, q := range queries {
+				if q.Refused {
+					mustRefuse++
+				}
+			}
+			reads := env.RunReads(t, sharded, queries)
+			if reads.Coordinated == 0 {
+				t.Errorf("the coordinator answered none of the %d queries the merge refuses", mustRefuse)
+			}
+			generated := sqldiff.RandomShapes(uint64(len(layout.Name))+21, 40)
+			shapes := env.RunReads(t, sharded, generated)
+			plain := env
+			plain.Coordinated = false
+			merge := sqldiff.SQLRunner{DB: openDriver(t, env.Rules, false)}
+			alone := plain.RunReads(t, merge, generated)
+			t.Logf("%s through database/sql with the coordinator: %d reads, %d equal (%d of the %d the merge refuses); generated shapes %d of %d answered, %d by the merge alone",
+				layout.Name, reads.Total, reads.Equal, reads.Coordinated, mustRefuse, shapes.Equal, shapes.Total, alone.Equal)
+			if shapes.Equal < shapes.Total*85/100 || alone.Equal >= shapes.Equal {
+				t.Errorf("%d of %d generated shapes answered, %d by the merge alone", shapes.Equal, shapes.Total, alone.Equal)
+			}
+		})
+	}
+}
+
+func sqlStateOf(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// TestCoordinatorRulesThroughDriver: what the coordinator does not answer through the
+// driver, and how its failures read: a statement inside a transaction is refused with
+// 0A000 (the coordinator's sessions cannot see the transaction's writes); an error one
+// database raises is that database's, with its SQLSTATE; a statement that reads more
+// than Config.CoordinatorMaxMoved from the shards fails with 54000 naming the setting,
+// and the handle goes on answering.
+func TestCoordinatorRulesThroughDriver(t *testing.T) {
+	layout := sqldiff.Layouts()[1]
+	env, sharded := coordinatedEnv(t, layout, "", func(c *shardsql.Config) { c.CoordinatorMaxMoved = 20000 })
+	ctx := context.Background()
+	db := sharded.DB
+	join := `SELECT count(*) FROM t_order o JOIN t_user u ON u.city = o.note WHERE o.order_id BETWEEN 10 AND 19`
+	var want, got int64
+	if err := env.Ref.(sqldiff.SQLRunner).DB.QueryRowContext(ctx, join).Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRowContext(ctx, join).Scan(&got); err != nil || got != want {
+		t.Fatalf("a join on non-key columns: %d, %v; want %d", got, err, want)
+	}
+	// The same with an argument, prepared: described by the coordinator database.
+	if err := db.QueryRowContext(ctx, strings.Replace(join, "19", "$1", 1), 19).Scan(&got); err != nil || got != want {
+		t.Fatalf("the join with an argument: %d, %v; want %d", got, err, want)
+	}
+
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tx.QueryRowContext(ctx, join).Scan(&got)
+	if sqlStateOf(err) != "0A000" || !strings.Contains(err.Error(), "outside a transaction") {
+		t.Errorf("in a transaction: %v, want 0A000 naming the transaction", err)
+	}
+	tx.Rollback()
+
+	// An unknown column: one database's error, not the coordinator's.
+	bad := `SELECT count(*) FROM t_order o JOIN t_user u ON u.city = o.no_such_column`
+	_, refErr := env.Ref.(sqldiff.SQLRunner).DB.ExecContext(ctx, bad)
+	_, err = db.QueryContext(ctx, bad)
+	if sqlStateOf(err) != "42703" || sqlStateOf(refErr) != "42703" {
+		t.Errorf("an unknown column: %v, one database: %v; want 42703 from both", err, refErr)
+	}
+
+	// Every row of t_order, twice: past 20,000 bytes, read as rows stream.
+	rows, err := db.QueryContext(ctx, `SELECT a.*, b.* FROM t_order a JOIN t_order b ON a.note = b.note`)
+	if err == nil {
+		for rows.Next() {
+		}
+		err = rows.Err()
+		rows.Close()
+	}
+	if sqlStateOf(err) != "54000" || !strings.Contains(err.Error(), "CoordinatorMaxMoved") {
+		t.Fatalf("past the bound: %v, want 54000 naming CoordinatorMaxMoved", err)
+	}
+	if err := db.QueryRowContext(ctx, join).Scan(&got); err != nil || got != want {
+		t.Fatalf("after the cut: %d, %v; want %d", got, err, want)
+	}
+
+	// A column added through the driver is in the coordinator's next answer: the
+	// schema change rebuilds its database.
+	if _, err := db.ExecContext(ctx, `ALTER TABLE t_user ADD COLUMN extra int DEFAULT 7`); err != nil {
+		t.Fatal(err)
+	}
+	var extra int64
+	if err := db.QueryRowContext(ctx, strings.Replace(join, "count(*)", "coalesce(sum(u.extra), 0)", 1)).Scan(&extra); err != nil || extra != 7*want {
+		t.Fatalf("the added column through the coordinator: %d, %v; want %d", extra, err, 7*want)
+	}
+}
