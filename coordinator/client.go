@@ -119,3 +119,58 @@ func namesLogical(r *rules.Compiled, names []string, ds int) bool {
 	}
 	return true
 }
+
+// CarriesSetting reports whether the coordinator's sessions take a setting of a
+// client (or of the data sources' connection strings) as it is: how values are
+// written and read, limits and planner choices. Any other (search_path, a role,
+// postgres_fdw.*, default_transaction_read_only, custom settings) would reach the
+// coordinator's own schemas or its reading of the shards there.
+func CarriesSetting(name string) bool {
+	switch name {
+	case "datestyle", "timezone", "intervalstyle", "extra_float_digits", "lc_monetary", "lc_numeric", "lc_time",
+		"bytea_output", "client_encoding", "standard_conforming_strings", "application_name", "client_min_messages",
+		"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout", "work_mem", "hash_mem_multiplier",
+		"xmloption", "xmlbinary", "jit", "geqo", "from_collapse_limit", "join_collapse_limit", "random_page_cost",
+		"seq_page_cost", "cpu_tuple_cost", "max_parallel_workers_per_gather", "default_text_search_config":
+		return true
+	}
+	return strings.HasPrefix(name, "enable_")
+}
+
+// carriedOptions splits a connection string's options ("-c name=value --name=value
+// ...", as PostgreSQL reads them at startup) into what the coordinator's sessions
+// take: the settings it carries, written again as options, and the first other
+// setting (search_path aside: a data source's schema is the layout's, and the
+// coordinator reads each shard in its own), which it cannot.
+func carriedOptions(options string) (kept, other string) {
+	var out []string
+	fields := strings.Fields(options)
+	for i := 0; i < len(fields); i++ {
+		f := fields[i]
+		var setting string
+		switch {
+		case f == "-c" && i+1 < len(fields):
+			i++
+			setting = fields[i]
+		case strings.HasPrefix(f, "-c"):
+			setting = f[2:]
+		case strings.HasPrefix(f, "--"):
+			setting = f[2:]
+		default:
+			if other == "" {
+				other = f
+			}
+			continue
+		}
+		name, _, _ := strings.Cut(setting, "=")
+		name = strings.ToLower(strings.ReplaceAll(name, "-", "_"))
+		switch {
+		case name == "search_path":
+		case CarriesSetting(name):
+			out = append(out, "-c "+setting)
+		case other == "":
+			other = name
+		}
+	}
+	return strings.Join(out, " "), other
+}

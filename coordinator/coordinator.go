@@ -50,6 +50,7 @@ type Coordinator struct {
 	database string
 	adminDSN string // the default data source's
 	dsn      string // the coordinator database's
+	refused  error  // why it answers nothing (a setting it cannot carry), if so
 
 	// turn is held by the one caller of Ready that surveys and builds; the others
 	// wait for it, or for their context.
@@ -113,11 +114,18 @@ func New(r *rules.Compiled, database string) (*Coordinator, error) {
 			return nil, fmt.Errorf("%w: the coordinator database %q is data source %s's", ErrBuild, database, ds.Name)
 		}
 	}
-	dsn, err := withDatabase(def.DSN, database)
+	// The default data source's settings (its options) shape how its values are
+	// written: the coordinator's sessions take the same, or answer nothing.
+	kept, other := carriedOptions(cfg.RuntimeParams["options"])
+	var refused error
+	if other != "" {
+		refused = fmt.Errorf("%w: data source %s's connection string sets %s in its options, which the coordinator database does not carry (it could name other schemas there, or change its reading of the shards); set only how values are written and read, limits and planner choices there", ErrBuild, def.Name, other)
+	}
+	dsn, err := withDatabase(def.DSN, database, kept)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBuild, err)
 	}
-	return &Coordinator{rules: r, database: database, adminDSN: def.DSN, dsn: dsn, turn: make(chan struct{}, 1)}, nil
+	return &Coordinator{rules: r, database: database, adminDSN: def.DSN, dsn: dsn, refused: refused, turn: make(chan struct{}, 1)}, nil
 }
 
 // Skipped returns the logical tables the last build could not make in the coordinator
@@ -156,6 +164,9 @@ func (c *Coordinator) Ready(ctx context.Context, version uint64) error {
 	defer c.mu.Unlock()
 	if c.mu.closed {
 		return fmt.Errorf("%w: the coordinator is closed", ErrBuild)
+	}
+	if c.refused != nil {
+		return c.refused
 	}
 	if c.mu.err != nil && time.Since(c.mu.failed) < retryBuild {
 		return c.mu.err // a server without postgres_fdw, a login without CREATEDB: not at every statement
@@ -836,7 +847,7 @@ func hashPartitioned(r *rules.TableRule) (string, bool) {
 }
 
 // withDatabase returns dsn naming database instead of its own.
-func withDatabase(dsn, database string) (string, error) {
+func withDatabase(dsn, database, options string) (string, error) {
 	if strings.Contains(dsn, "://") {
 		i := strings.Index(dsn, "://") + 3
 		rest := dsn[i:]
@@ -853,21 +864,25 @@ func withDatabase(dsn, database string) (string, error) {
 		}
 		query := rest[end:]
 		if strings.HasPrefix(query, "?") {
-			// The coordinator's tables are in public: a shard's search_path or
-			// options are not the coordinator's.
+			// The coordinator's tables are in public: a shard's search_path is not
+			// the coordinator's, and of its options only those carried (options).
 			vals, err := url.ParseQuery(query[1:])
 			if err != nil {
 				return "", err
 			}
 			vals.Del("search_path")
 			vals.Del("options")
+			if options != "" {
+				vals.Set("options", options)
+			}
 			query = ""
 			if len(vals) > 0 {
-				query = "?" + vals.Encode()
+				// Spaces as %20: the driver reads a + as itself.
+				query = "?" + strings.ReplaceAll(vals.Encode(), "+", "%20")
 			}
 		}
 		return dsn[:i] + hostPath + query, nil
 	}
 	// key=value form: a later setting wins.
-	return dsn + " dbname=" + literal(database) + " search_path=public options=''", nil
+	return dsn + " dbname=" + literal(database) + " search_path=public options=" + literal(options), nil
 }

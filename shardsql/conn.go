@@ -181,6 +181,11 @@ func (cn *conn) endTx() {
 			cn.c.catalog.Invalidate()
 		}
 		cn.c.planner.Invalidate()
+		if cn.c.coord != nil {
+			// The schema others see changed at the commit (or not at all): the
+			// coordinator database is built again for it.
+			cn.c.coord.generation.Add(1)
+		}
 	}
 }
 
@@ -354,24 +359,54 @@ type describeKey struct{}
 
 func (cn *conn) describe(ctx context.Context, plan *sqlplan.Plan) (*description, error) {
 	v, err := plan.Memo(describeKey{}, func() (any, error) {
+		coord := sqlplan.CoordinatorSource(cn.c.cfg.Rules)
 		ds, sql := plan.DescribeSQL()
-		if ds == sqlplan.CoordinatorSource(cn.c.cfg.Rules) {
-			// Described by the coordinator database, which must be built first.
-			if err := cn.readyCoordinator(ctx, plan.Refused); err != nil {
+		if ds == coord && (cn.c.coord == nil || plan.Kind != sqlplan.KindCoordinator) {
+			// Only the coordinator database could describe it (its tables are on no
+			// one data source), and it does not answer it here: the statement's own
+			// refusal.
+			if plan.Feed != nil {
+				return nil, feedRefused(plan.Feed)
+			}
+			if _, err := plan.Bind(sqlplan.Args{}); err != nil {
 				return nil, err
 			}
+			return nil, sqlplan.Unsupported("a statement over tables that no one data source holds, without the coordinator database (shardsql.Config.Coordinate)")
 		}
 		var d description
-		err := runOn(ctx, cn.c.pools, ds, func(pc *pgconn.PgConn) error {
-			sd, err := pc.Prepare(ctx, "", sql, nil)
-			if err != nil {
-				return err
+		describeOn := func(ds int, sql string) error {
+			if ds == coord {
+				// Described by the coordinator database, which must be built first.
+				if err := cn.readyCoordinator(ctx, plan.Refused); err != nil {
+					return err
+				}
 			}
-			d.paramOIDs = sd.ParamOIDs
-			return nil
-		})
+			err := runOn(ctx, cn.c.pools, ds, func(pc *pgconn.PgConn) error {
+				sd, err := pc.Prepare(ctx, "", sql, nil)
+				if err != nil {
+					return err
+				}
+				d.paramOIDs = sd.ParamOIDs
+				return nil
+			})
+			if err == nil {
+				return nil
+			}
+			if ds == coord {
+				return cn.coordinatorFailure(ctx, plan.Refused, plan.Tables, sql, nil, err)
+			}
+			return &sqlexec.ShardError{DataSource: ds, Name: cn.c.cfg.Rules.DataSources()[ds].Name, Err: err}
+		}
+		err := describeOn(ds, sql)
+		var pe *pgconn.PgError
+		if err != nil && ds != coord && cn.c.coord != nil && plan.MayCoordinate() && plan.Feed == nil && plan.Pre == nil &&
+			errors.As(err, &pe) && strings.HasPrefix(pe.Code, "42") {
+			// A statement the coordinator may answer can name tables that no one data
+			// source holds (a default data source's table beside shards elsewhere).
+			err = describeOn(coord, plan.SQL)
+		}
 		if err != nil {
-			return nil, &sqlexec.ShardError{DataSource: ds, Name: cn.c.cfg.Rules.DataSources()[ds].Name, Err: err}
+			return nil, err
 		}
 		return &d, nil
 	})

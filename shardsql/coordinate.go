@@ -163,7 +163,8 @@ func (cn *conn) readyCoordinator(ctx context.Context, refused error) error {
 }
 
 // coordinated runs a statement the coordinator database answers: its rows streamed
-// when the caller reads them one by one, else gathered (within Config.MaxHeld).
+// from the coordinator's connection when the caller reads them one by one (the relay
+// counts what it moves until they end), else gathered (within Config.MaxHeld).
 func (cn *conn) coordinated(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args) (*sqlexec.Result, error) {
 	if err := cn.readyCoordinator(ctx, b.Refused); err != nil {
 		return nil, err
@@ -177,14 +178,7 @@ func (cn *conn) coordinated(ctx context.Context, b *sqlplan.Bound, a sqlplan.Arg
 		if moved != nil && moved.Exceeded() {
 			return coordinator.MovedError(moved, cn.c.coord.maxMoved, "shardsql.Config.CoordinatorMaxMoved")
 		}
-		return cn.c.coord.coord.ClientError(why(b.Refused), b.Plan.Tables, err, func() error {
-			// The statement analysed by one database: the default data source, where
-			// every table it names has its logical name.
-			return runOn(ctx, cn.c.pgxPools, cn.c.cfg.Rules.DefaultDataSource(), func(pc *pgconn.PgConn) error {
-				_, err := pc.Prepare(ctx, "", b.Targets[0].SQL, a.OIDs)
-				return err
-			})
-		})
+		return cn.coordinatorFailure(ctx, b.Refused, b.Plan.Tables, b.Targets[0].SQL, a.OIDs, err)
 	}
 	if cn.streaming {
 		rows, err := cn.c.engine.Query(ctx, b, a, nil, cn.s)
@@ -199,4 +193,16 @@ func (cn *conn) coordinated(ctx context.Context, b *sqlplan.Bound, a sqlplan.Arg
 		return nil, fail(err)
 	}
 	return res, nil
+}
+
+// coordinatorFailure is what the program sees of err, the coordinator database's error
+// for sql, a statement the merge refused (refused) over tables: see
+// coordinator.ClientError. One database's analysis is the default data source's.
+func (cn *conn) coordinatorFailure(ctx context.Context, refused error, tables []string, sql string, oids []uint32, err error) error {
+	return cn.c.coord.coord.ClientError(why(refused), tables, err, func() error {
+		return runOn(ctx, cn.c.pgxPools, cn.c.cfg.Rules.DefaultDataSource(), func(pc *pgconn.PgConn) error {
+			_, err := pc.Prepare(ctx, "", sql, oids)
+			return err
+		})
+	})
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardlab/shardlab/coordinator"
+	"github.com/shardlab/shardlab/internal/pgtest"
 	"github.com/shardlab/shardlab/internal/sqldiff"
 	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/shardsql"
@@ -176,5 +178,107 @@ func TestCoordinatorRulesThroughDriver(t *testing.T) {
 	var extra int64
 	if err := db.QueryRowContext(ctx, strings.Replace(join, "count(*)", "coalesce(sum(u.extra), 0)", 1)).Scan(&extra); err != nil || extra != 7*want {
 		t.Fatalf("the added column through the coordinator: %d, %v; want %d", extra, err, 7*want)
+	}
+}
+
+// TestCoordinatorDescribesWhatNoShardHolds: a statement with arguments over a table of
+// the default data source beside a table sharded elsewhere is described by no one
+// data source: a SELECT is described, and answered, by the coordinator database, and
+// INSERT ... SELECT gets its own refusal (0A000), with the coordinator or without it.
+func TestCoordinatorDescribesWhatNoShardHolds(t *testing.T) {
+	ctx := context.Background()
+	var dsns []string
+	for i := range 3 {
+		dsns = append(dsns, pgtest.NewDatabase(t, fmt.Sprintf("drvco%d", i)))
+	}
+	r := rules.Rules{DefaultDataSource: "ds_0",
+		Tables: []rules.Table{{Name: "t_a", DataSources: []string{"ds_1", "ds_2"}, Strategy: rules.Strategy{Column: "id", Type: rules.TypeInt4}}}}
+	for i, d := range dsns {
+		r.DataSources = append(r.DataSources, rules.DataSource{Name: fmt.Sprintf("ds_%d", i), DSN: d})
+	}
+	c, err := rules.Compile(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := openCoordinated(t, c, nil)
+	for _, q := range []string{
+		"CREATE TABLE t_a (id int PRIMARY KEY, w int)",
+		"CREATE TABLE t_b (id int PRIMARY KEY, w int)",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for i := 1; i <= 20; i++ {
+		if _, err := db.ExecContext(ctx, "INSERT INTO t_b VALUES ($1, $2)", i, i%5); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "INSERT INTO t_a VALUES ($1, $1)", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int64
+	err = db.QueryRowContext(ctx, "SELECT count(*) FROM t_a JOIN t_b ON t_a.id = t_b.id WHERE t_b.w > $1", 2).Scan(&n)
+	if err != nil || n != 8 {
+		t.Errorf("a join of the default data source's table and a sharded one, with an argument: %d, %v; want 8", n, err)
+	}
+	plain := openDriver(t, c, false)
+	for name, h := range map[string]*sql.DB{"with the coordinator": db, "without it": plain} {
+		_, err = h.ExecContext(ctx, "INSERT INTO t_a SELECT id + 100, w FROM t_b WHERE w > $1", 1)
+		if sqlStateOf(err) != "0A000" {
+			t.Errorf("INSERT ... SELECT %s: %v, want 0A000", name, err)
+		}
+	}
+}
+
+// TestCoordinatorTakesTheDataSourcesOptions: the settings a data source's connection
+// string gives in its options (here a time zone, which writes every timestamptz) are
+// the coordinator's sessions' too, so that a coordinated answer writes values as the
+// merge's do; a setting it cannot carry (a role) leaves coordinated statements refused,
+// naming it.
+func TestCoordinatorTakesTheDataSourcesOptions(t *testing.T) {
+	ctx := context.Background()
+	var dsns []string
+	for i := range 2 {
+		dsns = append(dsns, pgtest.NewDatabase(t, fmt.Sprintf("drvtz%d", i))+"&options=-c%20TimeZone%3DAsia%2FKathmandu")
+	}
+	layout := func(dsns []string) *rules.Compiled {
+		r := rules.Rules{Tables: []rules.Table{{Name: "ev", Strategy: rules.Strategy{Column: "id", Type: rules.TypeInt4}}}}
+		for i, d := range dsns {
+			r.DataSources = append(r.DataSources, rules.DataSource{Name: fmt.Sprintf("ds_%d", i), DSN: d})
+		}
+		c, err := rules.Compile(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	db := openCoordinated(t, layout(dsns), nil)
+	if _, err := db.ExecContext(ctx, "CREATE TABLE ev (id int PRIMARY KEY, at timestamptz)"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 4; i++ {
+		if _, err := db.ExecContext(ctx, "INSERT INTO ev VALUES ($1, '2026-01-01 00:00:00+00')", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var merged, coordinated string
+	if err := db.QueryRowContext(ctx, "SELECT max(at::text) FROM ev").Scan(&merged); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRowContext(ctx, "SELECT max(a.at::text) FROM ev a JOIN ev b ON a.at = b.at").Scan(&coordinated); err != nil {
+		t.Fatal(err)
+	}
+	if merged != "2026-01-01 05:45:00+05:45" || coordinated != merged {
+		t.Errorf("merged %q, coordinated %q; want both 2026-01-01 05:45:00+05:45", merged, coordinated)
+	}
+
+	for i := range dsns {
+		dsns[i] = strings.Replace(dsns[i], "options=", "options=-c%20role%3Dpostgres%20", 1)
+	}
+	other := openCoordinated(t, layout(dsns), nil)
+	_, err := other.QueryContext(ctx, "SELECT max(a.at::text) FROM ev a JOIN ev b ON a.at = b.at")
+	if sqlStateOf(err) != "0A000" || !strings.Contains(err.Error(), "role") {
+		t.Errorf("with a role in the options: %v, want 0A000 naming it", err)
 	}
 }

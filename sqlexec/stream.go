@@ -327,8 +327,8 @@ func streamable(b *sqlplan.Bound) bool {
 // oneTarget reports whether a bound statement is a SELECT on one data source's target
 // as it is, whose rows the caller can read straight from the connection (queryOne).
 func oneTarget(b *sqlplan.Bound) bool {
-	return b.Plan.Kind == sqlplan.KindSelect && !b.Plan.Write && len(b.Targets) == 1 &&
-		b.Merge == nil && !b.Broadcast && !b.Coordinated()
+	return (b.Plan.Kind == sqlplan.KindSelect || b.Plan.Kind == sqlplan.KindCoordinator) && !b.Plan.Write && len(b.Targets) == 1 &&
+		b.Merge == nil && !b.Broadcast
 }
 
 // batch is a part of one target's answer.
@@ -398,7 +398,7 @@ type stream struct {
 // targets in order on its connection.
 func (e *Engine) startStream(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16, conns Conns) *stream {
 	ctx, cancel := context.WithCancel(ctx)
-	st := &stream{e: e, b: b, conns: conns, cancel: cancel, errs: make([]error, e.rules.NumDataSources()+1),
+	st := &stream{e: e, b: b, conns: conns, cancel: cancel, errs: make([]error, e.rules.NumDataSources()+1), // + the coordinator's
 		skip: 0, left: -1}
 	if m := b.Merge; m != nil {
 		st.skip, st.left = max(b.Offset, 0), b.Limit

@@ -81,20 +81,10 @@ func (s *Session) coordinatorAllowed(partial bool) error {
 }
 
 // coordinatorSetting reports whether the coordinator's sessions take a client's
-// setting as they are: how values are written and read, limits and planner choices.
-// Any other (search_path, role, postgres_fdw.*, default_transaction_read_only, custom
-// settings) refuses the client's coordinated statements.
-func coordinatorSetting(name string) bool {
-	switch name {
-	case "datestyle", "timezone", "intervalstyle", "extra_float_digits", "lc_monetary", "lc_numeric", "lc_time",
-		"bytea_output", "client_encoding", "standard_conforming_strings", "application_name", "client_min_messages",
-		"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout", "work_mem", "hash_mem_multiplier",
-		"xmloption", "xmlbinary", "jit", "geqo", "from_collapse_limit", "join_collapse_limit", "random_page_cost",
-		"seq_page_cost", "cpu_tuple_cost", "max_parallel_workers_per_gather", "default_text_search_config":
-		return true
-	}
-	return strings.HasPrefix(name, "enable_")
-}
+// setting as they are (coordinator.CarriesSetting). Any other (search_path, role,
+// postgres_fdw.*, default_transaction_read_only, custom settings) refuses the client's
+// coordinated statements.
+func coordinatorSetting(name string) bool { return coordinator.CarriesSetting(name) }
 
 func hintOf(err error) string {
 	var pe *pgconn.PgError
