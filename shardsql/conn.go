@@ -487,7 +487,7 @@ func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args, a
 	if pl.Feed != nil {
 		return nil, feedRefused(pl.Feed)
 	}
-	if b.Coordinated() {
+	if b.Coordinated() && cn.sq == nil {
 		return cn.coordinated(ctx, b, a)
 	}
 	var res *sqlexec.Result
@@ -511,6 +511,9 @@ func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args, a
 		cn.c.planner.Invalidate()
 		if cn.c.coord != nil {
 			cn.c.coord.generation.Add(1)
+		}
+		if cn.c.sqliteCoord != nil {
+			cn.c.sqliteCoord.generation.Add(1)
 		}
 		if cn.sq == nil && cn.s.InTransaction() {
 			cn.txDDL = true

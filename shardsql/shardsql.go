@@ -96,9 +96,11 @@ type Config struct {
 	// database on the default data source's server, made and kept in step by this
 	// handle, where PostgreSQL evaluates the statement over every shard's rows through
 	// postgres_fdw (package coordinator; docs/sql-sharding.md). Without it those
-	// statements are refused with SQLSTATE 0A000. It needs PostgreSQL data sources, a
-	// login that may create databases, and postgres_fdw on that server; the handle
-	// listens on a port of its own (the relay that counts what the shards send).
+	// statements are refused with SQLSTATE 0A000. On PostgreSQL it needs a login that
+	// may create databases, and postgres_fdw on that server; the handle listens on a
+	// port of its own (the relay that counts what the shards send). On SQLite data
+	// sources SQLite answers them itself, over every file attached to one connection
+	// (sqlite_attach.go; at most 10 files).
 	Coordinate bool
 	// CoordinatorDatabase names the coordinator database (default: the default data
 	// source's database name + "_coordinator"). It has one owner at a time: give each
@@ -254,8 +256,11 @@ type Connector struct {
 	settler   *sqlexec.Settler // with TwoPhase
 	engine    *sqlexec.Engine
 	detector  *sqlexec.DeadlockDetector
-	coord     *coordination // with Config.Coordinate
-	closeOnce sync.Once
+	coord     *coordination // with Config.Coordinate, on PostgreSQL data sources
+	// sqliteCoord answers, with Config.Coordinate on SQLite data sources, what the
+	// merge cannot (sqlite_attach.go).
+	sqliteCoord *liteCoordinator
+	closeOnce   sync.Once
 }
 
 var _ driver.Connector = (*Connector)(nil)
@@ -282,13 +287,16 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 		if cfg.TwoPhase {
 			return nil, errors.New("shardsql: two-phase commit needs PostgreSQL data sources; SQLite has no PREPARE TRANSACTION")
 		}
-		if cfg.Coordinate {
-			return nil, errors.New("shardsql: the coordinator database needs PostgreSQL data sources; on SQLite data sources, statements the merge cannot answer are refused")
-		}
 		if c.sqlite, err = openSQLite(ctx, cfg.Rules); err != nil {
 			return nil, err
 		}
-		c.planner = sqlplan.New(cfg.Rules, sqliteCatalog{c.sqlite}, sqlplan.Options{CacheSize: cfg.PlanCacheSize})
+		if cfg.Coordinate {
+			if c.sqliteCoord, err = newLiteCoordinator(c.sqlite); err != nil {
+				c.sqlite.close()
+				return nil, err
+			}
+		}
+		c.planner = sqlplan.New(cfg.Rules, sqliteCatalog{c.sqlite}, sqlplan.Options{CacheSize: cfg.PlanCacheSize, Coordinate: cfg.Coordinate})
 		c.committer = sqlexec.NewCommitter(cfg.Rules, false)
 		c.engine = sqlexec.NewEngine(cfg.Rules, nil, c.committer)
 		c.engine.SetMaxHeld(cfg.MaxHeld)
@@ -376,6 +384,9 @@ func (c *Connector) Close() error {
 		}
 		if c.detector != nil {
 			c.detector.Close()
+		}
+		if c.sqliteCoord != nil {
+			c.sqliteCoord.close()
 		}
 		if c.sqlite != nil {
 			first = c.sqlite.close()

@@ -388,6 +388,9 @@ func (s *sqliteSession) run(ctx context.Context, b *sqlplan.Bound, args []driver
 	if err := shards.subsetError(pl.SQL); err != nil {
 		return nil, err
 	}
+	if b.Coordinated() {
+		return s.coordinated(ctx, b, args)
+	}
 	results := make([]sqlexec.ShardResult, len(b.Targets))
 	write := pl.Write
 	wrap := write && b.MultiTarget() && !s.inTx

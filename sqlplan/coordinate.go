@@ -167,6 +167,7 @@ var rowOrdered = map[string]bool{
 	"string_agg": true, "array_agg": true, "json_agg": true, "jsonb_agg": true, "json_object_agg": true,
 	"jsonb_object_agg": true, "xmlagg": true, "json_agg_strict": true, "jsonb_agg_strict": true,
 	"row_number": true, "lag": true, "lead": true, "first_value": true, "last_value": true, "nth_value": true, "ntile": true,
+	"group_concat": true, // SQLite's string_agg (its coordinator: shardsql's sqlite_attach.go)
 }
 
 // MayCoordinate reports whether the coordinator database may answer the plan when its
@@ -229,6 +230,7 @@ var orderedSums = map[string]bool{
 	"var_pop": true, "var_samp": true, "corr": true, "covar_pop": true, "covar_samp": true, "regr_avgx": true,
 	"regr_avgy": true, "regr_intercept": true, "regr_r2": true, "regr_slope": true, "regr_sxx": true,
 	"regr_sxy": true, "regr_syy": true,
+	"total": true, // SQLite's sum, always a float
 }
 
 // floatFunctions return floating-point values.

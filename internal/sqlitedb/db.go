@@ -174,6 +174,18 @@ func uri(path string, o Options, readOnly bool) string {
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
 
+// AttachURI returns the name under which another connection of this process attaches
+// the database read-only (ATTACH DATABASE): its file, with the VFS its own connections
+// use, since the WAL index of unix-excl lives in this process's heap and every
+// connection to the file must find it there.
+func (d *DB) AttachURI() string {
+	q := "mode=ro"
+	if d.opts.Journal == JournalWAL && !d.opts.OneConn {
+		q += "&vfs=unix-excl"
+	}
+	return "file:" + (&url.URL{Path: d.path}).EscapedPath() + "?" + q
+}
+
 // OpenDB opens (creating if needed) the SQLite database at path with opts, after
 // validating them: bad options create no file and give an error wrapping ErrBadOptions.
 // It connects the writer before returning, so the file exists and is in WAL mode before
