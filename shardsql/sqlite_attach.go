@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,14 +28,26 @@ import (
 //
 // What it refuses (0A000), beside what the planner refuses for every coordinator (sums
 // and averages, which SQLite adds in the order the rows come; aggregates and window
-// functions whose answer depends on their rows' order without an ORDER BY; statements
-// about the session):
+// functions whose answer depends on their rows' order without an ORDER BY, however
+// their names are quoted or cased; statements about the session):
 //   - a read inside a transaction: the attached files are read through a connection of
 //     their own, which cannot see the transaction's writes;
+//   - a name it cannot resolve as one file would: a schema-qualified one (the attached
+//     files and temp are the coordinator's), a physical table of a split table, a name
+//     that is neither a CTE, a logical table with a view, nor a table of the default
+//     data source's file (SQLite would look it up in the other files);
+//   - a table whose columns differ between its shards (the view would pair them by
+//     position), or that declares a collation (a compound view does not carry it into
+//     UNION, INTERSECT or EXCEPT);
 //   - rowids, SQLite's catalog (sqlite_*), pragmas and the functions that answer about
 //     the connection (changes(), last_insert_rowid()): the views have no rowid, and the
 //     connection is the coordinator's;
-//   - any error SQLite raises for the statement there: one file might not have raised it.
+//   - any error SQLite raises for the statement there, after one more try on a new
+//     connection (a schema changed beside the handle): one file might not have raised it.
+//
+// Bare columns (a column neither grouped nor aggregated, which SQLite takes from a row
+// it picks) and LIMIT without ORDER BY answer from rows in the order the files are
+// read: as one file may answer from any row, any of them is its answer too.
 
 // maxAttached is how many files one SQLite connection attaches (SQLITE_MAX_ATTACHED of
 // the SQLite library the driver is built with).
@@ -45,18 +58,24 @@ type liteCoordinator struct {
 	shards   *sqliteShards
 	physical map[string]bool // see physicalTables
 	memory   *sql.DB         // each connection an empty in-memory database, the files attached to it
-	idle     chan *liteConn
+	// idle keeps connections for the next statements, until closed (mu guards both).
+	mu     sync.Mutex
+	idle   chan *liteConn
+	closed bool
 	// generation counts the schema changes made through this handle: a connection made
 	// for an older one is made again, so that its views have every column.
 	generation atomic.Uint64
-	closeOnce  sync.Once
 }
 
 // liteConn is one attaching connection, made for a schema generation.
 type liteConn struct {
 	c          *sql.Conn
 	generation uint64
-	views      map[string]bool // the logical tables it has views of
+	// names are the relations a statement may name there, in lower case: the logical
+	// tables with a view, and the default data source's own tables.
+	names map[string]bool
+	// refused are the logical tables a statement may not name, with why (lower case).
+	refused map[string]string
 }
 
 // liteCoordinatorConns bounds the attaching connections kept.
@@ -74,17 +93,21 @@ func newLiteCoordinator(s *sqliteShards) (*liteCoordinator, error) {
 }
 
 func (l *liteCoordinator) close() {
-	l.closeOnce.Do(func() {
-		for {
-			select {
-			case c := <-l.idle:
-				c.c.Close()
-			default:
-				l.memory.Close()
-				return
-			}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.closed = true
+	for {
+		select {
+		case c := <-l.idle:
+			c.c.Close()
+		default:
+			l.memory.Close()
+			return
 		}
-	})
+	}
 }
 
 // acquire returns a connection with every file attached and the views of the current
@@ -107,7 +130,7 @@ func (l *liteCoordinator) acquire(ctx context.Context, fresh bool) (*liteConn, e
 	if err != nil {
 		return nil, err
 	}
-	lc := &liteConn{c: c, generation: gen, views: map[string]bool{}}
+	lc := &liteConn{c: c, generation: gen, names: map[string]bool{}, refused: map[string]string{}}
 	if err := l.attach(ctx, lc); err != nil {
 		c.Close()
 		return nil, err
@@ -115,13 +138,21 @@ func (l *liteCoordinator) acquire(ctx context.Context, fresh bool) (*liteConn, e
 	return lc, nil
 }
 
-// missingView names a sharded or broadcast table of tables that c has no view of (one
-// made since c attached the files, beside this handle), if any: unviewed, its name
-// would reach the default data source's part alone.
-func (l *liteCoordinator) missingView(c *liteConn, tables []string) string {
-	for _, name := range tables {
-		if t := l.shards.rules.Lookup(name); t != nil && (t.Kind == rules.KindSharded || t.Kind == rules.KindBroadcast) && !c.views[name] {
-			return name
+// unresolved says why c cannot answer a statement over rels and ctes as one file
+// would, if it cannot (see the package comment).
+func (l *liteCoordinator) unresolved(c *liteConn, rels []sqlplan.Relation, ctes []string) string {
+	for _, r := range rels {
+		name := strings.ToLower(r.Name)
+		switch {
+		case r.Schema != "":
+			return fmt.Sprintf("a schema-qualified name (%s.%s)", r.Schema, r.Name)
+		case slices.ContainsFunc(ctes, func(cte string) bool { return strings.EqualFold(cte, r.Name) }):
+		case l.physical[name]:
+			return fmt.Sprintf("%s, a physical table of a sharded table", r.Name)
+		case c.refused[name] != "":
+			return fmt.Sprintf("table %s (%s)", r.Name, c.refused[name])
+		case !c.names[name]:
+			return fmt.Sprintf("table %s, which is neither a logical table with a view nor in the default data source's file", r.Name)
 		}
 	}
 	return ""
@@ -129,13 +160,16 @@ func (l *liteCoordinator) missingView(c *liteConn, tables []string) string {
 
 // release keeps c for the next statement, or closes it if enough are kept.
 func (l *liteCoordinator) release(c *liteConn, ok bool) {
-	if ok {
+	l.mu.Lock()
+	if ok && !l.closed {
 		select {
 		case l.idle <- c:
+			l.mu.Unlock()
 			return
 		default:
 		}
 	}
+	l.mu.Unlock()
 	c.c.Close()
 }
 
@@ -151,6 +185,10 @@ func (l *liteCoordinator) attach(ctx context.Context, lc *liteConn) error {
 	c := lc.c
 	r := l.shards.rules
 	def := r.DefaultDataSource()
+	// A lock held by a shard's writer is waited for, as the shards' own connections do.
+	if _, err := c.ExecContext(ctx, "PRAGMA busy_timeout = 5000"); err != nil {
+		return err
+	}
 	order := []int{def}
 	for ds := range r.NumDataSources() {
 		if ds != def {
@@ -179,6 +217,9 @@ func (l *liteCoordinator) attach(ctx context.Context, lc *liteConn) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	for _, name := range names {
+		lc.names[strings.ToLower(name)] = true // the default data source's; a view below takes its place
+	}
 	for _, t := range r.Rules().Tables {
 		if !strings.HasSuffix(t.Name, "*") && !slices.Contains(names, t.Name) {
 			names = append(names, t.Name)
@@ -186,7 +227,16 @@ func (l *liteCoordinator) attach(ctx context.Context, lc *liteConn) error {
 	}
 	for _, name := range names {
 		t := r.Lookup(name)
-		if t == nil || t.Kind == rules.KindDefault || len(t.Nodes) == 0 || l.physical[name] {
+		if t == nil || len(t.Nodes) == 0 || l.physical[name] {
+			continue
+		}
+		lower := strings.ToLower(name)
+		if t.Kind == rules.KindDefault {
+			if collated, err := declaresCollation(ctx, c, def, name); err != nil {
+				return err
+			} else if collated {
+				lc.refused[lower] = "its columns declare a collation"
+			}
 			continue
 		}
 		nodes := t.Nodes
@@ -198,17 +248,96 @@ func (l *liteCoordinator) attach(ctx context.Context, lc *liteConn) error {
 				}
 			}
 		}
-		var parts []string
-		for _, n := range nodes {
-			parts = append(parts, fmt.Sprintf("SELECT * FROM shard_%d.%s", n.DataSource, quoteIdent(n.Table)))
+		delete(lc.names, lower)
+		why, err := l.makeView(ctx, c, name, nodes)
+		if err != nil {
+			return err
 		}
-		view := fmt.Sprintf("CREATE TEMP VIEW %s AS %s", quoteIdent(name), strings.Join(parts, " UNION ALL "))
-		if _, err := c.ExecContext(ctx, view); err != nil {
-			return fmt.Errorf("the view of table %s: %w", name, err)
+		if why != "" {
+			lc.refused[lower] = why
+			continue
 		}
-		lc.views[name] = true
+		lc.names[lower] = true
 	}
 	return nil
+}
+
+// makeView makes the view of logical table name over nodes: each node's columns
+// named, in the first node's order. It makes none, and says why, when the nodes'
+// columns differ (a view would pair them by position) or declare a collation; a table
+// that is on no shard yet gets none either.
+func (l *liteCoordinator) makeView(ctx context.Context, c *sql.Conn, name string, nodes []rules.Node) (string, error) {
+	var cols []string
+	for i, n := range nodes {
+		var these []string
+		rows, err := c.QueryContext(ctx, "SELECT name FROM pragma_table_info(?, ?) ORDER BY cid", n.Table, fmt.Sprintf("shard_%d", n.DataSource))
+		if err != nil {
+			return "", err
+		}
+		for rows.Next() {
+			var col string
+			if err := rows.Scan(&col); err != nil {
+				rows.Close()
+				return "", err
+			}
+			these = append(these, col)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return "", err
+		}
+		if len(these) == 0 {
+			return "it is missing on a shard", nil
+		}
+		if collated, err := declaresCollation(ctx, c, n.DataSource, n.Table); err != nil {
+			return "", err
+		} else if collated {
+			return "its columns declare a collation", nil
+		}
+		if i == 0 {
+			cols = these
+			continue
+		}
+		if !sameSet(cols, these) {
+			return "its shards' columns differ", nil
+		}
+	}
+	list := make([]string, len(cols))
+	for i, col := range cols {
+		list[i] = quoteIdent(col)
+	}
+	var parts []string
+	for _, n := range nodes {
+		parts = append(parts, fmt.Sprintf("SELECT %s FROM shard_%d.%s", strings.Join(list, ", "), n.DataSource, quoteIdent(n.Table)))
+	}
+	view := fmt.Sprintf("CREATE TEMP VIEW %s AS %s", quoteIdent(name), strings.Join(parts, " UNION ALL "))
+	if _, err := c.ExecContext(ctx, view); err != nil {
+		return "", fmt.Errorf("the view of table %s: %w", name, err)
+	}
+	return "", nil
+}
+
+// declaresCollation reports whether a table's definition on data source ds names a
+// collation.
+func declaresCollation(ctx context.Context, c *sql.Conn, ds int, table string) (bool, error) {
+	var def sql.NullString
+	err := c.QueryRowContext(ctx, fmt.Sprintf("SELECT sql FROM shard_%d.sqlite_schema WHERE type = 'table' AND name = ?", ds), table).Scan(&def)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return strings.Contains(strings.ToUpper(def.String), "COLLATE"), err
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		if !slices.ContainsFunc(b, func(y string) bool { return strings.EqualFold(x, y) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // physicalTables are the physical tables of sharded tables that are not logical
@@ -223,7 +352,7 @@ func physicalTables(r *rules.Compiled) map[string]bool {
 		if tr := r.Lookup(t.Name); tr != nil && tr.Kind == rules.KindSharded {
 			for _, n := range tr.Nodes {
 				if n.Table != t.Name {
-					out[n.Table] = true
+					out[strings.ToLower(n.Table)] = true
 				}
 			}
 		}
@@ -263,36 +392,42 @@ func (s *sqliteSession) coordinated(ctx context.Context, b *sqlplan.Bound, args 
 	case s.c.cfg.Rules.NumDataSources() > maxAttached:
 		return nil, sqlplan.Unsupported("%s; the coordinator attaches every SQLite file to one connection, and SQLite attaches at most %d (the layout has %d)", why, maxAttached, s.c.cfg.Rules.NumDataSources())
 	}
-	if what := liteNotCoordinated(b.Targets[0].SQL); what != "" {
+	t := b.Targets[0]
+	if what := liteNotCoordinated(t.SQL); what != "" {
 		return nil, sqlplan.Unsupported("%s; the coordinator over SQLite files does not answer %s", why, what)
 	}
-	for _, name := range b.Plan.Tables {
-		if l.physical[name] {
-			return nil, sqlplan.Unsupported("%s; it names %s, a physical table of a sharded table", why, name)
-		}
-	}
-	c, err := l.acquire(ctx, false)
-	if err == nil && l.missingView(c, b.Plan.Tables) != "" {
-		// A table made beside this handle since the connection attached the files.
-		l.release(c, false)
-		c, err = l.acquire(ctx, true)
-	}
+	rels, ctes, err := sqlplan.Relations(t.SQL)
 	if err != nil {
-		return nil, sqlplan.Unsupported("%s; the coordinator over SQLite files is not available: %v", why, err)
+		return nil, err
 	}
-	if name := l.missingView(c, b.Plan.Tables); name != "" {
-		l.release(c, true)
-		return nil, sqlplan.Unsupported("%s; the coordinator over SQLite files has no view of table %s (it is not in the default data source's file)", why, name)
-	}
-	t := b.Targets[0]
 	lt := s.c.sqlite.liteTextOf(b.Plan, t.SQL)
-	r, err := runSQLiteTarget(ctx, c.c, nil, b.Plan, lt, t, args)
-	l.release(c, err == nil || ctx.Err() == nil)
-	if err != nil {
+	var r sqlexec.ShardResult
+	// A kept connection first; a new one when it cannot resolve a name, or SQLite
+	// fails the statement there, since a schema may have changed beside the handle
+	// since it attached the files.
+	for attempt := 0; ; attempt++ {
+		c, err := l.acquire(ctx, attempt > 0)
+		if err != nil {
+			return nil, sqlplan.Unsupported("%s; the coordinator over SQLite files is not available: %v", why, err)
+		}
+		if what := l.unresolved(c, rels, ctes); what != "" {
+			l.release(c, attempt > 0)
+			if attempt == 0 {
+				continue
+			}
+			return nil, sqlplan.Unsupported("%s; the coordinator over SQLite files does not answer a statement naming %s", why, what)
+		}
+		r, err = runSQLiteTarget(ctx, c.c, nil, b.Plan, lt, t, args)
+		l.release(c, err == nil)
+		if err == nil {
+			break
+		}
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		return nil, sqlplan.Unsupported("%s; the coordinator over SQLite files could not answer it as one file would (%v)", why, err)
+		if attempt > 0 {
+			return nil, sqlplan.Unsupported("%s; the coordinator over SQLite files could not answer it as one file would (%v)", why, err)
+		}
 	}
 	results := []sqlexec.ShardResult{r}
 	if err := unifyTypes(results); err != nil {

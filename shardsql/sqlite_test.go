@@ -385,6 +385,19 @@ func TestSQLiteCoordinator(t *testing.T) {
 	if sqlStateOf(err) != "0A000" || !strings.Contains(err.Error(), "rowid") {
 		t.Errorf("a rowid: %v, want 0A000 naming it", err)
 	}
+	// As one file would not: sums however their names are written, a physical table,
+	// a name qualified by an attached file's.
+	for q, want := range map[string]string{
+		`SELECT "SUM"(o.weight) FROM t_order o JOIN t_user u ON u.user_id = o.user_id`:            "SUM",
+		`SELECT "GROUP_CONCAT"(o.order_id) FROM t_order o JOIN t_user u ON u.user_id = o.user_id`: "GROUP_CONCAT",
+		`SELECT count(*) FROM "T_ORDER_0" o JOIN t_user u ON u.user_id = o.user_id`:               "T_ORDER_0",
+		`SELECT count(*) FROM shard_1.t_user u JOIN t_order o ON u.user_id = o.user_id + 1`:       "shard_1",
+	} {
+		_, err := db.QueryContext(ctx, q)
+		if sqlStateOf(err) != "0A000" || !strings.Contains(strings.ToUpper(err.Error()), strings.ToUpper(want)) {
+			t.Errorf("%s: %v, want 0A000 naming %s", q, err, want)
+		}
+	}
 
 }
 
@@ -440,5 +453,52 @@ func TestSQLiteCoordinatorSeesTablesMadeBeside(t *testing.T) {
 	}
 	if n := count("ev1"); n != 4 {
 		t.Errorf("ev1, made beside the handle: %d pairs, want 4 (2 rows, one on each file)", n)
+	}
+}
+
+// TestSQLiteCoordinatorPairsColumnsByName: a table whose files list its columns in
+// different orders is viewed by name, and one that declares a collation is refused
+// (0A000), where a view would have paired columns by position or lost the collation.
+func TestSQLiteCoordinatorPairsColumnsByName(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var dsns []string
+	r := rules.Rules{Tables: []rules.Table{{Name: "ev*", Strategy: rules.Strategy{Column: "id", Type: rules.TypeInt4, Algorithm: rules.AlgorithmMod}}}}
+	for i := range 2 {
+		dsns = append(dsns, filepath.Join(dir, fmt.Sprintf("s%d.db", i)))
+		r.DataSources = append(r.DataSources, rules.DataSource{Name: fmt.Sprintf("ds_%d", i), DSN: "sqlite:" + dsns[i]})
+	}
+	c, err := rules.Compile(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, path := range dsns {
+		f, err := sqlitedb.OpenDB(ctx, path, sqlitedb.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		order := "x int, y int"
+		if i == 1 {
+			order = "y int, x int"
+		}
+		if _, err := f.Writer().ExecContext(ctx, fmt.Sprintf(`CREATE TABLE ev2 (id int, %s); INSERT INTO ev2 (id, x, y) VALUES (%d, 1, 2);
+			CREATE TABLE ev3 (id int, name text COLLATE NOCASE); INSERT INTO ev3 VALUES (%d, 'a'), (%d, 'A')`, order, i, i, i+2)); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	db, err := shardsql.Open(shardsql.Config{Rules: c, Coordinate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var minX, maxX, minY, maxY int64
+	err = db.QueryRowContext(ctx, "SELECT min(a.x), max(a.x), min(a.y), max(a.y) FROM ev2 a JOIN ev2 b ON a.x = b.x").Scan(&minX, &maxX, &minY, &maxY)
+	if err != nil || minX != 1 || maxX != 1 || minY != 2 || maxY != 2 {
+		t.Errorf("columns in two orders: x %d..%d, y %d..%d, %v; want x 1, y 2", minX, maxX, minY, maxY, err)
+	}
+	_, err = db.QueryContext(ctx, "SELECT count(*) FROM (SELECT name FROM ev3 UNION SELECT name FROM ev3 WHERE id > 0) x")
+	if sqlStateOf(err) != "0A000" || !strings.Contains(err.Error(), "collation") {
+		t.Errorf("a collated table: %v, want 0A000 naming the collation", err)
 	}
 }

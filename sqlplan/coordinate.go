@@ -91,7 +91,7 @@ func coordinatable(stmt *pg.Node) error {
 		case *pg.LockingClause, *pg.IntoClause, *pg.InsertStmt, *pg.UpdateStmt, *pg.DeleteStmt, *pg.MergeStmt:
 			err = errNotCoordinated
 		case *pg.FuncCall:
-			_, name := funcName(n)
+			name := foldedFuncName(n)
 			if sessionFunction(name) {
 				err = errNotCoordinated
 			}
@@ -167,7 +167,16 @@ var rowOrdered = map[string]bool{
 	"string_agg": true, "array_agg": true, "json_agg": true, "jsonb_agg": true, "json_object_agg": true,
 	"jsonb_object_agg": true, "xmlagg": true, "json_agg_strict": true, "jsonb_agg_strict": true,
 	"row_number": true, "lag": true, "lead": true, "first_value": true, "last_value": true, "nth_value": true, "ntile": true,
-	"group_concat": true, // SQLite's string_agg (its coordinator: shardsql's sqlite_attach.go)
+	// SQLite's (its coordinator: shardsql's sqlite_attach.go).
+	"group_concat": true, "json_group_array": true, "json_group_object": true, "jsonb_group_array": true, "jsonb_group_object": true,
+}
+
+// foldedFuncName is a function call's name in lower case: the coordinator's checks
+// take "SUM"(x) for sum(x), as SQLite does (PostgreSQL would call another function,
+// or none).
+func foldedFuncName(f *pg.FuncCall) string {
+	_, name := funcName(f)
+	return strings.ToLower(name)
 }
 
 // MayCoordinate reports whether the coordinator database may answer the plan when its
@@ -260,7 +269,7 @@ func (p *Planner) inexactOnCoordinator(ctx context.Context, stmt *pg.Node, table
 	summed := ""
 	walk(stmt, func(m proto.Message) bool {
 		if f, ok := m.(*pg.FuncCall); ok {
-			if _, name := funcName(f); orderedSums[name] && summed == "" {
+			if name := foldedFuncName(f); orderedSums[name] && summed == "" {
 				summed = name
 			}
 		}
@@ -300,7 +309,7 @@ func (p *Planner) inexactOnCoordinator(ctx context.Context, stmt *pg.Node, table
 				}
 			}
 		case *pg.FuncCall:
-			if _, name := funcName(n); floatFunctions[name] {
+			if name := foldedFuncName(n); floatFunctions[name] {
 				found = true
 			}
 		case *pg.TypeCast:
@@ -330,4 +339,32 @@ func (p *Planner) inexactOnCoordinator(ctx context.Context, stmt *pg.Node, table
 		return inexact
 	}
 	return nil
+}
+
+// Relation is a relation a statement names, as the parser reads it (unquoted names
+// folded to lower case).
+type Relation struct {
+	Schema, Name string
+}
+
+// Relations lists the relations a statement names (CTE references included) and the
+// names of the CTEs it defines, for a coordinator that must resolve each name itself
+// (shardsql's SQLite coordinator).
+func Relations(sql string) (rels []Relation, ctes []string, err error) {
+	tree, err := pg.Parse(sql)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, st := range tree.Stmts {
+		walk(st.Stmt, func(m proto.Message) bool {
+			switch n := m.(type) {
+			case *pg.RangeVar:
+				rels = append(rels, Relation{Schema: n.Schemaname, Name: n.Relname})
+			case *pg.CommonTableExpr:
+				ctes = append(ctes, n.Ctename)
+			}
+			return true
+		})
+	}
+	return rels, ctes, nil
 }
