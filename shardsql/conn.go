@@ -321,6 +321,10 @@ func (cn *conn) runSimple(ctx context.Context, query string) (*sqlexec.Result, e
 	if err != nil {
 		return nil, err
 	}
+	if plan.Feed != nil {
+		// Its query and batches are planned from its own text (Feed.Query).
+		return cn.execute(ctx, &sqlplan.Bound{Plan: plan}, sqlplan.Args{}, nil)
+	}
 	var a sqlplan.Args
 	if a.Keys, err = cn.drawKeys(ctx, plan); err != nil {
 		return nil, err
@@ -361,12 +365,12 @@ func (cn *conn) describe(ctx context.Context, plan *sqlplan.Plan) (*description,
 	v, err := plan.Memo(describeKey{}, func() (any, error) {
 		coord := sqlplan.CoordinatorSource(cn.c.cfg.Rules)
 		ds, sql := plan.DescribeSQL()
-		if ds == coord && (cn.c.coord == nil || plan.Kind != sqlplan.KindCoordinator) {
+		if ds == coord && (cn.c.coord == nil || plan.Kind != sqlplan.KindCoordinator && plan.Feed == nil) {
 			// Only the coordinator database could describe it (its tables are on no
-			// one data source), and it does not answer it here: the statement's own
-			// refusal.
+			// one data source), and it does not answer it here (without one, or a
+			// write whose subqueries run first): the statement's own refusal.
 			if plan.Feed != nil {
-				return nil, feedRefused(plan.Feed)
+				return nil, sqlplan.Unsupported("INSERT ... SELECT into sharded table %s over tables that no one data source holds, without the coordinator database (shardsql.Config.Coordinate)", plan.Feed.Table)
 			}
 			if _, err := plan.Bind(sqlplan.Args{}); err != nil {
 				return nil, err
@@ -485,10 +489,13 @@ func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args, a
 		return nil, sqlplan.Unsupported("LISTEN, UNLISTEN and NOTIFY through database/sql (its connections are pooled): listen on a connection of your own to the first data source, or through the wire proxy; SELECT pg_notify(channel, payload) sends")
 	}
 	if pl.Feed != nil {
-		return nil, feedRefused(pl.Feed)
+		if cn.sq != nil {
+			return nil, feedRefused(pl.Feed)
+		}
+		return cn.insertSelect(ctx, pl, a, a.OIDs)
 	}
 	if b.Coordinated() && cn.sq == nil {
-		return cn.coordinated(ctx, b, a)
+		return cn.coordinated(ctx, b, a, nil)
 	}
 	var res *sqlexec.Result
 	var err error
@@ -892,9 +899,9 @@ func Explain(ctx context.Context, c *sql.Conn, query string, args ...any) (strin
 	return out, err
 }
 
-// feedRefused refuses an INSERT ... SELECT into a sharded table, which only the wire
-// proxy runs so far (sqlplan.Feed).
+// feedRefused refuses an INSERT ... SELECT into a sharded table on SQLite data
+// sources (sqlplan.Feed), which only PostgreSQL data sources run so far.
 func feedRefused(f *sqlplan.Feed) error {
-	return sqlplan.UnsupportedHint("Run it through shard-proxy, or select the rows and insert them with VALUES.",
-		"INSERT ... SELECT into sharded table %s through database/sql: its rows must be read, then routed one by one, which only the wire proxy does so far", f.Table)
+	return sqlplan.UnsupportedHint("Select the rows and insert them with VALUES.",
+		"INSERT ... SELECT into sharded table %s on SQLite data sources: its rows must be read, then routed one by one, which only PostgreSQL data sources do so far", f.Table)
 }

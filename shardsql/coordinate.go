@@ -162,10 +162,11 @@ func (cn *conn) readyCoordinator(ctx context.Context, refused error) error {
 	return nil
 }
 
-// coordinated runs a statement the coordinator database answers: its rows streamed
+// coordinated runs a statement the coordinator database answers, its columns in
+// formats (none: text): its rows streamed
 // from the coordinator's connection when the caller reads them one by one (the relay
 // counts what it moves until they end), else gathered (within Config.MaxHeld).
-func (cn *conn) coordinated(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args) (*sqlexec.Result, error) {
+func (cn *conn) coordinated(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args, formats []int16) (*sqlexec.Result, error) {
 	if err := cn.readyCoordinator(ctx, b.Refused); err != nil {
 		return nil, err
 	}
@@ -181,14 +182,14 @@ func (cn *conn) coordinated(ctx context.Context, b *sqlplan.Bound, a sqlplan.Arg
 		return cn.coordinatorFailure(ctx, b.Refused, b.Plan.Tables, b.Targets[0].SQL, a.OIDs, err)
 	}
 	if cn.streaming {
-		rows, err := cn.c.engine.Query(ctx, b, a, nil, cn.s)
+		rows, err := cn.c.engine.Query(ctx, b, a, formats, cn.s)
 		if err != nil {
 			return nil, fail(err)
 		}
 		cn.streamed, cn.streamFail = rows, fail
 		return &sqlexec.Result{Fields: rows.Fields()}, nil
 	}
-	res, err := cn.c.engine.Execute(ctx, b, a, nil, cn.s)
+	res, err := cn.c.engine.Execute(ctx, b, a, formats, cn.s)
 	if err != nil {
 		return nil, fail(err)
 	}

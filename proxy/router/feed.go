@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -32,16 +31,8 @@ func (s *Session) runSeveralSteps(ctx context.Context, plan *sqlplan.Plan, run f
 	return nil
 }
 
-// severalStepsAllowed refuses a statement of several steps that may change what its
-// server connections' sessions hold (an advisory lock, a setting, sequence state,
-// temporary objects): its steps run as statements of their own on connections the
-// session does not follow for them.
-func severalStepsAllowed(plan *sqlplan.Plan) error {
-	if plan.Session != 0 {
-		return sqlplan.Unsupported("a %s over several shards that runs in steps (its query or subqueries first) and calls functions that may change its server connections' session state (advisory locks, set_config, sequence functions, temporary objects)", plan.Kind)
-	}
-	return nil
-}
+// severalStepsAllowed: see sqlexec.SeveralStepsAllowed.
+func severalStepsAllowed(plan *sqlplan.Plan) error { return sqlexec.SeveralStepsAllowed(plan) }
 
 // insertSelect runs an INSERT ... SELECT into a sharded table (sqlplan.Feed): its query
 // through the usual paths (one shard, the merge, or the coordinator database), its
@@ -59,7 +50,7 @@ func (s *Session) insertSelect(ctx context.Context, plan *sqlplan.Plan, args sql
 	if qp.Kind != sqlplan.KindSelect && qp.Kind != sqlplan.KindCoordinator {
 		return nil, sqlplan.Unsupported("INSERT ... SELECT into sharded table %s whose query is planned as %s", f.Table, qp.Kind)
 	}
-	qargs := firstArgs(args, paramOIDs, qp.NumParams)
+	qargs := sqlexec.FirstArgs(args, paramOIDs, qp.NumParams)
 	qb, err := qp.Bind(qargs)
 	if err != nil {
 		return nil, err
@@ -114,101 +105,36 @@ func (s *Session) insertSelect(ctx context.Context, plan *sqlplan.Plan, args sql
 	if err := f.CheckColumns(oids, spool.Rows()); err != nil {
 		return nil, err
 	}
-	return s.insertBatches(ctx, f, args, paramOIDs, oids, spool, resultFormats)
+	return s.r.engine.InsertSpooled(ctx, f, args, paramOIDs, oids, spool, resultFormats, s.feedSteps())
 }
 
-// insertBatches inserts a spool's rows, in batches of Feed.RowsPerBatch rows.
-func (s *Session) insertBatches(ctx context.Context, f *sqlplan.Feed, args sqlplan.Args, paramOIDs, oids []uint32, spool *sqlexec.Spool, resultFormats []int16) (*sqlexec.Result, error) {
-	out := &sqlexec.Result{}
-	if spool.Rows() == 0 {
-		// No row: the statement still checks as one database's would, and says what
-		// RETURNING would have returned.
-		return s.describeEmptyFeed(ctx, f, args, paramOIDs, oids, out)
-	}
-	var n, held int64
-	limit := s.r.engine.MaxHeld()
-	for left := spool.Rows(); left > 0; {
-		rows, err := spool.Next(f.NextBatch(len(oids), left))
-		if err != nil {
-			return nil, err
-		}
-		if len(rows) == 0 {
-			return nil, fmt.Errorf("shardlab: %d spooled rows missing", left)
-		}
-		left -= int64(len(rows))
-		sql, err := f.Batch(len(rows), len(oids))
-		if err != nil {
-			return nil, err
-		}
-		bp, err := s.r.planner.Prepare(s.planContext(ctx), sql)
-		if err != nil {
-			return nil, err
-		}
-		bargs := batchArgs(f, args, paramOIDs, oids, rows)
-		if bp.Keys != nil {
-			if bargs.Keys, err = s.drawKeys(ctx, bp.Keys); err != nil {
+// feedSteps lend the engine this session's planning, keys, execution and Describe for
+// an INSERT ... SELECT's batches.
+func (s *Session) feedSteps() sqlexec.FeedSteps {
+	return sqlexec.FeedSteps{
+		Prepare: func(ctx context.Context, sql string) (*sqlplan.Plan, error) {
+			return s.r.planner.Prepare(s.planContext(ctx), sql)
+		},
+		DrawKeys: func(ctx context.Context, pl *sqlplan.Plan) ([]string, error) { return s.drawKeys(ctx, pl.Keys) },
+		Execute:  s.engineExecute,
+		Describe: func(ctx context.Context, ds int, sql string, oids []uint32) ([]pgconn.FieldDescription, error) {
+			var described []pgproto3.FieldDescription
+			err := s.onDataSource(ctx, ds, func(c *backend.Conn) error {
+				var err error
+				_, described, err = c.Describe(ctx, sql, oids)
+				return err
+			})
+			if err != nil || len(described) == 0 {
 				return nil, err
 			}
-		}
-		b, err := bp.Bind(bargs)
-		if err != nil {
-			return nil, err
-		}
-		r, err := s.engineExecute(ctx, b, bargs, resultFormats)
-		if err != nil {
-			return nil, err
-		}
-		if out.Fields == nil {
-			out.Fields = r.Fields
-		}
-		for _, row := range r.Rows {
-			for _, v := range row {
-				held += int64(len(v)) + 4
+			fields := make([]pgconn.FieldDescription, len(described))
+			for i, fd := range described {
+				fields[i] = pgconn.FieldDescription{Name: string(fd.Name), TableOID: fd.TableOID, TableAttributeNumber: fd.TableAttributeNumber,
+					DataTypeOID: fd.DataTypeOID, DataTypeSize: fd.DataTypeSize, TypeModifier: fd.TypeModifier}
 			}
-		}
-		if limit >= 0 && held > limit {
-			// RETURNING rows are held until the statement ends: the statement fails,
-			// and its transaction with it, rather than the proxy's memory.
-			return nil, sqlexec.HeldError(limit)
-		}
-		out.Rows = append(out.Rows, r.Rows...)
-		n += r.Tag.RowsAffected()
+			return fields, nil
+		},
 	}
-	out.Tag = pgconn.NewCommandTag("INSERT 0 " + strconv.FormatInt(n, 10))
-	return out, nil
-}
-
-// describeEmptyFeed answers an INSERT ... SELECT whose query returned no row: the tag,
-// and for RETURNING the columns, as one batch statement would describe them.
-func (s *Session) describeEmptyFeed(ctx context.Context, f *sqlplan.Feed, args sqlplan.Args, paramOIDs, oids []uint32, out *sqlexec.Result) (*sqlexec.Result, error) {
-	out.Tag = pgconn.NewCommandTag("INSERT 0 0")
-	sql, err := f.Batch(1, len(oids))
-	if err != nil {
-		return nil, err
-	}
-	bp, err := s.r.planner.Prepare(s.planContext(ctx), sql)
-	if err != nil {
-		return nil, err
-	}
-	ds, dsql := bp.DescribeSQL()
-	types := batchArgs(f, args, paramOIDs, oids, [][][]byte{make([][]byte, len(oids))}).OIDs
-	var described []pgproto3.FieldDescription
-	err = s.onDataSource(ctx, ds, func(c *backend.Conn) error {
-		var err error
-		_, described, err = c.Describe(ctx, dsql, types)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if len(described) > 0 {
-		out.Fields = make([]pgconn.FieldDescription, len(described))
-		for i, fd := range described {
-			out.Fields[i] = pgconn.FieldDescription{Name: string(fd.Name), TableOID: fd.TableOID, TableAttributeNumber: fd.TableAttributeNumber,
-				DataTypeOID: fd.DataTypeOID, DataTypeSize: fd.DataTypeSize, TypeModifier: fd.TypeModifier}
-		}
-	}
-	return out, nil
 }
 
 // spoolRows reads a query's rows, in binary, into spool, on the client's connections
@@ -250,46 +176,7 @@ func (s *Session) spoolError(err error) error {
 		Hint:    "Insert the rows in parts (a condition on the SELECT), or raise the bound (shard-proxy --coordinator-max-moved)."}
 }
 
-// firstArgs are the client's first n parameters, typed as described: a query that
-// names fewer of them than the INSERT does.
+// firstArgs: see sqlexec.FirstArgs.
 func firstArgs(args sqlplan.Args, oids []uint32, n int) sqlplan.Args {
-	out := sqlplan.Args{ForeignText: args.ForeignText}
-	n = min(n, len(args.Values))
-	out.Values = args.Values[:n]
-	out.OIDs = make([]uint32, n)
-	for i := range n {
-		out.OIDs[i] = paramOID(args, oids, i)
-		out.Formats = append(out.Formats, format(args.Formats, i))
-	}
-	return out
-}
-
-// batchArgs are a batch statement's parameters: the client's, then each row's values,
-// in binary, typed as the query's columns; an untyped literal's value (Feed.Untyped),
-// text, goes as text of no declared type.
-func batchArgs(f *sqlplan.Feed, args sqlplan.Args, paramOIDs, oids []uint32, rows [][][]byte) sqlplan.Args {
-	out := firstArgs(args, paramOIDs, len(args.Values))
-	for _, row := range rows {
-		out.Values = append(out.Values, row...)
-		for i := range row {
-			if f.Untyped(i) {
-				out.OIDs = append(out.OIDs, 0)
-				out.Formats = append(out.Formats, 0)
-				continue
-			}
-			out.OIDs = append(out.OIDs, oids[i])
-			out.Formats = append(out.Formats, 1)
-		}
-	}
-	return out
-}
-
-func paramOID(args sqlplan.Args, described []uint32, i int) uint32 {
-	if i < len(args.OIDs) && args.OIDs[i] != 0 {
-		return args.OIDs[i]
-	}
-	if i < len(described) {
-		return described[i]
-	}
-	return 0
+	return sqlexec.FirstArgs(args, oids, n)
 }

@@ -1,0 +1,179 @@
+package shardsql
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/coordinator"
+	"github.com/shardlab/shardlab/sqlexec"
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// insertSelect runs an INSERT ... SELECT into a sharded table (sqlplan.Feed) on
+// PostgreSQL data sources: its query through the usual paths (one shard, the merge, or
+// with Config.Coordinate the coordinator database), its rows read whole into a spool
+// (memory, then a temporary file, within spoolLimit), then inserted in batches, each row
+// on the shard its key names (sqlexec.Engine.InsertSpooled, as the wire proxy does).
+// Outside a transaction the statement gets one of its own, committed by the handle's
+// committer (two-phase with Config.TwoPhase): a failure anywhere leaves no row written.
+// paramOIDs are the types of the statement's parameters, as it was described.
+func (cn *conn) insertSelect(ctx context.Context, pl *sqlplan.Plan, a sqlplan.Args, paramOIDs []uint32) (res *sqlexec.Result, err error) {
+	if err := sqlexec.SeveralStepsAllowed(pl); err != nil {
+		return nil, err
+	}
+	f := pl.Feed
+	qp, err := cn.c.planner.Prepare(cn.planContext(ctx), f.Query)
+	if err != nil {
+		return nil, err
+	}
+	if qp.Kind != sqlplan.KindSelect && qp.Kind != sqlplan.KindCoordinator {
+		return nil, sqlplan.Unsupported("INSERT ... SELECT into sharded table %s whose query is planned as %s", f.Table, qp.Kind)
+	}
+	qargs := sqlexec.FirstArgs(a, paramOIDs, qp.NumParams)
+	qb, err := qp.Bind(qargs)
+	if err != nil {
+		return nil, err
+	}
+	spool := sqlexec.NewSpool(cn.spoolLimit())
+	defer spool.Close()
+	own := !cn.s.InTransaction()
+	var fields []pgconn.FieldDescription
+	if qb.Coordinated() {
+		// The coordinator reads only outside a transaction, before the writes (which
+		// then cannot feed back into the read).
+		if cn.c.coord == nil {
+			return nil, qb.Refused
+		}
+		fields, err = cn.spoolCoordinated(ctx, qb, qargs, spool)
+		if err != nil {
+			return nil, cn.spoolError(err)
+		}
+		if own {
+			if err := cn.s.Begin("BEGIN"); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		if own {
+			if err := cn.s.Begin("BEGIN"); err != nil {
+				return nil, err
+			}
+		}
+		if fields, err = cn.spoolRows(ctx, qb, qargs, spool); err != nil {
+			if own {
+				cn.s.Rollback(context.WithoutCancel(ctx))
+				cn.endTx()
+			}
+			return nil, cn.spoolError(err)
+		}
+	}
+	if own {
+		defer func() {
+			if err != nil {
+				cn.s.Rollback(context.WithoutCancel(ctx))
+			} else if cerr := cn.s.Commit(ctx); cerr != nil {
+				res, err = nil, cerr
+			}
+			cn.endTx()
+		}()
+	}
+	oids := make([]uint32, len(fields))
+	for i, fd := range fields {
+		oids[i] = fd.DataTypeOID
+	}
+	if err := f.CheckColumns(oids, spool.Rows()); err != nil {
+		return nil, err
+	}
+	return cn.c.engine.InsertSpooled(ctx, f, a, paramOIDs, oids, spool, nil, sqlexec.FeedSteps{
+		Prepare: func(ctx context.Context, sql string) (*sqlplan.Plan, error) {
+			return cn.c.planner.Prepare(cn.planContext(ctx), sql)
+		},
+		DrawKeys: cn.drawKeys,
+		Execute: func(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16) (*sqlexec.Result, error) {
+			return cn.c.engine.Execute(ctx, b, args, formats, cn.s)
+		},
+		Describe: func(ctx context.Context, ds int, sql string, oids []uint32) ([]pgconn.FieldDescription, error) {
+			var fields []pgconn.FieldDescription
+			err := cn.s.Run(ctx, ds, func(pc *pgconn.PgConn) error {
+				sd, err := pc.Prepare(ctx, "", sql, oids)
+				if err == nil {
+					fields = sd.Fields
+				}
+				return err
+			})
+			cn.s.Release(ds, err)
+			return fields, err
+		},
+	})
+}
+
+// spoolRows reads a query's rows, in binary, into spool, on the connection's session
+// (in its transaction: the query sees its own writes).
+func (cn *conn) spoolRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, spool *sqlexec.Spool) ([]pgconn.FieldDescription, error) {
+	rows, err := cn.c.engine.Query(ctx, b, args, []int16{1}, cn.s)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := spool.Append(rows.Values()); err != nil {
+			rows.Abort()
+			return nil, err
+		}
+	}
+	if _, err := rows.Close(); err != nil {
+		return nil, err
+	}
+	return rows.Fields(), nil
+}
+
+// spoolCoordinated reads a coordinated query's rows into spool, as coordinated reads
+// every answer (the relay counting what moves).
+func (cn *conn) spoolCoordinated(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, spool *sqlexec.Spool) ([]pgconn.FieldDescription, error) {
+	streaming := cn.streaming
+	cn.streaming = true
+	_, err := cn.coordinated(ctx, b, args, []int16{1})
+	cn.streaming = streaming
+	rows, fail := cn.streamed, cn.streamFail
+	cn.streamed, cn.streamFail = nil, nil
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := spool.Append(rows.Values()); err != nil {
+			rows.Abort()
+			return nil, err
+		}
+	}
+	if _, err := rows.Close(); err != nil {
+		return nil, fail(err)
+	}
+	return rows.Fields(), nil
+}
+
+// spoolLimit is the most bytes of rows an INSERT ... SELECT holds: the bound on what a
+// coordinated statement moves (Config.CoordinatorMaxMoved).
+func (cn *conn) spoolLimit() int64 {
+	switch n := cn.c.cfg.CoordinatorMaxMoved; {
+	case n == 0:
+		return DefaultCoordinatorMaxMoved
+	case n < 0:
+		return math.MaxInt64
+	default:
+		return n
+	}
+}
+
+func (cn *conn) spoolError(err error) error {
+	if !errors.Is(err, sqlexec.ErrSpoolFull) {
+		return err
+	}
+	return &pgconn.PgError{Severity: "ERROR", Code: "54000",
+		Message: fmt.Sprintf("shardlab: the rows of INSERT ... SELECT into a sharded table exceed %s (shardsql.Config.CoordinatorMaxMoved)", coordinator.ByteSize(cn.spoolLimit())),
+		Hint:    "Insert the rows in parts (a condition on the SELECT), or raise the bound (shardsql.Config.CoordinatorMaxMoved)."}
+}
