@@ -144,7 +144,7 @@ func CarriesSetting(name string) bool {
 // coordinator reads each shard in its own), which it cannot.
 func carriedOptions(options string) (kept, other string) {
 	var out []string
-	fields := strings.Fields(options)
+	fields := splitOptions(options)
 	for i := 0; i < len(fields); i++ {
 		f := fields[i]
 		var setting string
@@ -152,9 +152,9 @@ func carriedOptions(options string) (kept, other string) {
 		case f == "-c" && i+1 < len(fields):
 			i++
 			setting = fields[i]
-		case strings.HasPrefix(f, "-c"):
+		case strings.HasPrefix(f, "-c") && len(f) > 2:
 			setting = f[2:]
-		case strings.HasPrefix(f, "--"):
+		case strings.HasPrefix(f, "--") && len(f) > 2:
 			setting = f[2:]
 		default:
 			if other == "" {
@@ -167,10 +167,52 @@ func carriedOptions(options string) (kept, other string) {
 		switch {
 		case name == "search_path":
 		case CarriesSetting(name):
-			out = append(out, "-c "+setting)
+			out = append(out, "-c "+escapeOption(setting))
 		case other == "":
 			other = name
 		}
 	}
 	return strings.Join(out, " "), other
+}
+
+// splitOptions splits a startup packet's options as PostgreSQL does: at blanks, a
+// backslash taking the next character as it is (an escaped blank stays in its word).
+func splitOptions(s string) []string {
+	var out []string
+	var word strings.Builder
+	in := false
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case ch == '\\' && i+1 < len(s):
+			i++
+			word.WriteByte(s[i])
+			in = true
+		case ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r':
+			if in {
+				out = append(out, word.String())
+				word.Reset()
+				in = false
+			}
+		default:
+			word.WriteByte(ch)
+			in = true
+		}
+	}
+	if in {
+		out = append(out, word.String())
+	}
+	return out
+}
+
+// escapeOption writes a word of the options again, its blanks and backslashes escaped.
+func escapeOption(w string) string {
+	var b strings.Builder
+	for i := 0; i < len(w); i++ {
+		if c := w[i]; c == '\\' || c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(w[i])
+	}
+	return b.String()
 }

@@ -862,27 +862,28 @@ func withDatabase(dsn, database, options string) (string, error) {
 		} else {
 			hostPath = hostPath[:slash+1] + url.PathEscape(database)
 		}
-		query := rest[end:]
-		if strings.HasPrefix(query, "?") {
-			// The coordinator's tables are in public: a shard's search_path is not
-			// the coordinator's, and of its options only those carried (options).
-			vals, err := url.ParseQuery(query[1:])
-			if err != nil {
+		// The coordinator's tables are in public: a shard's search_path is not the
+		// coordinator's, and of its options only those carried (options), set even
+		// when empty so that PGOPTIONS cannot add others.
+		vals := url.Values{}
+		if query := rest[end:]; strings.HasPrefix(query, "?") {
+			var err error
+			if vals, err = url.ParseQuery(query[1:]); err != nil {
 				return "", err
 			}
-			vals.Del("search_path")
-			vals.Del("options")
-			if options != "" {
-				vals.Set("options", options)
-			}
-			query = ""
-			if len(vals) > 0 {
-				// Spaces as %20: the driver reads a + as itself.
-				query = "?" + strings.ReplaceAll(vals.Encode(), "+", "%20")
-			}
 		}
+		vals.Set("search_path", "public")
+		vals.Set("options", options)
+		// Spaces as %20: the driver reads a + as itself.
+		query := "?" + strings.ReplaceAll(vals.Encode(), "+", "%20")
 		return dsn[:i] + hostPath + query, nil
 	}
 	// key=value form: a later setting wins.
-	return dsn + " dbname=" + literal(database) + " search_path=public options=" + literal(options), nil
+	return dsn + " dbname=" + connValue(database) + " search_path=public options=" + connValue(options), nil
+}
+
+// connValue quotes a value of a key=value connection string as libpq reads it: in
+// single quotes, a backslash escaping a quote or a backslash.
+func connValue(v string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
 }

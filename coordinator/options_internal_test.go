@@ -17,6 +17,7 @@ func TestCarriedOptions(t *testing.T) {
 		{"-c search_path=s1 -c timezone=UTC", "-c timezone=UTC", ""},
 		{"-c role=reader -c timezone=UTC", "-c timezone=UTC", "role"},
 		{"-c default_transaction_read_only=on", "", "default_transaction_read_only"},
+		{`-c DateStyle=ISO,\ DMY -c TimeZone=UTC`, `-c DateStyle=ISO,\ DMY -c TimeZone=UTC`, ""},
 	} {
 		kept, other := carriedOptions(c.in)
 		if kept != c.kept || other != c.other {
@@ -29,11 +30,16 @@ func TestCarriedOptions(t *testing.T) {
 // names it, drops the data source's search_path, and sends the carried options, in
 // both forms of a connection string.
 func TestWithDatabaseKeepsCarriedOptions(t *testing.T) {
-	for _, dsn := range []string{
-		"postgres://u@h:5433/app?sslmode=disable&search_path=s1&options=-c%20TimeZone%3DUTC%20-c%20search_path%3Ds1",
-		"host=h port=5433 user=u dbname=app sslmode=disable search_path=s1 options='-c TimeZone=UTC -c search_path=s1'",
+	t.Setenv("PGOPTIONS", "-c search_path=s9 -c role=nobody")
+	for _, c := range []struct{ dsn, database, options string }{
+		{"postgres://u@h:5433/app?sslmode=disable&search_path=s1&options=-c%20TimeZone%3DUTC%20-c%20search_path%3Ds1", "app_coordinator", "-c TimeZone=UTC"},
+		{"host=h port=5433 user=u dbname=app sslmode=disable search_path=s1 options='-c TimeZone=UTC -c search_path=s1'", "app_coordinator", "-c TimeZone=UTC"},
+		// No query at all, and nothing carried: PGOPTIONS must not reach it either.
+		{"postgres://u@h:5433/app", "app_coordinator", ""},
+		// libpq's quoting: backslashes and quotes escaped by a backslash.
+		{"host=h port=5433 user=u dbname=app", `app\x_o'coord`, `-c DateStyle=ISO,\ DMY`},
 	} {
-		out, err := withDatabase(dsn, "app_coordinator", "-c TimeZone=UTC")
+		out, err := withDatabase(c.dsn, c.database, c.options)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,9 +47,8 @@ func TestWithDatabaseKeepsCarriedOptions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", out, err)
 		}
-		if cfg.Database != "app_coordinator" || cfg.RuntimeParams["options"] != "-c TimeZone=UTC" ||
-			cfg.RuntimeParams["search_path"] != "" && cfg.RuntimeParams["search_path"] != "public" {
-			t.Errorf("withDatabase(%s) = %s: database %q, params %v", dsn, out, cfg.Database, cfg.RuntimeParams)
+		if cfg.Database != c.database || cfg.RuntimeParams["options"] != c.options || cfg.RuntimeParams["search_path"] != "public" {
+			t.Errorf("withDatabase(%s) = %s: database %q, params %v; want %q, options %q", c.dsn, out, cfg.Database, cfg.RuntimeParams, c.database, c.options)
 		}
 	}
 }

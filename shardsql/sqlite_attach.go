@@ -35,7 +35,9 @@ import (
 //   - a name it cannot resolve as one file would: a schema-qualified one (the attached
 //     files and temp are the coordinator's), a physical table of a split table, a name
 //     that is neither a CTE, a logical table with a view, nor a table of the default
-//     data source's file (SQLite would look it up in the other files);
+//     data source's file (SQLite would look it up in the other files; a view of that
+//     file reads that file alone), and a CTE named like a table of any file (outside
+//     its WITH the name reaches the file);
 //   - a table whose columns differ between its shards (the view would pair them by
 //     position), or that declares a collation (a compound view does not carry it into
 //     UNION, INTERSECT or EXCEPT);
@@ -43,7 +45,10 @@ import (
 //     the connection (changes(), last_insert_rowid()): the views have no rowid, and the
 //     connection is the coordinator's;
 //   - any error SQLite raises for the statement there, after one more try on a new
-//     connection (a schema changed beside the handle): one file might not have raised it.
+//     connection: one file might not have raised it.
+//
+// A kept connection is made again when a file's schema version moved since it attached
+// them (a table or column made beside the handle), so that its views name every column.
 //
 // Bare columns (a column neither grouped nor aggregated, which SQLite takes from a row
 // it picks) and LIMIT without ORDER BY answer from rows in the order the files are
@@ -76,6 +81,12 @@ type liteConn struct {
 	names map[string]bool
 	// refused are the logical tables a statement may not name, with why (lower case).
 	refused map[string]string
+	// tables are every table and view of every attached file (lower case): no CTE
+	// may take one's name, since outside the CTE's own WITH the name reaches a file.
+	tables map[string]bool
+	// versions are the attached files' schema versions when it attached them: a kept
+	// connection whose files changed since is made again.
+	versions []int64
 }
 
 // liteCoordinatorConns bounds the attaching connections kept.
@@ -118,7 +129,9 @@ func (l *liteCoordinator) acquire(ctx context.Context, fresh bool) (*liteConn, e
 		select {
 		case c := <-l.idle:
 			if c.generation == gen {
-				return c, nil
+				if same, err := l.sameSchemas(ctx, c); err == nil && same {
+					return c, nil
+				}
 			}
 			c.c.Close()
 			continue
@@ -130,7 +143,7 @@ func (l *liteCoordinator) acquire(ctx context.Context, fresh bool) (*liteConn, e
 	if err != nil {
 		return nil, err
 	}
-	lc := &liteConn{c: c, generation: gen, names: map[string]bool{}, refused: map[string]string{}}
+	lc := &liteConn{c: c, generation: gen, names: map[string]bool{}, refused: map[string]string{}, tables: map[string]bool{}}
 	if err := l.attach(ctx, lc); err != nil {
 		c.Close()
 		return nil, err
@@ -141,6 +154,12 @@ func (l *liteCoordinator) acquire(ctx context.Context, fresh bool) (*liteConn, e
 // unresolved says why c cannot answer a statement over rels and ctes as one file
 // would, if it cannot (see the package comment).
 func (l *liteCoordinator) unresolved(c *liteConn, rels []sqlplan.Relation, ctes []string) string {
+	for _, cte := range ctes {
+		if lower := strings.ToLower(cte); c.tables[lower] || c.names[lower] || c.refused[lower] != "" || l.physical[lower] {
+			// Outside its own WITH the name would reach a file's table.
+			return fmt.Sprintf("a CTE named like a table (%s)", cte)
+		}
+	}
 	for _, r := range rels {
 		name := strings.ToLower(r.Name)
 		switch {
@@ -156,6 +175,35 @@ func (l *liteCoordinator) unresolved(c *liteConn, rels []sqlplan.Relation, ctes 
 		}
 	}
 	return ""
+}
+
+// sameSchemas reports whether the files c attached have the schemas they had then.
+func (l *liteCoordinator) sameSchemas(ctx context.Context, c *liteConn) (bool, error) {
+	r := l.shards.rules
+	def := r.DefaultDataSource()
+	i := 0
+	for _, ds := range append([]int{def}, otherSources(r.NumDataSources(), def)...) {
+		var v int64
+		if err := c.c.QueryRowContext(ctx, fmt.Sprintf("PRAGMA shard_%d.schema_version", ds)).Scan(&v); err != nil {
+			return false, err
+		}
+		if i >= len(c.versions) || c.versions[i] != v {
+			return false, nil
+		}
+		i++
+	}
+	return true, nil
+}
+
+// otherSources are the data sources 0 ... n-1 but def, in order.
+func otherSources(n, def int) []int {
+	var out []int
+	for ds := range n {
+		if ds != def {
+			out = append(out, ds)
+		}
+	}
+	return out
 }
 
 // release keeps c for the next statement, or closes it if enough are kept.
@@ -189,19 +237,39 @@ func (l *liteCoordinator) attach(ctx context.Context, lc *liteConn) error {
 	if _, err := c.ExecContext(ctx, "PRAGMA busy_timeout = 5000"); err != nil {
 		return err
 	}
-	order := []int{def}
-	for ds := range r.NumDataSources() {
-		if ds != def {
-			order = append(order, ds)
-		}
-	}
+	order := append([]int{def}, otherSources(r.NumDataSources(), def)...)
 	for _, ds := range order {
 		if _, err := c.ExecContext(ctx, fmt.Sprintf("ATTACH DATABASE ? AS shard_%d", ds), l.shards.dbs[ds].AttachURI()); err != nil {
 			return err
 		}
 	}
+	for _, ds := range order {
+		var v int64
+		if err := c.QueryRowContext(ctx, fmt.Sprintf("PRAGMA shard_%d.schema_version", ds)).Scan(&v); err != nil {
+			return err
+		}
+		lc.versions = append(lc.versions, v)
+		rows, err := c.QueryContext(ctx, fmt.Sprintf("SELECT name FROM shard_%d.sqlite_schema WHERE type IN ('table', 'view')", ds))
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				rows.Close()
+				return err
+			}
+			lc.tables[strings.ToLower(name)] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	// The default data source's tables, not its views: a view of a file reads that
+	// file's tables alone, whatever temp holds.
 	var names []string
-	rows, err := c.QueryContext(ctx, fmt.Sprintf("SELECT name FROM shard_%d.sqlite_schema WHERE type IN ('table', 'view') ORDER BY name", def))
+	rows, err := c.QueryContext(ctx, fmt.Sprintf("SELECT name FROM shard_%d.sqlite_schema WHERE type = 'table' ORDER BY name", def))
 	if err != nil {
 		return err
 	}
@@ -270,7 +338,9 @@ func (l *liteCoordinator) makeView(ctx context.Context, c *sql.Conn, name string
 	var cols []string
 	for i, n := range nodes {
 		var these []string
-		rows, err := c.QueryContext(ctx, "SELECT name FROM pragma_table_info(?, ?) ORDER BY cid", n.Table, fmt.Sprintf("shard_%d", n.DataSource))
+		// Generated columns too (hidden 2 and 3), which SELECT * shows; not the hidden
+		// columns of virtual tables (1).
+		rows, err := c.QueryContext(ctx, "SELECT name FROM pragma_table_xinfo(?, ?) WHERE hidden IN (0, 2, 3) ORDER BY cid", n.Table, fmt.Sprintf("shard_%d", n.DataSource))
 		if err != nil {
 			return "", err
 		}
@@ -398,7 +468,7 @@ func (s *sqliteSession) coordinated(ctx context.Context, b *sqlplan.Bound, args 
 	}
 	rels, ctes, err := sqlplan.Relations(t.SQL)
 	if err != nil {
-		return nil, err
+		return nil, sqlplan.Unsupported("%s; the coordinator over SQLite files cannot read its names: %v", why, err)
 	}
 	lt := s.c.sqlite.liteTextOf(b.Plan, t.SQL)
 	var r sqlexec.ShardResult

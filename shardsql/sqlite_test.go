@@ -457,8 +457,10 @@ func TestSQLiteCoordinatorSeesTablesMadeBeside(t *testing.T) {
 }
 
 // TestSQLiteCoordinatorPairsColumnsByName: a table whose files list its columns in
-// different orders is viewed by name, and one that declares a collation is refused
-// (0A000), where a view would have paired columns by position or lost the collation.
+// different orders is viewed by name, with its generated columns, and with a column
+// added beside the handle; one that declares a collation, a CTE named like a table and
+// a view of the default file are refused (0A000), where a view would have paired
+// columns by position, lost the collation, or read one file alone.
 func TestSQLiteCoordinatorPairsColumnsByName(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -482,8 +484,15 @@ func TestSQLiteCoordinatorPairsColumnsByName(t *testing.T) {
 			order = "y int, x int"
 		}
 		if _, err := f.Writer().ExecContext(ctx, fmt.Sprintf(`CREATE TABLE ev2 (id int, %s); INSERT INTO ev2 (id, x, y) VALUES (%d, 1, 2);
-			CREATE TABLE ev3 (id int, name text COLLATE NOCASE); INSERT INTO ev3 VALUES (%d, 'a'), (%d, 'A')`, order, i, i, i+2)); err != nil {
+			CREATE TABLE ev3 (id int, name text COLLATE NOCASE); INSERT INTO ev3 VALUES (%d, 'a'), (%d, 'A');
+			CREATE TABLE ev4 (id int, x int, g int GENERATED ALWAYS AS (x * 2)); INSERT INTO ev4 (id, x) VALUES (%d, 1)`, order, i, i, i+2, i)); err != nil {
 			t.Fatal(err)
+		}
+		if i == 0 {
+			// A view of the default data source's file reads that file alone.
+			if _, err := f.Writer().ExecContext(ctx, `CREATE VIEW dv AS SELECT count(*) AS n FROM ev2`); err != nil {
+				t.Fatal(err)
+			}
 		}
 		f.Close()
 	}
@@ -500,5 +509,44 @@ func TestSQLiteCoordinatorPairsColumnsByName(t *testing.T) {
 	_, err = db.QueryContext(ctx, "SELECT count(*) FROM (SELECT name FROM ev3 UNION SELECT name FROM ev3 WHERE id > 0) x")
 	if sqlStateOf(err) != "0A000" || !strings.Contains(err.Error(), "collation") {
 		t.Errorf("a collated table: %v, want 0A000 naming the collation", err)
+	}
+	for q, want := range map[string]string{
+		// A CTE named like the refused table, in a subquery: outside it, ev3 would
+		// reach the default file alone.
+		`SELECT count(*) FROM ev3 a JOIN ev3 b ON a.name = b.name WHERE EXISTS (WITH ev3 AS (SELECT 1) SELECT 1 FROM ev3)`: "CTE",
+		`SELECT d.n FROM dv d JOIN ev2 e ON e.x = d.n`:                                                                     "dv",
+	} {
+		_, err := db.QueryContext(ctx, q)
+		if sqlStateOf(err) != "0A000" || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want 0A000 naming %s", q, err, want)
+		}
+	}
+	columns := func(q string) string {
+		t.Helper()
+		rows, err := db.QueryContext(ctx, q)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		defer rows.Close()
+		cols, _ := rows.Columns()
+		return strings.Join(cols, ",")
+	}
+	if got := columns("SELECT a.* FROM ev4 a JOIN ev4 b ON a.x = b.x"); got != "id,x,g" {
+		t.Errorf("a generated column: columns %s, want id,x,g", got)
+	}
+	// A column added beside the handle, after a connection attached the files: the
+	// next statement sees it.
+	for _, path := range dsns {
+		f, err := sqlitedb.OpenDB(ctx, path, sqlitedb.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Writer().ExecContext(ctx, `ALTER TABLE ev2 ADD COLUMN z int DEFAULT 5`); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if got := columns("SELECT a.* FROM ev2 a JOIN ev2 b ON a.x = b.x"); got != "id,x,y,z" {
+		t.Errorf("a column added beside the handle: columns %s, want id,x,y,z", got)
 	}
 }
