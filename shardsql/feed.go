@@ -40,7 +40,39 @@ func (cn *conn) insertSelect(ctx context.Context, pl *sqlplan.Plan, a sqlplan.Ar
 	}
 	spool := sqlexec.NewSpool(cn.spoolLimit())
 	defer spool.Close()
-	own := !cn.s.InTransaction()
+	// Its own transaction outside the program's, ended here whatever happens; inside
+	// the program's, a failure fails that transaction, as on PostgreSQL (batches
+	// already written must not be committed).
+	own, began := !cn.s.InTransaction(), false
+	defer func() {
+		switch {
+		case !own:
+			if err != nil {
+				cn.s.Fail()
+			}
+		case began:
+			p := recover()
+			if err != nil || p != nil {
+				cn.s.Rollback(context.WithoutCancel(ctx))
+			} else if cerr := cn.s.Commit(ctx); cerr != nil {
+				res, err = nil, cerr
+			}
+			cn.endTx()
+			if p != nil {
+				panic(p)
+			}
+		}
+	}()
+	begin := func() error {
+		if !own {
+			return nil
+		}
+		if err := cn.s.Begin("BEGIN"); err != nil {
+			return err
+		}
+		began = true
+		return nil
+	}
 	var fields []pgconn.FieldDescription
 	if qb.Coordinated() {
 		// The coordinator reads only outside a transaction, before the writes (which
@@ -48,38 +80,19 @@ func (cn *conn) insertSelect(ctx context.Context, pl *sqlplan.Plan, a sqlplan.Ar
 		if cn.c.coord == nil {
 			return nil, qb.Refused
 		}
-		fields, err = cn.spoolCoordinated(ctx, qb, qargs, spool)
-		if err != nil {
+		if fields, err = cn.spoolCoordinated(ctx, qb, qargs, spool); err != nil {
 			return nil, cn.spoolError(err)
 		}
-		if own {
-			if err := cn.s.Begin("BEGIN"); err != nil {
-				return nil, err
-			}
+		if err := begin(); err != nil {
+			return nil, err
 		}
 	} else {
-		if own {
-			if err := cn.s.Begin("BEGIN"); err != nil {
-				return nil, err
-			}
+		if err := begin(); err != nil {
+			return nil, err
 		}
 		if fields, err = cn.spoolRows(ctx, qb, qargs, spool); err != nil {
-			if own {
-				cn.s.Rollback(context.WithoutCancel(ctx))
-				cn.endTx()
-			}
 			return nil, cn.spoolError(err)
 		}
-	}
-	if own {
-		defer func() {
-			if err != nil {
-				cn.s.Rollback(context.WithoutCancel(ctx))
-			} else if cerr := cn.s.Commit(ctx); cerr != nil {
-				res, err = nil, cerr
-			}
-			cn.endTx()
-		}()
 	}
 	oids := make([]uint32, len(fields))
 	for i, fd := range fields {

@@ -153,6 +153,28 @@ func TestInsertSelectThroughDriver(t *testing.T) {
 	}
 	tx.Rollback()
 
+	// Past the bound on RETURNING rows held, after a batch was written, inside the
+	// program's transaction: the transaction has failed, and commits nothing.
+	held, err := shardsql.Open(shardsql.Config{Rules: c, MaxHeld: 30000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	tx, err = held.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO dst (id, name) SELECT id + 80000, name FROM src RETURNING id, name, name, name`)
+	if sqlStateOf(err) != "54000" {
+		t.Errorf("RETURNING past MaxHeld: %v, want 54000", err)
+	}
+	if err := tx.Commit(); err == nil {
+		t.Error("the transaction of a failed INSERT ... SELECT committed")
+	}
+	if got := answer(ctx, db, `SELECT count(*) FROM dst WHERE id > 80000`, false); got != "0" {
+		t.Errorf("rows of a failed INSERT ... SELECT in a transaction: %s", got)
+	}
+
 	// The spool is bounded: past it, 54000 naming the setting, nothing written, no
 	// file left.
 	small := openCoordinated(t, c, func(cfg *shardsql.Config) {

@@ -240,6 +240,18 @@ func (s *Session) InTransaction() bool { return s.inTx }
 // Failed reports whether a statement of the open transaction failed.
 func (s *Session) Failed() bool { return s.inTx && s.failed }
 
+// Fail marks the open transaction failed, as PostgreSQL does after any error in it: a
+// statement of several steps that failed outside Run (between batches it had already
+// written) leaves nothing the transaction can commit. Outside a transaction it does
+// nothing.
+func (s *Session) Fail() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inTx {
+		s.failed = true
+	}
+}
+
 // Begin opens a transaction; beginSQL is the BEGIN statement each data source runs
 // when it joins ("BEGIN", or with options such as ISOLATION LEVEL).
 func (s *Session) Begin(beginSQL string) error {
