@@ -243,9 +243,26 @@ func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.Nam
 	return result(res.Tag), nil
 }
 
+// failStatement fails the open transaction after a statement's error, as PostgreSQL
+// does after any error in a transaction block (a warning aside): one that failed
+// before or between the data sources' work (its planning, a refusal, a step of a
+// statement of several) must not let the transaction commit as if it had not run.
+func (cn *conn) failStatement(err error) error {
+	var pe *pgconn.PgError
+	if err != nil && cn.s != nil && !(errors.As(err, &pe) && pe.Severity == "WARNING") {
+		cn.s.Fail()
+	}
+	return err
+}
+
 // run executes a statement string: a single statement through a cached plan, several
 // (allowed without arguments, as pgx allows them) one after another.
 func (cn *conn) run(ctx context.Context, query string, args []driver.NamedValue) (*sqlexec.Result, error) {
+	res, err := cn.runStatement(ctx, query, args)
+	return res, cn.failStatement(err)
+}
+
+func (cn *conn) runStatement(ctx context.Context, query string, args []driver.NamedValue) (*sqlexec.Result, error) {
 	if len(args) == 0 {
 		stmts := sqlplan.SplitStatements(query)
 		if len(stmts) != 1 {
@@ -697,6 +714,11 @@ func (s *stmt) Query(args []driver.Value) (driver.Rows, error) {
 }
 
 func (s *stmt) exec(ctx context.Context, args []driver.NamedValue) (*sqlexec.Result, error) {
+	res, err := s.run(ctx, args)
+	return res, s.cn.failStatement(err)
+}
+
+func (s *stmt) run(ctx context.Context, args []driver.NamedValue) (*sqlexec.Result, error) {
 	if s.multi {
 		return s.cn.run(ctx, s.query, nil)
 	}

@@ -622,3 +622,46 @@ func sqlState(err error) string {
 	}
 	return ""
 }
+
+// TestErrorFailsTransaction: a statement that fails inside a transaction fails it, as
+// on PostgreSQL, also when it failed before any data source ran it (a refusal): the
+// next statement gets 25P02, and Commit commits nothing. pgx's driver on one database
+// is the reference.
+func TestErrorFailsTransaction(t *testing.T) {
+	ctx := context.Background()
+	one, err := sql.Open("pgx", pgtest.NewDatabase(t, "drvfail_ref"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	dsns := []string{pgtest.NewDatabase(t, "drvfail0"), pgtest.NewDatabase(t, "drvfail1")}
+	sharded := openDriver(t, kv(t, dsns), false)
+	for name, db := range map[string]*sql.DB{"one database": one, "driver": sharded} {
+		if _, err := db.ExecContext(ctx, "CREATE TABLE kv (k int PRIMARY KEY, v text)"); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO kv VALUES (1, 'a'), (2, 'b')"); err != nil {
+			t.Fatal(err)
+		}
+		// Refused by the driver (a key moved by an expression); an error on one
+		// database too (a duplicate key), each in its own way.
+		if _, err := tx.ExecContext(ctx, "UPDATE kv SET k = k + 1 WHERE k > 0"); err == nil {
+			t.Fatalf("%s: the failing statement succeeded", name)
+		}
+		_, err = tx.ExecContext(ctx, "INSERT INTO kv VALUES (3, 'c')")
+		if sqlStateOf(err) != "25P02" {
+			t.Errorf("%s: the statement after the failure: %v, want 25P02", name, err)
+		}
+		if err := tx.Commit(); err == nil {
+			t.Errorf("%s: the failed transaction committed", name)
+		}
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM kv").Scan(&n); err != nil || n != 0 {
+			t.Errorf("%s: %d rows after the failed transaction, %v", name, n, err)
+		}
+	}
+}
