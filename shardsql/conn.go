@@ -347,6 +347,9 @@ func (cn *conn) runSimple(ctx context.Context, query string) (*sqlexec.Result, e
 		return nil, err
 	}
 	b, err := plan.BindSimpleArgs(query, lits, a)
+	if cn.preRefused(plan, err) {
+		return cn.runPre(ctx, plan, query, err, a, nil)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -382,7 +385,7 @@ func (cn *conn) describe(ctx context.Context, plan *sqlplan.Plan) (*description,
 	v, err := plan.Memo(describeKey{}, func() (any, error) {
 		coord := sqlplan.CoordinatorSource(cn.c.cfg.Rules)
 		ds, sql := plan.DescribeSQL()
-		if ds == coord && (cn.c.coord == nil || plan.Kind != sqlplan.KindCoordinator && plan.Feed == nil) {
+		if ds == coord && (cn.c.coord == nil || plan.Kind != sqlplan.KindCoordinator && plan.Feed == nil && plan.Pre == nil) {
 			// Only the coordinator database could describe it (its tables are on no
 			// one data source), and it does not answer it here (without one, or a
 			// write whose subqueries run first): the statement's own refusal.
@@ -484,6 +487,9 @@ func (cn *conn) runPlan(ctx context.Context, plan *sqlplan.Plan, args []driver.N
 	}
 	a.Keys = keys
 	b, err := plan.Bind(a)
+	if cn.preRefused(plan, err) {
+		return cn.runPre(ctx, plan, plan.SQL, err, a, a.OIDs)
+	}
 	if err != nil {
 		return nil, err
 	}

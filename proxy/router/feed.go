@@ -175,8 +175,3 @@ func (s *Session) spoolError(err error) error {
 		Message: fmt.Sprintf("shardlab: the rows of INSERT ... SELECT into a sharded table exceed %s (--coordinator-max-moved)", byteSize(s.spoolLimit())),
 		Hint:    "Insert the rows in parts (a condition on the SELECT), or raise the bound (shard-proxy --coordinator-max-moved)."}
 }
-
-// firstArgs: see sqlexec.FirstArgs.
-func firstArgs(args sqlplan.Args, oids []uint32, n int) sqlplan.Args {
-	return sqlexec.FirstArgs(args, oids, n)
-}
