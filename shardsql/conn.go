@@ -247,19 +247,39 @@ func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.Nam
 // does after any error in a transaction block (a warning aside): one that failed
 // before or between the data sources' work (its planning, a refusal, a step of a
 // statement of several) must not let the transaction commit as if it had not run.
-func (cn *conn) failStatement(err error) error {
+// txn is the transaction the statement began in (sqlexec.Session.Transaction): a
+// transaction the statement began itself (COMMIT AND CHAIN) is not failed by its error.
+// An error of the arguments, found before anything was sent (notSent), fails nothing,
+// as pgx's driver fails nothing on one database.
+func (cn *conn) failStatement(txn uint64, err error) error {
 	var pe *pgconn.PgError
-	if err != nil && cn.s != nil && !(errors.As(err, &pe) && pe.Severity == "WARNING") {
-		cn.s.Fail()
+	var unsent notSent
+	if err != nil && cn.s != nil && !(errors.As(err, &pe) && pe.Severity == "WARNING") && !errors.As(err, &unsent) {
+		cn.s.Fail(txn)
 	}
 	return err
+}
+
+// notSent is an error of a statement's arguments, found before the statement was sent
+// anywhere.
+type notSent struct{ error }
+
+func (e notSent) Unwrap() error { return e.error }
+
+// txnNumber is the session's current transaction number (see failStatement).
+func (cn *conn) txnNumber() uint64 {
+	if cn.s == nil {
+		return 0
+	}
+	return cn.s.Transaction()
 }
 
 // run executes a statement string: a single statement through a cached plan, several
 // (allowed without arguments, as pgx allows them) one after another.
 func (cn *conn) run(ctx context.Context, query string, args []driver.NamedValue) (*sqlexec.Result, error) {
+	txn := cn.txnNumber()
 	res, err := cn.runStatement(ctx, query, args)
-	return res, cn.failStatement(err)
+	return res, cn.failStatement(txn, err)
 }
 
 func (cn *conn) runStatement(ctx context.Context, query string, args []driver.NamedValue) (*sqlexec.Result, error) {
@@ -454,7 +474,7 @@ func runOn(ctx context.Context, p sqlexec.Pool, ds int, fn func(*pgconn.PgConn) 
 // runPlan binds a plan to database/sql arguments and runs it.
 func (cn *conn) runPlan(ctx context.Context, plan *sqlplan.Plan, args []driver.NamedValue) (*sqlexec.Result, error) {
 	if len(args) != plan.NumParams {
-		return nil, fmt.Errorf("shardsql: the statement takes %d arguments, got %d", plan.NumParams, len(args))
+		return nil, notSent{fmt.Errorf("shardsql: the statement takes %d arguments, got %d", plan.NumParams, len(args))}
 	}
 	var a sqlplan.Args
 	if cn.sq != nil {
@@ -462,7 +482,7 @@ func (cn *conn) runPlan(ctx context.Context, plan *sqlplan.Plan, args []driver.N
 		for _, arg := range args {
 			v, err := encodeArg(arg.Value, 0)
 			if err != nil {
-				return nil, err
+				return nil, notSent{err}
 			}
 			a.Values = append(a.Values, v)
 		}
@@ -476,7 +496,7 @@ func (cn *conn) runPlan(ctx context.Context, plan *sqlplan.Plan, args []driver.N
 		for i, arg := range args {
 			v, err := encodeArg(arg.Value, d.paramOIDs[i])
 			if err != nil {
-				return nil, fmt.Errorf("shardsql: argument $%d: %w", i+1, err)
+				return nil, notSent{fmt.Errorf("shardsql: argument $%d: %w", i+1, err)}
 			}
 			a.Values[i] = v
 		}
@@ -720,8 +740,9 @@ func (s *stmt) Query(args []driver.Value) (driver.Rows, error) {
 }
 
 func (s *stmt) exec(ctx context.Context, args []driver.NamedValue) (*sqlexec.Result, error) {
+	txn := s.cn.txnNumber()
 	res, err := s.run(ctx, args)
-	return res, s.cn.failStatement(err)
+	return res, s.cn.failStatement(txn, err)
 }
 
 func (s *stmt) run(ctx context.Context, args []driver.NamedValue) (*sqlexec.Result, error) {

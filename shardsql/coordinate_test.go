@@ -235,6 +235,15 @@ func TestCoordinatorDescribesWhatNoShardHolds(t *testing.T) {
 	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM t_a WHERE id > 100").Scan(&n); err != nil || n != 12 {
 		t.Errorf("rows inserted: %d, %v; want 12", n, err)
 	}
+
+	// A correlated subquery over such tables: refused (one database would run it; its
+	// 42P01 on the default data source alone is no answer).
+	for name, h := range map[string]*sql.DB{"with the coordinator": db, "without it": plain} {
+		_, err := h.ExecContext(ctx, "UPDATE t_b SET w = 0 WHERE id IN (SELECT id FROM t_a WHERE t_a.w = t_b.id)")
+		if sqlStateOf(err) != "0A000" {
+			t.Errorf("a correlated subquery %s: %v, want 0A000", name, err)
+		}
+	}
 }
 
 // TestCoordinatorTakesTheDataSourcesOptions: the settings a data source's connection

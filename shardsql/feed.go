@@ -43,12 +43,12 @@ func (cn *conn) insertSelect(ctx context.Context, pl *sqlplan.Plan, a sqlplan.Ar
 	// Its own transaction outside the program's, ended here whatever happens; inside
 	// the program's, a failure fails that transaction, as on PostgreSQL (batches
 	// already written must not be committed).
-	own, began := !cn.s.InTransaction(), false
+	own, began, txn := !cn.s.InTransaction(), false, cn.s.Transaction()
 	defer func() {
 		switch {
 		case !own:
 			if err != nil {
-				cn.s.Fail()
+				cn.s.Fail(txn)
 			}
 		case began:
 			p := recover()

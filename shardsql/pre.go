@@ -52,9 +52,16 @@ func (cn *conn) runPre(ctx context.Context, plan *sqlplan.Plan, text string, ref
 					cn.endTx()
 				}
 				if ds == sqlplan.CoordinatorSource(cn.c.cfg.Rules) {
-					ds = cn.c.cfg.Rules.DefaultDataSource()
+					// No one data source holds its tables: the coordinator describes it,
+					// or without one nothing does (and the statement is refused).
+					if cn.c.coord == nil {
+						return errors.New("no data source describes the statement")
+					}
+					if err := cn.readyCoordinator(ctx, plan.Refused); err != nil {
+						return err
+					}
 				}
-				return runOn(ctx, cn.c.pgxPools, ds, func(pc *pgconn.PgConn) error {
+				return runOn(ctx, cn.c.pools, ds, func(pc *pgconn.PgConn) error {
 					_, err := pc.Prepare(ctx, "", sql, paramOIDs)
 					return err
 				})

@@ -666,5 +666,36 @@ func TestErrorFailsTransaction(t *testing.T) {
 		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM kv").Scan(&n); err != nil || n != 0 {
 			t.Errorf("%s: %d rows after the failed transaction, %v", name, n, err)
 		}
+
+		// Not every error fails the transaction: arguments that do not fit, found
+		// before anything is sent, fail nothing; and the transaction COMMIT AND CHAIN
+		// begins after a failed one is a new one.
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range []struct {
+			sql  string
+			args []any
+			ok   bool
+		}{
+			{"BEGIN", nil, true},
+			{"INSERT INTO kv VALUES ($1, $2)", []any{10}, false},
+			{"INSERT INTO kv VALUES ($1, $2)", []any{11, "k"}, true},
+			{"SELECT 1 / 0", nil, false},
+			{"COMMIT AND CHAIN", nil, name == "one database"}, // the driver says 40000: rolled back
+			{"INSERT INTO kv VALUES (12, 'l')", nil, true},
+			{"COMMIT", nil, true},
+		} {
+			_, err := conn.ExecContext(ctx, step.sql, step.args...)
+			if (err == nil) != step.ok && step.sql != "COMMIT AND CHAIN" {
+				t.Errorf("%s: %s: %v", name, step.sql, err)
+			}
+		}
+		conn.Close()
+		var rows, key int
+		if err := db.QueryRowContext(ctx, "SELECT count(*), min(k) FROM kv").Scan(&rows, &key); err != nil || rows != 1 || key != 12 {
+			t.Errorf("%s: %d rows, key %d, after the chained transaction, %v; want key 12 alone", name, rows, key, err)
+		}
 	}
 }

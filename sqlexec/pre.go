@@ -94,8 +94,12 @@ func (e *Engine) RunPre(ctx context.Context, plan *sqlplan.Plan, refused error, 
 			return nil, err
 		}
 		defer func() {
-			if end := steps.End(ctx, err == nil); err == nil && end != nil {
+			p := recover()
+			if end := steps.End(ctx, err == nil && p == nil); err == nil && end != nil {
 				res, err = nil, end
+			}
+			if p != nil {
+				panic(p) // after its transaction rolled back
 			}
 		}()
 	}

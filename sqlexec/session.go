@@ -242,14 +242,22 @@ func (s *Session) Failed() bool { return s.inTx && s.failed }
 
 // Fail marks the open transaction failed, as PostgreSQL does after any error in it: a
 // statement of several steps that failed outside Run (between batches it had already
-// written) leaves nothing the transaction can commit. Outside a transaction it does
-// nothing.
-func (s *Session) Fail() {
+// written) leaves nothing the transaction can commit. txn is the transaction the
+// failed statement ran in (Transaction, read before it ran): one begun since (COMMIT
+// AND CHAIN) is left alone. Outside a transaction it does nothing.
+func (s *Session) Fail(txn uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.inTx {
+	if s.inTx && s.txn == txn {
 		s.failed = true
 	}
+}
+
+// Transaction numbers the session's transactions: the open one's, or the last one's.
+func (s *Session) Transaction() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.txn
 }
 
 // Begin opens a transaction; beginSQL is the BEGIN statement each data source runs
