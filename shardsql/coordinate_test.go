@@ -21,13 +21,15 @@ import (
 // when the test ends.
 func openCoordinated(t *testing.T, c *rules.Compiled, edit func(*shardsql.Config)) *sql.DB {
 	t.Helper()
-	coord, err := coordinator.New(c, "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := shardsql.Config{Rules: c, Coordinate: true}
 	if edit != nil {
 		edit(&cfg)
+	}
+	// The database the handle makes, dropped when the test ends (named as the
+	// configuration names it).
+	coord, err := coordinator.New(c, cfg.CoordinatorDatabase)
+	if err != nil {
+		t.Fatal(err)
 	}
 	db, err := shardsql.Open(cfg)
 	if err != nil {

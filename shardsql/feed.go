@@ -26,15 +26,7 @@ func (cn *conn) insertSelect(ctx context.Context, pl *sqlplan.Plan, a sqlplan.Ar
 		return nil, err
 	}
 	f := pl.Feed
-	qp, err := cn.c.planner.Prepare(cn.planContext(ctx), f.Query)
-	if err != nil {
-		return nil, err
-	}
-	if qp.Kind != sqlplan.KindSelect && qp.Kind != sqlplan.KindCoordinator {
-		return nil, sqlplan.Unsupported("INSERT ... SELECT into sharded table %s whose query is planned as %s", f.Table, qp.Kind)
-	}
-	qargs := sqlexec.FirstArgs(a, paramOIDs, qp.NumParams)
-	qb, err := qp.Bind(qargs)
+	qb, qargs, err := sqlexec.FeedQuery(ctx, cn.prepare, f, a, paramOIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -102,9 +94,7 @@ func (cn *conn) insertSelect(ctx context.Context, pl *sqlplan.Plan, a sqlplan.Ar
 		return nil, err
 	}
 	return cn.c.engine.InsertSpooled(ctx, f, a, paramOIDs, oids, spool, nil, sqlexec.FeedSteps{
-		Prepare: func(ctx context.Context, sql string) (*sqlplan.Plan, error) {
-			return cn.c.planner.Prepare(cn.planContext(ctx), sql)
-		},
+		Prepare:  cn.prepare,
 		DrawKeys: cn.drawKeys,
 		Execute: func(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16) (*sqlexec.Result, error) {
 			return cn.c.engine.Execute(ctx, b, args, formats, cn.s)
@@ -122,6 +112,12 @@ func (cn *conn) insertSelect(ctx context.Context, pl *sqlplan.Plan, a sqlplan.Ar
 			return fields, err
 		},
 	})
+}
+
+// prepare plans a step of a statement of several in the connection's view of the
+// schema.
+func (cn *conn) prepare(ctx context.Context, sql string) (*sqlplan.Plan, error) {
+	return cn.c.planner.Prepare(cn.planContext(ctx), sql)
 }
 
 // spoolRows reads a query's rows, in binary, into spool, on the connection's session

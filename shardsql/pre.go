@@ -35,9 +35,7 @@ func (cn *conn) runPre(ctx context.Context, plan *sqlplan.Plan, text string, ref
 	}
 	own := !cn.s.InTransaction()
 	steps := sqlexec.PreSteps{
-		Prepare: func(ctx context.Context, sql string) (*sqlplan.Plan, error) {
-			return cn.c.planner.Prepare(cn.planContext(ctx), sql)
-		},
+		Prepare:      cn.prepare,
 		Rows:         cn.subqueryRows,
 		OwnCollation: cn.c.catalog.OwnCollation,
 		Execute: func(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16) (*sqlexec.Result, error) {

@@ -30,6 +30,23 @@ type FeedSteps struct {
 	Describe func(ctx context.Context, ds int, sql string, oids []uint32) ([]pgconn.FieldDescription, error)
 }
 
+// FeedQuery plans and binds the query of an INSERT ... SELECT into a sharded table
+// (f.Query) with prepare, given the statement's parameters (typed paramOIDs as it was
+// described): the query names the first of them. The adapter then reads its rows into
+// a spool, on its own connections or the coordinator's.
+func FeedQuery(ctx context.Context, prepare func(context.Context, string) (*sqlplan.Plan, error), f *sqlplan.Feed, args sqlplan.Args, paramOIDs []uint32) (*sqlplan.Bound, sqlplan.Args, error) {
+	qp, err := prepare(ctx, f.Query)
+	if err != nil {
+		return nil, sqlplan.Args{}, err
+	}
+	if qp.Kind != sqlplan.KindSelect && qp.Kind != sqlplan.KindCoordinator {
+		return nil, sqlplan.Args{}, sqlplan.Unsupported("INSERT ... SELECT into sharded table %s whose query is planned as %s", f.Table, qp.Kind)
+	}
+	qargs := FirstArgs(args, paramOIDs, qp.NumParams)
+	qb, err := qp.Bind(qargs)
+	return qb, qargs, err
+}
+
 // InsertSpooled inserts the rows of spool, the answer of f's query whose columns are
 // of types oids, in batches of f.NextBatch rows, and answers as the INSERT would: the
 // tag, and RETURNING's rows (held within the engine's MaxHeld: past it the statement
@@ -129,7 +146,7 @@ func FirstArgs(args sqlplan.Args, oids []uint32, n int) sqlplan.Args {
 	out.OIDs = make([]uint32, n)
 	for i := range n {
 		out.OIDs[i] = paramOID(args, oids, i)
-		out.Formats = append(out.Formats, paramFormat(args.Formats, i))
+		out.Formats = append(out.Formats, ParamFormat(args.Formats, i))
 	}
 	return out
 }
@@ -164,9 +181,9 @@ func paramOID(args sqlplan.Args, described []uint32, i int) uint32 {
 	return 0
 }
 
-// paramFormat is parameter i's format code as the protocol's Bind gives them: none for
-// all text, one for all, or one each.
-func paramFormat(formats []int16, i int) int16 {
+// ParamFormat is parameter (or column) i's format code as the protocol's Bind gives
+// them: none for all text, one for all, or one each.
+func ParamFormat(formats []int16, i int) int16 {
 	switch len(formats) {
 	case 0:
 		return 0

@@ -252,18 +252,7 @@ func (s *Session) paramTypes(ctx context.Context, st *statement, args sqlplan.Ar
 	return d.params, nil
 }
 
-func format(formats []int16, i int) int16 {
-	switch len(formats) {
-	case 0:
-		return 0
-	case 1:
-		return formats[0]
-	}
-	if i < len(formats) {
-		return formats[i]
-	}
-	return 0
-}
+func format(formats []int16, i int) int16 { return sqlexec.ParamFormat(formats, i) }
 
 // Describe handles a Describe message: 'S' for a statement (its parameter types and
 // columns), 'P' for a portal (its columns, in the formats Bind asked for). A statement

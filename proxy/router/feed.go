@@ -43,15 +43,7 @@ func severalStepsAllowed(plan *sqlplan.Plan) error { return sqlexec.SeveralSteps
 // client's parameters, as the statement was described.
 func (s *Session) insertSelect(ctx context.Context, plan *sqlplan.Plan, args sqlplan.Args, paramOIDs []uint32, resultFormats []int16) (res *sqlexec.Result, err error) {
 	f := plan.Feed
-	qp, err := s.r.planner.Prepare(s.planContext(ctx), f.Query)
-	if err != nil {
-		return nil, err
-	}
-	if qp.Kind != sqlplan.KindSelect && qp.Kind != sqlplan.KindCoordinator {
-		return nil, sqlplan.Unsupported("INSERT ... SELECT into sharded table %s whose query is planned as %s", f.Table, qp.Kind)
-	}
-	qargs := sqlexec.FirstArgs(args, paramOIDs, qp.NumParams)
-	qb, err := qp.Bind(qargs)
+	qb, qargs, err := sqlexec.FeedQuery(ctx, s.prepare, f, args, paramOIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -108,13 +100,17 @@ func (s *Session) insertSelect(ctx context.Context, plan *sqlplan.Plan, args sql
 	return s.r.engine.InsertSpooled(ctx, f, args, paramOIDs, oids, spool, resultFormats, s.feedSteps())
 }
 
+// prepare plans a statement of several steps' step in the session's view of the
+// schema.
+func (s *Session) prepare(ctx context.Context, sql string) (*sqlplan.Plan, error) {
+	return s.r.planner.Prepare(s.planContext(ctx), sql)
+}
+
 // feedSteps lend the engine this session's planning, keys, execution and Describe for
 // an INSERT ... SELECT's batches.
 func (s *Session) feedSteps() sqlexec.FeedSteps {
 	return sqlexec.FeedSteps{
-		Prepare: func(ctx context.Context, sql string) (*sqlplan.Plan, error) {
-			return s.r.planner.Prepare(s.planContext(ctx), sql)
-		},
+		Prepare:  s.prepare,
 		DrawKeys: func(ctx context.Context, pl *sqlplan.Plan) ([]string, error) { return s.drawKeys(ctx, pl.Keys) },
 		Execute:  s.engineExecute,
 		Describe: func(ctx context.Context, ds int, sql string, oids []uint32) ([]pgconn.FieldDescription, error) {

@@ -35,9 +35,7 @@ func (s *Session) runPre(ctx context.Context, plan *sqlplan.Plan, text string, r
 		plan = own
 	}
 	steps := sqlexec.PreSteps{
-		Prepare: func(ctx context.Context, sql string) (*sqlplan.Plan, error) {
-			return s.r.planner.Prepare(s.planContext(ctx), sql)
-		},
+		Prepare:      s.prepare,
 		Rows:         s.subqueryRows,
 		OwnCollation: s.r.catalog.OwnCollation,
 		Execute:      s.engineExecute,
