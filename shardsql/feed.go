@@ -127,17 +127,7 @@ func (cn *conn) spoolRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.Ar
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := spool.Append(rows.Values()); err != nil {
-			rows.Abort()
-			return nil, err
-		}
-	}
-	if _, err := rows.Close(); err != nil {
-		return nil, err
-	}
-	return rows.Fields(), nil
+	return sqlexec.SpoolAll(rows, spool)
 }
 
 // spoolCoordinated reads a coordinated query's rows into spool, as coordinated reads
@@ -152,17 +142,11 @@ func (cn *conn) spoolCoordinated(ctx context.Context, b *sqlplan.Bound, args sql
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := spool.Append(rows.Values()); err != nil {
-			rows.Abort()
-			return nil, err
-		}
-	}
-	if _, err := rows.Close(); err != nil {
+	fields, err := sqlexec.SpoolAll(rows, spool)
+	if err != nil && !errors.Is(err, sqlexec.ErrSpoolFull) {
 		return nil, fail(err)
 	}
-	return rows.Fields(), nil
+	return fields, err
 }
 
 // spoolLimit is the most bytes of rows an INSERT ... SELECT holds: the bound on what a

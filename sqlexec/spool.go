@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Spool holds a whole answer's rows for a statement that must read them all before it
@@ -130,4 +132,21 @@ func (s *Spool) Close() {
 		os.Remove(s.file.Name())
 		s.file = nil
 	}
+}
+
+// SpoolAll reads the rest of rows into spool, and gives back their columns. rows is
+// closed; past the spool's bound it is aborted (its shards stop) and the error is
+// ErrSpoolFull.
+func SpoolAll(rows *Rows, spool *Spool) ([]pgconn.FieldDescription, error) {
+	defer rows.Close()
+	for rows.Next() {
+		if err := spool.Append(rows.Values()); err != nil {
+			rows.Abort()
+			return nil, err
+		}
+	}
+	if _, err := rows.Close(); err != nil {
+		return nil, err
+	}
+	return rows.Fields(), nil
 }

@@ -141,17 +141,7 @@ func (s *Session) spoolRows(ctx context.Context, b *sqlplan.Bound, args sqlplan.
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := spool.Append(rows.Values()); err != nil {
-			rows.Abort()
-			return nil, err
-		}
-	}
-	if _, err := rows.Close(); err != nil {
-		return nil, err
-	}
-	return rows.Fields(), nil
+	return sqlexec.SpoolAll(rows, spool)
 }
 
 // spoolLimit is the most bytes of rows an INSERT ... SELECT holds: the bound on what a
