@@ -38,6 +38,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardlab/shardlab/rules"
+	"github.com/shardlab/shardlab/sqlplan"
 )
 
 // ErrBuild is wrapped by the errors of a coordinator database that could not be built.
@@ -544,9 +545,10 @@ func (c *Coordinator) create(ctx context.Context, conn *pgx.Conn, l locale) erro
 
 // Schemas of the coordinator database besides public, where the logical tables are.
 const (
-	fdwSchema    = "shardlab_fdw"    // postgres_fdw's functions, out of the clients' way
-	shardsSchema = "shardlab_shards" // the foreign tables of sharded tables' shards
-	importSchema = "shardlab_import" // scratch: a shard's table, imported to read its columns
+	fdwSchema    = "shardlab_fdw"                  // postgres_fdw's functions, out of the clients' way
+	shardsSchema = sqlplan.CoordinatorShardsSchema // the foreign tables of sharded tables' shards
+	mergeSchema  = sqlplan.CoordinatorMergeSchema  // what combines the shards' partial aggregates
+	importSchema = "shardlab_import"               // scratch: a shard's table, imported to read its columns
 )
 
 // buildSchema makes the coordinator database's schema anew in one transaction, under
@@ -570,9 +572,11 @@ func (c *Coordinator) buildSchema(ctx context.Context, conn *pgx.Conn, sv *surve
 	b.exec("DROP SCHEMA IF EXISTS public CASCADE")
 	b.exec("DROP SCHEMA IF EXISTS " + shardsSchema + " CASCADE")
 	b.exec("DROP SCHEMA IF EXISTS " + importSchema + " CASCADE")
+	b.exec("DROP SCHEMA IF EXISTS " + mergeSchema + " CASCADE")
 	b.exec("CREATE SCHEMA public")
 	b.exec("CREATE SCHEMA " + shardsSchema)
 	b.exec("CREATE SCHEMA " + importSchema)
+	b.mergeAggregates()
 	// Statements there only read: a function that would write (a large object, say)
 	// fails instead.
 	b.exec(fmt.Sprintf("ALTER DATABASE %s SET default_transaction_read_only = on", pgx.Identifier{c.database}.Sanitize()))
@@ -792,7 +796,11 @@ func (b *builder) sharded(index int, r *rules.TableRule) {
 	}
 	logical := "public." + pgx.Identifier{r.Name}.Sanitize()
 	shard := func(i int) string {
-		return fmt.Sprintf("%s.%s", shardsSchema, pgx.Identifier{fmt.Sprintf("t%d_%d", index, i)}.Sanitize())
+		name := sqlplan.CoordinatorShardTable(r.Name, i)
+		if name == "" {
+			name = fmt.Sprintf("t%d_%d", index, i) // too long; its statements run as written
+		}
+		return pgx.Identifier{shardsSchema, name}.Sanitize()
 	}
 	remote := func(n rules.Node) string {
 		s := n.Schema
@@ -815,6 +823,29 @@ func (b *builder) sharded(index int, r *rules.TableRule) {
 		union = append(union, "SELECT * FROM "+shard(i))
 	}
 	b.exec(fmt.Sprintf("CREATE VIEW %s AS %s", logical, strings.Join(union, " UNION ALL ")))
+}
+
+// mergeAggregates makes what combines the shards' partial aggregates when sqlplan
+// rewrites a statement to aggregate on the shards (sqlplan.Options.ShardAggregates):
+// sum adds partial counts and sums keeping their type (a count or a sum of integers
+// is int8; PostgreSQL's own sum of int8 would make it numeric), and avg divides a
+// combined sum by a combined count as PostgreSQL's avg does (numeric division; an
+// interval by a float8), NULL over no rows.
+func (b *builder) mergeAggregates() {
+	b.exec("CREATE SCHEMA " + mergeSchema)
+	for _, sum := range []struct{ typ, add string }{
+		{"int8", "int8pl"}, {"numeric", "numeric_add"}, {"money", "cash_pl"}, {"interval", "interval_pl"},
+	} {
+		b.exec(fmt.Sprintf("CREATE AGGREGATE %s.sum(%s) (SFUNC = %s, STYPE = %s, PARALLEL = SAFE)", mergeSchema, sum.typ, sum.add, sum.typ))
+	}
+	for _, avg := range []struct{ sum, result, div string }{
+		{"int8", "numeric", "$1::numeric / $2::numeric"},
+		{"numeric", "numeric", "$1 / $2::numeric"},
+		{"interval", "interval", "$1 / $2::float8"},
+	} {
+		b.exec(fmt.Sprintf(`CREATE FUNCTION %s.avg(%s, int8) RETURNS %s LANGUAGE sql IMMUTABLE PARALLEL SAFE
+			AS 'SELECT CASE WHEN $2 = 0 THEN NULL ELSE %s END'`, mergeSchema, avg.sum, avg.result, avg.div))
+	}
 }
 
 // hashesAsRules reports whether PostgreSQL's hash of the imported table's key column

@@ -425,3 +425,98 @@ func TestCoordinatorBoundsWhatMoves(t *testing.T) {
 		}
 	}
 }
+
+// TestCoordinatorAggregatesOnTheShards: statements that aggregate one sharded table
+// answer as one database does, in every protocol form, while each shard sends the
+// coordinator its groups, not its rows; the route preview shows the shards'
+// aggregates. Up to this change every row moved (246 of t_order's).
+func TestCoordinatorAggregatesOnTheShards(t *testing.T) {
+	for _, layout := range sqldiff.Layouts() {
+		t.Run(layout.Name, func(t *testing.T) { aggregatesOnTheShards(t, layout) })
+	}
+}
+
+func aggregatesOnTheShards(t *testing.T, layout sqldiff.Layout) {
+	suite := sqldiff.NewEnv(t, layout, "")
+	e := startProxyOn(t, suite.Rules.Rules(), withCoordinator(), func(c *proxy.Config) { c.AdminDatabase = "shardlab" })
+	ctx := context.Background()
+	r := sqldiff.PgConnRunner{Conn: e.pgconnect(t)}
+	suite.Load(t, r)
+	adm, err := pgconn.Connect(ctx, strings.Replace(e.url(""), "/"+testDatabase+"?", "/shardlab?", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close(ctx)
+	admin := func(sql string) [][][]byte {
+		t.Helper()
+		res, err := adm.Exec(ctx, sql).ReadAll()
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		return res[0].Rows
+	}
+	// moved returns the rows the last coordinated statement moved, and fails the test
+	// when no statement went to the coordinator since the last call.
+	statements := 0
+	moved := func(what string) int {
+		t.Helper()
+		res, err := adm.Exec(ctx, "SHOW COORDINATOR").ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		col := map[string]int{}
+		for i, f := range res[0].FieldDescriptions {
+			n, _ := strconv.Atoi(string(res[0].Rows[0][i]))
+			col[f.Name] = n
+		}
+		if col["statements"] <= statements {
+			t.Errorf("not coordinated (SHOW COORDINATOR: %v): %s", col, what)
+		}
+		statements = col["statements"]
+		return col["last_rows_moved"]
+	}
+	var total int
+	for i, q := range sqldiff.ShardAggregated() {
+		for _, mode := range sqldiff.Modes {
+			if sqldiff.Compare(ctx, t, "shard aggregates", q, suite.Ref, r, mode, layout.ByteOrder) {
+				t.Fatalf("query %d [%s] refused: %s", i, mode, q.SQL)
+			}
+			n := moved(q.SQL)
+			total += n
+			// A row per group per shard; every row of t_order is 246, of t_user 50.
+			if strings.Contains(q.SQL, "t_order") && n >= 246 || n >= 50 && !strings.Contains(q.SQL, "GROUP BY") {
+				t.Errorf("query %d [%s] moved %d rows to the coordinator: %s", i, mode, n, q.SQL)
+			}
+			if mode == "simple" {
+				t.Logf("%d rows moved: %s", n, q.SQL)
+			}
+		}
+	}
+	t.Logf("%d statements in %d forms moved %d rows to the coordinator in all", len(sqldiff.ShardAggregated()), len(sqldiff.Modes), total)
+	var route []string
+	for _, row := range admin("SHOW ROUTE " + sqldiff.ShardAggregated()[0].SQL) {
+		route = append(route, string(row[0]))
+	}
+	if r := strings.Join(route, "\n"); !strings.Contains(r, `shardlab_shards."t_order/1"`) || !strings.Contains(r, "each shard aggregates its own rows") {
+		t.Errorf("the route preview does not show the shards' aggregates:\n%s", r)
+	}
+	// What the shards cannot aggregate alone still moves the rows, and is answered.
+	distinct := sqldiff.Query{SQL: `SELECT count(DISTINCT status) + 0 FROM t_order`}
+	if sqldiff.Compare(ctx, t, "rows", distinct, suite.Ref, r, "simple", layout.ByteOrder) {
+		t.Fatalf("refused: %s", distinct.SQL)
+	}
+	if n := moved(distinct.SQL); n < 246 {
+		t.Errorf("count(DISTINCT) moved %d rows; it needs every row (246)", n)
+	}
+	// An error of the rewritten statement is one database's, where the default data
+	// source holds t_order under its name, else a refusal.
+	_, err = r.Simple(ctx, `SELECT status, qty, count(*) + 1 FROM t_order GROUP BY status`)
+	var pe *pgconn.PgError
+	switch {
+	case !errors.As(err, &pe):
+		t.Errorf("a grouping error: %v", err)
+	case layout.Name == "3shards" && (pe.Code != "42803" || !strings.Contains(pe.Message, `"t_order.qty" must appear in the GROUP BY clause`)),
+		layout.Name != "3shards" && pe.Code != "0A000":
+		t.Errorf("a grouping error: %v, want one database's 42803 (or 0A000 where t_order is split on the default data source)", err)
+	}
+}

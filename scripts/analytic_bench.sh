@@ -171,6 +171,8 @@ queries=(
 	"shipping_priority|SELECT l_orderkey, sum(l_extendedprice * (1 - l_discount)) AS revenue, o_orderdate FROM customer, orders, lineitem WHERE c_mktsegment = 'BUILDING' AND c_custkey = o_custkey AND l_orderkey = o_orderkey AND o_orderdate < date '1995-03-15' AND l_shipdate > date '1995-03-15' GROUP BY l_orderkey, o_orderdate ORDER BY revenue DESC, o_orderdate, l_orderkey LIMIT 10"
 	"nation_revenue|SELECT n_name, sum(o_totalprice) AS revenue FROM customer JOIN orders ON o_custkey = c_custkey JOIN nation ON n_nationkey = c_nationkey JOIN region ON r_regionkey = n_regionkey WHERE r_name = 'region 2' AND o_orderdate >= date '1994-01-01' AND o_orderdate < date '1995-01-01' GROUP BY n_name ORDER BY revenue DESC, n_name"
 	"busy_customers_cte|WITH per_customer AS (SELECT o_custkey, count(*) AS n FROM orders GROUP BY o_custkey) SELECT n, count(*) FROM per_customer GROUP BY n HAVING count(*) > 10 ORDER BY n"
+	"sum_over_lineitem|SELECT coalesce(sum(l_quantity), 0), round(avg(l_extendedprice), 2), count(*)::int FROM lineitem WHERE l_shipdate >= date '1995-01-01'"
+	"priority_having|SELECT o_orderpriority, count(*), round(avg(o_totalprice), 2) FROM orders GROUP BY o_orderpriority HAVING count(*) > 1000 ORDER BY 1"
 	"distinct_customers|SELECT count(DISTINCT o_custkey) FROM orders WHERE o_orderdate >= date '1997-01-01'"
 	"top_balance_window|SELECT c_nationkey, c_custkey, c_acctbal FROM (SELECT c_nationkey, c_custkey, c_acctbal, rank() OVER (PARTITION BY c_nationkey ORDER BY c_acctbal DESC, c_custkey) AS r FROM customer) s WHERE r <= 2 ORDER BY 1, 2"
 	"big_spenders_semijoin|SELECT count(*), round(avg(c_acctbal), 2) FROM customer WHERE c_custkey IN (SELECT o_custkey FROM orders WHERE o_totalprice > 180000)"
@@ -181,7 +183,8 @@ admin() { psql -X -At -F, "$admin_url" -c "$1"; }
 strategy() {
 	local route
 	route=$(admin "SHOW ROUTE $1" 2>&1 || true)
-	if grep -q "coordinator database evaluates" <<<"$route"; then echo coordinator
+	if grep -q "each shard aggregates" <<<"$route"; then echo shard_aggregates
+	elif grep -q "coordinator database evaluates" <<<"$route"; then echo coordinator
 	elif grep -q "merge:" <<<"$route"; then echo merge
 	elif grep -q "(1 target)" <<<"$route"; then echo one_shard
 	else echo "refused"; fi
@@ -223,10 +226,10 @@ run_info_finish "$run_dir/run.txt"
 		return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
 	}
 	END {
-		printf "%-24s %-12s %12s %12s %8s %12s %14s %s\n", "query", "strategy", "one_db_ms", "proxy_ms", "ratio", "rows_moved", "bytes_moved", "same"
+		printf "%-24s %-16s %12s %12s %8s %12s %14s %s\n", "query", "strategy", "one_db_ms", "proxy_ms", "ratio", "rows_moved", "bytes_moved", "same"
 		for (i = 1; i <= n; i++) {
 			k = order[i]; o = median(one[k]); p = median(prx[k])
-			printf "%-24s %-12s %12.1f %12.1f %8.2f %12d %14d %s\n", k, strat[k], o, p, (o > 0 ? p / o : 0), rows[k], bytes[k], same[k]
+			printf "%-24s %-16s %12.1f %12.1f %8.2f %12d %14d %s\n", k, strat[k], o, p, (o > 0 ? p / o : 0), rows[k], bytes[k], same[k]
 		}
 	}' "$run_dir/results.csv"
 } | tee "$run_dir/summary.txt"

@@ -179,7 +179,7 @@ func (cn *conn) coordinated(ctx context.Context, b *sqlplan.Bound, a sqlplan.Arg
 		if moved != nil && moved.Exceeded() {
 			return coordinator.MovedError(moved, cn.c.coord.maxMoved, "shardsql.Config.CoordinatorMaxMoved")
 		}
-		return cn.coordinatorFailure(ctx, b.Refused, b.Plan.Tables, b.Targets[0].SQL, a.OIDs, err)
+		return cn.coordinatorFailure(ctx, b.Refused, b.Plan.Tables, b.AsWritten, a.OIDs, err)
 	}
 	if cn.streaming {
 		rows, err := cn.c.engine.Query(ctx, b, a, formats, cn.s)

@@ -299,3 +299,31 @@ func TestCoordinatorTakesTheDataSourcesOptions(t *testing.T) {
 		t.Errorf("with a role in the options: %v, want 0A000 naming it", err)
 	}
 }
+
+// TestCoordinatorAggregatesOnTheShardsThroughDriver: through the driver too, a
+// coordinated statement that aggregates one sharded table has each shard aggregate its
+// own rows (Explain shows the shards' aggregates), and answers as one database does.
+func TestCoordinatorAggregatesOnTheShardsThroughDriver(t *testing.T) {
+	layout := sqldiff.Layouts()[0]
+	env, sharded := coordinatedEnv(t, layout, "", nil)
+	ctx := context.Background()
+	for i, q := range sqldiff.ShardAggregated() {
+		for _, mode := range env.Modes {
+			if sqldiff.Compare(ctx, t, "shard aggregates", q, env.Ref, sharded, mode, layout.ByteOrder) {
+				t.Errorf("query %d [%s] refused: %s", i, mode, q.SQL)
+			}
+		}
+	}
+	conn, err := sharded.DB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	text, err := shardsql.Explain(ctx, conn, sqldiff.ShardAggregated()[0].SQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, `shardlab_shards."t_order/3"`) || !strings.Contains(text, "each shard aggregates its own rows") {
+		t.Errorf("Explain does not show the shards' aggregates:\n%s", text)
+	}
+}

@@ -60,12 +60,20 @@ func (p *Planner) coordinated(sql, text string, normalized bool, tree *pg.ParseR
 		return nil, err
 	}
 	a.noteParams(a.tree.Stmts[0].Stmt)
-	return &Plan{Kind: KindCoordinator, SQL: sql, rules: p.rules, Session: effects, NumParams: a.maxParam, Refused: why, Tables: c.tables}, nil
+	return &Plan{Kind: KindCoordinator, SQL: sql, rules: p.rules, Session: effects, NumParams: a.maxParam, Refused: why, Tables: c.tables, shardAggs: p.shardAggs}, nil
 }
 
-// bindCoordinator makes b's one target the coordinator database, running sql.
+// bindCoordinator makes b's one target the coordinator database, running sql, its
+// aggregates on the shards where that is exact (Options.ShardAggregates).
 func (pl *Plan) bindCoordinator(b *Bound, sql string, why error) {
-	b.Targets = append(b.Targets[:0], Target{DataSource: CoordinatorSource(pl.rules), Shard: -1, SQL: sql})
+	b.AsWritten = sql
+	run := sql
+	if pl.shardAggs {
+		if s, ok := shardAggregates(pl.rules, sql); ok {
+			run = s
+		}
+	}
+	b.Targets = append(b.Targets[:0], Target{DataSource: CoordinatorSource(pl.rules), Shard: -1, SQL: run})
 	b.Destination = routing.DestinationAll{}
 	b.Merge, b.Limit, b.Offset, b.Broadcast = nil, -1, -1, false
 	b.Refused = why
@@ -92,8 +100,8 @@ func coordinatable(stmt *pg.Node) error {
 			err = errNotCoordinated
 		case *pg.FuncCall:
 			name := foldedFuncName(n)
-			if sessionFunction(name) {
-				err = errNotCoordinated
+			if schema, _ := funcName(n); sessionFunction(name) || catalogName(schema, "") && schema != "pg_catalog" {
+				err = errNotCoordinated // (the coordinator's own functions: shardlab_merge.sum)
 			}
 			// An aggregate or window function whose answer depends on the order its
 			// rows come in, with no ORDER BY to fix it, answers in the order of one
@@ -139,7 +147,7 @@ var systemColumns = map[string]bool{"tableoid": true, "ctid": true, "xmin": true
 // coordinator database's own schemas.
 func catalogName(schema, rel string) bool {
 	switch schema {
-	case "pg_catalog", "information_schema", "shardlab_fdw", "shardlab_shards", "shardlab_import":
+	case "pg_catalog", "information_schema", "shardlab_fdw", CoordinatorShardsSchema, "shardlab_import", CoordinatorMergeSchema:
 		return true
 	}
 	return strings.HasPrefix(rel, "pg_")
@@ -253,6 +261,10 @@ var floatFunctions = map[string]bool{
 	"ts_rank_cd": true, "area": true, "diameter": true, "height": true, "width": true, "radius": true,
 }
 
+// floatOperators return floating-point values over integers: power, square and cube
+// roots.
+var floatOperators = map[string]bool{"^": true, "|/": true, "||/": true}
+
 // exactTypes are the numeric types whose sums are exact, as a cast names them.
 var exactTypes = map[string]bool{"numeric": true, "int2": true, "int4": true, "int8": true}
 
@@ -310,6 +322,11 @@ func (p *Planner) inexactOnCoordinator(ctx context.Context, stmt *pg.Node, table
 			}
 		case *pg.FuncCall:
 			if name := foldedFuncName(n); floatFunctions[name] {
+				found = true
+			}
+		case *pg.A_Expr:
+			// qty ^ 2 is a double precision when qty is an integer.
+			if len(n.Name) > 0 && floatOperators[n.Name[len(n.Name)-1].GetString_().GetSval()] {
 				found = true
 			}
 		case *pg.TypeCast:

@@ -58,6 +58,7 @@ func TestCoordinatorPlans(t *testing.T) {
 		"SELECT avg(w) FROM (SELECT weight AS w FROM t_order) s",               // through an alias
 		"SELECT sum(qty::float8) + 1 FROM t_order",                             // a cast to float
 		"SELECT sum(sqrt(qty)) + 1 FROM t_order",                               // a float function
+		"SELECT sum(qty ^ 2) + 1 FROM t_order",                                 // a float operator over integers
 		"SELECT string_agg(status, ',') FROM t_order o JOIN t_user u ON true",  // heap order
 		"SELECT row_number() OVER () FROM t_order",                             // heap order
 		"SELECT current_database(), count(DISTINCT status) FROM t_order",       // the coordinator's own session

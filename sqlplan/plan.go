@@ -161,6 +161,7 @@ type Plan struct {
 	// refuses at Bind (Options.Coordinate): a construct exact on one shard only, or a
 	// join or subquery whose values do not pin one shard.
 	coordinate bool
+	shardAggs  bool // see Options.ShardAggregates
 	// Refused is, on a KindCoordinator plan, why the merge could not answer it.
 	Refused error
 	memo    sync.Map // see Memo
@@ -291,6 +292,10 @@ type Bound struct {
 	// Refused is set when the coordinator database answers (Coordinated): why the
 	// merge could not.
 	Refused error
+	// AsWritten is, when the coordinator database answers, the statement as the
+	// client wrote it (the target may run it rewritten: Options.ShardAggregates), for
+	// one database to analyse when the coordinator fails.
+	AsWritten string
 	// Keys are the keys drawn for the statement's rows (Plan.Keys), for explaining.
 	Keys []string
 
@@ -334,6 +339,8 @@ func (b *Bound) Explain() string {
 		fmt.Fprintf(&sb, "  %s: %s\n", where, t.SQL)
 	}
 	switch {
+	case b.Coordinated() && b.Targets[0].SQL != b.AsWritten:
+		fmt.Fprintf(&sb, "  merge: none, each shard aggregates its own rows and the coordinator database combines one row per group per shard (the merge cannot: %s)\n", refusalText(b.Refused))
 	case b.Coordinated():
 		fmt.Fprintf(&sb, "  merge: none, the coordinator database evaluates the statement over every shard's rows (the merge cannot: %s)\n", refusalText(b.Refused))
 	case b.Merge != nil:

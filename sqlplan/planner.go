@@ -22,6 +22,12 @@ type Options struct {
 	// KindCoordinator, or its Bind targets the coordinator (Bound.Coordinated). Without
 	// it such a SELECT is refused with 0A000.
 	Coordinate bool
+	// ShardAggregates: the coordinator database is package coordinator's, whose
+	// shards are foreign tables of their own (CoordinatorShardTable). A coordinated
+	// SELECT that aggregates one sharded table then has each shard aggregate its own
+	// rows there, and the coordinator combine one row per group per shard (see
+	// shardAggregates), instead of every row moving to it.
+	ShardAggregates bool
 }
 
 // DefaultCacheSize is the plan cache's default bound.
@@ -33,6 +39,7 @@ type Planner struct {
 	cat        Catalog
 	cache      *planCache
 	coordinate bool
+	shardAggs  bool
 
 	bufs sync.Pool // *[]byte keys for cache lookups
 }
@@ -46,7 +53,7 @@ func New(r *rules.Compiled, cat Catalog, o Options) *Planner {
 	if size == 0 {
 		size = DefaultCacheSize
 	}
-	p := &Planner{rules: r, cat: cat, coordinate: o.Coordinate}
+	p := &Planner{rules: r, cat: cat, coordinate: o.Coordinate, shardAggs: o.ShardAggregates}
 	if size > 0 {
 		p.cache = newPlanCache(size)
 	}
@@ -239,7 +246,7 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 	a.plan.Session = effects
 	a.plan.Pre = a.pre
 	if coord != nil && coord.inexact == nil && (a.plan.Kind == KindSelect || a.plan.Kind == KindExplain) {
-		a.plan.coordinate = true
+		a.plan.coordinate, a.plan.shardAggs = true, p.shardAggs
 	}
 	if normalized {
 		a.plan.NumParams = 0

@@ -441,3 +441,22 @@ func Random(seed uint64, n int) []Query {
 	}
 	return out
 }
+
+// ShardAggregated are coordinated statements that aggregate one sharded table: each
+// shard aggregates its own rows and the coordinator combines one row per group per
+// shard (sqlplan.Options.ShardAggregates).
+func ShardAggregated() []Query {
+	return []Query{
+		{SQL: `SELECT coalesce(sum(amount), 0) FROM t_order`},
+		{SQL: `SELECT sum(order_id) + 1, count(*)::int, round(avg(amount), 2), avg(qty), min(note), max(created) FROM t_order`},
+		{SQL: `SELECT count(weight) * 2, max(weight) FROM t_order`},
+		{SQL: `SELECT status, count(*), sum(qty) FILTER (WHERE qty > 2), avg(amount), avg(order_id) FROM t_order GROUP BY status HAVING count(*) > 1 ORDER BY status COLLATE "C" NULLS FIRST`, Ordered: true},
+		{SQL: `SELECT o.user_id, max(o.amount) - min(o.amount) AS spread FROM t_order o WHERE o.qty > $1 GROUP BY o.user_id ORDER BY spread DESC NULLS LAST, 1 LIMIT 5`, Params: P("1"), Ordered: true},
+		{SQL: `SELECT DISTINCT code FROM t_order GROUP BY status, code HAVING count(*) > 0 ORDER BY 1 NULLS FIRST`, Ordered: true},
+		{SQL: `SELECT sum(qty) * 2, avg(amount), count(*) - 1, max(status) FROM t_order WHERE qty < -100`},
+		{SQL: `SELECT status, avg(qty) FROM t_order GROUP BY status HAVING avg(qty) > 1 ORDER BY avg(qty) DESC NULLS LAST, status COLLATE "C" NULLS FIRST`, Ordered: true},
+		{SQL: `SELECT city, count(*) * 10, sum(score) FROM t_user WHERE score > 0 GROUP BY city ORDER BY 1 NULLS FIRST`, Ordered: true},
+		{SQL: `SELECT CASE WHEN count(*) > 1000 THEN 0 ELSE count(*) END, count(*)::int, sum(qty) FILTER (WHERE status = 'paid') FROM t_order`},
+		{SQL: `SELECT DISTINCT count(*) + 0 FROM t_order GROUP BY status HAVING count(*) > 0 ORDER BY count(*) + 0`, Ordered: true},
+	}
+}

@@ -148,7 +148,7 @@ func (s *Session) runCoordinated(ctx context.Context, b *sqlplan.Bound, oids []u
 // a shard) is a refusal too. Other errors (a division by zero, a cancel, an unreachable
 // shard) are the statement's.
 func (s *Session) coordinatorError(ctx context.Context, b *sqlplan.Bound, oids []uint32, err error) error {
-	return s.coordinatorFailure(ctx, b.Refused, b.Plan.Tables, b.Targets[0].SQL, oids, err)
+	return s.coordinatorFailure(ctx, b.Refused, b.Plan.Tables, b.AsWritten, oids, err)
 }
 
 func (s *Session) coordinatorFailure(ctx context.Context, refused error, tables []string, sql string, oids []uint32, err error) error {
