@@ -827,12 +827,13 @@ func (b *builder) sharded(index int, r *rules.TableRule) {
 
 // mergeAggregates makes what combines the shards' partial aggregates when sqlplan
 // rewrites a statement to aggregate on the shards (sqlplan.Options.ShardAggregates):
-// sum adds partial counts and sums keeping their type (a count or a sum of integers
-// is int8; PostgreSQL's own sum of int8 would make it numeric), and avg divides a
-// combined sum by a combined count as PostgreSQL's avg does (numeric division; an
-// interval by a float8), NULL over no rows.
+// sum adds partial sums keeping their type (a sum of integers is int8; PostgreSQL's
+// own sum of int8 would make it numeric), count adds partial counts into an int8 that
+// is 0 over none, and avg divides a combined sum by a combined count as PostgreSQL's
+// avg does (numeric division; an interval by a float8), NULL over no rows.
 func (b *builder) mergeAggregates() {
 	b.exec("CREATE SCHEMA " + mergeSchema)
+	b.exec(fmt.Sprintf("CREATE AGGREGATE %s.count(int8) (SFUNC = int8pl, STYPE = int8, INITCOND = '0', PARALLEL = SAFE)", mergeSchema))
 	for _, sum := range []struct{ typ, add string }{
 		{"int8", "int8pl"}, {"numeric", "numeric_add"}, {"money", "cash_pl"}, {"interval", "interval_pl"},
 	} {

@@ -41,11 +41,14 @@ func CoordinatorShardTable(name string, i int) string {
 //	      UNION ALL SELECT ... FROM shardlab_shards."t_order/1" t_order) t_order
 //
 // each shard sends one row. The combining aggregates (shardlab_merge.sum of int8 is
-// int8, of numeric numeric; avg divides as PostgreSQL's avg does) keep the result types
-// and values one database gives. The statement is rewritten only when that is exact:
-// one sharded table in FROM, grouped by plain columns, whose aggregates are count,
-// sum, min, max and avg (FILTER allowed, DISTINCT and ORDER BY not), with no
-// subquery, window function, CTE, set operation or whole-row reference. Everything
+// int8, of numeric numeric; shardlab_merge.count is 0 over no rows; avg divides as
+// PostgreSQL's avg does) keep the result types and values one database gives. An
+// aggregate over DISTINCT values groups each shard's rows by its argument too, and
+// the coordinator aggregates the distinct values the shards send. The statement is
+// rewritten only when that is exact: one sharded table in FROM, grouped by plain
+// columns, whose aggregates are count, sum, min, max and avg (with FILTER, or over
+// DISTINCT values without one; no ORDER BY), with no subquery, window function, CTE,
+// set operation or whole-row reference, and no parameter written twice. Everything
 // else in it (expressions over the aggregates, HAVING, ORDER BY, DISTINCT, LIMIT) the
 // coordinator evaluates over the combined rows as written. It returns ok false, and
 // the statement runs as written, otherwise.
@@ -118,7 +121,10 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt) bool {
 			if n.Over != nil || n.AggWithinGroup || schema != "" && schema != "pg_catalog" && (knownAggregates[name] || mergeAggregates[name]) {
 				exact = false
 			}
-			if knownAggregates[name] && (!mergeAggregates[name] || written != name) || n.AggDistinct || len(n.AggOrder) > 0 || n.FuncVariadic {
+			if knownAggregates[name] && (!mergeAggregates[name] || written != name) || len(n.AggOrder) > 0 || n.FuncVariadic {
+				exact = false
+			}
+			if n.AggDistinct && (!mergeAggregates[name] || len(n.Args) != 1 || n.AggFilter != nil || !groupable(n.Args[0])) {
 				exact = false
 			}
 		}
@@ -195,19 +201,42 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt) bool {
 		return &pg.FuncCall{Funcname: []*pg.Node{pg.MakeStrNode(CoordinatorMergeSchema), pg.MakeStrNode(name)}, Args: args,
 			Funcformat: pg.CoercionForm_COERCE_EXPLICIT_CALL, Location: -1}
 	}
+	// An aggregate over DISTINCT values groups each shard's rows by its argument as
+	// well, and aggregates the distinct values the shards send: they are the union of
+	// each shard's. The other partials are then per group and value, and combine alike.
+	distinct := map[string]string{}
+	var distinctGroups []*pg.Node
+	distinctValue := func(arg *pg.Node) *pg.Node {
+		key := exprKey(arg)
+		col, ok := distinct[key]
+		if !ok {
+			aggs++
+			col = fmt.Sprintf("%sd%d", markerPrefix, aggs)
+			distinct[key] = col
+			branchTargets = append(branchTargets, resTarget(col, cloneNode(arg)))
+			distinctGroups = append(distinctGroups, cloneNode(arg))
+		}
+		return pg.MakeColumnRefNode([]*pg.Node{pg.MakeStrNode(col)}, -1)
+	}
 	combine := func(fn *pg.FuncCall) {
 		name := foldedFuncName(fn)
 		var to *pg.FuncCall
-		switch name {
-		case "count", "sum":
+		switch {
+		case fn.AggDistinct:
+			to = &pg.FuncCall{Funcname: []*pg.Node{pg.MakeStrNode(name)}, Args: []*pg.Node{distinctValue(fn.Args[0])},
+				AggDistinct: true, Funcformat: pg.CoercionForm_COERCE_EXPLICIT_CALL, Location: -1}
+		case name == "count":
+			// Zero over no partials (a shard's groups by distinct value may be none).
+			to = merge("count", partial(fn, name))
+		case name == "sum":
 			to = merge("sum", partial(fn, name))
-		case "min", "max":
+		case name == "min" || name == "max":
 			to = &pg.FuncCall{Funcname: []*pg.Node{pg.MakeStrNode(name)}, Args: []*pg.Node{partial(fn, name)},
 				Funcformat: pg.CoercionForm_COERCE_EXPLICIT_CALL, Location: -1}
-		case "avg":
+		case name == "avg":
 			sum, count := partial(fn, "sum"), partial(fn, "count")
 			to = merge("avg", &pg.Node{Node: &pg.Node_FuncCall{FuncCall: merge("sum", sum)}},
-				&pg.Node{Node: &pg.Node_FuncCall{FuncCall: merge("sum", count)}})
+				&pg.Node{Node: &pg.Node_FuncCall{FuncCall: merge("count", count)}})
 		}
 		proto.Reset(fn) // the node is replaced where it stands
 		proto.Merge(fn, to)
@@ -253,7 +282,7 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt) bool {
 			TargetList:  cloneNodes(branchTargets),
 			FromClause:  []*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: &pg.RangeVar{Schemaname: CoordinatorShardsSchema, Relname: shard, Inh: true, Relpersistence: "p", Alias: &pg.Alias{Aliasname: alias}, Location: -1}}}},
 			WhereClause: cloneNode(sel.WhereClause),
-			GroupClause: cloneNodes(groups),
+			GroupClause: append(cloneNodes(groups), cloneNodes(distinctGroups)...),
 			Op:          pg.SetOperation_SETOP_NONE,
 		}
 		if i == 0 {
@@ -352,6 +381,25 @@ func figureColnameOf(n *pg.Node) (name string, fn *pg.FuncCall, strength int) {
 		return "least", nil, 2
 	}
 	return "", nil, 0
+}
+
+// groupable reports whether the argument of an aggregate over DISTINCT values may be a
+// GROUP BY item of the branches, meaning there what it means in the aggregate: it
+// reads a column (a bare constant would be a position, or an error), and calls no
+// function (a volatile one would be evaluated once for two aggregates that write it
+// alike; a set-returning one would fail with another message).
+func groupable(arg *pg.Node) bool {
+	column, calls := false, false
+	walk(arg, func(m proto.Message) bool {
+		switch m.(type) {
+		case *pg.ColumnRef:
+			column = true
+		case *pg.FuncCall, *pg.SubLink:
+			calls = true
+		}
+		return true
+	})
+	return column && !calls
 }
 
 // callsFunction reports whether a function call calls another in its arguments or

@@ -35,17 +35,22 @@ func TestShardAggregatesRewrites(t *testing.T) {
 				`SELECT sum(amount) AS __sl_tp1 FROM shardlab_shards."t_order/1" t_order) UNION ALL SELECT sum(amount) AS __sl_tp1 FROM shardlab_shards."t_order/2" t_order) UNION ALL ` +
 				`SELECT sum(amount) AS __sl_tp1 FROM shardlab_shards."t_order/3" t_order) t_order`},
 		{`SELECT count(*) FROM t_user`,
-			`SELECT shardlab_merge.sum(__sl_tp1) AS count FROM (SELECT count(*) AS __sl_tp1 FROM shardlab_shards."t_user/0" t_user UNION ALL SELECT count(*) AS __sl_tp1 FROM shardlab_shards."t_user/1" t_user) t_user`},
+			`SELECT shardlab_merge.count(__sl_tp1) AS count FROM (SELECT count(*) AS __sl_tp1 FROM shardlab_shards."t_user/0" t_user UNION ALL SELECT count(*) AS __sl_tp1 FROM shardlab_shards."t_user/1" t_user) t_user`},
 		{`SELECT u.city, round(avg(u.age), 2) FROM t_user u WHERE u.age > $1 GROUP BY u.city HAVING max(age) FILTER (WHERE age < 90) > 3 ORDER BY count(*) DESC, 1 LIMIT 5`,
-			`SELECT u.city, round(shardlab_merge.avg(shardlab_merge.sum(__sl_tp1), shardlab_merge.sum(__sl_tp2)), 2) FROM (` +
+			`SELECT u.city, round(shardlab_merge.avg(shardlab_merge.sum(__sl_tp1), shardlab_merge.count(__sl_tp2)), 2) FROM (` +
 				`SELECT u.city AS city, sum(u.age) AS __sl_tp1, count(u.age) AS __sl_tp2, count(*) AS __sl_tp3, max(age) FILTER (WHERE age < 90) AS __sl_tp4 FROM shardlab_shards."t_user/0" u WHERE u.age > $1 GROUP BY u.city UNION ALL ` +
 				`SELECT u.city AS city, sum(u.age) AS __sl_tp1, count(u.age) AS __sl_tp2, count(*) AS __sl_tp3, max(age) FILTER (WHERE age < 90) AS __sl_tp4 FROM shardlab_shards."t_user/1" u WHERE u.age > $1 GROUP BY u.city) u ` +
-				`GROUP BY u.city HAVING max(__sl_tp4) > 3 ORDER BY shardlab_merge.sum(__sl_tp3) DESC, 1 LIMIT 5`},
+				`GROUP BY u.city HAVING max(__sl_tp4) > 3 ORDER BY shardlab_merge.count(__sl_tp3) DESC, 1 LIMIT 5`},
 		{`EXPLAIN SELECT DISTINCT city FROM t_user GROUP BY city`, ""},
 		// Named as one database names them: count, not sum.
 		{`SELECT CASE WHEN false THEN 0 ELSE count(*) END, count(*)::int, max(age) FROM t_user`,
-			`SELECT CASE WHEN false THEN 0 ELSE shardlab_merge.sum(__sl_tp1) END AS count, shardlab_merge.sum(__sl_tp1)::int AS count, max(__sl_tp2) AS max FROM (` +
+			`SELECT CASE WHEN false THEN 0 ELSE shardlab_merge.count(__sl_tp1) END AS count, shardlab_merge.count(__sl_tp1)::int AS count, max(__sl_tp2) AS max FROM (` +
 				`SELECT count(*) AS __sl_tp1, max(age) AS __sl_tp2 FROM shardlab_shards."t_user/0" t_user UNION ALL SELECT count(*) AS __sl_tp1, max(age) AS __sl_tp2 FROM shardlab_shards."t_user/1" t_user) t_user`},
+		// Aggregates over DISTINCT values: each shard groups by the value too.
+		{`SELECT city, count(DISTINCT age), sum(DISTINCT age) + 1, count(*) FROM t_user GROUP BY city`,
+			`SELECT city, count(DISTINCT __sl_td1) AS count, sum(DISTINCT __sl_td1) + 1, shardlab_merge.count(__sl_tp2) AS count FROM (` +
+				`SELECT city AS city, age AS __sl_td1, count(*) AS __sl_tp2 FROM shardlab_shards."t_user/0" t_user GROUP BY city, age UNION ALL ` +
+				`SELECT city AS city, age AS __sl_td1, count(*) AS __sl_tp2 FROM shardlab_shards."t_user/1" t_user GROUP BY city, age) t_user GROUP BY city`},
 		// An aggregate written twice shares its partial, so that ORDER BY matches it.
 		{`SELECT DISTINCT count(*) + 0 FROM t_user GROUP BY city ORDER BY count(*) + 0`, ""},
 	}
@@ -67,28 +72,32 @@ func TestShardAggregatesRewrites(t *testing.T) {
 	}
 	// Each exact only as written, or not rewritten for a reason of its own.
 	for _, sql := range []string{
-		`SELECT count(DISTINCT city) FROM t_user`,                               // DISTINCT aggregate
-		`SELECT string_agg(city, ',' ORDER BY city) FROM t_user`,                // another aggregate
-		`SELECT sum(age) OVER () FROM t_user`,                                   // window
-		`SELECT count(*) FROM t_user WHERE age > (SELECT 1)`,                    // subquery
-		`SELECT count(*) FROM t_user u JOIN t_order o ON o.user_id = u.user_id`, // a join
-		`SELECT count(*) FROM t_config`,                                         // not sharded
-		`SELECT city, count(*) FROM t_user GROUP BY 1`,                          // a position
-		`SELECT lower(city), count(*) FROM t_user GROUP BY lower(city)`,         // an expression
-		`SELECT age AS city, count(*) FROM t_user GROUP BY city`,                // an output's name
-		`SELECT t_user, count(*) FROM t_user GROUP BY t_user`,                   // the whole row
-		`SELECT *, count(*) FROM t_user GROUP BY user_id`,                       // a star
-		`SELECT x.city, count(*) FROM t_user u GROUP BY x.city`,                 // another table's column
-		`SELECT count(*) FROM ONLY t_user`,                                      // ONLY
-		`WITH c AS (SELECT 1) SELECT count(*) FROM t_user`,                      // a CTE
-		`SELECT count(*) FROM t_user UNION ALL SELECT count(*) FROM t_user`,     // a set operation
-		`SELECT city FROM t_user`,                                               // no aggregate, no group
-		`SELECT city, count(*) FROM t_user GROUP BY ROLLUP (city)`,              // grouping sets
-		`SELECT other.sum(age) FROM t_user`,                                     // a function of another schema
-		`SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY age) FROM t_user`,   // ordered-set
-		`SELECT count(*) + $1 FROM t_user WHERE age > $1`,                       // a parameter read twice
-		`SELECT count(*) + 1, "SUM"(age) FROM t_user`,                           // no aggregate of PostgreSQL's
-		`SELECT coalesce(sum(age), 0), upper(city) FROM t_user GROUP BY upper`,  // an output's inferred name
+		`SELECT count(DISTINCT city) FILTER (WHERE user_id > 1) FROM t_user`,                   // DISTINCT with FILTER
+		`SELECT count(DISTINCT 1), count(*) + 1 FROM t_user`,                                   // a constant would group by position
+		`SELECT count(DISTINCT NULL) + 1 FROM t_user`,                                          // or fail to group
+		`SELECT sum(DISTINCT (random()*9)::int) - sum(DISTINCT (random()*9)::int) FROM t_user`, // volatile, written twice
+		`SELECT string_agg(DISTINCT city, ',') FROM t_user`,                                    // another aggregate over DISTINCT
+		`SELECT string_agg(city, ',' ORDER BY city) FROM t_user`,                               // another aggregate
+		`SELECT sum(age) OVER () FROM t_user`,                                                  // window
+		`SELECT count(*) FROM t_user WHERE age > (SELECT 1)`,                                   // subquery
+		`SELECT count(*) FROM t_user u JOIN t_order o ON o.user_id = u.user_id`,                // a join
+		`SELECT count(*) FROM t_config`,                                                        // not sharded
+		`SELECT city, count(*) FROM t_user GROUP BY 1`,                                         // a position
+		`SELECT lower(city), count(*) FROM t_user GROUP BY lower(city)`,                        // an expression
+		`SELECT age AS city, count(*) FROM t_user GROUP BY city`,                               // an output's name
+		`SELECT t_user, count(*) FROM t_user GROUP BY t_user`,                                  // the whole row
+		`SELECT *, count(*) FROM t_user GROUP BY user_id`,                                      // a star
+		`SELECT x.city, count(*) FROM t_user u GROUP BY x.city`,                                // another table's column
+		`SELECT count(*) FROM ONLY t_user`,                                                     // ONLY
+		`WITH c AS (SELECT 1) SELECT count(*) FROM t_user`,                                     // a CTE
+		`SELECT count(*) FROM t_user UNION ALL SELECT count(*) FROM t_user`,                    // a set operation
+		`SELECT city FROM t_user`,                                                              // no aggregate, no group
+		`SELECT city, count(*) FROM t_user GROUP BY ROLLUP (city)`,                             // grouping sets
+		`SELECT other.sum(age) FROM t_user`,                                                    // a function of another schema
+		`SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY age) FROM t_user`,                  // ordered-set
+		`SELECT count(*) + $1 FROM t_user WHERE age > $1`,                                      // a parameter read twice
+		`SELECT count(*) + 1, "SUM"(age) FROM t_user`,                                          // no aggregate of PostgreSQL's
+		`SELECT coalesce(sum(age), 0), upper(city) FROM t_user GROUP BY upper`,                 // an output's inferred name
 	} {
 		if got, ok := shardAggregates(r, sql); ok {
 			t.Errorf("rewritten: %s\n into %s", sql, got)

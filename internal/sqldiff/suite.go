@@ -458,5 +458,9 @@ func ShardAggregated() []Query {
 		{SQL: `SELECT city, count(*) * 10, sum(score) FROM t_user WHERE score > 0 GROUP BY city ORDER BY 1 NULLS FIRST`, Ordered: true},
 		{SQL: `SELECT CASE WHEN count(*) > 1000 THEN 0 ELSE count(*) END, count(*)::int, sum(qty) FILTER (WHERE status = 'paid') FROM t_order`},
 		{SQL: `SELECT DISTINCT count(*) + 0 FROM t_order GROUP BY status HAVING count(*) > 0 ORDER BY count(*) + 0`, Ordered: true},
+		{SQL: `SELECT count(DISTINCT status) FROM t_order`},
+		{SQL: `SELECT status, count(DISTINCT code), min(DISTINCT code), count(*), sum(qty) FROM t_order GROUP BY status ORDER BY status COLLATE "C" NULLS FIRST`, Ordered: true},
+		{SQL: `SELECT sum(DISTINCT qty), avg(DISTINCT qty), count(DISTINCT qty), max(amount) FROM t_order`},
+		{SQL: `SELECT count(DISTINCT user_id), count(*), sum(qty), avg(amount) FROM t_order WHERE qty < -100`},
 	}
 }
