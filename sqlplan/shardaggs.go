@@ -2,6 +2,7 @@ package sqlplan
 
 import (
 	"fmt"
+	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
@@ -69,6 +70,9 @@ func shardAggregates(r *rules.Compiled, sql string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
+	if _, err := pg.Parse(out); err != nil {
+		return "", false // the deparser wrote what the grammar does not read ($0 as ?)
+	}
 	return out, true
 }
 
@@ -115,6 +119,7 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt) bool {
 			exact = exact && plainColumn(n, alias)
 		case *pg.ParamRef:
 			params[n.Number]++
+			exact = exact && n.Number > 0
 		case *pg.FuncCall:
 			schema, written := funcName(n)
 			name := foldedFuncName(n)
@@ -142,8 +147,11 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt) bool {
 		return false
 	}
 
-	// The groups: plain columns of the table, none also the name of an output column
-	// (which PostgreSQL would read as the column, and a reader might not).
+	// The groups: columns of the table, none also the name of an output column (which
+	// PostgreSQL would read as the column, and a reader might not); positions in the
+	// select list; expressions over columns, which the branches group by and send as
+	// hidden columns, and which the coordinator reads there wherever the statement
+	// writes them alike.
 	outputs := map[string]string{} // output name, written or inferred: the column it shows, if one
 	for _, t := range sel.TargetList {
 		if rt := t.GetResTarget(); rt != nil {
@@ -158,13 +166,34 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt) bool {
 			outputs[name] = col
 		}
 	}
-	var branchTargets, groups []*pg.Node
+	var branchTargets, groups, outerGroups []*pg.Node
 	seen := map[string]bool{}
+	grouped := map[string]string{} // a grouping expression's key: its hidden column
 	for _, g := range sel.GroupClause {
+		if c := g.GetAConst(); c != nil {
+			k := int(c.GetIval().GetIval())
+			if c.GetIval() == nil || k < 1 || k > len(sel.TargetList) || sel.TargetList[k-1].GetResTarget() == nil {
+				return false
+			}
+			g = sel.TargetList[k-1].GetResTarget().Val
+		}
 		cr := g.GetColumnRef()
 		if cr == nil {
-			return false
+			if !groupExpression(g) {
+				return false
+			}
+			key := exprKey(g)
+			col, ok := grouped[key]
+			if !ok {
+				col = fmt.Sprintf("%sg%d", markerPrefix, len(grouped)+1)
+				grouped[key] = col
+				branchTargets = append(branchTargets, resTarget(col, cloneNode(g)))
+				groups = append(groups, cloneNode(g))
+			}
+			outerGroups = append(outerGroups, pg.MakeColumnRefNode([]*pg.Node{pg.MakeStrNode(col)}, -1))
+			continue
 		}
+		outerGroups = append(outerGroups, cloneNode(g))
 		col := cr.Fields[len(cr.Fields)-1].GetString_().Sval
 		if out, ok := outputs[col]; ok && out != col {
 			return false
@@ -241,12 +270,17 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt) bool {
 		proto.Reset(fn) // the node is replaced where it stands
 		proto.Merge(fn, to)
 	}
-	// An output PostgreSQL names after an aggregate keeps that name; its combination
-	// would give another (count would become sum).
+	// Every output keeps the name PostgreSQL gives it as written: a combination, or a
+	// hidden column, would give another (count would become sum). One whose naming is
+	// not modelled is named after its own node, which stays unless a grouping
+	// expression replaces it whole.
+	var unnamed []*pg.ResTarget
 	for _, t := range sel.TargetList {
 		if rt := t.GetResTarget(); rt != nil && rt.Name == "" {
-			if name, fn := figureColname(rt.Val); fn != nil && mergeAggregates[foldedFuncName(fn)] {
+			if name, modelled := outputName(rt.Val); modelled {
 				rt.Name = name
+			} else {
+				unnamed = append(unnamed, rt)
 			}
 		}
 	}
@@ -275,6 +309,80 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt) bool {
 	if odd || aggs == 0 && len(groups) == 0 {
 		return false
 	}
+	// The grouping expressions, outside the aggregates (now combinations), become
+	// their hidden columns.
+	if len(grouped) > 0 {
+		replace := func(n *pg.Node) {
+			walk(n, func(m proto.Message) bool {
+				e, ok := m.(*pg.Node)
+				if !ok || e.Node == nil {
+					return true
+				}
+				if col, ok := grouped[exprKey(e)]; ok {
+					e.Node = pg.MakeColumnRefNode([]*pg.Node{pg.MakeStrNode(col)}, -1).Node
+					return false
+				}
+				return true
+			})
+		}
+		for _, list := range [][]*pg.Node{sel.TargetList, sel.DistinctClause, sel.SortClause} {
+			for _, n := range list {
+				replace(n)
+			}
+		}
+		replace(sel.HavingClause)
+		// An output PostgreSQL names in a way not modelled here may take its name from
+		// a hidden column (x[1] is named x): none may read one.
+		for _, rt := range unnamed {
+			hidden := false
+			walk(rt.Val, func(m proto.Message) bool {
+				if cr, ok := m.(*pg.ColumnRef); ok && strings.HasPrefix(cr.Fields[len(cr.Fields)-1].GetString_().GetSval(), markerPrefix) {
+					hidden = true
+				}
+				return !hidden
+			})
+			if hidden {
+				return false
+			}
+		}
+	}
+	// What the coordinator reads now is a grouping column or a hidden one (an ORDER BY
+	// may name an output too); anything else (p.city where GROUP BY lower(city) reads
+	// it, a column not grouped) would fail where one database answers or errs otherwise:
+	// the statement runs as written.
+	readable := func(n *pg.Node, outputsToo bool) bool {
+		ok := true
+		walk(n, func(m proto.Message) bool {
+			if cr, isRef := m.(*pg.ColumnRef); isRef {
+				col := cr.Fields[len(cr.Fields)-1].GetString_().GetSval()
+				_, output := outputs[col]
+				ok = ok && (seen[col] || strings.HasPrefix(col, markerPrefix) || outputsToo && len(cr.Fields) == 1 && output)
+			}
+			return ok
+		})
+		return ok
+	}
+	for _, n := range sel.TargetList {
+		if !readable(n.GetResTarget().GetVal(), false) {
+			return false
+		}
+	}
+	// An ORDER BY or DISTINCT ON item names an output only as a bare name.
+	for _, n := range sel.SortClause {
+		item := n.GetSortBy().GetNode()
+		if !readable(item, isBareName(item)) {
+			return false
+		}
+	}
+	for _, n := range sel.DistinctClause {
+		if !readable(n, isBareName(n)) {
+			return false
+		}
+	}
+	if !readable(sel.HavingClause, false) {
+		return false
+	}
+	sel.GroupClause = outerGroups
 
 	var union *pg.SelectStmt
 	for i, shard := range shards {
@@ -324,6 +432,30 @@ func figureColname(n *pg.Node) (string, *pg.FuncCall) {
 		return "?column?", nil
 	}
 	return name, fn
+}
+
+// outputName is figureColname's name, and whether it is the one PostgreSQL gives: the
+// node kinds PostgreSQL names "?column?" are known, the others are not modelled.
+func outputName(n *pg.Node) (string, bool) {
+	name, _, strength := figureColnameOf(n)
+	if strength > 0 {
+		return name, true
+	}
+	for n.GetTypeCast() != nil || n.GetCollateClause() != nil || n.GetCaseExpr() != nil {
+		switch {
+		case n.GetTypeCast() != nil:
+			return "", false // a cast with a name of its own has strength 1
+		case n.GetCollateClause() != nil:
+			n = n.GetCollateClause().Arg
+		default:
+			return "", false
+		}
+	}
+	switch n.Node.(type) {
+	case *pg.Node_AExpr, *pg.Node_AConst, *pg.Node_ParamRef, *pg.Node_BoolExpr, *pg.Node_NullTest, *pg.Node_BooleanTest:
+		return "?column?", true
+	}
+	return "", false
 }
 
 func figureColnameOf(n *pg.Node) (name string, fn *pg.FuncCall, strength int) {
@@ -400,6 +532,41 @@ func groupable(arg *pg.Node) bool {
 		return true
 	})
 	return column && !calls
+}
+
+// groupExpression reports whether a GROUP BY expression may be grouped by in the
+// branches and read there as a hidden column: it reads a column, and holds no
+// aggregate, window function or subquery (those are errors, or not the branches').
+func groupExpression(g *pg.Node) bool {
+	column, other := false, false
+	walk(g, func(m proto.Message) bool {
+		switch n := m.(type) {
+		case *pg.ColumnRef:
+			column = true
+		case *pg.SubLink, *pg.CollateClause:
+			// A COLLATE would be only implicit on the hidden column: an explicit
+			// collation that won a comparison would then conflict.
+			other = true
+		case *pg.FuncCall:
+			schema, _ := funcName(n)
+			if !groupFunctions[foldedFuncName(n)] || schema != "" && schema != "pg_catalog" || n.Over != nil || n.AggStar || n.AggDistinct || n.AggFilter != nil {
+				other = true
+			}
+		}
+		return !other
+	})
+	return column && !other
+}
+
+// groupFunctions are the built-in scalar functions a grouping expression may call: none
+// returns a set (a set-returning function read where the hidden column stands, in a
+// HAVING say, would answer where one database refuses), and PostgreSQL has them all.
+var groupFunctions = map[string]bool{
+	"lower": true, "upper": true, "initcap": true, "substr": true, "substring": true, "left": true, "right": true,
+	"length": true, "char_length": true, "octet_length": true, "btrim": true, "ltrim": true, "rtrim": true,
+	"replace": true, "split_part": true, "md5": true, "concat": true, "concat_ws": true, "to_char": true,
+	"date_trunc": true, "date_part": true, "extract": true, "abs": true, "round": true, "trunc": true,
+	"floor": true, "ceil": true, "ceiling": true, "mod": true, "sign": true, "div": true,
 }
 
 // callsFunction reports whether a function call calls another in its arguments or

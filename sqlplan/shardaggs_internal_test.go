@@ -31,13 +31,13 @@ func TestShardAggregatesRewrites(t *testing.T) {
 	r := shardAggRules(t)
 	rewritten := []struct{ sql, want string }{
 		{`SELECT coalesce(sum(amount), 0) FROM t_order`,
-			`SELECT COALESCE(shardlab_merge.sum(__sl_tp1), 0) FROM (((SELECT sum(amount) AS __sl_tp1 FROM shardlab_shards."t_order/0" t_order UNION ALL ` +
+			`SELECT COALESCE(shardlab_merge.sum(__sl_tp1), 0) AS "coalesce" FROM (((SELECT sum(amount) AS __sl_tp1 FROM shardlab_shards."t_order/0" t_order UNION ALL ` +
 				`SELECT sum(amount) AS __sl_tp1 FROM shardlab_shards."t_order/1" t_order) UNION ALL SELECT sum(amount) AS __sl_tp1 FROM shardlab_shards."t_order/2" t_order) UNION ALL ` +
 				`SELECT sum(amount) AS __sl_tp1 FROM shardlab_shards."t_order/3" t_order) t_order`},
 		{`SELECT count(*) FROM t_user`,
 			`SELECT shardlab_merge.count(__sl_tp1) AS count FROM (SELECT count(*) AS __sl_tp1 FROM shardlab_shards."t_user/0" t_user UNION ALL SELECT count(*) AS __sl_tp1 FROM shardlab_shards."t_user/1" t_user) t_user`},
 		{`SELECT u.city, round(avg(u.age), 2) FROM t_user u WHERE u.age > $1 GROUP BY u.city HAVING max(age) FILTER (WHERE age < 90) > 3 ORDER BY count(*) DESC, 1 LIMIT 5`,
-			`SELECT u.city, round(shardlab_merge.avg(shardlab_merge.sum(__sl_tp1), shardlab_merge.count(__sl_tp2)), 2) FROM (` +
+			`SELECT u.city AS city, round(shardlab_merge.avg(shardlab_merge.sum(__sl_tp1), shardlab_merge.count(__sl_tp2)), 2) AS round FROM (` +
 				`SELECT u.city AS city, sum(u.age) AS __sl_tp1, count(u.age) AS __sl_tp2, count(*) AS __sl_tp3, max(age) FILTER (WHERE age < 90) AS __sl_tp4 FROM shardlab_shards."t_user/0" u WHERE u.age > $1 GROUP BY u.city UNION ALL ` +
 				`SELECT u.city AS city, sum(u.age) AS __sl_tp1, count(u.age) AS __sl_tp2, count(*) AS __sl_tp3, max(age) FILTER (WHERE age < 90) AS __sl_tp4 FROM shardlab_shards."t_user/1" u WHERE u.age > $1 GROUP BY u.city) u ` +
 				`GROUP BY u.city HAVING max(__sl_tp4) > 3 ORDER BY shardlab_merge.count(__sl_tp3) DESC, 1 LIMIT 5`},
@@ -48,9 +48,20 @@ func TestShardAggregatesRewrites(t *testing.T) {
 				`SELECT count(*) AS __sl_tp1, max(age) AS __sl_tp2 FROM shardlab_shards."t_user/0" t_user UNION ALL SELECT count(*) AS __sl_tp1, max(age) AS __sl_tp2 FROM shardlab_shards."t_user/1" t_user) t_user`},
 		// Aggregates over DISTINCT values: each shard groups by the value too.
 		{`SELECT city, count(DISTINCT age), sum(DISTINCT age) + 1, count(*) FROM t_user GROUP BY city`,
-			`SELECT city, count(DISTINCT __sl_td1) AS count, sum(DISTINCT __sl_td1) + 1, shardlab_merge.count(__sl_tp2) AS count FROM (` +
+			`SELECT city AS city, count(DISTINCT __sl_td1) AS count, sum(DISTINCT __sl_td1) + 1 AS "?column?", shardlab_merge.count(__sl_tp2) AS count FROM (` +
 				`SELECT city AS city, age AS __sl_td1, count(*) AS __sl_tp2 FROM shardlab_shards."t_user/0" t_user GROUP BY city, age UNION ALL ` +
 				`SELECT city AS city, age AS __sl_td1, count(*) AS __sl_tp2 FROM shardlab_shards."t_user/1" t_user GROUP BY city, age) t_user GROUP BY city`},
+		// Positions and expressions in GROUP BY: the branches group by them and send
+		// them as hidden columns, which the coordinator reads where the statement
+		// writes them alike.
+		{`SELECT city, count(*) FROM t_user GROUP BY 1`,
+			`SELECT city AS city, shardlab_merge.count(__sl_tp1) AS count FROM (SELECT city AS city, count(*) AS __sl_tp1 FROM shardlab_shards."t_user/0" t_user GROUP BY city UNION ALL ` +
+				`SELECT city AS city, count(*) AS __sl_tp1 FROM shardlab_shards."t_user/1" t_user GROUP BY city) t_user GROUP BY city`},
+		{`SELECT age / 10 AS decade, count(*), max(city) FROM t_user GROUP BY 1 HAVING age / 10 > 1 ORDER BY decade`,
+			`SELECT __sl_tg1 AS decade, shardlab_merge.count(__sl_tp1) AS count, max(__sl_tp2) AS max FROM (` +
+				`SELECT age / 10 AS __sl_tg1, count(*) AS __sl_tp1, max(city) AS __sl_tp2 FROM shardlab_shards."t_user/0" t_user GROUP BY age / 10 UNION ALL ` +
+				`SELECT age / 10 AS __sl_tg1, count(*) AS __sl_tp1, max(city) AS __sl_tp2 FROM shardlab_shards."t_user/1" t_user GROUP BY age / 10) t_user GROUP BY __sl_tg1 HAVING __sl_tg1 > 1 ORDER BY decade`},
+		{`SELECT lower(city), count(*) FROM t_user GROUP BY lower(city) ORDER BY lower(city)`, ""},
 		// An aggregate written twice shares its partial, so that ORDER BY matches it.
 		{`SELECT DISTINCT count(*) + 0 FROM t_user GROUP BY city ORDER BY count(*) + 0`, ""},
 	}
@@ -82,22 +93,28 @@ func TestShardAggregatesRewrites(t *testing.T) {
 		`SELECT count(*) FROM t_user WHERE age > (SELECT 1)`,                                   // subquery
 		`SELECT count(*) FROM t_user u JOIN t_order o ON o.user_id = u.user_id`,                // a join
 		`SELECT count(*) FROM t_config`,                                                        // not sharded
-		`SELECT city, count(*) FROM t_user GROUP BY 1`,                                         // a position
-		`SELECT lower(city), count(*) FROM t_user GROUP BY lower(city)`,                        // an expression
-		`SELECT age AS city, count(*) FROM t_user GROUP BY city`,                               // an output's name
-		`SELECT t_user, count(*) FROM t_user GROUP BY t_user`,                                  // the whole row
-		`SELECT *, count(*) FROM t_user GROUP BY user_id`,                                      // a star
-		`SELECT x.city, count(*) FROM t_user u GROUP BY x.city`,                                // another table's column
-		`SELECT count(*) FROM ONLY t_user`,                                                     // ONLY
-		`WITH c AS (SELECT 1) SELECT count(*) FROM t_user`,                                     // a CTE
-		`SELECT count(*) FROM t_user UNION ALL SELECT count(*) FROM t_user`,                    // a set operation
-		`SELECT city FROM t_user`,                                                              // no aggregate, no group
-		`SELECT city, count(*) FROM t_user GROUP BY ROLLUP (city)`,                             // grouping sets
-		`SELECT other.sum(age) FROM t_user`,                                                    // a function of another schema
-		`SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY age) FROM t_user`,                  // ordered-set
-		`SELECT count(*) + $1 FROM t_user WHERE age > $1`,                                      // a parameter read twice
-		`SELECT count(*) + 1, "SUM"(age) FROM t_user`,                                          // no aggregate of PostgreSQL's
-		`SELECT coalesce(sum(age), 0), upper(city) FROM t_user GROUP BY upper`,                 // an output's inferred name
+		`SELECT age AS city, count(*) FROM t_user GROUP BY city`,
+		`SELECT lower(u.city), count(*) FROM t_user u GROUP BY lower(city)`,                                                            // written otherwise than grouped
+		`SELECT count(*) FROM t_user GROUP BY generate_series(1, age) HAVING generate_series(1, age) > 2`,                              // a set-returning function
+		`SELECT city COLLATE "C" < name, count(*) FROM t_user GROUP BY city COLLATE "C", name`,                                         // an explicit collation
+		`SELECT (regexp_split_to_array(city, ' ') || city)[1], count(*) FROM t_user GROUP BY regexp_split_to_array(city, ' ') || city`, // named after a hidden column
+		`SELECT lower(city) AS age, count(*) FROM t_user GROUP BY 1 ORDER BY age + 0`,                                                  // a name inside an ORDER BY expression is a column
+		`SELECT city, age, count(*) + 1 FROM t_user GROUP BY city`,                                                                     // a column not grouped
+		`SELECT 1, count(*) + 1 FROM t_user GROUP BY 1`,                                                                                // a constant group
+		`SELECT age / 10 AS decade, count(*) + 1 FROM t_user GROUP BY decade`,                                                          // an output's name                               // an output's name
+		`SELECT t_user, count(*) FROM t_user GROUP BY t_user`,                                                                          // the whole row
+		`SELECT *, count(*) FROM t_user GROUP BY user_id`,                                                                              // a star
+		`SELECT x.city, count(*) FROM t_user u GROUP BY x.city`,                                                                        // another table's column
+		`SELECT count(*) FROM ONLY t_user`,                                                                                             // ONLY
+		`WITH c AS (SELECT 1) SELECT count(*) FROM t_user`,                                                                             // a CTE
+		`SELECT count(*) FROM t_user UNION ALL SELECT count(*) FROM t_user`,                                                            // a set operation
+		`SELECT city FROM t_user`,                                                                                                      // no aggregate, no group
+		`SELECT city, count(*) FROM t_user GROUP BY ROLLUP (city)`,                                                                     // grouping sets
+		`SELECT other.sum(age) FROM t_user`,                                                                                            // a function of another schema
+		`SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY age) FROM t_user`,                                                          // ordered-set
+		`SELECT count(*) + $1 FROM t_user WHERE age > $1`,                                                                              // a parameter read twice
+		`SELECT count(*) + 1, "SUM"(age) FROM t_user`,                                                                                  // no aggregate of PostgreSQL's
+		`SELECT coalesce(sum(age), 0), upper(city) FROM t_user GROUP BY upper`,                                                         // an output's inferred name
 	} {
 		if got, ok := shardAggregates(r, sql); ok {
 			t.Errorf("rewritten: %s\n into %s", sql, got)

@@ -462,5 +462,8 @@ func ShardAggregated() []Query {
 		{SQL: `SELECT status, count(DISTINCT code), min(DISTINCT code), count(*), sum(qty) FROM t_order GROUP BY status ORDER BY status COLLATE "C" NULLS FIRST`, Ordered: true},
 		{SQL: `SELECT sum(DISTINCT qty), avg(DISTINCT qty), count(DISTINCT qty), max(amount) FROM t_order`},
 		{SQL: `SELECT count(DISTINCT user_id), count(*), sum(qty), avg(amount) FROM t_order WHERE qty < -100`},
+		{SQL: `SELECT qty / 2 AS h, count(*), sum(amount) FROM t_order GROUP BY 1 HAVING count(*) > 0 ORDER BY 1 NULLS FIRST`, Ordered: true},
+		{SQL: `SELECT lower(status), count(*) + 0, max(code) FROM t_order GROUP BY lower(status) ORDER BY lower(status) COLLATE "C" NULLS FIRST`, Ordered: true},
+		{SQL: `SELECT qty % 3 AS r, count(DISTINCT user_id), max(amount) FROM t_order GROUP BY qty % 3 HAVING qty % 3 IS NOT NULL ORDER BY r`, Ordered: true},
 	}
 }
