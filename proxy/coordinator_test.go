@@ -493,6 +493,27 @@ func aggregatesOnTheShards(t *testing.T, layout sqldiff.Layout) {
 		}
 	}
 	t.Logf("%d statements in %d forms moved %d rows to the coordinator in all", len(sqldiff.ShardAggregated()), len(sqldiff.Modes), total)
+	// Under joins: each shard joins and aggregates the rows of the tables the aggregates
+	// read. (Whether postgres_fdw sends a shard the join, or only its tables' rows, is
+	// the coordinator's plan: the rows moved are logged, not bounded.)
+	for i, q := range sqldiff.ShardAggregatedJoins() {
+		for _, mode := range sqldiff.Modes {
+			if sqldiff.Compare(ctx, t, "shard aggregates under joins", q, suite.Ref, r, mode, layout.ByteOrder) {
+				t.Fatalf("join query %d [%s] refused: %s", i, mode, q.SQL)
+			}
+			n := moved(q.SQL)
+			if mode == "simple" {
+				t.Logf("%d rows moved: %s", n, q.SQL)
+			}
+		}
+		var route []string
+		for _, row := range admin("SHOW ROUTE " + strings.ReplaceAll(q.SQL, "$1", "1")) {
+			route = append(route, string(row[0]))
+		}
+		if r := strings.Join(route, "\n"); !strings.Contains(r, "each shard aggregates its own rows") {
+			t.Errorf("join query %d: the route preview does not show the shards' aggregates:\n%s", i, r)
+		}
+	}
 	var route []string
 	for _, row := range admin("SHOW ROUTE " + sqldiff.ShardAggregated()[0].SQL) {
 		route = append(route, string(row[0]))

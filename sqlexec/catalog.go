@@ -244,6 +244,22 @@ func (c *Catalog) FloatColumns(ctx context.Context, t *rules.TableRule) ([]strin
 		         OR ty.typcategory = 'G' OR ty.typtype = 'c')`, false)
 }
 
+// ColumnTypes returns each column of a table with its type as format_type writes it,
+// modifier included (numeric(12,2)).
+func (c *Catalog) ColumnTypes(ctx context.Context, t *rules.TableRule) (map[string]string, error) {
+	pairs, err := c.cachedColumns(ctx, "types "+t.Name, t, // not a table name: it has a blank
+		`SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) FROM pg_catalog.pg_attribute a
+		  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, true)
+	if err != nil {
+		return nil, err
+	}
+	types := make(map[string]string, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		types[pairs[i]] = pairs[i+1]
+	}
+	return types, nil
+}
+
 // CopyColumns returns the columns COPY without a column list takes: every column but
 // the generated ones, in order.
 func (c *Catalog) CopyColumns(ctx context.Context, t *rules.TableRule) ([]string, error) {
@@ -261,8 +277,9 @@ func (c *Catalog) columns(ctx context.Context, t *rules.TableRule, forCopy bool)
 		  ORDER BY a.attnum`, true, generated)
 }
 
-// cachedColumns returns the column names query lists for table t's first physical
-// table ($1), cached under key. must says that the table must exist (42P01 otherwise).
+// cachedColumns returns the values query lists for table t's first physical table ($1),
+// row after row, cached under key. must says that the table must exist (42P01
+// otherwise).
 func (c *Catalog) cachedColumns(ctx context.Context, key string, t *rules.TableRule, query string, must bool, args ...string) ([]string, error) {
 	_, private := c.source(ctx)
 	c.mu.Lock()
@@ -281,7 +298,9 @@ func (c *Catalog) cachedColumns(ctx context.Context, key string, t *rules.TableR
 	}
 	cols = []string{}
 	for _, r := range rows {
-		cols = append(cols, *r[0])
+		for _, v := range r {
+			cols = append(cols, *v)
+		}
 	}
 	if !private {
 		c.mu.Lock()

@@ -29,6 +29,7 @@ type coordination struct {
 	// inexact says why the coordinator would not answer it as one database would, if
 	// it would not.
 	inexact error
+	joins   *joinCatalog // see joinCatalog, for a SELECT that joins tables
 }
 
 // checkCoordination returns nil for a statement the coordinator cannot answer at all
@@ -45,7 +46,59 @@ func (p *Planner) checkCoordination(ctx context.Context, stmt *pg.Node) *coordin
 		return true
 	})
 	c.inexact = p.inexactOnCoordinator(ctx, stmt, c.tables)
+	if p.shardAggs {
+		c.joins = p.joinCatalog(ctx, stmt)
+	}
 	return c
+}
+
+// joinCatalog reads what shardAggregates needs to know of the tables a SELECT that
+// aggregates joins in its FROM clause: their columns' types. It returns nil when the
+// statement joins none it could rewrite, or the catalog cannot say.
+func (p *Planner) joinCatalog(ctx context.Context, stmt *pg.Node) *joinCatalog {
+	if e := stmt.GetExplainStmt(); e != nil {
+		stmt = e.Query
+	}
+	sel := stmt.GetSelectStmt()
+	tc, typed := p.cat.(typedCatalog)
+	if !typed || p.cat == nil || sel == nil {
+		return nil
+	}
+	items, _, ok := readAggFrom(p.rules, sel.FromClause)
+	if !ok || len(items) < 2 {
+		return nil
+	}
+	aggregates := false
+	walk(sel, func(m proto.Message) bool {
+		if f, ok := m.(*pg.FuncCall); ok && mergeAggregates[foldedFuncName(f)] {
+			aggregates = true
+		}
+		return !aggregates
+	})
+	if !aggregates {
+		return nil
+	}
+	jc := &joinCatalog{columns: map[string]map[string]string{}}
+	for _, it := range items {
+		name := it.rv.Relname
+		if jc.columns[name] != nil {
+			continue
+		}
+		types, err := tc.ColumnTypes(ctx, it.rule)
+		if err != nil {
+			return nil
+		}
+		jc.columns[name] = types
+	}
+	return jc
+}
+
+// typedCatalog is a Catalog that knows the types of tables' columns (package sqlexec's
+// does).
+type typedCatalog interface {
+	// ColumnTypes returns each column of a table with its type as format_type writes
+	// it, modifier included.
+	ColumnTypes(ctx context.Context, table *rules.TableRule) (map[string]string, error)
 }
 
 // coordinated plans a SELECT the analysis refused (why) for the coordinator database:
@@ -60,7 +113,7 @@ func (p *Planner) coordinated(sql, text string, normalized bool, tree *pg.ParseR
 		return nil, err
 	}
 	a.noteParams(a.tree.Stmts[0].Stmt)
-	return &Plan{Kind: KindCoordinator, SQL: sql, rules: p.rules, Session: effects, NumParams: a.maxParam, Refused: why, Tables: c.tables, shardAggs: p.shardAggs}, nil
+	return &Plan{Kind: KindCoordinator, SQL: sql, rules: p.rules, Session: effects, NumParams: a.maxParam, Refused: why, Tables: c.tables, shardAggs: p.shardAggs, joins: c.joins}, nil
 }
 
 // bindCoordinator makes b's one target the coordinator database, running sql, its
@@ -69,7 +122,7 @@ func (pl *Plan) bindCoordinator(b *Bound, sql string, why error) {
 	b.AsWritten = sql
 	run := sql
 	if pl.shardAggs {
-		if s, ok := shardAggregates(pl.rules, sql); ok {
+		if s, ok := shardAggregates(pl.rules, sql, pl.joins); ok {
 			run = s
 		}
 	}

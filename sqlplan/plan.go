@@ -161,7 +161,8 @@ type Plan struct {
 	// refuses at Bind (Options.Coordinate): a construct exact on one shard only, or a
 	// join or subquery whose values do not pin one shard.
 	coordinate bool
-	shardAggs  bool // see Options.ShardAggregates
+	shardAggs  bool         // see Options.ShardAggregates
+	joins      *joinCatalog // of the tables it joins, for shardAggregates
 	// Refused is, on a KindCoordinator plan, why the merge could not answer it.
 	Refused error
 	memo    sync.Map // see Memo

@@ -246,7 +246,7 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 	a.plan.Session = effects
 	a.plan.Pre = a.pre
 	if coord != nil && coord.inexact == nil && (a.plan.Kind == KindSelect || a.plan.Kind == KindExplain) {
-		a.plan.coordinate, a.plan.shardAggs = true, p.shardAggs
+		a.plan.coordinate, a.plan.shardAggs, a.plan.joins = true, p.shardAggs, coord.joins
 	}
 	if normalized {
 		a.plan.NumParams = 0

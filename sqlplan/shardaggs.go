@@ -2,6 +2,7 @@ package sqlplan
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -45,15 +46,24 @@ func CoordinatorShardTable(name string, i int) string {
 // int8, of numeric numeric; shardlab_merge.count is 0 over no rows; avg divides as
 // PostgreSQL's avg does) keep the result types and values one database gives. An
 // aggregate over DISTINCT values groups each shard's rows by its argument too, and
-// the coordinator aggregates the distinct values the shards send. The statement is
-// rewritten only when that is exact: one sharded table in FROM, grouped by plain
-// columns, whose aggregates are count, sum, min, max and avg (with FILTER, or over
-// DISTINCT values without one; no ORDER BY), with no subquery, window function, CTE,
-// set operation or whole-row reference, and no parameter written twice. Everything
-// else in it (expressions over the aggregates, HAVING, ORDER BY, DISTINCT, LIMIT) the
-// coordinator evaluates over the combined rows as written. It returns ok false, and
-// the statement runs as written, otherwise.
-func shardAggregates(r *rules.Compiled, sql string) (string, bool) {
+// the coordinator aggregates the distinct values the shards send.
+//
+// Under inner joins, each shard joins the tables the aggregates read with the sharded
+// tables joined to them on equal keys and placed alike (their rows meet on one shard
+// only), and groups the joined rows by every column the coordinator reads of them; the
+// coordinator joins those groups with the statement's other tables (cat says which
+// table an unqualified column is of, and the columns' types). An aggregate of a group
+// then counts once per row it meets there, as its rows would.
+//
+// The statement is rewritten only when that is exact: sharded tables in FROM, grouped
+// by columns or expressions, whose aggregates are count, sum, min, max and avg (with
+// FILTER, or over DISTINCT values without one; no ORDER BY), with no subquery, window
+// function, CTE, set operation or whole-row reference, and no parameter written twice;
+// under joins, the further conditions below. Everything else in it (expressions over
+// the aggregates, HAVING, ORDER BY, DISTINCT, LIMIT) the coordinator evaluates over the
+// combined rows as written. It returns ok false, and the statement runs as written,
+// otherwise.
+func shardAggregates(r *rules.Compiled, sql string, cat *joinCatalog) (string, bool) {
 	tree, err := pg.Parse(sql)
 	if err != nil || len(tree.Stmts) != 1 {
 		return "", false
@@ -63,7 +73,7 @@ func shardAggregates(r *rules.Compiled, sql string) (string, bool) {
 		stmt = e.Query
 	}
 	sel := stmt.GetSelectStmt()
-	if sel == nil || !rewriteShardAggregates(r, sel) {
+	if sel == nil || !rewriteShardAggregates(r, sel, cat) {
 		return "", false
 	}
 	out, err := pg.Deparse(tree)
@@ -80,43 +90,100 @@ func shardAggregates(r *rules.Compiled, sql string) (string, bool) {
 // aggregates and the coordinator's combination.
 var mergeAggregates = map[string]bool{"count": true, "sum": true, "min": true, "max": true, "avg": true}
 
-func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt) bool {
+func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt, cat *joinCatalog) bool {
 	if sel.Op != pg.SetOperation_SET_OPERATION_UNDEFINED && sel.Op != pg.SetOperation_SETOP_NONE ||
 		sel.WithClause != nil || sel.IntoClause != nil || len(sel.LockingClause) > 0 || len(sel.WindowClause) > 0 ||
-		len(sel.ValuesLists) > 0 || len(sel.FromClause) != 1 || sel.GroupDistinct {
+		len(sel.ValuesLists) > 0 || len(sel.FromClause) == 0 || sel.GroupDistinct {
 		return false
 	}
-	rv := sel.FromClause[0].GetRangeVar()
-	if rv == nil || !rv.Inh || rv.Catalogname != "" || rv.Schemaname != "" && rv.Schemaname != "public" ||
-		rv.Alias != nil && len(rv.Alias.Colnames) > 0 {
+	items, onQuals, ok := readAggFrom(r, sel.FromClause)
+	if !ok {
 		return false
 	}
-	rule := r.Lookup(rv.Relname)
-	if rule == nil || rule.Kind != rules.KindSharded || len(rule.Nodes) < 2 {
-		return false
-	}
-	shards := make([]string, len(rule.Nodes))
-	for i := range rule.Nodes {
-		if shards[i] = CoordinatorShardTable(rv.Relname, i); shards[i] == "" {
+	joined := len(items) > 1
+	if joined {
+		if cat == nil {
 			return false
 		}
+		names := map[string]bool{}
+		for _, it := range items {
+			if it.cols = cat.columns[it.rv.Relname]; it.cols == nil || names[it.name] {
+				return false // unknown, or two entries of one name (an error)
+			}
+			names[it.name] = true
+		}
 	}
-	alias := rv.Relname
-	if rv.Alias != nil {
-		alias = rv.Alias.Aliasname
+	// resolve returns the FROM entry a column reference reads, or -1: a star, the whole
+	// row, a name of no entry or of several.
+	resolve := func(cr *pg.ColumnRef) int {
+		var f []string
+		for _, p := range cr.Fields {
+			if p.GetString_() == nil {
+				return -1
+			}
+			f = append(f, p.GetString_().Sval)
+		}
+		switch {
+		case len(f) == 1 && !joined:
+			if f[0] == items[0].name {
+				return -1
+			}
+			return 0
+		case len(f) == 1:
+			found := -1
+			for i, it := range items {
+				if _, ok := it.cols[f[0]]; ok {
+					if found >= 0 {
+						return -1
+					}
+					found = i
+				}
+			}
+			return found
+		case len(f) == 2:
+			for i, it := range items {
+				if _, ok := it.cols[f[1]]; it.name == f[0] && (!joined || ok) {
+					return i
+				}
+			}
+		}
+		return -1
+	}
+	typeOf := func(cr *pg.ColumnRef) string {
+		if i := resolve(cr); i >= 0 {
+			return items[i].cols[cr.Fields[len(cr.Fields)-1].GetString_().GetSval()]
+		}
+		return ""
+	}
+	outputs := map[string]string{} // output name, written or inferred: the column it shows, if one
+	for _, t := range sel.TargetList {
+		if rt := t.GetResTarget(); rt != nil {
+			name := rt.Name
+			if name == "" {
+				name, _ = figureColname(rt.Val)
+			}
+			_, col, _ := columnRef(rt.Val)
+			if prev, ok := outputs[name]; ok && prev != col {
+				col = "" // two outputs of one name
+			}
+			outputs[name] = col
+		}
 	}
 
 	// Nothing whose meaning a subquery in FROM would change: no subquery, window
 	// function, whole-row or star reference, or aggregate other than the five (a
-	// quoted "SUM" is no aggregate of PostgreSQL's).
+	// quoted "SUM" is no aggregate of PostgreSQL's). The entries the aggregates read
+	// are noted.
 	exact := true
 	params := map[int32]int{}
+	aggItems := map[int]bool{}
 	walk(sel, func(m proto.Message) bool {
 		switch n := m.(type) {
 		case *pg.SubLink, *pg.RangeSubselect, *pg.RangeFunction, *pg.WithClause, *pg.GroupingSet, *pg.GroupingFunc:
 			exact = false
 		case *pg.ColumnRef:
-			exact = exact && plainColumn(n, alias)
+			_, output := outputs[n.Fields[len(n.Fields)-1].GetString_().GetSval()]
+			exact = exact && (resolve(n) >= 0 || joined && len(n.Fields) == 1 && output)
 		case *pg.ParamRef:
 			params[n.Number]++
 			exact = exact && n.Number > 0
@@ -131,6 +198,18 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt) bool {
 			}
 			if n.AggDistinct && (!mergeAggregates[name] || len(n.Args) != 1 || n.AggFilter != nil || !groupable(n.Args[0])) {
 				exact = false
+			}
+			if mergeAggregates[name] {
+				for _, arg := range append(slices.Clone(n.Args), n.AggFilter) {
+					walk(arg, func(m proto.Message) bool {
+						if cr, ok := m.(*pg.ColumnRef); ok {
+							i := resolve(cr)
+							exact = exact && i >= 0
+							aggItems[i] = true
+						}
+						return exact
+					})
+				}
 			}
 		}
 		return exact
@@ -147,25 +226,151 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt) bool {
 		return false
 	}
 
+	// The entries the shards read: the one table, or under a join the tables the
+	// aggregates read with those whose rows they meet on the same shard only (see
+	// pushedEntries). Of a join's conditions, those over these entries alone filter
+	// the branches; the others stay the coordinator's.
+	inP := []bool{true}
+	var branchQuals, outerQuals []*pg.Node
+	if joined {
+		// A join's condition reads its own entries only (PostgreSQL refuses others); the
+		// coordinator's WHERE would read any.
+		quals := conjuncts(sel.WhereClause)
+		for _, q := range onQuals {
+			walk(q.cond, func(m proto.Message) bool {
+				if cr, ok := m.(*pg.ColumnRef); ok && !slices.Contains(q.scope, resolve(cr)) {
+					exact = false
+				}
+				return exact
+			})
+			quals = append(quals, q.cond)
+		}
+		if !exact {
+			return false
+		}
+		if inP = pushedEntries(items, quals, aggItems, resolve); inP == nil {
+			return false
+		}
+		for _, q := range quals {
+			other, columns, calls := false, false, false
+			walk(q, func(m proto.Message) bool {
+				switch n := m.(type) {
+				case *pg.ColumnRef:
+					i := resolve(n)
+					exact = exact && i >= 0 // not an output's name, an error of the statement's
+					other = other || i >= 0 && !inP[i]
+					columns = true
+				case *pg.FuncCall:
+					calls = true
+				}
+				return true
+			})
+			// A condition of no column that calls a function (random() < 0.5) is
+			// evaluated once per joined row, not once per row of some tables.
+			exact = exact && (columns || !calls)
+			if other {
+				outerQuals = append(outerQuals, q) // one reading pushed columns too is checked below
+			} else {
+				branchQuals = append(branchQuals, q)
+			}
+		}
+		if !exact {
+			return false
+		}
+	}
+	// Under a join with entries the shards do not read, a shard aggregates rows the
+	// coordinator's join may then drop: nothing it evaluates of them may fail where one
+	// database, which evaluates it over the joined rows only, would not (100 / qty where
+	// qty is 0). Each aggregate reads a column as it is (a sum or avg one of integers
+	// or numerics), or adds and multiplies numerics of a precision and constants, with
+	// no FILTER; the shards group by no expression.
+	others := slices.Contains(inP, false)
+	if others && slices.Index(inP[slices.Index(inP, true)+1:], true) < 0 {
+		// One table grouped by the columns it is joined by: measured, its groups were
+		// nearly its rows (a foreign key's), and the coordinator's plan over them slower
+		// than over the rows (docs/sql-sharding.md, "Aggregates on the shards").
+		return false
+	}
+	if others {
+		safe := true
+		for _, list := range [][]*pg.Node{sel.TargetList, sel.DistinctClause, sel.SortClause, {sel.HavingClause}} {
+			for _, n := range list {
+				walk(n, func(m proto.Message) bool {
+					if fn, ok := m.(*pg.FuncCall); ok && mergeAggregates[foldedFuncName(fn)] {
+						safe = safe && evaluatesSafely(fn, typeOf)
+						return false
+					}
+					return safe
+				})
+			}
+		}
+		if !safe {
+			return false
+		}
+	}
+	first := slices.Index(inP, true)
+	alias := items[first].name
+	shardNames := map[int][]string{}
+	for i, it := range items {
+		if !inP[i] {
+			continue
+		}
+		if it.rule.Kind != rules.KindSharded || len(it.rule.Nodes) < 2 || len(it.rule.Nodes) != len(items[first].rule.Nodes) {
+			return false
+		}
+		for s := range it.rule.Nodes {
+			name := CoordinatorShardTable(it.rv.Relname, s)
+			if name == "" {
+				return false
+			}
+			shardNames[i] = append(shardNames[i], name)
+		}
+	}
+	// A column of the shards' entries the coordinator reads is sent under its own name;
+	// two of one name (of two tables) cannot be. A join condition the coordinator keeps
+	// compares such a column with another entry's: each branch groups its rows by the
+	// column as well, and every row of a group meets the same rows there (a comparison
+	// holds of equal values alike), so that each partial aggregate counts as often as
+	// its rows would.
+	exposed := map[string]int{}
+	expose := func(item int, col string) bool {
+		if prev, ok := exposed[col]; ok && prev != item {
+			return false
+		}
+		exposed[col] = item
+		return true
+	}
+	var joinCols []string
+	for _, q := range outerQuals {
+		if mixed, _ := readsEntries(q, resolve, inP); !mixed {
+			continue
+		}
+		e := q.GetAExpr()
+		if e == nil || e.Kind != pg.A_Expr_Kind_AEXPR_OP || len(e.Name) != 1 || !comparisons[e.Name[0].GetString_().GetSval()] ||
+			e.Lexpr.GetColumnRef() == nil || e.Rexpr.GetColumnRef() == nil {
+			return false
+		}
+		if !comparable(typeOf(e.Lexpr.GetColumnRef()), typeOf(e.Rexpr.GetColumnRef())) {
+			return false
+		}
+		for _, side := range []*pg.ColumnRef{e.Lexpr.GetColumnRef(), e.Rexpr.GetColumnRef()} {
+			if i := resolve(side); i >= 0 && inP[i] {
+				col := side.Fields[len(side.Fields)-1].GetString_().Sval
+				if !expose(i, col) {
+					return false
+				}
+				if !slices.Contains(joinCols, col) {
+					joinCols = append(joinCols, col)
+				}
+			}
+		}
+	}
+
 	// The groups: columns of the table, none also the name of an output column (which
 	// PostgreSQL would read as the column, and a reader might not); positions in the
 	// select list; expressions over columns, which the branches group by and send as
 	// hidden columns, and which the coordinator reads there wherever the statement
 	// writes them alike.
-	outputs := map[string]string{} // output name, written or inferred: the column it shows, if one
-	for _, t := range sel.TargetList {
-		if rt := t.GetResTarget(); rt != nil {
-			name := rt.Name
-			if name == "" {
-				name, _ = figureColname(rt.Val)
-			}
-			_, col, _ := columnRef(rt.Val)
-			if prev, ok := outputs[name]; ok && prev != col {
-				col = "" // two outputs of one name
-			}
-			outputs[name] = col
-		}
-	}
 	var branchTargets, groups, outerGroups []*pg.Node
 	seen := map[string]bool{}
 	grouped := map[string]string{} // a grouping expression's key: its hidden column
@@ -179,7 +384,11 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt) bool {
 		}
 		cr := g.GetColumnRef()
 		if cr == nil {
-			if !groupExpression(g) {
+			switch pushed, other := readsEntries(g, resolve, inP); {
+			case !pushed && other:
+				outerGroups = append(outerGroups, cloneNode(g)) // another entry's: the coordinator's
+				continue
+			case other || others || !groupExpression(g):
 				return false
 			}
 			key := exprKey(g)
@@ -194,14 +403,28 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt) bool {
 			continue
 		}
 		outerGroups = append(outerGroups, cloneNode(g))
+		i := resolve(cr)
+		if i < 0 {
+			return false
+		}
+		if !inP[i] {
+			continue
+		}
 		col := cr.Fields[len(cr.Fields)-1].GetString_().Sval
-		if out, ok := outputs[col]; ok && out != col {
+		if out, ok := outputs[col]; ok && out != col || !expose(i, col) {
 			return false
 		}
 		if !seen[col] {
 			seen[col] = true
 			branchTargets = append(branchTargets, resTarget(col, proto.Clone(g).(*pg.Node)))
 			groups = append(groups, proto.Clone(g).(*pg.Node))
+		}
+	}
+	for _, col := range joinCols {
+		if !seen[col] {
+			ref := pg.MakeColumnRefNode([]*pg.Node{pg.MakeStrNode(items[exposed[col]].name), pg.MakeStrNode(col)}, -1)
+			branchTargets = append(branchTargets, resTarget(col, ref))
+			groups = append(groups, cloneNode(ref))
 		}
 	}
 
@@ -356,7 +579,9 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt) bool {
 			if cr, isRef := m.(*pg.ColumnRef); isRef {
 				col := cr.Fields[len(cr.Fields)-1].GetString_().GetSval()
 				_, output := outputs[col]
-				ok = ok && (seen[col] || strings.HasPrefix(col, markerPrefix) || outputsToo && len(cr.Fields) == 1 && output)
+				i := resolve(cr)
+				pushed := i >= 0 && inP[i] && seen[col] && exposed[col] == i
+				ok = ok && (pushed || i >= 0 && !inP[i] || strings.HasPrefix(col, markerPrefix) || outputsToo && len(cr.Fields) == 1 && output)
 			}
 			return ok
 		})
@@ -385,42 +610,313 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt) bool {
 	sel.GroupClause = outerGroups
 
 	var union *pg.SelectStmt
-	for i, shard := range shards {
+	for shard := range shardNames[first] {
 		b := &pg.SelectStmt{
 			TargetList:  cloneNodes(branchTargets),
-			FromClause:  []*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: &pg.RangeVar{Schemaname: CoordinatorShardsSchema, Relname: shard, Inh: true, Relpersistence: "p", Alias: &pg.Alias{Aliasname: alias}, Location: -1}}}},
 			WhereClause: cloneNode(sel.WhereClause),
 			GroupClause: append(cloneNodes(groups), cloneNodes(distinctGroups)...),
 			Op:          pg.SetOperation_SETOP_NONE,
 		}
-		if i == 0 {
+		if joined {
+			b.WhereClause = and(cloneNodes(branchQuals))
+		}
+		if others && len(b.GroupClause) == 0 {
+			// An aggregate without groups answers a row over no rows, which the
+			// coordinator would join with the other entries' rows.
+			b.HavingClause = &pg.Node{Node: &pg.Node_AExpr{AExpr: &pg.A_Expr{Kind: pg.A_Expr_Kind_AEXPR_OP, Name: []*pg.Node{pg.MakeStrNode(">")},
+				Lexpr: &pg.Node{Node: &pg.Node_FuncCall{FuncCall: &pg.FuncCall{Funcname: []*pg.Node{pg.MakeStrNode("count")}, AggStar: true,
+					Funcformat: pg.CoercionForm_COERCE_EXPLICIT_CALL, Location: -1}}},
+				Rexpr: pg.MakeAConstIntNode(0, -1), Location: -1}}}
+		}
+		for i, it := range items {
+			if inP[i] {
+				b.FromClause = append(b.FromClause, &pg.Node{Node: &pg.Node_RangeVar{RangeVar: &pg.RangeVar{Schemaname: CoordinatorShardsSchema,
+					Relname: shardNames[i][shard], Inh: true, Relpersistence: "p", Alias: &pg.Alias{Aliasname: it.name}, Location: -1}}})
+			}
+		}
+		if union == nil {
 			union = b
 			continue
 		}
 		union = &pg.SelectStmt{Op: pg.SetOperation_SETOP_UNION, All: true, Larg: union, Rarg: b}
 	}
-	sel.FromClause = []*pg.Node{{Node: &pg.Node_RangeSubselect{RangeSubselect: &pg.RangeSubselect{
-		Subquery: &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: union}}, Alias: &pg.Alias{Aliasname: alias}}}}}
-	sel.WhereClause = nil
+	derived := &pg.Node{Node: &pg.Node_RangeSubselect{RangeSubselect: &pg.RangeSubselect{
+		Subquery: &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: union}}, Alias: &pg.Alias{Aliasname: alias}}}}
+	if !joined {
+		sel.FromClause, sel.WhereClause = []*pg.Node{derived}, nil
+		return true
+	}
+	// The coordinator joins the shards' groups, under the name of the first entry they
+	// stand for, with the other entries; inner joins' conditions are its WHERE.
+	sel.FromClause = nil
+	for i, it := range items {
+		switch {
+		case i == first:
+			sel.FromClause = append(sel.FromClause, derived)
+		case !inP[i]:
+			sel.FromClause = append(sel.FromClause, &pg.Node{Node: &pg.Node_RangeVar{RangeVar: it.rv}})
+		}
+	}
+	sel.WhereClause = and(outerQuals)
+	requalify := func(n *pg.Node) {
+		walk(n, func(m proto.Message) bool {
+			if cr, ok := m.(*pg.ColumnRef); ok && len(cr.Fields) == 2 {
+				if i := slices.IndexFunc(items, func(it *aggItem) bool { return it.name == cr.Fields[0].GetString_().GetSval() }); i >= 0 && inP[i] {
+					cr.Fields[0] = pg.MakeStrNode(alias)
+				}
+			}
+			return true
+		})
+	}
+	for _, list := range [][]*pg.Node{sel.TargetList, sel.DistinctClause, sel.SortClause, sel.GroupClause} {
+		for _, n := range list {
+			requalify(n)
+		}
+	}
+	requalify(sel.HavingClause)
+	requalify(sel.WhereClause)
 	return true
 }
 
-// plainColumn reports whether a column reference names one column of the table read
-// as alias: not a star, not the whole row.
-func plainColumn(cr *pg.ColumnRef, alias string) bool {
-	f := cr.Fields
-	for _, p := range f {
-		if p.GetString_() == nil {
+// aggItem is a table in the FROM clause of a statement shardAggregates rewrites.
+type aggItem struct {
+	rv   *pg.RangeVar
+	name string // what the statement calls it: its alias, or the table's name
+	rule *rules.TableRule
+	cols map[string]string // its columns and their types, under a join (see joinCatalog)
+}
+
+// onQual is a condition of an inner join, and the FROM entries it may read: the
+// join's own.
+type onQual struct {
+	cond  *pg.Node
+	scope []int
+}
+
+// readAggFrom returns the tables of a FROM clause that lists tables and inner joins of
+// them, and the conditions of the joins, split at AND. ok is false for anything else:
+// an outer join, USING or NATURAL (which merge columns), a subquery, a function, ONLY,
+// a table of another schema or with its columns renamed.
+func readAggFrom(r *rules.Compiled, from []*pg.Node) (items []*aggItem, quals []onQual, ok bool) {
+	var add func(n *pg.Node) bool
+	add = func(n *pg.Node) bool {
+		if rv := n.GetRangeVar(); rv != nil {
+			if !rv.Inh || rv.Catalogname != "" || rv.Schemaname != "" && rv.Schemaname != "public" || rv.Alias != nil && len(rv.Alias.Colnames) > 0 {
+				return false
+			}
+			it := &aggItem{rv: rv, name: rv.Relname, rule: r.Lookup(rv.Relname)}
+			if rv.Alias != nil {
+				it.name = rv.Alias.Aliasname
+			}
+			items = append(items, it)
+			return true
+		}
+		j := n.GetJoinExpr()
+		if j == nil || j.Jointype != pg.JoinType_JOIN_INNER || j.IsNatural || len(j.UsingClause) > 0 || j.Alias != nil || j.JoinUsingAlias != nil {
 			return false
 		}
+		from := len(items)
+		if !add(j.Larg) || !add(j.Rarg) {
+			return false
+		}
+		var scope []int
+		for i := from; i < len(items); i++ {
+			scope = append(scope, i)
+		}
+		for _, c := range conjuncts(j.Quals) {
+			quals = append(quals, onQual{cond: c, scope: scope})
+		}
+		return true
 	}
-	switch len(f) {
+	for _, n := range from {
+		if !add(n) {
+			return nil, nil, false
+		}
+	}
+	return items, quals, true
+}
+
+// pushedEntries returns which FROM entries each shard reads under a join: those the
+// aggregates read, and every sharded table whose rows they meet on the same shard only,
+// through a condition that equates the integer or uuid sharding keys of two tables
+// placed alike. It returns nil when the aggregates read no entry, or entries not so
+// joined.
+func pushedEntries(items []*aggItem, quals []*pg.Node, aggItems map[int]bool, resolve func(*pg.ColumnRef) int) []bool {
+	parent := make([]int, len(items))
+	for i := range parent {
+		parent[i] = i
+	}
+	var find func(i int) int
+	find = func(i int) int {
+		if parent[i] != i {
+			parent[i] = find(parent[i])
+		}
+		return parent[i]
+	}
+	key := func(n *pg.Node) int {
+		cr := n.GetColumnRef()
+		if cr == nil {
+			return -1
+		}
+		i := resolve(cr)
+		if i < 0 {
+			return -1
+		}
+		keys := items[i].rule.KeyColumns()
+		if items[i].rule.Kind != rules.KindSharded || len(keys) != 1 || cr.Fields[len(cr.Fields)-1].GetString_().GetSval() != keys[0] {
+			return -1
+		}
+		return i
+	}
+	for _, q := range quals {
+		e := q.GetAExpr()
+		if e == nil || e.Kind != pg.A_Expr_Kind_AEXPR_OP || len(e.Name) != 1 || e.Name[0].GetString_().GetSval() != "=" {
+			continue
+		}
+		x, y := key(e.Lexpr), key(e.Rexpr)
+		if x < 0 || y < 0 || x == y || !rules.SamePlacement(items[x].rule, items[y].rule) {
+			continue
+		}
+		// Equal keys of these types are the same bytes to the rules (a text key's
+		// collation might call two strings equal that the rules place apart).
+		tx, ty := items[x].cols[items[x].rule.KeyColumns()[0]], items[y].cols[items[y].rule.KeyColumns()[0]]
+		if !(integerTypes[tx] && integerTypes[ty] || tx == "uuid" && ty == "uuid") {
+			continue
+		}
+		parent[find(x)] = find(y)
+	}
+	root := -1
+	for i := range aggItems {
+		if root < 0 {
+			root = find(i)
+		} else if find(i) != root {
+			return nil
+		}
+	}
+	if root < 0 {
+		return nil
+	}
+	in := make([]bool, len(items))
+	for i := range items {
+		in[i] = find(i) == root
+	}
+	return in
+}
+
+// readsEntries reports whether an expression reads pushed entries' columns, and
+// whether it reads others (or columns of no one entry).
+func readsEntries(n *pg.Node, resolve func(*pg.ColumnRef) int, inP []bool) (pushed, other bool) {
+	walk(n, func(m proto.Message) bool {
+		if cr, ok := m.(*pg.ColumnRef); ok {
+			if i := resolve(cr); i >= 0 && inP[i] {
+				pushed = true
+			} else {
+				other = true
+			}
+		}
+		return true
+	})
+	return pushed, other
+}
+
+// comparisons are the operators a join condition the coordinator keeps may compare a
+// pushed column with: each holds of values equal to one another alike, for the types
+// comparable allows.
+var comparisons = map[string]bool{"=": true, "<>": true, "!=": true, "<": true, "<=": true, ">": true, ">=": true}
+
+// arithmetic are the operators evaluatesSafely lets a numeric through.
+var arithmetic = map[string]bool{"+": true, "-": true, "*": true}
+
+// integerTypes are PostgreSQL's integer types as format_type names them.
+var integerTypes = map[string]bool{"smallint": true, "integer": true, "bigint": true}
+
+// comparable reports whether a shard may group rows by a column of type x that the
+// coordinator then compares with one of type y: the grouping's equality is the
+// comparison's, and values it calls equal compare alike (integers with integers; a
+// numeric with a numeric, 1.0 as 1.00; dates, timestamps, uuids with their own type).
+// Text is not: a comparison with a column of another collation, or of another type
+// (citext with text), may tell apart strings the grouping merged.
+func comparable(x, y string) bool {
+	switch {
+	case integerTypes[x] && integerTypes[y]:
+		return true
+	case strings.HasPrefix(x, "numeric") && strings.HasPrefix(y, "numeric"):
+		return true
+	}
+	return x == y && (x == "date" || x == "uuid" || x == "timestamp without time zone" || x == "timestamp with time zone")
+}
+
+// evaluatesSafely reports whether a shard may evaluate an aggregate over rows one
+// database would not aggregate, without failing where that database would not: it reads
+// a column as it is (sum and avg one of integers or numerics; a sum of int4 adds into an
+// int8), or adds, subtracts and multiplies numerics of a precision, integers and
+// constants into a numeric (which cannot overflow); with no FILTER.
+func evaluatesSafely(fn *pg.FuncCall, typeOf func(*pg.ColumnRef) string) bool {
+	if fn.AggFilter != nil || len(fn.Args) > 1 {
+		return false
+	}
+	if fn.AggStar || len(fn.Args) == 0 {
+		return fn.AggStar
+	}
+	if cr := fn.Args[0].GetColumnRef(); cr != nil {
+		t := typeOf(cr)
+		name := foldedFuncName(fn)
+		return t != "" && (name != "sum" && name != "avg" || integerTypes[t] || strings.HasPrefix(t, "numeric"))
+	}
+	if fn.AggDistinct {
+		return false
+	}
+	// The kind of value an expression gives: "int", "numeric", or "" for one that might
+	// fail (an integer overflowing, or anything else). An operation with a numeric is
+	// a numeric's.
+	var kind func(n *pg.Node) string
+	kind = func(n *pg.Node) string {
+		switch {
+		case n.GetColumnRef() != nil:
+			t := typeOf(n.GetColumnRef())
+			switch {
+			case integerTypes[t]:
+				return "int"
+			case strings.HasPrefix(t, "numeric("):
+				return "numeric"
+			}
+		case n.GetAConst() != nil && n.GetAConst().GetIval() != nil:
+			return "int"
+		case n.GetAConst() != nil && n.GetAConst().GetFval() != nil:
+			return "numeric"
+		case n.GetAExpr() != nil:
+			e := n.GetAExpr()
+			if e.Kind != pg.A_Expr_Kind_AEXPR_OP || len(e.Name) != 1 || e.Lexpr == nil || !arithmetic[e.Name[0].GetString_().GetSval()] {
+				return ""
+			}
+			l, r := kind(e.Lexpr), kind(e.Rexpr)
+			if l != "" && r != "" && (l == "numeric" || r == "numeric") {
+				return "numeric"
+			}
+		}
+		return ""
+	}
+	return kind(fn.Args[0]) == "numeric"
+}
+
+// and is the conjunction of conditions (nil for none).
+func and(ns []*pg.Node) *pg.Node {
+	switch len(ns) {
+	case 0:
+		return nil
 	case 1:
-		return f[0].GetString_().Sval != alias
-	case 2:
-		return f[0].GetString_().Sval == alias
+		return ns[0]
 	}
-	return false
+	return &pg.Node{Node: &pg.Node_BoolExpr{BoolExpr: &pg.BoolExpr{Boolop: pg.BoolExprType_AND_EXPR, Args: ns, Location: -1}}}
+}
+
+// joinCatalog is what aggregating on the shards under a join needs to know of the
+// tables a statement names, read when it is planned: their columns (to tell which table
+// an unqualified column is of) and the columns' types (to tell which joins meet rows of
+// one shard only, and which expressions the shards may evaluate over rows the
+// coordinator's joins would drop).
+type joinCatalog struct {
+	columns map[string]map[string]string // table: column: type
 }
 
 // figureColname returns the name PostgreSQL gives an output column it is not told

@@ -15,14 +15,26 @@ func shardAggRules(t testing.TB) *rules.Compiled {
 		DataSources: []rules.DataSource{{Name: "ds_0", DSN: "postgres://a/x"}, {Name: "ds_1", DSN: "postgres://b/x"}},
 		Tables: []rules.Table{
 			{Name: "t_order", Strategy: rules.Strategy{Column: "order_id", Type: rules.TypeInt8}, TablesPerDataSource: 2},
+			{Name: "t_order_item", Strategy: rules.Strategy{Column: "order_id", Type: rules.TypeInt8}, TablesPerDataSource: 2},
 			{Name: "t_user", Strategy: rules.Strategy{Column: "user_id", Type: rules.TypeInt4}},
 		},
+		Bindings:  [][]string{{"t_order", "t_order_item"}},
 		Broadcast: []string{"t_config"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// shardAggCatalog is what the planner would read of shardAggRules' tables.
+func shardAggCatalog() *joinCatalog {
+	return &joinCatalog{columns: map[string]map[string]string{
+		"t_order":      {"order_id": "bigint", "user_id": "integer", "amount": "numeric(12,2)", "status": "text"},
+		"t_order_item": {"order_id": "bigint", "item_id": "integer", "qty": "integer", "price": "numeric(10,3)"},
+		"t_user":       {"user_id": "integer", "city": "text", "age": "integer", "name": "text"},
+		"t_config":     {"k": "text", "v": "text", "n": "integer"},
+	}}
 }
 
 // TestShardAggregatesRewrites: which statements aggregate on the shards, and what the
@@ -66,7 +78,7 @@ func TestShardAggregatesRewrites(t *testing.T) {
 		{`SELECT DISTINCT count(*) + 0 FROM t_user GROUP BY city ORDER BY count(*) + 0`, ""},
 	}
 	for _, c := range rewritten {
-		got, ok := shardAggregates(r, c.sql)
+		got, ok := shardAggregates(r, c.sql, shardAggCatalog())
 		if !ok {
 			t.Errorf("not rewritten: %s", c.sql)
 			continue
@@ -116,7 +128,97 @@ func TestShardAggregatesRewrites(t *testing.T) {
 		`SELECT count(*) + 1, "SUM"(age) FROM t_user`,                                                                                  // no aggregate of PostgreSQL's
 		`SELECT coalesce(sum(age), 0), upper(city) FROM t_user GROUP BY upper`,                                                         // an output's inferred name
 	} {
-		if got, ok := shardAggregates(r, sql); ok {
+		if got, ok := shardAggregates(r, sql, shardAggCatalog()); ok {
+			t.Errorf("rewritten: %s\n into %s", sql, got)
+		}
+	}
+}
+
+// TestShardAggregatesUnderJoins: under inner joins, the tables the aggregates read,
+// with those joined to them on the sharding key and placed alike, are read by each
+// shard, which groups its rows by every column the coordinator reads of them; the
+// coordinator joins the groups with the other tables.
+func TestShardAggregatesUnderJoins(t *testing.T) {
+	r, cat := shardAggRules(t), shardAggCatalog()
+	branch := func(s string) string {
+		var out []string
+		for i := range 4 {
+			out = append(out, strings.ReplaceAll(s, "/N", "/"+string(rune('0'+i))))
+		}
+		return "((" + out[0] + " UNION ALL " + out[1] + ") UNION ALL " + out[2] + ") UNION ALL " + out[3]
+	}
+	for _, c := range []struct{ sql, want string }{
+		// Bound tables joined on their key: each shard joins and aggregates its rows.
+		{`SELECT o.status, sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id WHERE o.amount > 10 GROUP BY o.status`,
+			`SELECT o.status AS status, shardlab_merge.sum(__sl_tp1) AS sum FROM (` +
+				branch(`SELECT o.status AS status, sum(i.qty) AS __sl_tp1 FROM shardlab_shards."t_order/N" o, shardlab_shards."t_order_item/N" i WHERE o.amount > 10 AND i.order_id = o.order_id GROUP BY o.status`) +
+				`) o GROUP BY o.status`},
+		// ... and another table joined on a column of theirs: sent, and grouped by.
+		{`SELECT u.city, sum(qty * price) AS revenue FROM t_user u, t_order o, t_order_item i WHERE u.user_id = o.user_id AND i.order_id = o.order_id AND u.age > 30 GROUP BY u.city ORDER BY revenue DESC`,
+			`SELECT u.city AS city, shardlab_merge.sum(__sl_tp1) AS revenue FROM t_user u, (` +
+				branch(`SELECT o.user_id AS user_id, sum(qty * price) AS __sl_tp1 FROM shardlab_shards."t_order/N" o, shardlab_shards."t_order_item/N" i WHERE i.order_id = o.order_id GROUP BY o.user_id`) +
+				`) o WHERE u.user_id = o.user_id AND u.age > 30 GROUP BY u.city ORDER BY revenue DESC`},
+		// A column of the bound table read as the first's; the coordinator joins the
+		// shards' groups with a copied table on an integer column.
+		{`SELECT i.item_id, max(o.amount) FROM t_order o JOIN t_order_item i ON o.order_id = i.order_id JOIN t_config c ON c.n = i.qty GROUP BY i.item_id`,
+			`SELECT o.item_id AS item_id, max(__sl_tp1) AS max FROM (` +
+				branch(`SELECT i.item_id AS item_id, i.qty AS qty, max(o.amount) AS __sl_tp1 FROM shardlab_shards."t_order/N" o, shardlab_shards."t_order_item/N" i WHERE o.order_id = i.order_id GROUP BY i.item_id, i.qty`) +
+				`) o, t_config c WHERE c.n = o.qty GROUP BY o.item_id`},
+		// No groups on the shards: each sends no row over no rows, which the
+		// coordinator would join with every city.
+		{`SELECT u.city, sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id, t_user u WHERE o.status = 'none' GROUP BY u.city`,
+			`SELECT u.city AS city, shardlab_merge.sum(__sl_tp1) AS sum FROM (` +
+				branch(`SELECT sum(i.qty) AS __sl_tp1 FROM shardlab_shards."t_order/N" o, shardlab_shards."t_order_item/N" i WHERE o.status = 'none' AND i.order_id = o.order_id HAVING count(*) > 0`) +
+				`) o, t_user u GROUP BY u.city`},
+		// A self-join on the key.
+		{`SELECT count(*), sum(a.amount) FROM t_order a, t_order b WHERE a.order_id = b.order_id AND b.status = 'x'`, ""},
+	} {
+		got, ok := shardAggregates(r, c.sql, cat)
+		if !ok {
+			t.Errorf("not rewritten: %s", c.sql)
+			continue
+		}
+		if _, err := pg.Parse(got); err != nil {
+			t.Errorf("rewritten %s into what does not parse: %s: %v", c.sql, got, err)
+		}
+		if c.want != "" && got != c.want {
+			t.Errorf("%s\n got %s\nwant %s", c.sql, got, c.want)
+		}
+	}
+	for _, sql := range []string{
+		`SELECT o.status, sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id WHERE o.amount > 10 GROUP BY o.status`,                                    // (without the catalog)
+		`SELECT count(*) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id`,                                                                                      // no aggregate reads a table
+		`SELECT sum(o.amount) FROM t_order o LEFT JOIN t_order_item i ON i.order_id = o.order_id`,                                                                            // an outer join
+		`SELECT sum(o.amount) FROM t_order o JOIN t_order_item i USING (order_id)`,                                                                                           // USING
+		`SELECT sum(o.amount + u.age) FROM t_order o JOIN t_user u ON u.user_id = o.user_id`,                                                                                 // tables placed otherwise in one aggregate
+		`SELECT sum(o.amount), max(u.age) FROM t_order o JOIN t_user u ON u.user_id = o.user_id`,                                                                             // ... or in two
+		`SELECT sum(o.amount), sum(i.qty) FROM t_order o JOIN t_order_item i ON i.qty = o.amount`,                                                                            // not joined on the key
+		`SELECT sum(o.amount), sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id + 1`,                                                                 // nor by equal keys
+		`SELECT sum(o.amount) FROM t_order o JOIN t_user u ON u.user_id = o.user_id + 1`,                                                                                     // a condition over a sent column
+		`SELECT sum(o.amount) FROM t_order o JOIN t_user u ON u.user_id = o.user_id OR u.age = 1`,                                                                            // ... or two
+		`SELECT sum(order_id) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id`,                                                                                 // an ambiguous column
+		`SELECT o.status, sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id GROUP BY u.city`,                   // a column not grouped
+		`SELECT sum(o.amount) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.order_id AND u.age = i.order_id`,                  // two columns of one name sent
+		`SELECT sum(o.amount) FROM t_order o JOIN t_user o2 ON o2.user_id = o.user_id JOIN t_user o2 ON true`,                                                                // two entries of one name
+		`SELECT sum(o.amount), nope FROM t_order o JOIN t_user u ON u.user_id = o.user_id`,                                                                                   // a column of no table
+		`SELECT sum(o.amount) AS s FROM t_order o JOIN t_user u ON u.user_id = o.user_id WHERE s > 1`,                                                                        // an output's name in WHERE
+		`SELECT sum(o.amount) FROM t_order o JOIN t_user u ON u.user_id = o.user_id GROUP BY lower(u.city || o.status)`,                                                      // a group of both
+		`SELECT sum(o.amount) FROM t_order o JOIN t_user u ON u.user_id = o.user_id JOIN t_nope n ON true`,                                                                   // a table the catalog does not know
+		`SELECT u.city, count(DISTINCT o.status), round(avg(amount), 2) FROM t_order o JOIN t_user u ON u.user_id = o.user_id GROUP BY 1`,                                    // one table grouped by a join's column (measured slower)
+		`SELECT c.v, sum(i.qty) FROM t_order o JOIN t_order_item i ON o.order_id = i.order_id JOIN t_config c ON c.v = o.status GROUP BY c.v`,                                // a text comparison the coordinator keeps
+		`SELECT u.city, sum(100 / i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id GROUP BY 1`,                    // a division over rows the coordinator may drop
+		`SELECT u.city, sum(i.qty * i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id GROUP BY 1`,                  // an integer product, which may overflow
+		`SELECT u.city, sum(i.qty) FILTER (WHERE i.qty > 1) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id GROUP BY 1`, // a FILTER
+		`SELECT lower(o.status), sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id GROUP BY 1`,                 // a grouping expression
+		`SELECT sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id AND o.user_id = u.user_id, t_user u`,                                                // a join condition reading outside its join
+		`SELECT sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id WHERE random() < 0.5`,                                                               // a volatile condition of no column
+		`SELECT sum(o.amount) FROM t_order o JOIN t_order_item i ON i.order_id::text = o.status`,                                                                             // not on the keys
+	} {
+		c := cat
+		if strings.Contains(sql, "WHERE o.amount > 10") {
+			c = nil
+		}
+		if got, ok := shardAggregates(r, sql, c); ok {
 			t.Errorf("rewritten: %s\n into %s", sql, got)
 		}
 	}
@@ -124,19 +226,29 @@ func TestShardAggregatesRewrites(t *testing.T) {
 
 // FuzzShardAggregates: whatever it rewrites parses, and names each shard once.
 func FuzzShardAggregates(f *testing.F) {
-	for _, s := range []string{`SELECT count(*) FROM t_user`, `SELECT city, sum(age) + 1 FROM t_user u WHERE age > 2 GROUP BY city HAVING count(*) > 1`} {
+	for _, s := range []string{`SELECT count(*) FROM t_user`, `SELECT city, sum(age) + 1 FROM t_user u WHERE age > 2 GROUP BY city HAVING count(*) > 1`,
+		`SELECT u.city, sum(i.qty * i.price) AS r FROM t_user u, t_order o, t_order_item i WHERE u.user_id = o.user_id AND i.order_id = o.order_id GROUP BY u.city ORDER BY r`} {
 		f.Add(s)
 	}
 	r := shardAggRules(f)
 	f.Fuzz(func(t *testing.T, sql string) {
-		got, ok := shardAggregates(r, sql)
+		got, ok := shardAggregates(r, sql, shardAggCatalog())
 		if !ok {
 			return
 		}
 		if _, err := pg.Parse(got); err != nil {
 			t.Fatalf("%s rewritten into %s: %v", sql, got, err)
 		}
-		if strings.Count(got, `"t_user/0"`)+strings.Count(got, `"t_order/0"`) != 1 {
+		// Every table read on the shards is read once in each branch.
+		total := 0
+		for _, table := range []string{"t_user", "t_order", "t_order_item"} {
+			n := strings.Count(got, `"`+table+`/0"`)
+			if n != strings.Count(got, `"`+table+`/1"`) {
+				t.Fatalf("%s rewritten into %s", sql, got)
+			}
+			total += n
+		}
+		if total == 0 {
 			t.Fatalf("%s rewritten into %s", sql, got)
 		}
 	})

@@ -442,6 +442,26 @@ func Random(seed uint64, n int) []Query {
 	return out
 }
 
+// ShardAggregatedJoins are coordinated statements that aggregate sharded tables under
+// inner joins: each shard joins the aggregated tables with those bound to them on the
+// sharding key and aggregates their rows, grouped by every column the coordinator
+// reads of them; the coordinator joins the groups with the other tables.
+func ShardAggregatedJoins() []Query {
+	return []Query{
+		{SQL: `SELECT o.status, count(*), sum(i.qty), round(avg(i.price), 2) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id GROUP BY o.status HAVING count(*) > 0 ORDER BY o.status COLLATE "C" NULLS FIRST`, Ordered: true},
+		{SQL: `SELECT status, sum(price) + 0, count(DISTINCT i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id WHERE amount > 0 GROUP BY status ORDER BY status COLLATE "C" NULLS FIRST`, Ordered: true},
+		{SQL: `SELECT u.city, sum(i.price) AS revenue, max(o.status), count(DISTINCT o.code) FROM t_user u, t_order o, t_order_item i WHERE u.user_id = o.user_id AND i.order_id = o.order_id AND u.score > 10 GROUP BY u.city ORDER BY revenue DESC NULLS LAST, u.city COLLATE "C" NULLS FIRST`, Ordered: true},
+		{SQL: `SELECT o.order_id, sum(i.price * i.qty) AS rev, o.created FROM t_user u, t_order o, t_order_item i WHERE u.user_id = o.user_id AND i.order_id = o.order_id AND u.city IS NOT NULL AND i.qty > $1 GROUP BY o.order_id, o.created ORDER BY rev DESC NULLS LAST, o.created, o.order_id LIMIT 10`, Params: P("1"), Ordered: true},
+		{SQL: `SELECT c.v, max(o.amount), count(o.qty) + 0 FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_config c ON c.n = i.qty GROUP BY c.v ORDER BY c.v COLLATE "C" NULLS FIRST`, Ordered: true},
+		{SQL: `SELECT count(*) + 0, sum(a.amount) FROM t_order a JOIN t_order b ON a.order_id = b.order_id WHERE b.status IS NOT NULL`},
+		{SQL: `SELECT u.city, sum(i.qty) * 1, avg(i.price * (1 - o.amount)) FROM t_user u JOIN t_order o ON o.user_id < u.user_id AND u.score > 50 JOIN t_order_item i ON i.order_id = o.order_id GROUP BY u.city ORDER BY u.city COLLATE "C" NULLS FIRST`, Ordered: true},
+		// No row of the bound tables: no group per city, and one row without GROUP BY.
+		{SQL: `SELECT u.city, sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id, t_user u WHERE o.status = 'none' GROUP BY u.city`},
+		{SQL: `SELECT sum(i.qty), count(*) * 1, max(o.status) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id, t_user u WHERE o.status = 'none'`},
+		{SQL: `SELECT count(*) * 1, sum(i.qty) FROM t_order o CROSS JOIN t_config c JOIN t_order_item i ON i.order_id = o.order_id WHERE c.n > 2`},
+	}
+}
+
 // ShardAggregated are coordinated statements that aggregate one sharded table: each
 // shard aggregates its own rows and the coordinator combines one row per group per
 // shard (sqlplan.Options.ShardAggregates).
