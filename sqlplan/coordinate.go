@@ -46,7 +46,7 @@ func (p *Planner) checkCoordination(ctx context.Context, stmt *pg.Node) *coordin
 		return true
 	})
 	c.inexact = p.inexactOnCoordinator(ctx, stmt, c.tables)
-	if p.shardAggs {
+	if p.shardAggs && c.inexact == nil {
 		c.joins = p.joinCatalog(ctx, stmt)
 	}
 	return c

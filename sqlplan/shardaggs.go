@@ -2,6 +2,7 @@ package sqlplan
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -824,8 +825,17 @@ func readsEntries(n *pg.Node, resolve func(*pg.ColumnRef) int, inP []bool) (push
 // comparable allows.
 var comparisons = map[string]bool{"=": true, "<>": true, "!=": true, "<": true, "<=": true, ">": true, ">=": true}
 
+// decimalLiteral is a numeric literal of a decimal point, no exponent and a bounded
+// length.
+var decimalLiteral = regexp.MustCompile(`^([0-9]{1,30}\.[0-9]{0,30}|\.[0-9]{1,30})$`)
+
 // arithmetic are the operators evaluatesSafely lets a numeric through.
 var arithmetic = map[string]bool{"+": true, "-": true, "*": true}
+
+// numericType reports whether format_type's name of a type is numeric's.
+func numericType(t string) bool {
+	return t == "numeric" || strings.HasPrefix(t, "numeric(")
+}
 
 // integerTypes are PostgreSQL's integer types as format_type names them.
 var integerTypes = map[string]bool{"smallint": true, "integer": true, "bigint": true}
@@ -840,7 +850,7 @@ func comparable(x, y string) bool {
 	switch {
 	case integerTypes[x] && integerTypes[y]:
 		return true
-	case strings.HasPrefix(x, "numeric") && strings.HasPrefix(y, "numeric"):
+	case numericType(x) && numericType(y):
 		return true
 	}
 	return x == y && (x == "date" || x == "uuid" || x == "timestamp without time zone" || x == "timestamp with time zone")
@@ -861,7 +871,7 @@ func evaluatesSafely(fn *pg.FuncCall, typeOf func(*pg.ColumnRef) string) bool {
 	if cr := fn.Args[0].GetColumnRef(); cr != nil {
 		t := typeOf(cr)
 		name := foldedFuncName(fn)
-		return t != "" && (name != "sum" && name != "avg" || integerTypes[t] || strings.HasPrefix(t, "numeric"))
+		return t != "" && (name != "sum" && name != "avg" || integerTypes[t] || strings.HasPrefix(t, "numeric("))
 	}
 	if fn.AggDistinct {
 		return false
@@ -883,7 +893,11 @@ func evaluatesSafely(fn *pg.FuncCall, typeOf func(*pg.ColumnRef) string) bool {
 		case n.GetAConst() != nil && n.GetAConst().GetIval() != nil:
 			return "int"
 		case n.GetAConst() != nil && n.GetAConst().GetFval() != nil:
-			return "numeric"
+			// A literal with a decimal point and no exponent is a numeric; one
+			// without is an integer too long for int4 (an int8, which may overflow).
+			if decimalLiteral.MatchString(n.GetAConst().GetFval().GetFval()) {
+				return "numeric"
+			}
 		case n.GetAExpr() != nil:
 			e := n.GetAExpr()
 			if e.Kind != pg.A_Expr_Kind_AEXPR_OP || len(e.Name) != 1 || e.Lexpr == nil || !arithmetic[e.Name[0].GetString_().GetSval()] {

@@ -170,6 +170,7 @@ func TestShardAggregatesUnderJoins(t *testing.T) {
 			`SELECT u.city AS city, shardlab_merge.sum(__sl_tp1) AS sum FROM (` +
 				branch(`SELECT sum(i.qty) AS __sl_tp1 FROM shardlab_shards."t_order/N" o, shardlab_shards."t_order_item/N" i WHERE o.status = 'none' AND i.order_id = o.order_id HAVING count(*) > 0`) +
 				`) o, t_user u GROUP BY u.city`},
+		{`SELECT u.city, sum(i.price * 1.5 - o.amount) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id GROUP BY 1`, ""},
 		// A self-join on the key.
 		{`SELECT count(*), sum(a.amount) FROM t_order a, t_order b WHERE a.order_id = b.order_id AND b.status = 'x'`, ""},
 	} {
@@ -194,15 +195,15 @@ func TestShardAggregatesUnderJoins(t *testing.T) {
 		`SELECT sum(o.amount), max(u.age) FROM t_order o JOIN t_user u ON u.user_id = o.user_id`,                                                                             // ... or in two
 		`SELECT sum(o.amount), sum(i.qty) FROM t_order o JOIN t_order_item i ON i.qty = o.amount`,                                                                            // not joined on the key
 		`SELECT sum(o.amount), sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id + 1`,                                                                 // nor by equal keys
-		`SELECT sum(o.amount) FROM t_order o JOIN t_user u ON u.user_id = o.user_id + 1`,                                                                                     // a condition over a sent column
-		`SELECT sum(o.amount) FROM t_order o JOIN t_user u ON u.user_id = o.user_id OR u.age = 1`,                                                                            // ... or two
+		`SELECT sum(o.amount) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id + 1`,                                      // a condition over a sent column
+		`SELECT sum(o.amount) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id OR u.age = 1`,                             // ... or two
 		`SELECT sum(order_id) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id`,                                                                                 // an ambiguous column
 		`SELECT o.status, sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id GROUP BY u.city`,                   // a column not grouped
 		`SELECT sum(o.amount) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.order_id AND u.age = i.order_id`,                  // two columns of one name sent
 		`SELECT sum(o.amount) FROM t_order o JOIN t_user o2 ON o2.user_id = o.user_id JOIN t_user o2 ON true`,                                                                // two entries of one name
 		`SELECT sum(o.amount), nope FROM t_order o JOIN t_user u ON u.user_id = o.user_id`,                                                                                   // a column of no table
 		`SELECT sum(o.amount) AS s FROM t_order o JOIN t_user u ON u.user_id = o.user_id WHERE s > 1`,                                                                        // an output's name in WHERE
-		`SELECT sum(o.amount) FROM t_order o JOIN t_user u ON u.user_id = o.user_id GROUP BY lower(u.city || o.status)`,                                                      // a group of both
+		`SELECT sum(o.amount) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id GROUP BY lower(u.city || o.status)`,       // a group of both
 		`SELECT sum(o.amount) FROM t_order o JOIN t_user u ON u.user_id = o.user_id JOIN t_nope n ON true`,                                                                   // a table the catalog does not know
 		`SELECT u.city, count(DISTINCT o.status), round(avg(amount), 2) FROM t_order o JOIN t_user u ON u.user_id = o.user_id GROUP BY 1`,                                    // one table grouped by a join's column (measured slower)
 		`SELECT c.v, sum(i.qty) FROM t_order o JOIN t_order_item i ON o.order_id = i.order_id JOIN t_config c ON c.v = o.status GROUP BY c.v`,                                // a text comparison the coordinator keeps
@@ -212,7 +213,10 @@ func TestShardAggregatesUnderJoins(t *testing.T) {
 		`SELECT lower(o.status), sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id GROUP BY 1`,                 // a grouping expression
 		`SELECT sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id AND o.user_id = u.user_id, t_user u`,                                                // a join condition reading outside its join
 		`SELECT sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id WHERE random() < 0.5`,                                                               // a volatile condition of no column
-		`SELECT sum(o.amount) FROM t_order o JOIN t_order_item i ON i.order_id::text = o.status`,                                                                             // not on the keys
+		`SELECT u.city, sum(i.qty * 10000000000) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id GROUP BY 1`,            // an int8 literal: an int8 product
+		`SELECT u.city, sum(i.price * 1e3) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id GROUP BY 1`,                  // an exponent
+		`SELECT u.city, sum(o.status) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id GROUP BY 1`,                       // a sum of no integer or numeric
+		`SELECT sum(o.amount), sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id::text = o.status JOIN t_user u ON u.user_id = o.user_id`,                          // not on the keys
 	} {
 		c := cat
 		if strings.Contains(sql, "WHERE o.amount > 10") {
