@@ -72,6 +72,15 @@ func TestSubqueriesFirst(t *testing.T) {
 		{"no rows", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT id FROM custs WHERE false)`},
 			{sql: `UPDATE orders SET amount = (SELECT id FROM custs WHERE false) WHERE id = 7 RETURNING amount`}}},
 		{"invalid subquery", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT nosuch FROM custs)`}}},
+		// Joined on other columns than the keys, by one equality: the other tables are a
+		// subquery evaluated first.
+		{"update from", []step{{sql: `UPDATE orders o SET status = 'n', amount = o.amount + 1 FROM custs c WHERE c.id = o.cust AND c.region = 'north' RETURNING o.id, o.status`}}},
+		{"delete using", []step{{sql: `DELETE FROM orders USING custs WHERE custs.id = orders.cust AND custs.name LIKE 'c1%' AND orders.amount > 100 RETURNING orders.id`}}},
+		{"update from two tables, parameters", []step{{sql: `UPDATE orders o SET status = $1 FROM custs c JOIN tags t ON t.id = 1 WHERE o.cust = c.id AND c.region <> t.label AND c.region = $2`, args: []any{"p", "south"}}}},
+		{"update from, in a transaction that wrote", []step{{sql: `BEGIN`}, {sql: `INSERT INTO custs VALUES (901, 'new', 'far')`},
+			{sql: `INSERT INTO orders VALUES (602, 901, 'x', 1)`},
+			{sql: `UPDATE orders o SET status = 'far' FROM custs c WHERE o.cust = c.id AND c.region = 'far' RETURNING o.*`},
+			{sql: `DELETE FROM custs WHERE id = 901`}, {sql: `COMMIT`}}},
 		// The same shape with other literals: each statement's own (a plan is shared
 		// by every text of its shape).
 		{"one shape, two texts", []step{{sql: `DELETE FROM orders WHERE id < 100 AND cust IN (SELECT id FROM custs WHERE region = 'north')`},
@@ -121,6 +130,9 @@ func TestSubqueriesFirst(t *testing.T) {
 		// A collation the subquery's column carries, which a parameter would not.
 		`UPDATE orders SET status = 'x' WHERE status IN (SELECT label FROM tags)`,
 		`UPDATE orders SET status = 'x' WHERE status IN (SELECT name COLLATE "C" FROM custs)`,
+		// Joined otherwise than by one equality, or the other tables read elsewhere.
+		`UPDATE orders o SET status = c.name FROM custs c WHERE c.id = o.cust`,
+		`DELETE FROM orders o USING custs c WHERE c.id < o.cust AND c.region = 'north'`,
 	} {
 		for _, mode := range modes {
 			_, err := px.Exec(ctx, q, mode)

@@ -74,6 +74,8 @@ func TestSubqueriesFirstThroughDriver(t *testing.T) {
 			{sql: `DELETE FROM orders WHERE cust NOT IN (SELECT id FROM custs WHERE region <> 'east')`}}},
 		{"all, over the table changed", []step{{sql: `UPDATE orders SET status = 'big' WHERE amount > ALL (SELECT amount FROM orders WHERE cust = 3) RETURNING id`}}},
 		{"arguments", []step{{sql: `UPDATE orders SET status = $1 WHERE cust IN (SELECT id FROM custs WHERE region = $2) RETURNING id, status`, args: []any{"p", "north"}}}},
+		{"update from", []step{{sql: `UPDATE orders o SET status = $1 FROM custs c WHERE c.id = o.cust AND c.region = $2 RETURNING o.*`, args: []any{"n", "north"}}}},
+		{"delete using", []step{{sql: `DELETE FROM orders USING custs WHERE custs.id = orders.cust AND custs.name LIKE 'c1%' RETURNING orders.id`}}},
 		{"coordinated", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT c.id FROM custs c JOIN orders o ON o.cust = c.id WHERE o.amount > 800) RETURNING id`}}},
 		{"array", []step{{sql: `UPDATE orders SET status = array_to_string(ARRAY(SELECT name FROM custs WHERE id < 4 ORDER BY id), ',') WHERE id = 5 RETURNING status`}}},
 		{"no rows", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT id FROM custs WHERE false)`},

@@ -32,6 +32,8 @@ func (a *analyzer) analyzeUpdate(u *pg.UpdateStmt) error {
 	a.noteParams(u)
 	if hasSublink(u) {
 		a.pre = a.buildPre(&pg.Node{Node: &pg.Node_UpdateStmt{UpdateStmt: u}}, u.WithClause)
+	} else if semi := a.semiJoinWrite(&pg.Node{Node: &pg.Node_UpdateStmt{UpdateStmt: u}}); semi != nil {
+		a.pre = a.buildPre(semi, nil)
 	}
 	s := &scope{}
 	a.top = s
@@ -75,6 +77,8 @@ func (a *analyzer) analyzeDelete(d *pg.DeleteStmt) error {
 	a.noteParams(d)
 	if hasSublink(d) {
 		a.pre = a.buildPre(&pg.Node{Node: &pg.Node_DeleteStmt{DeleteStmt: d}}, d.WithClause)
+	} else if semi := a.semiJoinWrite(&pg.Node{Node: &pg.Node_DeleteStmt{DeleteStmt: d}}); semi != nil {
+		a.pre = a.buildPre(semi, nil)
 	}
 	s := &scope{}
 	a.top = s

@@ -33,6 +33,13 @@ func TestPrePlan(t *testing.T) {
 		{"DELETE FROM t_order WHERE qty > ALL (SELECT qty FROM t_order_item)",
 			[]sqlplan.SubqueryKind{sqlplan.SubqueryArray}, []string{"SELECT qty FROM t_order_item"},
 			"DELETE FROM t_order WHERE qty > ALL($1)"},
+		// Joined by one equality, read nowhere else: the other tables are a subquery.
+		{"UPDATE t_order o SET status = 'x' FROM t_user u WHERE u.user_id = o.user_id AND u.name LIKE $1 AND o.status <> 'y' RETURNING o.order_id",
+			[]sqlplan.SubqueryKind{sqlplan.SubqueryArray}, []string{"SELECT u.user_id FROM t_user u WHERE u.name LIKE $1"},
+			"UPDATE t_order o SET status = 'x' WHERE o.status <> 'y' AND o.user_id = ANY($2) RETURNING o.order_id"},
+		{"DELETE FROM t_order USING t_user WHERE t_user.name = 'a' AND t_order.user_id = t_user.user_id + 0",
+			[]sqlplan.SubqueryKind{sqlplan.SubqueryArray}, []string{"SELECT t_user.user_id + 0 FROM t_user WHERE t_user.name = 'a'"},
+			"DELETE FROM t_order WHERE t_order.user_id = ANY($1)"},
 	} {
 		pl, err := p.Prepare(ctx, c.sql)
 		if err != nil {
@@ -70,6 +77,17 @@ func TestPrePlan(t *testing.T) {
 		"DELETE FROM t_order WHERE (status = 'a' OR qty > 1) IN (SELECT true FROM t_user)",
 		// The subquery's t_user is the derived table's WITH query, not the table.
 		"DELETE FROM t_order USING (WITH t_user AS (SELECT 1 AS user_id) SELECT order_id FROM t_config WHERE user_id IN (SELECT user_id FROM t_user)) d WHERE t_order.order_id = d.order_id",
+		// Joined otherwise, or read elsewhere: as written.
+		"UPDATE t_order o SET status = u.name FROM t_user u WHERE u.user_id = o.user_id",
+		"UPDATE t_order o SET status = 'x' FROM t_user u WHERE u.user_id = o.user_id RETURNING *",
+		"UPDATE t_order o SET status = 'x' FROM t_user u WHERE u.user_id = o.user_id RETURNING u.*",
+		"UPDATE t_order o SET status = 'x' FROM t_user u WHERE u.user_id = o.user_id RETURNING u.name",
+		"DELETE FROM t_order o USING t_user u WHERE u.user_id < o.user_id",
+		"DELETE FROM t_order o USING t_user u WHERE u.user_id = o.user_id AND u.name = o.status",
+		"DELETE FROM t_order o USING t_user u WHERE u.user_id = o.user_id OR u.name = 'a'",
+		"DELETE FROM t_order o USING t_user u WHERE u.user_id = o.user_id + u.user_id",
+		"DELETE FROM t_order o USING t_user u WHERE u.user_id = user_id",                                                    // ambiguous
+		"DELETE FROM t_order USING t_user u JOIN t_user v ON v.user_id = t_order.user_id WHERE u.user_id = t_order.user_id", // a join condition reading the changed table
 	} {
 		pl, err := p.Prepare(ctx, sql)
 		if err == nil && pl.Pre != nil {

@@ -1,0 +1,169 @@
+package sqlplan
+
+import (
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
+)
+
+// semiJoinWrite rewrites an UPDATE ... FROM or a DELETE ... USING whose other tables
+// are joined to the changed table by one equality, and read nowhere else, into the
+// statement without them, the changed table's column compared IN a subquery over them:
+//
+//	UPDATE orders o SET status = 'n' FROM custs c WHERE c.id = o.cust AND c.region = 'north'
+//	UPDATE orders o SET status = 'n' WHERE o.cust IN (SELECT c.id FROM custs c WHERE c.region = 'north')
+//
+// The two are one statement: a row changes when some row of the other tables meets
+// the conditions, once however many do, and neither the SET list nor RETURNING reads
+// those tables. Its subquery is then evaluated first (see Pre), and the statement runs
+// on the shards' own connections. It returns nil for any other statement: another
+// condition joining the tables, a subquery anywhere, a column of the other tables (or
+// a star) in the SET list or RETURNING, a WITH clause, a column the catalog does not
+// place in exactly one table.
+func (a *analyzer) semiJoinWrite(stmt *pg.Node) *pg.Node {
+	if a.p.cat == nil || hasSublink(stmt) {
+		return nil
+	}
+	stmt = proto.Clone(stmt).(*pg.Node)
+	var target *pg.RangeVar
+	var from *[]*pg.Node
+	var where **pg.Node
+	var reads []*pg.Node // what must read the changed table alone
+	if u := stmt.GetUpdateStmt(); u != nil {
+		if u.WithClause != nil {
+			return nil
+		}
+		target, from, where = u.Relation, &u.FromClause, &u.WhereClause
+		for _, t := range u.TargetList {
+			reads = append(reads, t.GetResTarget().GetVal())
+		}
+		reads = append(reads, u.ReturningList...)
+	} else if d := stmt.GetDeleteStmt(); d != nil {
+		if d.WithClause != nil {
+			return nil
+		}
+		target, from, where = d.Relation, &d.UsingClause, &d.WhereClause
+		reads = d.ReturningList
+	} else {
+		return nil
+	}
+	if len(*from) == 0 || *where == nil {
+		return nil
+	}
+	targets, _, ok := readAggFrom(a.p.rules, []*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: target}}})
+	if !ok {
+		return nil
+	}
+	others, onQuals, ok := readAggFrom(a.p.rules, *from)
+	if !ok {
+		return nil
+	}
+	items := append(targets, others...)
+	names := map[string]bool{}
+	for _, it := range items {
+		cols, err := a.p.cat.Columns(a.ctx, it.rule)
+		if err != nil || names[it.name] {
+			return nil
+		}
+		names[it.name] = true
+		it.cols = map[string]string{}
+		for _, c := range cols {
+			it.cols[c] = ""
+		}
+	}
+	// resolve returns the table a column reference reads (0: the changed one), or -1.
+	resolve := func(cr *pg.ColumnRef) int {
+		if len(cr.Fields) == 2 && cr.Fields[1].GetAStar() != nil && cr.Fields[0].GetString_().GetSval() == items[0].name {
+			return 0 // o.*: the changed table's columns
+		}
+		var f []string
+		for _, p := range cr.Fields {
+			if p.GetString_() == nil {
+				return -1
+			}
+			f = append(f, p.GetString_().Sval)
+		}
+		found := -1
+		for i, it := range items {
+			_, has := it.cols[f[len(f)-1]]
+			if has && (len(f) == 1 || len(f) == 2 && it.name == f[0]) {
+				if found >= 0 {
+					return -1
+				}
+				found = i
+			}
+		}
+		if len(f) > 2 {
+			return -1
+		}
+		return found
+	}
+	// readsOf returns whether n reads the changed table, and whether it reads the others;
+	// ok is false for a column of no one table.
+	readsOf := func(n *pg.Node) (changed, other, ok bool) {
+		ok = true
+		walk(n, func(m proto.Message) bool {
+			if cr, isRef := m.(*pg.ColumnRef); isRef {
+				switch i := resolve(cr); {
+				case i < 0:
+					ok = false
+				case i == 0:
+					changed = true
+				default:
+					other = true
+				}
+			}
+			return ok
+		})
+		return changed, other, ok
+	}
+	for _, n := range reads {
+		if _, other, ok := readsOf(n); !ok || other {
+			return nil
+		}
+	}
+	for _, q := range onQuals {
+		if changed, _, ok := readsOf(q.cond); !ok || changed {
+			return nil
+		}
+	}
+	var keep, sub []*pg.Node
+	var column, value *pg.Node
+	for _, c := range conjuncts(*where) {
+		changed, other, ok := readsOf(c)
+		switch {
+		case !ok:
+			return nil
+		case !changed:
+			sub = append(sub, c)
+		case !other:
+			keep = append(keep, c)
+		default:
+			e := c.GetAExpr()
+			if column != nil || e == nil || e.Kind != pg.A_Expr_Kind_AEXPR_OP || len(e.Name) != 1 || e.Name[0].GetString_().GetSval() != "=" {
+				return nil
+			}
+			for _, side := range [][2]*pg.Node{{e.Lexpr, e.Rexpr}, {e.Rexpr, e.Lexpr}} {
+				cr := side[0].GetColumnRef()
+				if cr == nil || resolve(cr) != 0 {
+					continue
+				}
+				if changed, _, _ := readsOf(side[1]); !changed {
+					column, value = side[0], side[1]
+				}
+			}
+			if column == nil {
+				return nil
+			}
+		}
+	}
+	if column == nil {
+		return nil
+	}
+	subselect := &pg.SelectStmt{TargetList: []*pg.Node{resTarget("", value)}, FromClause: *from, WhereClause: and(sub),
+		Op: pg.SetOperation_SETOP_NONE}
+	in := &pg.Node{Node: &pg.Node_SubLink{SubLink: &pg.SubLink{SubLinkType: pg.SubLinkType_ANY_SUBLINK, Testexpr: column,
+		Subselect: &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: subselect}}, Location: -1}}}
+	*from = nil
+	*where = and(append(keep, in))
+	return stmt
+}
