@@ -86,6 +86,13 @@ func TestPrePlan(t *testing.T) {
 		"DELETE FROM t_order o USING t_user u WHERE u.user_id = o.user_id AND u.name = o.status",
 		"DELETE FROM t_order o USING t_user u WHERE u.user_id = o.user_id OR u.name = 'a'",
 		"DELETE FROM t_order o USING t_user u WHERE u.user_id = o.user_id + u.user_id",
+		"DELETE FROM t_order o USING t_user u WHERE o.user_id = max(u.user_id)", // an aggregate, which WHERE refuses
+		"UPDATE t_order o SET status = 'x' FROM t_user u WHERE o.user_id = generate_series(u.user_id, 2)",
+		"UPDATE t_order o SET status[u.user_id] = 'x' FROM t_user u WHERE o.user_id = u.user_id",                            // a subscript reading the other table
+		"UPDATE t_order o SET status = 'x' FROM t_user u WHERE u.user_id = $1 AND o.status > $1 AND o.user_id = u.user_id",  // a parameter read twice
+		"DELETE FROM t_order o USING t_user u WHERE o.user_id = u.user_id AND nextval('s') > 0",                             // a volatile condition of no column
+		"DELETE FROM t_order o USING t_user u WHERE o.user_id = u.user_id RETURNING o.ctid",                                 // a system column
+		"DELETE FROM t_order o USING t_user u WHERE o.user_id = u.user_id RETURNING o",                                      // the whole row
 		"DELETE FROM t_order o USING t_user u WHERE u.user_id = user_id",                                                    // ambiguous
 		"DELETE FROM t_order USING t_user u JOIN t_user v ON v.user_id = t_order.user_id WHERE u.user_id = t_order.user_id", // a join condition reading the changed table
 	} {

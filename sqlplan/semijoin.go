@@ -1,9 +1,23 @@
 package sqlplan
 
 import (
+	"slices"
+
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
 )
+
+// calls reports whether an expression calls a function.
+func calls(n *pg.Node) bool {
+	found := false
+	walk(n, func(m proto.Message) bool {
+		if _, ok := m.(*pg.FuncCall); ok {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
 
 // semiJoinWrite rewrites an UPDATE ... FROM or a DELETE ... USING whose other tables
 // are joined to the changed table by one equality, and read nowhere else, into the
@@ -17,10 +31,25 @@ import (
 // those tables. Its subquery is then evaluated first (see Pre), and the statement runs
 // on the shards' own connections. It returns nil for any other statement: another
 // condition joining the tables, a subquery anywhere, a column of the other tables (or
-// a star) in the SET list or RETURNING, a WITH clause, a column the catalog does not
-// place in exactly one table.
+// a star) in the SET list or RETURNING, a function in the value compared, a condition
+// of no column that calls one, a parameter read twice, a WITH clause, a column the
+// catalog does not place in exactly one table.
 func (a *analyzer) semiJoinWrite(stmt *pg.Node) *pg.Node {
 	if a.p.cat == nil || hasSublink(stmt) {
+		return nil
+	}
+	// PostgreSQL types a parameter where it first reads it, and the rewrite reorders
+	// the statement: each may be read once.
+	params := map[int32]bool{}
+	twice := false
+	walk(stmt, func(m proto.Message) bool {
+		if p, ok := m.(*pg.ParamRef); ok {
+			twice = twice || params[p.Number]
+			params[p.Number] = true
+		}
+		return !twice
+	})
+	if twice {
 		return nil
 	}
 	stmt = proto.Clone(stmt).(*pg.Node)
@@ -33,10 +62,7 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node) *pg.Node {
 			return nil
 		}
 		target, from, where = u.Relation, &u.FromClause, &u.WhereClause
-		for _, t := range u.TargetList {
-			reads = append(reads, t.GetResTarget().GetVal())
-		}
-		reads = append(reads, u.ReturningList...)
+		reads = append(slices.Clone(u.TargetList), u.ReturningList...) // subscripts too
 	} else if d := stmt.GetDeleteStmt(); d != nil {
 		if d.WithClause != nil {
 			return nil
@@ -72,6 +98,9 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node) *pg.Node {
 	}
 	// resolve returns the table a column reference reads (0: the changed one), or -1.
 	resolve := func(cr *pg.ColumnRef) int {
+		if len(cr.Fields) == 0 {
+			return -1
+		}
 		if len(cr.Fields) == 2 && cr.Fields[1].GetAStar() != nil && cr.Fields[0].GetString_().GetSval() == items[0].name {
 			return 0 // o.*: the changed table's columns
 		}
@@ -133,6 +162,8 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node) *pg.Node {
 		switch {
 		case !ok:
 			return nil
+		case !changed && !other && calls(c):
+			return nil // nextval('s') > 0: evaluated once per joined pair, or never
 		case !changed:
 			sub = append(sub, c)
 		case !other:
@@ -147,7 +178,9 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node) *pg.Node {
 				if cr == nil || resolve(cr) != 0 {
 					continue
 				}
-				if changed, _, _ := readsOf(side[1]); !changed {
+				// The value moves from WHERE to a select list, which accepts
+				// aggregates, window and set-returning functions that WHERE refuses.
+				if changed, _, _ := readsOf(side[1]); !changed && !calls(side[1]) {
 					column, value = side[0], side[1]
 				}
 			}
