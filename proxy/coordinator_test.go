@@ -57,7 +57,7 @@ func runCoordinatedDifferential(t *testing.T, layout sqldiff.Layout, options str
 
 	// Generated joins, subqueries, CTEs, set operations and window functions: every
 	// answer equal to one database's, and the share answered reported.
-	generated := sqldiff.RandomShapes(uint64(len(layout.Name))+21, randomShapes)
+	generated := append(sqldiff.RandomShapes(uint64(len(layout.Name))+21, randomShapes), sqldiff.RandomJoinAggregates(uint64(len(layout.Name)), 20)...)
 	for _, q := range generated {
 		// An error both sides raise alike would count as answered: none may have one.
 		if _, err := env.Ref.Simple(context.Background(), q.SQL); err != nil {

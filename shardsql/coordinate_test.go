@@ -92,7 +92,7 @@ func TestCoordinatorThroughDriver(t *testing.T) {
 			if reads.Coordinated == 0 {
 				t.Errorf("the coordinator answered none of the %d queries the merge refuses", mustRefuse)
 			}
-			generated := sqldiff.RandomShapes(uint64(len(layout.Name))+21, 40)
+			generated := append(sqldiff.RandomShapes(uint64(len(layout.Name))+21, 40), sqldiff.RandomJoinAggregates(uint64(len(layout.Name))+1, 15)...)
 			shapes := env.RunReads(t, sharded, generated)
 			plain := env
 			plain.Coordinated = false

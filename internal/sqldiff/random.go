@@ -112,3 +112,54 @@ func RandomShapes(seed uint64, n int) []Query {
 	}
 	return out
 }
+
+// RandomJoinAggregates returns n random aggregates over the bound tables t_order and
+// t_order_item joined on their key, alone or with t_user joined by a comparison (the
+// shapes the coordinator has the shards join and aggregate, or, where that would not
+// be exact, evaluates as written), with random filters, groups, HAVING and aggregates
+// that may fail over rows the join drops. Every answer is determined.
+func RandomJoinAggregates(seed uint64, n int) []Query {
+	r := rand.New(rand.NewPCG(seed, 0x1a99))
+	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
+	var out []Query
+	for range n {
+		from := "t_order o JOIN t_order_item i ON i.order_id = o.order_id"
+		keys := []string{"o.status", "i.sku", "o.qty", "i.qty", "o.created IS NULL"}
+		if r.IntN(2) == 0 {
+			from += fmt.Sprintf(" JOIN t_user u ON u.user_id %s o.user_id", pick("=", "=", "<", ">="))
+			keys = append(keys, "u.city", "u.score % 3", "u.user_id")
+		}
+		var where []string
+		for range r.IntN(3) {
+			where = append(where, pick(
+				fmt.Sprintf("o.qty > %d", r.IntN(8)),
+				fmt.Sprintf("i.qty < %d", 1+r.IntN(5)),
+				fmt.Sprintf("o.amount < %d", r.IntN(4000)),
+				"o.status IS NOT NULL",
+				fmt.Sprintf("i.price > %d", r.IntN(150)),
+			))
+		}
+		if strings.Contains(from, "t_user") && r.IntN(2) == 0 {
+			where = append(where, fmt.Sprintf("u.score %s %d", pick("<", ">"), r.IntN(100)))
+		}
+		w := ""
+		if len(where) > 0 {
+			w = " WHERE " + strings.Join(where, " AND ")
+		}
+		agg := func() string {
+			return pick("count(*)", "sum(i.qty)", "sum(i.price * (1 - o.amount))", "round(avg(i.price), 2)", "max(o.created)",
+				"count(DISTINCT o.status)", "min(i.sku)", "sum(i.qty) FILTER (WHERE i.qty > 2)", "sum(100 / i.qty)", "avg(o.amount) + 1")
+		}
+		q := Query{MayRefuse: true}
+		if r.IntN(4) == 0 {
+			q.SQL = fmt.Sprintf("SELECT %s, %s FROM %s%s", agg(), agg(), from, w)
+		} else {
+			q.SQL = fmt.Sprintf("SELECT %s, %s, %s FROM %s%s GROUP BY 1", pick(keys...), agg(), agg(), from, w)
+			if r.IntN(3) == 0 {
+				q.SQL += fmt.Sprintf(" HAVING count(*) > %d", r.IntN(4))
+			}
+		}
+		out = append(out, q)
+	}
+	return out
+}
