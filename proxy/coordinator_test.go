@@ -496,9 +496,10 @@ func aggregatesOnTheShards(t *testing.T, layout sqldiff.Layout) {
 	// Under joins: each shard joins and aggregates the rows of the tables the aggregates
 	// read. (Whether postgres_fdw sends a shard the join, or only its tables' rows, is
 	// the coordinator's plan: the rows moved are logged, not bounded.)
-	for i, q := range sqldiff.ShardAggregatedJoins() {
+	// Within a statement: a CTE, a subquery in FROM, an arm of a set operation.
+	for i, q := range append(sqldiff.ShardAggregatedJoins(), sqldiff.ShardAggregatedWithin()...) {
 		for _, mode := range sqldiff.Modes {
-			if sqldiff.Compare(ctx, t, "shard aggregates under joins", q, suite.Ref, r, mode, layout.ByteOrder) {
+			if sqldiff.Compare(ctx, t, "shard aggregates under joins or within", q, suite.Ref, r, mode, layout.ByteOrder) {
 				t.Fatalf("join query %d [%s] refused: %s", i, mode, q.SQL)
 			}
 			n := moved(q.SQL)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -307,7 +308,7 @@ func TestCoordinatorAggregatesOnTheShardsThroughDriver(t *testing.T) {
 	layout := sqldiff.Layouts()[0]
 	env, sharded := coordinatedEnv(t, layout, "", nil)
 	ctx := context.Background()
-	for i, q := range append(sqldiff.ShardAggregated(), sqldiff.ShardAggregatedJoins()...) {
+	for i, q := range slices.Concat(sqldiff.ShardAggregated(), sqldiff.ShardAggregatedJoins(), sqldiff.ShardAggregatedWithin()) {
 		for _, mode := range env.Modes {
 			if sqldiff.Compare(ctx, t, "shard aggregates", q, env.Ref, sharded, mode, layout.ByteOrder) {
 				t.Errorf("query %d [%s] refused: %s", i, mode, q.SQL)
@@ -332,5 +333,12 @@ func TestCoordinatorAggregatesOnTheShardsThroughDriver(t *testing.T) {
 	}
 	if !strings.Contains(text, `shardlab_shards."t_order_item/3"`) || !strings.Contains(text, "each shard aggregates its own rows") {
 		t.Errorf("Explain does not show the shards' joins and aggregates:\n%s", text)
+	}
+	text, err = shardsql.Explain(ctx, conn, sqldiff.ShardAggregatedWithin()[0].SQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, `shardlab_shards."t_order/3"`) || !strings.Contains(text, "each shard aggregates its own rows") {
+		t.Errorf("Explain does not show the shards' aggregates within the statement:\n%s", text)
 	}
 }

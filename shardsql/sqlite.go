@@ -657,7 +657,7 @@ func runSQLiteTarget(ctx context.Context, q querier, st *sql.Stmt, pl *sqlplan.P
 // returnsRows reports whether a target's statement returns rows (a SELECT, or a write
 // with RETURNING).
 func returnsRows(pl *sqlplan.Plan, sql string) bool {
-	if pl.Kind == sqlplan.KindSelect {
+	if pl.Kind == sqlplan.KindSelect || pl.Kind == sqlplan.KindCoordinator {
 		return true
 	}
 	for _, w := range sqlplan.Tokens(sql) {

@@ -52,9 +52,10 @@ func (p *Planner) checkCoordination(ctx context.Context, stmt *pg.Node) *coordin
 	return c
 }
 
-// joinCatalog reads what shardAggregates needs to know of the tables a SELECT that
-// aggregates joins in its FROM clause: their columns' types. It returns nil when the
-// statement joins none it could rewrite, or the catalog cannot say.
+// joinCatalog reads what shardAggregates needs to know of the tables that a SELECT, or
+// a self-contained one within it (see selfContained), joins in its FROM clause to
+// aggregate them: their columns' types, of those the catalog knows. It returns nil when
+// the statement joins none it could rewrite.
 func (p *Planner) joinCatalog(ctx context.Context, stmt *pg.Node) *joinCatalog {
 	if e := stmt.GetExplainStmt(); e != nil {
 		stmt = e.Query
@@ -64,29 +65,38 @@ func (p *Planner) joinCatalog(ctx context.Context, stmt *pg.Node) *joinCatalog {
 	if !typed || p.cat == nil || sel == nil {
 		return nil
 	}
-	items, _, ok := readAggFrom(p.rules, sel.FromClause)
-	if !ok || len(items) < 2 {
-		return nil
-	}
-	aggregates := false
-	walk(sel, func(m proto.Message) bool {
-		if f, ok := m.(*pg.FuncCall); ok && mergeAggregates[foldedFuncName(f)] {
-			aggregates = true
+	var joined []*aggItem
+	selfContained(sel, nil, func(q *pg.SelectStmt, ctes map[string]bool) bool {
+		items, _, ok := readAggFrom(p.rules, q.FromClause)
+		if !ok || len(items) < 2 {
+			return false
 		}
-		return !aggregates
+		aggregates := false
+		walk(q, func(m proto.Message) bool {
+			if f, ok := m.(*pg.FuncCall); ok && mergeAggregates[foldedFuncName(f)] {
+				aggregates = true
+			}
+			return !aggregates
+		})
+		for _, it := range items {
+			if aggregates && (it.rv.Schemaname != "" || !ctes[it.rv.Relname]) {
+				joined = append(joined, it)
+			}
+		}
+		return false
 	})
-	if !aggregates {
+	if len(joined) == 0 {
 		return nil
 	}
 	jc := &joinCatalog{columns: map[string]map[string]string{}}
-	for _, it := range items {
+	for _, it := range joined {
 		name := it.rv.Relname
 		if jc.columns[name] != nil {
 			continue
 		}
 		types, err := tc.ColumnTypes(ctx, it.rule)
 		if err != nil {
-			return nil
+			continue // (no entry of its name is then rewritten)
 		}
 		jc.columns[name] = types
 	}

@@ -118,9 +118,9 @@ func (a *analyzer) everyDataSource(sql string) {
 
 // deparse prints a statement back as SQL.
 func (a *analyzer) deparse(stmt *pg.Node) (string, error) {
-	s, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: stmt}}})
+	s, err := deparse(a.tree.Version, stmt)
 	if err != nil {
-		return "", unsupported("a statement the rewriter cannot print back as SQL: %v", err)
+		return "", err
 	}
 	return s, nil
 }

@@ -322,9 +322,9 @@ func (a *analyzer) insertColumns(ins *pg.InsertStmt, target *tableRef) ([]string
 // splitTemplate cuts a multi-row INSERT into the text before its rows, each row, and
 // the text after, so that each target renders only its own rows.
 func (a *analyzer) splitTemplate(stmt *pg.Node, spec *insertSpec) error {
-	text, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: stmt}}})
+	text, err := deparse(a.tree.Version, stmt)
 	if err != nil {
-		return unsupported("a statement the rewriter cannot print back as SQL: %v", err)
+		return err
 	}
 	// Find VALUES at depth 0, then the parenthesised rows after it.
 	l := lexer{s: text}

@@ -110,9 +110,9 @@ func (a *analyzer) analyzeFeed(ins *pg.InsertStmt) error {
 		}
 		sel.WithClause = proto.Clone(w).(*pg.WithClause)
 	}
-	text, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: query}}})
+	text, err := deparse(a.tree.Version, query)
 	if err != nil {
-		return unsupported("a statement the rewriter cannot print back as SQL: %v", err)
+		return err
 	}
 	s := &scope{}
 	a.top = s
@@ -209,9 +209,9 @@ func (a *analyzer) describeAnywhere(stmt *pg.Node, target *pg.RangeVar) (describ
 			}
 		}
 	}
-	text, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: stmt}}})
+	text, err := deparse(a.tree.Version, stmt)
 	if err != nil {
-		return describeAt{}, unsupported("a statement the rewriter cannot print back as SQL: %v", err)
+		return describeAt{}, err
 	}
 	return describeAt{ds: ds, sql: text}, nil
 }
@@ -256,9 +256,9 @@ func (f *Feed) Batch(rows, columns int) (string, error) {
 		values[r] = &pg.Node{Node: &pg.Node_List{List: &pg.List{Items: items}}}
 	}
 	ins.SelectStmt = &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: &pg.SelectStmt{ValuesLists: values, Op: pg.SetOperation_SETOP_NONE, LimitOption: pg.LimitOption_LIMIT_OPTION_DEFAULT}}}
-	text, err := pg.Deparse(&pg.ParseResult{Version: f.version, Stmts: []*pg.RawStmt{{Stmt: &pg.Node{Node: &pg.Node_InsertStmt{InsertStmt: ins}}}}})
+	text, err := deparse(f.version, &pg.Node{Node: &pg.Node_InsertStmt{InsertStmt: ins}})
 	if err != nil {
-		return "", unsupported("a statement the rewriter cannot print back as SQL: %v", err)
+		return "", err
 	}
 	f.batches.Store(key, text)
 	return text, nil

@@ -73,6 +73,10 @@ func TestRouting(t *testing.T) {
 		{"SELECT * FROM t_order WHERE order_id IN (1, 2) AND order_id = 2", []int{orderShard(2)}, false},
 		{"SELECT * FROM t_order WHERE NOT (order_id = 1)", all4, false},
 		{"SELECT * FROM t_order WHERE order_id > 5", all4, false},
+		// Printed back by pg_query's deparser without the parentheses, these would read
+		// as other conditions on the shards: refused.
+		{"SELECT * FROM t_order WHERE (NOT amount > 1) IS NULL", nil, true},
+		{"UPDATE t_order SET status = 'x' WHERE order_id = 5 AND (status = 'a' OR amount > 1) IS NOT NULL", nil, true},
 		{"SELECT * FROM t_order WHERE order_id BETWEEN 1 AND 2", all4, false},
 		{"SELECT * FROM t_order", all4, false},
 		{"SELECT * FROM t_event WHERE event_id BETWEEN 150 AND 250", []int{1, 2}, false},

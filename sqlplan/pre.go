@@ -90,7 +90,7 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 			subselect.GetSelectStmt().LimitCount = &pg.Node{Node: &pg.Node_AConst{AConst: &pg.A_Const{Val: &pg.A_Const_Ival{Ival: &pg.Integer{Ival: 1}}}}}
 			subselect.GetSelectStmt().LimitOption = pg.LimitOption_LIMIT_OPTION_COUNT
 		}
-		text, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: subselect}}})
+		text, err := deparse(a.tree.Version, subselect)
 		if err != nil {
 			ok = false
 			return false
@@ -139,7 +139,7 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 		// subquery names: alone, it would read the table of that name.
 		return nil
 	}
-	text, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: stmt}}})
+	text, err := deparse(a.tree.Version, stmt)
 	if err != nil {
 		return nil
 	}

@@ -193,7 +193,7 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node) *pg.Node {
 		return nil
 	}
 	subselect := &pg.SelectStmt{TargetList: []*pg.Node{resTarget("", value)}, FromClause: *from, WhereClause: and(sub),
-		Op: pg.SetOperation_SETOP_NONE}
+		Op: pg.SetOperation_SETOP_NONE, LimitOption: pg.LimitOption_LIMIT_OPTION_DEFAULT}
 	in := &pg.Node{Node: &pg.Node_SubLink{SubLink: &pg.SubLink{SubLinkType: pg.SubLinkType_ANY_SUBLINK, Testexpr: column,
 		Subselect: &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: subselect}}, Location: -1}}}
 	*from = nil

@@ -2,6 +2,7 @@ package sqlplan
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -62,8 +63,12 @@ func CoordinatorShardTable(name string, i int) string {
 // function, CTE, set operation or whole-row reference, and no parameter written twice;
 // under joins, the further conditions below. Everything else in it (expressions over
 // the aggregates, HAVING, ORDER BY, DISTINCT, LIMIT) the coordinator evaluates over the
-// combined rows as written. It returns ok false, and the statement runs as written,
-// otherwise.
+// combined rows as written.
+//
+// Where the statement itself is not rewritten, each SELECT within it that reads no
+// column of a query around it (see selfContained) is, on the same conditions: a common
+// table expression's body, a subquery in FROM, an arm of a set operation. It returns ok
+// false, and the statement runs as written, when nothing is rewritten.
 func shardAggregates(r *rules.Compiled, sql string, cat *joinCatalog) (string, bool) {
 	tree, err := pg.Parse(sql)
 	if err != nil || len(tree.Stmts) != 1 {
@@ -74,17 +79,98 @@ func shardAggregates(r *rules.Compiled, sql string, cat *joinCatalog) (string, b
 		stmt = e.Query
 	}
 	sel := stmt.GetSelectStmt()
-	if sel == nil || !rewriteShardAggregates(r, sel, cat) {
+	if sel == nil {
 		return "", false
 	}
-	out, err := pg.Deparse(tree)
+	params := map[int32]int{}
+	walk(sel, func(m proto.Message) bool {
+		if p, ok := m.(*pg.ParamRef); ok {
+			params[p.Number]++
+		}
+		return true
+	})
+	rewritten := false
+	selfContained(sel, nil, func(q *pg.SelectStmt, ctes map[string]bool) bool {
+		if !readsOwnTables(q, ctes, params) {
+			return false
+		}
+		c := proto.Clone(q).(*pg.SelectStmt) // a rewrite that gives up leaves its work undone
+		if !rewriteShardAggregates(r, c, cat) {
+			return false
+		}
+		proto.Reset(q)
+		proto.Merge(q, c)
+		rewritten = true
+		return true
+	})
+	if !rewritten {
+		return "", false
+	}
+	out, err := deparse(tree.Version, tree.Stmts[0].Stmt)
 	if err != nil {
 		return "", false
 	}
-	if _, err := pg.Parse(out); err != nil {
-		return "", false // the deparser wrote what the grammar does not read ($0 as ?)
-	}
 	return out, true
+}
+
+// selfContained calls visit with sel and, unless visit returns true for it, with every
+// SELECT within it that reads no column of a query around it, and the names of the
+// common table expressions in scope there: the bodies of a WITH clause that is not
+// RECURSIVE, the subqueries in FROM that are not LATERAL, the arms of a set operation,
+// and theirs in turn. A subquery elsewhere (in WHERE, the select list) may read the
+// columns of the rows it is evaluated for, and is not visited.
+func selfContained(sel *pg.SelectStmt, ctes map[string]bool, visit func(*pg.SelectStmt, map[string]bool) bool) {
+	if sel == nil || visit(sel, ctes) {
+		return
+	}
+	if w := sel.WithClause; w != nil {
+		ctes = maps.Clone(ctes)
+		if ctes == nil {
+			ctes = map[string]bool{}
+		}
+		for _, c := range w.Ctes {
+			ctes[c.GetCommonTableExpr().GetCtename()] = true
+		}
+		if !w.Recursive {
+			for _, c := range w.Ctes {
+				selfContained(c.GetCommonTableExpr().GetCtequery().GetSelectStmt(), ctes, visit)
+			}
+		}
+	}
+	selfContained(sel.Larg, ctes, visit)
+	selfContained(sel.Rarg, ctes, visit)
+	var from func(n *pg.Node)
+	from = func(n *pg.Node) {
+		if s := n.GetRangeSubselect(); s != nil && !s.Lateral {
+			selfContained(s.Subquery.GetSelectStmt(), ctes, visit)
+		}
+		if j := n.GetJoinExpr(); j != nil {
+			from(j.Larg)
+			from(j.Rarg)
+		}
+	}
+	for _, n := range sel.FromClause {
+		from(n)
+	}
+}
+
+// readsOwnTables reports whether a SELECT within a statement may be rewritten on its
+// own: no table it names is a common table expression in scope (which the name would
+// mean instead), and no parameter it reads is read elsewhere in the statement too
+// (params counts each one's readings), whose type the rewrite's order of reading could
+// change.
+func readsOwnTables(sel *pg.SelectStmt, ctes map[string]bool, params map[int32]int) bool {
+	ok := true
+	walk(sel, func(m proto.Message) bool {
+		switch n := m.(type) {
+		case *pg.RangeVar:
+			ok = ok && (n.Schemaname != "" || !ctes[n.Relname])
+		case *pg.ParamRef:
+			ok = ok && params[n.Number] == 1
+		}
+		return ok
+	})
+	return ok
 }
 
 // mergeAggregates are the aggregates shardAggregates splits into shards' partial
@@ -617,6 +703,7 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt, cat *joinCata
 			WhereClause: cloneNode(sel.WhereClause),
 			GroupClause: append(cloneNodes(groups), cloneNodes(distinctGroups)...),
 			Op:          pg.SetOperation_SETOP_NONE,
+			LimitOption: pg.LimitOption_LIMIT_OPTION_DEFAULT,
 		}
 		if joined {
 			b.WhereClause = and(cloneNodes(branchQuals))
@@ -639,7 +726,7 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt, cat *joinCata
 			union = b
 			continue
 		}
-		union = &pg.SelectStmt{Op: pg.SetOperation_SETOP_UNION, All: true, Larg: union, Rarg: b}
+		union = &pg.SelectStmt{Op: pg.SetOperation_SETOP_UNION, All: true, Larg: union, Rarg: b, LimitOption: pg.LimitOption_LIMIT_OPTION_DEFAULT}
 	}
 	derived := &pg.Node{Node: &pg.Node_RangeSubselect{RangeSubselect: &pg.RangeSubselect{
 		Subquery: &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: union}}, Alias: &pg.Alias{Aliasname: alias}}}}

@@ -119,7 +119,6 @@ func TestShardAggregatesRewrites(t *testing.T) {
 		`SELECT x.city, count(*) FROM t_user u GROUP BY x.city`,                                                                        // another table's column
 		`SELECT count(*) FROM ONLY t_user`,                                                                                             // ONLY
 		`WITH c AS (SELECT 1) SELECT count(*) FROM t_user`,                                                                             // a CTE
-		`SELECT count(*) FROM t_user UNION ALL SELECT count(*) FROM t_user`,                                                            // a set operation
 		`SELECT city FROM t_user`,                                                                                                      // no aggregate, no group
 		`SELECT city, count(*) FROM t_user GROUP BY ROLLUP (city)`,                                                                     // grouping sets
 		`SELECT other.sum(age) FROM t_user`,                                                                                            // a function of another schema
@@ -127,6 +126,61 @@ func TestShardAggregatesRewrites(t *testing.T) {
 		`SELECT count(*) + $1 FROM t_user WHERE age > $1`,                                                                              // a parameter read twice
 		`SELECT count(*) + 1, "SUM"(age) FROM t_user`,                                                                                  // no aggregate of PostgreSQL's
 		`SELECT coalesce(sum(age), 0), upper(city) FROM t_user GROUP BY upper`,                                                         // an output's inferred name
+	} {
+		if got, ok := shardAggregates(r, sql, shardAggCatalog()); ok {
+			t.Errorf("rewritten: %s\n into %s", sql, got)
+		}
+	}
+}
+
+// TestShardAggregatesWithin: a SELECT within a statement that reads no column of a
+// query around it (a common table expression, a subquery in FROM, an arm of a set
+// operation) aggregates on the shards as a statement would, and the rest of the
+// statement reads its groups as written.
+func TestShardAggregatesWithin(t *testing.T) {
+	r := shardAggRules(t)
+	branch := func(shard int) string {
+		return `SELECT city AS city, count(*) AS __sl_tp1 FROM shardlab_shards."t_user/` + string(rune('0'+shard)) + `" t_user GROUP BY city`
+	}
+	rewritten := []struct{ sql, want string }{
+		{`WITH c AS (SELECT city, count(*) AS n FROM t_user GROUP BY city) SELECT n, count(*) FROM c GROUP BY n ORDER BY n`,
+			`WITH c AS (SELECT city AS city, shardlab_merge.count(__sl_tp1) AS n FROM (` + branch(0) + ` UNION ALL ` + branch(1) + `) t_user GROUP BY city) ` +
+				`SELECT n, count(*) FROM c GROUP BY n ORDER BY n`},
+		{`SELECT s.n, v FROM (SELECT city, count(*) AS n FROM t_user GROUP BY city) s JOIN t_config ON k = s.city`,
+			`SELECT s.n, v FROM (SELECT city AS city, shardlab_merge.count(__sl_tp1) AS n FROM (` + branch(0) + ` UNION ALL ` + branch(1) + `) t_user GROUP BY city) s ` +
+				`JOIN t_config ON k = s.city`},
+		{`SELECT count(*) FROM t_user UNION ALL SELECT count(*) FROM t_order ORDER BY 1`, ""},
+		{`SELECT * FROM (WITH c AS (SELECT max(age) AS m FROM t_user) SELECT m FROM c) x`, ""},
+		{`WITH c AS (SELECT count(*) FROM t_user WHERE age > $1) SELECT * FROM c`, ""},
+		{`WITH c AS (SELECT o.user_id, sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id GROUP BY o.user_id) SELECT count(*) FROM c`, ""},
+	}
+	for _, c := range rewritten {
+		got, ok := shardAggregates(r, c.sql, shardAggCatalog())
+		if !ok {
+			t.Errorf("not rewritten: %s", c.sql)
+			continue
+		}
+		if _, err := pg.Parse(got); err != nil {
+			t.Errorf("rewritten %s into what does not parse: %s: %v", c.sql, got, err)
+		}
+		if c.want != "" && got != c.want {
+			t.Errorf("%s\n got %s\nwant %s", c.sql, got, c.want)
+		}
+		if strings.Contains(c.sql, "t_user") && !strings.Contains(got, `shardlab_shards."t_user/1"`) {
+			t.Errorf("%s: t_user's shards do not aggregate: %s", c.sql, got)
+		}
+		if strings.Contains(c.sql, "t_order") && !strings.Contains(got, `shardlab_shards."t_order/3"`) {
+			t.Errorf("%s: t_order's shards do not aggregate: %s", c.sql, got)
+		}
+	}
+	for _, sql := range []string{
+		`WITH t_user AS (SELECT 1 AS age) SELECT * FROM (SELECT max(age) FROM t_user) s`,                                   // the name is the CTE's
+		`WITH t_user AS (SELECT 1 AS age) SELECT max(age) FROM t_user UNION ALL SELECT 1`,                                  // likewise
+		`WITH RECURSIVE c AS (SELECT count(*) AS n FROM t_user UNION ALL SELECT n + 1 FROM c WHERE n < 3) SELECT * FROM c`, // recursive
+		`SELECT * FROM t_config, LATERAL (SELECT count(*) FROM t_user WHERE city = k) s`,                                   // reads the row around it
+		`SELECT k FROM t_config WHERE n > (SELECT count(*) FROM t_user WHERE city = k)`,                                    // likewise
+		`WITH c AS (SELECT count(*) AS n FROM t_user WHERE age > $1) SELECT n + $1 FROM c`,                                 // a parameter read elsewhere too
+		`SELECT * FROM (SELECT count(*) FROM t_user WHERE age > (SELECT 1)) s`,                                             // not exact itself
 	} {
 		if got, ok := shardAggregates(r, sql, shardAggCatalog()); ok {
 			t.Errorf("rewritten: %s\n into %s", sql, got)
@@ -231,7 +285,9 @@ func TestShardAggregatesUnderJoins(t *testing.T) {
 // FuzzShardAggregates: whatever it rewrites parses, and names each shard once.
 func FuzzShardAggregates(f *testing.F) {
 	for _, s := range []string{`SELECT count(*) FROM t_user`, `SELECT city, sum(age) + 1 FROM t_user u WHERE age > 2 GROUP BY city HAVING count(*) > 1`,
-		`SELECT u.city, sum(i.qty * i.price) AS r FROM t_user u, t_order o, t_order_item i WHERE u.user_id = o.user_id AND i.order_id = o.order_id GROUP BY u.city ORDER BY r`} {
+		`SELECT u.city, sum(i.qty * i.price) AS r FROM t_user u, t_order o, t_order_item i WHERE u.user_id = o.user_id AND i.order_id = o.order_id GROUP BY u.city ORDER BY r`,
+		`WITH c AS (SELECT city, count(*) AS n FROM t_user GROUP BY city) SELECT n, count(*) FROM c GROUP BY n`,
+		`SELECT * FROM (SELECT max(age) FROM t_user) s, t_config UNION ALL SELECT count(*), 'a', 'b', 1 FROM t_order`} {
 		f.Add(s)
 	}
 	r := shardAggRules(f)

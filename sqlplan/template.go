@@ -167,9 +167,9 @@ func (a *analyzer) singleTemplate(stmt *pg.Node) error {
 
 // makeTemplate deparses a (marked) statement and cuts it into segments.
 func (a *analyzer) makeTemplate(stmt *pg.Node) (*template, error) {
-	text, err := pg.Deparse(&pg.ParseResult{Version: a.tree.Version, Stmts: []*pg.RawStmt{{Stmt: stmt}}})
+	text, err := deparse(a.tree.Version, stmt)
 	if err != nil {
-		return nil, unsupported("a statement the rewriter cannot print back as SQL: %v", err)
+		return nil, err
 	}
 	return a.cut(text), nil
 }

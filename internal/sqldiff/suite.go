@@ -350,6 +350,9 @@ func Queries() []Query {
 		ref("SELECT order_id, sum(qty) OVER (PARTITION BY user_id) FROM t_order"),
 		ref("SELECT * FROM t_user u WHERE u.user_id IN (SELECT user_id FROM t_order)"),
 		ref("SELECT bool_and(qty > 0) FROM t_order"),
+		// A condition the deparser would print without its parentheses (reading
+		// otherwise): refused where the tables are renamed, else sent as written.
+		{SQL: "SELECT order_id FROM t_order WHERE (NOT amount > 100) IS NULL", MayRefuse: true},
 	}
 }
 
@@ -373,6 +376,9 @@ func Writes() []Query {
 		w("UPDATE t_event SET v = v + 100 WHERE event_id BETWEEN 140 AND 160"),
 		w("DELETE FROM t_region WHERE region_id = 4"),
 		w("UPDATE t_user SET score = score + 1 WHERE user_id = 3"),
+		// Refused where the tables are renamed (see Queries), else sent as written; it
+		// writes what was there, so that a refusal leaves the tables equal.
+		{SQL: "UPDATE t_order SET note = note WHERE order_id = 11 AND (status = 'paid' OR qty > 1) IS NOT NULL RETURNING order_id", MayRefuse: true},
 		ref("INSERT INTO t_order (user_id, status) VALUES (1, 'no key')"),
 		ref("UPDATE t_order SET order_id = order_id + 1 WHERE order_id = 5"),
 		ref("UPDATE t_order SET order_id = 7 WHERE order_id > 5"),
@@ -459,6 +465,23 @@ func ShardAggregatedJoins() []Query {
 		{SQL: `SELECT u.city, sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id, t_user u WHERE o.status = 'none' GROUP BY u.city`},
 		{SQL: `SELECT sum(i.qty), count(*) * 1, max(o.status) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id, t_user u WHERE o.status = 'none'`},
 		{SQL: `SELECT count(*) * 1, sum(i.qty) FROM t_order o CROSS JOIN t_config c JOIN t_order_item i ON i.order_id = o.order_id WHERE c.n > 2`},
+	}
+}
+
+// ShardAggregatedWithin are coordinated statements that read the groups of SELECTs
+// within them that aggregate sharded tables and read no column of a query around them
+// (common table expressions, subqueries in FROM, arms of a set operation): each such
+// SELECT aggregates on the shards as a statement would.
+func ShardAggregatedWithin() []Query {
+	return []Query{
+		{SQL: `WITH per_user AS (SELECT user_id, count(*) AS n FROM t_order GROUP BY user_id) SELECT n, count(*) FROM per_user GROUP BY n ORDER BY n`, Ordered: true},
+		{SQL: `SELECT s.status, s.total, c.v FROM (SELECT status, sum(qty) AS total FROM t_order GROUP BY status) s LEFT JOIN t_config c ON c.n = s.total ORDER BY s.status COLLATE "C" NULLS FIRST, c.v COLLATE "C"`, Ordered: true},
+		{SQL: `SELECT count(*) AS n FROM t_order UNION ALL SELECT count(*) FROM t_user UNION ALL SELECT count(*) FROM t_order_item`},
+		{SQL: `WITH a AS (SELECT user_id, sum(amount) AS spent FROM t_order WHERE qty > $1 GROUP BY user_id), b AS (SELECT city, user_id FROM t_user) SELECT b.city, max(a.spent), count(*) FROM a JOIN b USING (user_id) GROUP BY b.city ORDER BY b.city COLLATE "C" NULLS FIRST`, Params: P("1"), Ordered: true},
+		{SQL: `SELECT avg(n), max(n) FROM (SELECT o.user_id, count(i.qty) AS n FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id GROUP BY o.user_id) s`},
+		// Over no rows: one row of the aggregates, none of the groups.
+		{SQL: `WITH e AS (SELECT max(amount) AS m, count(*) AS c FROM t_order WHERE qty < -100), g AS (SELECT status FROM t_order WHERE qty < -100 GROUP BY status) SELECT m IS NULL, c, (SELECT count(*) FROM g) FROM e`},
+		{SQL: `SELECT status FROM t_order GROUP BY status HAVING count(*) > 1 EXCEPT SELECT city FROM t_user GROUP BY city`},
 	}
 }
 
