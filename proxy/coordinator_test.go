@@ -515,6 +515,33 @@ func aggregatesOnTheShards(t *testing.T, layout sqldiff.Layout) {
 			t.Errorf("join query %d: the route preview does not show the shards' aggregates:\n%s", i, r)
 		}
 	}
+	// One table joined with one sharded otherwise by a column of few values (qty: 1 to
+	// 5): without statistics its rows go to the coordinator; once ANALYZE has counted
+	// them, it aggregates on the shards.
+	few := sqldiff.Query{SQL: `SELECT u.city, sum(i.price), count(*) FROM t_order_item i JOIN t_user u ON u.score = i.qty GROUP BY u.city ORDER BY u.city COLLATE "C" NULLS FIRST`, Ordered: true}
+	showRoute := func(sql string) string {
+		var route []string
+		for _, row := range admin("SHOW ROUTE " + sql) {
+			route = append(route, string(row[0]))
+		}
+		return strings.Join(route, "\n")
+	}
+	for _, analyzed := range []bool{false, true} {
+		if analyzed {
+			if _, err := r.Simple(ctx, "ANALYZE"); err != nil {
+				t.Fatal(err)
+			}
+			few.SQL += " LIMIT 100" // planned afresh
+		}
+		for _, mode := range sqldiff.Modes {
+			if sqldiff.Compare(ctx, t, "one table by statistics", few, suite.Ref, r, mode, layout.ByteOrder) {
+				t.Fatalf("refused: %s", few.SQL)
+			}
+		}
+		if got := strings.Contains(showRoute(few.SQL), "each shard aggregates its own rows"); got != analyzed {
+			t.Errorf("analyzed %v: the shards aggregate %v, want %v:\n%s", analyzed, got, analyzed, showRoute(few.SQL))
+		}
+	}
 	var route []string
 	for _, row := range admin("SHOW ROUTE " + sqldiff.ShardAggregated()[0].SQL) {
 		route = append(route, string(row[0]))

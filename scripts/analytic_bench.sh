@@ -176,6 +176,7 @@ queries=(
 	"distinct_customers|SELECT count(DISTINCT o_custkey) FROM orders WHERE o_orderdate >= date '1997-01-01'"
 	"top_balance_window|SELECT c_nationkey, c_custkey, c_acctbal FROM (SELECT c_nationkey, c_custkey, c_acctbal, rank() OVER (PARTITION BY c_nationkey ORDER BY c_acctbal DESC, c_custkey) AS r FROM customer) s WHERE r <= 2 ORDER BY 1, 2"
 	"big_spenders_semijoin|SELECT count(*), round(avg(c_acctbal), 2) FROM customer WHERE c_custkey IN (SELECT o_custkey FROM orders WHERE o_totalprice > 180000)"
+	"supplier_nation_join|SELECT s_nationkey, count(*), sum(l_extendedprice) FROM lineitem JOIN supplier ON s_suppkey = l_suppkey WHERE l_shipdate >= date '1996-01-01' GROUP BY s_nationkey ORDER BY s_nationkey"
 	"part_supplier_join|SELECT p_brand, count(DISTINCT l_suppkey) FROM lineitem JOIN part ON p_partkey = l_partkey WHERE p_type = 'BRASS' AND l_shipdate >= date '1996-01-01' AND l_shipdate < date '1996-02-01' GROUP BY p_brand ORDER BY p_brand"
 )
 

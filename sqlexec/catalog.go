@@ -260,6 +260,39 @@ func (c *Catalog) ColumnTypes(ctx context.Context, t *rules.TableRule) (map[stri
 	return types, nil
 }
 
+// ShardStats returns what PostgreSQL's statistics say of a sharded table's first
+// physical table: its rows, and the distinct values of each column its statistics
+// cover. rows is 0 where the table was never analyzed. Nothing is cached here: a plan
+// keeps what was read when it was made.
+func (c *Catalog) ShardStats(ctx context.Context, t *rules.TableRule) (rows float64, distinct map[string]float64, err error) {
+	res, err := c.query(ctx, t.Nodes[0].DataSource,
+		`SELECT c.reltuples::float8::text, s.attname::text, s.n_distinct::text
+		   FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		   LEFT JOIN pg_catalog.pg_stats s ON s.schemaname = n.nspname AND s.tablename = c.relname AND NOT s.inherited
+		  WHERE c.oid = to_regclass($1)`, nodeName(t.Nodes[0]))
+	if err != nil || len(res) == 0 {
+		return 0, nil, err
+	}
+	if rows, err = strconv.ParseFloat(*res[0][0], 64); err != nil || rows <= 0 {
+		return 0, nil, err
+	}
+	distinct = map[string]float64{}
+	for _, r := range res {
+		if r[1] == nil || r[2] == nil {
+			continue
+		}
+		d, err := strconv.ParseFloat(*r[2], 64)
+		if err != nil {
+			return 0, nil, err
+		}
+		if d < 0 {
+			d = -d * rows // a share of the rows
+		}
+		distinct[*r[1]] = d
+	}
+	return rows, distinct, nil
+}
+
 // CopyColumns returns the columns COPY without a column list takes: every column but
 // the generated ones, in order.
 func (c *Catalog) CopyColumns(ctx context.Context, t *rules.TableRule) ([]string, error) {

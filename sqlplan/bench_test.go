@@ -80,6 +80,24 @@ func BenchmarkMiss(b *testing.B) {
 	}
 }
 
+// BenchmarkMissRenamed: planning from scratch a statement whose tables are renamed on
+// the shards, so that its tree is printed back as SQL (and parsed again, to check the
+// text reads as the tree).
+func BenchmarkMissRenamed(b *testing.B) {
+	p := sqlplan.New(testRules(b), nil, sqlplan.Options{CacheSize: -1})
+	ctx := context.Background()
+	args := sqlplan.Args{Values: [][]byte{[]byte("4242"), []byte("paid")}}
+	for b.Loop() {
+		pl, err := p.Prepare(ctx, "SELECT order_id, amount FROM t_order WHERE order_id = $1 AND status = $2")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := pl.Bind(args); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkMergePlanHit: a cached cross-shard ORDER BY ... LIMIT, bound (targets
 // rendered with the pushed-down LIMIT).
 func BenchmarkMergePlanHit(b *testing.B) {

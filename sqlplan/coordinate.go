@@ -99,6 +99,14 @@ func (p *Planner) joinCatalog(ctx context.Context, stmt *pg.Node) *joinCatalog {
 			continue // (no entry of its name is then rewritten)
 		}
 		jc.columns[name] = types
+		if sc, ok := p.cat.(statsCatalog); ok && it.rule.Kind == rules.KindSharded {
+			if rows, distinct, err := sc.ShardStats(ctx, it.rule); err == nil && rows > 0 {
+				if jc.rows == nil {
+					jc.rows, jc.distinct = map[string]float64{}, map[string]map[string]float64{}
+				}
+				jc.rows[name], jc.distinct[name] = rows, distinct
+			}
+		}
 	}
 	return jc
 }
@@ -109,6 +117,12 @@ type typedCatalog interface {
 	// ColumnTypes returns each column of a table with its type as format_type writes
 	// it, modifier included.
 	ColumnTypes(ctx context.Context, table *rules.TableRule) (map[string]string, error)
+}
+
+// statsCatalog is a Catalog that reads PostgreSQL's statistics of a sharded table's
+// first shard (package sqlexec's does): its rows, and each column's distinct values.
+type statsCatalog interface {
+	ShardStats(ctx context.Context, table *rules.TableRule) (rows float64, distinct map[string]float64, err error)
 }
 
 // coordinated plans a SELECT the analysis refused (why) for the coordinator database:

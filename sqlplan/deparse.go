@@ -39,28 +39,64 @@ func deparse(version int32, stmt *pg.Node) (string, error) {
 // sameTree reports whether two parse trees are one, wherever their nodes stand in the
 // text.
 func sameTree(a, b proto.Message) bool {
-	a, b = proto.Clone(a), proto.Clone(b)
-	clearLocations(a.ProtoReflect())
-	clearLocations(b.ProtoReflect())
-	return proto.Equal(a, b)
+	return sameMessage(a.ProtoReflect(), b.ProtoReflect())
 }
 
-func clearLocations(m protoreflect.Message) {
-	var positions []protoreflect.FieldDescriptor
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+// sameMessage compares two messages field by field, positions aside.
+func sameMessage(a, b protoreflect.Message) bool {
+	if a.IsValid() != b.IsValid() || a.Descriptor() != b.Descriptor() {
+		return false
+	}
+	same, fields := true, 0
+	a.Range(func(fd protoreflect.FieldDescriptor, va protoreflect.Value) bool {
+		if textPosition(fd) {
+			return true
+		}
+		fields++
+		if !b.Has(fd) {
+			same = false
+			return false
+		}
+		vb := b.Get(fd)
 		switch {
-		case fd.Name() == "location" || fd.Name() == "stmt_location" || fd.Name() == "stmt_len":
-			positions = append(positions, fd)
-		case fd.IsList() && fd.Message() != nil:
-			for i := 0; i < v.List().Len(); i++ {
-				clearLocations(v.List().Get(i).Message())
+		case fd.IsList():
+			la, lb := va.List(), vb.List()
+			same = la.Len() == lb.Len()
+			for i := 0; same && i < la.Len(); i++ {
+				if fd.Message() != nil {
+					same = sameMessage(la.Get(i).Message(), lb.Get(i).Message())
+				} else {
+					same = la.Get(i).Equal(lb.Get(i))
+				}
 			}
 		case fd.Message() != nil && !fd.IsMap():
-			clearLocations(v.Message())
+			same = sameMessage(va.Message(), vb.Message())
+		default:
+			same = va.Equal(vb)
+		}
+		return same
+	})
+	if !same {
+		return false
+	}
+	b.Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
+		if !textPosition(fd) {
+			fields--
 		}
 		return true
 	})
-	for _, fd := range positions {
-		m.Clear(fd)
+	return fields == 0
+}
+
+// textPosition reports whether a field of pg_query's tree says where a node stands in the
+// text.
+func textPosition(fd protoreflect.FieldDescriptor) bool {
+	if fd.Kind() != protoreflect.Int32Kind || fd.IsList() {
+		return false // (CREATE TABLESPACE's location is a directory)
 	}
+	switch fd.Name() {
+	case "location", "stmt_location", "stmt_len", "arg_location", "name_location", "payload_location", "conninfo_location":
+		return true
+	}
+	return false
 }

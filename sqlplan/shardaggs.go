@@ -264,6 +264,7 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt, cat *joinCata
 	exact := true
 	params := map[int32]int{}
 	aggItems := map[int]bool{}
+	aggregated := false // an aggregate of the five, reading columns or none (count(*))
 	walk(sel, func(m proto.Message) bool {
 		switch n := m.(type) {
 		case *pg.SubLink, *pg.RangeSubselect, *pg.RangeFunction, *pg.WithClause, *pg.GroupingSet, *pg.GroupingFunc:
@@ -287,6 +288,7 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt, cat *joinCata
 				exact = false
 			}
 			if mergeAggregates[name] {
+				aggregated = true
 				for _, arg := range append(slices.Clone(n.Args), n.AggFilter) {
 					walk(arg, func(m proto.Message) bool {
 						if cr, ok := m.(*pg.ColumnRef); ok {
@@ -335,7 +337,7 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt, cat *joinCata
 		if !exact {
 			return false
 		}
-		if inP = pushedEntries(items, quals, aggItems, resolve); inP == nil {
+		if inP = pushedEntries(items, quals, aggItems, aggregated, resolve); inP == nil {
 			return false
 		}
 		for _, q := range quals {
@@ -372,12 +374,7 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt, cat *joinCata
 	// or numerics), or adds and multiplies numerics of a precision and constants, with
 	// no FILTER; the shards group by no expression.
 	others := slices.Contains(inP, false)
-	if others && slices.Index(inP[slices.Index(inP, true)+1:], true) < 0 {
-		// One table grouped by the columns it is joined by: measured, its groups were
-		// nearly its rows (a foreign key's), and the coordinator's plan over them slower
-		// than over the rows (docs/sql-sharding.md, "Aggregates on the shards").
-		return false
-	}
+	alone := others && slices.Index(inP[slices.Index(inP, true)+1:], true) < 0
 	if others {
 		safe := true
 		for _, list := range [][]*pg.Node{sel.TargetList, sel.DistinctClause, sel.SortClause, {sel.HavingClause}} {
@@ -512,6 +509,39 @@ func rewriteShardAggregates(r *rules.Compiled, sel *pg.SelectStmt, cat *joinCata
 			ref := pg.MakeColumnRefNode([]*pg.Node{pg.MakeStrNode(items[exposed[col]].name), pg.MakeStrNode(col)}, -1)
 			branchTargets = append(branchTargets, resTarget(col, ref))
 			groups = append(groups, cloneNode(ref))
+		}
+	}
+
+	if alone {
+		// One table grouped by the columns it is joined by: where its groups were
+		// nearly its rows (a foreign key's), the coordinator's plan over them was
+		// slower than over the rows (docs/sql-sharding.md, "Aggregates on the
+		// shards"). It aggregates on the shards only where the statistics say its
+		// groups are few.
+		cols := slices.Collect(maps.Keys(seen))
+		for _, c := range joinCols {
+			if !seen[c] {
+				cols = append(cols, c)
+			}
+		}
+		// An aggregate over DISTINCT values groups by its argument too.
+		for _, list := range [][]*pg.Node{sel.TargetList, sel.SortClause, {sel.HavingClause}} {
+			for _, n := range list {
+				walk(n, func(m proto.Message) bool {
+					if fn, ok := m.(*pg.FuncCall); ok && fn.AggDistinct {
+						cr := fn.Args[0].GetColumnRef()
+						if cr == nil {
+							cols = append(cols, "") // no statistics
+						} else {
+							cols = append(cols, cr.Fields[len(cr.Fields)-1].GetString_().GetSval())
+						}
+					}
+					return true
+				})
+			}
+		}
+		if share, ok := cat.groupShare(items[first].rv.Relname, cols); !ok || share > fewGroups {
+			return false
 		}
 	}
 
@@ -827,9 +857,10 @@ func readAggFrom(r *rules.Compiled, from []*pg.Node) (items []*aggItem, quals []
 // pushedEntries returns which FROM entries each shard reads under a join: those the
 // aggregates read, and every sharded table whose rows they meet on the same shard only,
 // through a condition that equates the integer or uuid sharding keys of two tables
-// placed alike. It returns nil when the aggregates read no entry, or entries not so
-// joined.
-func pushedEntries(items []*aggItem, quals []*pg.Node, aggItems map[int]bool, resolve func(*pg.ColumnRef) int) []bool {
+// placed alike. Where the aggregates read no entry (count(*)), the most sharded tables
+// so joined. It returns nil when the aggregates read entries not so joined, when there
+// is no aggregate (aggregated), or no table is sharded.
+func pushedEntries(items []*aggItem, quals []*pg.Node, aggItems map[int]bool, aggregated bool, resolve func(*pg.ColumnRef) int) []bool {
 	parent := make([]int, len(items))
 	for i := range parent {
 		parent[i] = i
@@ -879,6 +910,20 @@ func pushedEntries(items []*aggItem, quals []*pg.Node, aggItems map[int]bool, re
 			root = find(i)
 		} else if find(i) != root {
 			return nil
+		}
+	}
+	if root < 0 && aggregated {
+		// Aggregates that read no column (count(*)) count joined rows wherever the
+		// shards group them: the most sharded tables so joined read on the shards.
+		// (Without an aggregate, a group would stand for its rows once.)
+		size, most := map[int]int{}, 0
+		for i, it := range items {
+			if it.rule.Kind != rules.KindSharded {
+				continue
+			}
+			if size[find(i)]++; size[find(i)] > most {
+				root, most = find(i), size[find(i)]
+			}
 		}
 	}
 	if root < 0 {
@@ -1018,6 +1063,34 @@ func and(ns []*pg.Node) *pg.Node {
 // coordinator's joins would drop).
 type joinCatalog struct {
 	columns map[string]map[string]string // table: column: type
+	// What PostgreSQL's statistics say of a sharded table's first shard, where it has
+	// them: its rows, and each column's distinct values.
+	rows     map[string]float64
+	distinct map[string]map[string]float64
+}
+
+// fewGroups is the largest share of a shard's rows in groups at which one table,
+// grouped by the columns it is joined by, aggregates on the shards: at 26% and 37%
+// that was measured slower than sending the rows (docs/sql-sharding.md).
+const fewGroups = 0.1
+
+// groupShare estimates, from the statistics, the share of a shard's rows of table that
+// its groups by cols are: at most the product of the columns' distinct values, and at
+// most 1. ok is false without statistics for each.
+func (jc *joinCatalog) groupShare(table string, cols []string) (share float64, ok bool) {
+	rows := jc.rows[table]
+	if rows <= 0 || len(cols) == 0 {
+		return 0, false
+	}
+	groups := 1.0
+	for _, c := range cols {
+		d, ok := jc.distinct[table][c]
+		if !ok || d <= 0 {
+			return 0, false
+		}
+		groups *= d
+	}
+	return min(1, groups/rows), true
 }
 
 // figureColname returns the name PostgreSQL gives an output column it is not told

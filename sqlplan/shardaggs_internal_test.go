@@ -225,6 +225,13 @@ func TestShardAggregatesUnderJoins(t *testing.T) {
 				branch(`SELECT sum(i.qty) AS __sl_tp1 FROM shardlab_shards."t_order/N" o, shardlab_shards."t_order_item/N" i WHERE o.status = 'none' AND i.order_id = o.order_id HAVING count(*) > 0`) +
 				`) o, t_user u GROUP BY u.city`},
 		{`SELECT u.city, sum(i.price * 1.5 - o.amount) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id GROUP BY 1`, ""},
+		// Only count(*), which reads no table: the bound tables, the most sharded ones
+		// joined on their keys, aggregate on the shards.
+		{`SELECT count(*) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id`, ""},
+		{`SELECT u.city, count(*) FROM t_user u JOIN t_order o ON o.user_id = u.user_id JOIN t_order_item i ON i.order_id = o.order_id GROUP BY u.city`,
+			`SELECT u.city AS city, shardlab_merge.count(__sl_tp1) AS count FROM t_user u, (` +
+				branch(`SELECT o.user_id AS user_id, count(*) AS __sl_tp1 FROM shardlab_shards."t_order/N" o, shardlab_shards."t_order_item/N" i WHERE i.order_id = o.order_id GROUP BY o.user_id`) +
+				`) o WHERE o.user_id = u.user_id GROUP BY u.city`},
 		// A self-join on the key.
 		{`SELECT count(*), sum(a.amount) FROM t_order a, t_order b WHERE a.order_id = b.order_id AND b.status = 'x'`, ""},
 	} {
@@ -242,7 +249,9 @@ func TestShardAggregatesUnderJoins(t *testing.T) {
 	}
 	for _, sql := range []string{
 		`SELECT o.status, sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id WHERE o.amount > 10 GROUP BY o.status`,                                    // (without the catalog)
-		`SELECT count(*) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id`,                                                                                      // no aggregate reads a table
+		`SELECT u.city, count(*) FROM t_user u JOIN t_order o ON o.user_id = u.user_id GROUP BY u.city`,                                                                      // only count(*): one table grouped
+		`SELECT u.city FROM t_user u JOIN t_order o ON o.user_id = u.user_id JOIN t_order_item i ON i.order_id = o.order_id`,                                                 // no aggregate: a group would stand for its rows once
+		`SELECT count(*) FROM (SELECT u.city FROM t_user u JOIN t_order o ON o.user_id = u.user_id JOIN t_order_item i ON i.order_id = o.order_id) s`,                        // ... within a statement too
 		`SELECT sum(o.amount) FROM t_order o LEFT JOIN t_order_item i ON i.order_id = o.order_id`,                                                                            // an outer join
 		`SELECT sum(o.amount) FROM t_order o JOIN t_order_item i USING (order_id)`,                                                                                           // USING
 		`SELECT sum(o.amount + u.age) FROM t_order o JOIN t_user u ON u.user_id = o.user_id`,                                                                                 // tables placed otherwise in one aggregate
@@ -279,6 +288,34 @@ func TestShardAggregatesUnderJoins(t *testing.T) {
 		if got, ok := shardAggregates(r, sql, c); ok {
 			t.Errorf("rewritten: %s\n into %s", sql, got)
 		}
+	}
+}
+
+// TestShardAggregatesOneTableByStatistics: one table joined with the coordinator's
+// tables aggregates on the shards only where PostgreSQL's statistics say its groups by
+// the columns it is joined by are few.
+func TestShardAggregatesOneTableByStatistics(t *testing.T) {
+	r := shardAggRules(t)
+	few := `SELECT c.v, sum(i.price), count(*) FROM t_order_item i JOIN t_config c ON c.n = i.qty GROUP BY c.v`
+	many := `SELECT c.v, sum(i.price) FROM t_order_item i JOIN t_config c ON c.n = i.item_id GROUP BY c.v`
+	if got, ok := shardAggregates(r, few, shardAggCatalog()); ok {
+		t.Errorf("rewritten without statistics: %s", got)
+	}
+	cat := shardAggCatalog()
+	cat.rows = map[string]float64{"t_order_item": 1000}
+	cat.distinct = map[string]map[string]float64{"t_order_item": {"qty": 10, "item_id": 900}}
+	got, ok := shardAggregates(r, few, cat)
+	want := `SELECT c.v AS v, shardlab_merge.sum(__sl_tp1) AS sum, shardlab_merge.count(__sl_tp2) AS count FROM (`
+	if !ok || !strings.HasPrefix(got, want) || !strings.Contains(got, `count(*) AS __sl_tp2 FROM shardlab_shards."t_order_item/3" i GROUP BY i.qty`) ||
+		!strings.HasSuffix(got, `) i, t_config c WHERE c.n = i.qty GROUP BY c.v`) {
+		t.Errorf("%s: with 10 values in 1000 rows: %v %s", few, ok, got)
+	}
+	if got, ok := shardAggregates(r, many, cat); ok {
+		t.Errorf("rewritten with 900 groups in 1000 rows: %s", got)
+	}
+	// The groups by a DISTINCT aggregate's argument count too: 10 x 900.
+	if got, ok := shardAggregates(r, `SELECT c.v, count(DISTINCT i.item_id) FROM t_order_item i JOIN t_config c ON c.n = i.qty GROUP BY c.v`, cat); ok {
+		t.Errorf("rewritten with 9000 groups in 1000 rows: %s", got)
 	}
 }
 

@@ -350,6 +350,9 @@ func Queries() []Query {
 		ref("SELECT order_id, sum(qty) OVER (PARTITION BY user_id) FROM t_order"),
 		ref("SELECT * FROM t_user u WHERE u.user_id IN (SELECT user_id FROM t_order)"),
 		ref("SELECT bool_and(qty > 0) FROM t_order"),
+		// No aggregate inside, count(*) outside: each joined row counts (the coordinator
+		// does not group the inner join's rows on the shards).
+		ref("SELECT count(*), count(DISTINCT city) FROM (SELECT u.city FROM t_user u JOIN t_order o ON o.user_id = u.user_id JOIN t_order_item i ON i.order_id = o.order_id) s"),
 		// A condition the deparser would print without its parentheses (reading
 		// otherwise): refused where the tables are renamed, else sent as written.
 		{SQL: "SELECT order_id FROM t_order WHERE (NOT amount > 100) IS NULL", MayRefuse: true},
@@ -465,6 +468,9 @@ func ShardAggregatedJoins() []Query {
 		{SQL: `SELECT u.city, sum(i.qty) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id, t_user u WHERE o.status = 'none' GROUP BY u.city`},
 		{SQL: `SELECT sum(i.qty), count(*) * 1, max(o.status) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id, t_user u WHERE o.status = 'none'`},
 		{SQL: `SELECT count(*) * 1, sum(i.qty) FROM t_order o CROSS JOIN t_config c JOIN t_order_item i ON i.order_id = o.order_id WHERE c.n > 2`},
+		// Only count(*): the bound tables aggregate on the shards.
+		{SQL: `SELECT u.city, count(*) FROM t_user u JOIN t_order o ON o.user_id = u.user_id JOIN t_order_item i ON i.order_id = o.order_id GROUP BY u.city ORDER BY u.city COLLATE "C" NULLS FIRST`, Ordered: true},
+		{SQL: `SELECT count(*) FROM t_order o JOIN t_order_item i ON i.order_id = o.order_id JOIN t_user u ON u.user_id = o.user_id WHERE u.score > 10`},
 	}
 }
 
