@@ -341,7 +341,7 @@ func (b *Bound) Explain() string {
 	}
 	switch {
 	case b.Coordinated() && b.Targets[0].SQL != b.AsWritten:
-		fmt.Fprintf(&sb, "  merge: none, each shard aggregates its own rows and the coordinator database combines one row per group per shard (the merge cannot: %s)\n", refusalText(b.Refused))
+		fmt.Fprintf(&sb, "  merge: none, each shard aggregates its own rows where the rewrite is exact, and the coordinator database combines one row per group per shard and evaluates the rest (the merge cannot: %s)\n", refusalText(b.Refused))
 	case b.Coordinated():
 		fmt.Fprintf(&sb, "  merge: none, the coordinator database evaluates the statement over every shard's rows (the merge cannot: %s)\n", refusalText(b.Refused))
 	case b.Merge != nil:
