@@ -176,6 +176,183 @@ func TestCoordinatorAnswersWhatTheMergeRefuses(t *testing.T) {
 	}
 }
 
+// TestCoordinatorInTransactionBlocks: inside a READ COMMITTED transaction block that has
+// not written, the coordinator answers as one database does, each statement seeing the
+// rows committed when it starts, and the transaction goes on to write and commit. A
+// transaction that wrote (whose writes the coordinator could not see), one of another
+// isolation level, one that ran SET LOCAL, and one holding a lock that keeps readers
+// out get 0A000 naming why. Up to this change every coordinated read in a transaction
+// block was refused.
+func TestCoordinatorInTransactionBlocks(t *testing.T) {
+	layout := sqldiff.Layouts()[0]
+	env, e, r := coordinated(t, layout, "")
+	ctx := context.Background()
+	run := func(sql string) {
+		t.Helper()
+		if _, err := r.Simple(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		if _, err := env.Ref.Simple(ctx, sql); err != nil {
+			t.Fatalf("one database: %s: %v", sql, err)
+		}
+	}
+	for _, begin := range []string{"BEGIN", "START TRANSACTION ISOLATION LEVEL READ COMMITTED, READ ONLY"} {
+		run(begin)
+		// A read on one shard first: the transaction then spans a data source already.
+		run(`SELECT status FROM t_order WHERE order_id = 1`)
+		for i, q := range coordinatedQueries {
+			for _, mode := range sqldiff.Modes {
+				if sqldiff.Compare(ctx, t, begin, q, env.Ref, r, mode, layout.ByteOrder) {
+					t.Fatalf("query %d [%s] refused in a transaction block (%s): %s", i, mode, begin, q.SQL)
+				}
+			}
+		}
+		run("COMMIT")
+	}
+
+	counted := `SELECT count(DISTINCT status), count(*) FROM t_order WHERE order_id > 0`
+	count := func() string {
+		t.Helper()
+		a, err := r.Simple(ctx, counted)
+		if err != nil || len(a.Rows) != 1 {
+			t.Fatalf("%s: %v", counted, err)
+		}
+		return string(a.Rows[0][0]) + "/" + string(a.Rows[0][1])
+	}
+	// Each statement sees what others committed before it started, as READ COMMITTED
+	// does; the transaction then writes and commits, the coordinator no part of it.
+	other := sqldiff.PgConnRunner{Conn: e.pgconnect(t)}
+	if _, err := r.Simple(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	before := count()
+	if _, err := other.Simple(ctx, `INSERT INTO t_order (order_id, user_id, status) VALUES (900001, 1, 'in-tx-status')`); err != nil {
+		t.Fatal(err)
+	}
+	after := count()
+	if after == before {
+		t.Errorf("a coordinated read in a transaction block did not see a row committed before it: %s, then %s", before, after)
+	}
+	if _, err := r.Simple(ctx, `UPDATE t_order SET note = 'seen' WHERE order_id = 900001`); err != nil {
+		t.Fatal(err)
+	}
+	// Written: the coordinator would not see the write.
+	if _, err := r.Simple(ctx, counted); sqlState(err) != "0A000" || !strings.Contains(err.Error(), "wrote") {
+		t.Errorf("after a write in the transaction: %v, want 0A000 naming the write", err)
+	}
+	if _, err := r.Simple(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Simple(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	count()
+	if _, err := r.Simple(ctx, `UPDATE t_order SET note = 'seen' WHERE order_id = 900001`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Simple(ctx, "COMMIT"); err != nil {
+		t.Fatalf("COMMIT after a coordinated read: %v", err)
+	}
+	if a, err := other.Simple(ctx, `SELECT note FROM t_order WHERE order_id = 900001`); err != nil || len(a.Rows) != 1 || string(a.Rows[0][0]) != "seen" {
+		t.Errorf("the write after a coordinated read was not committed: %v", err)
+	}
+	if _, err := other.Simple(ctx, `DELETE FROM t_order WHERE order_id = 900001`); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		setup []string
+		want  string
+	}{
+		{[]string{"BEGIN ISOLATION LEVEL REPEATABLE READ"}, "REPEATABLE READ"},
+		{[]string{"BEGIN", "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"}, "SET LOCAL"},
+		{[]string{"BEGIN", "SET LOCAL TimeZone = 'Asia/Kathmandu'"}, "SET LOCAL"},
+		{[]string{"BEGIN", "SELECT order_id FROM t_order WHERE order_id = 1 FOR UPDATE"}, "wrote (or locked rows)"},
+		{[]string{"BEGIN", "LOCK TABLE t_config IN ACCESS EXCLUSIVE MODE"}, "lock"}, // with wal_level replica the lock takes a transaction id too
+	} {
+		for _, sql := range c.setup {
+			if _, err := r.Simple(ctx, sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		if _, err := r.Simple(ctx, counted); sqlState(err) != "0A000" || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("after %q: %v, want 0A000 naming %q", c.setup, err, c.want)
+		}
+		if _, err := r.Simple(ctx, "ROLLBACK"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A statement that fails gets the error it gets outside a transaction block (never
+	// 25P02 from the coordinator's own failure), and the transaction has failed, as on
+	// one database.
+	bad := `SELECT count(*) FROM t_order o JOIN t_user u ON u.city = o.no_such_column`
+	_, outside := r.Simple(ctx, bad)
+	if _, err := r.Simple(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Simple(ctx, bad); sqlState(err) == "" || sqlState(err) != sqlState(outside) {
+		t.Errorf("a failing statement in a transaction block: %v; outside one: %v", err, outside)
+	}
+	if _, err := r.Simple(ctx, counted); sqlState(err) != "25P02" {
+		t.Errorf("after the failure: %v, want 25P02", err)
+	}
+	if _, err := r.Simple(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	// Another session waiting for a lock the transaction holds (a LOCK TABLE, queued
+	// behind the transaction's read): the coordinator's reads would queue behind it,
+	// a wait no deadlock detector sees. Refused; the other session goes on once the
+	// transaction ends.
+	if _, err := r.Simple(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Simple(ctx, `SELECT status FROM t_order WHERE order_id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	locker := sqldiff.PgConnRunner{Conn: e.pgconnect(t)}
+	if _, err := locker.Simple(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	locked := make(chan error, 1)
+	go func() {
+		_, err := locker.Simple(ctx, `LOCK TABLE t_order IN ACCESS EXCLUSIVE MODE`)
+		locked <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		a, err := env.Ref.Simple(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted AND mode = 'AccessExclusiveLock'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(a.Rows[0][0]) != "0" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the LOCK TABLE never waited for the transaction's read")
+		}
+	}
+	if _, err := r.Simple(ctx, counted); sqlState(err) != "0A000" || !strings.Contains(err.Error(), "waits for a lock") {
+		t.Errorf("with another session waiting for the transaction's lock: %v, want 0A000 naming the wait", err)
+	}
+	if _, err := r.Simple(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-locked; err != nil {
+		t.Fatalf("the waiting LOCK TABLE: %v", err)
+	}
+	if _, err := locker.Simple(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+
+	// An implicit transaction (several statements in one query string) that wrote is
+	// refused alike, and its write is undone with it.
+	if _, err := r.Simple(ctx, `UPDATE t_order SET note = 'implicit' WHERE order_id = 1; `+counted); sqlState(err) != "0A000" {
+		t.Errorf("an implicit transaction that wrote: %v, want 0A000", err)
+	}
+	if a, err := r.Simple(ctx, `SELECT count(*) FROM t_order WHERE note = 'implicit'`); err != nil || string(a.Rows[0][0]) != "0" {
+		t.Errorf("the refused implicit transaction's write stayed: %v", err)
+	}
+}
+
 // TestCoordinatorStaysExact: what the coordinator cannot answer as one database would
 // stays refused, and its errors are one database's.
 func TestCoordinatorStaysExact(t *testing.T) {
@@ -245,16 +422,23 @@ func TestCoordinatorStaysExact(t *testing.T) {
 			t.Errorf("%s:\n  one database: %v\n  proxy:        %v", bad, want, got)
 		}
 	}
-	// Inside a transaction block the coordinator does not read (it could not see the
-	// client's writes): refused, and the transaction goes on.
-	if _, err := r.Simple(ctx, "BEGIN"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Simple(ctx, `SELECT count(DISTINCT status) FROM t_order`); sqlState(err) != "0A000" {
-		t.Errorf("in a transaction block: %v, want 0A000", err)
-	}
-	if _, err := r.Simple(ctx, "ROLLBACK"); err != nil {
-		t.Fatal(err)
+	// Inside a transaction block too, where the coordinator answers: its failure does
+	// not fail the transaction before the check against one database runs (it did,
+	// and the client got 25P02).
+	for _, bad := range []string{
+		`SELECT o.nosuch, count(*) FROM t_order o JOIN t_user u ON u.city = o.note GROUP BY 1`,
+		fd, // the coordinator's error, one database's answer: refused
+	} {
+		_, want := r.Simple(ctx, bad) // outside the block, as checked above
+		if _, err := r.Simple(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		if _, got := r.Simple(ctx, bad); sqlState(got) != sqlState(want) {
+			t.Errorf("%s in a transaction block: %v, outside one: %v", bad, got, want)
+		}
+		if _, err := r.Simple(ctx, "ROLLBACK"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The client's settings follow it to the coordinator: a date and a timestamp come
 	// back in its DateStyle and TimeZone, and a float in its extra_float_digits.

@@ -179,14 +179,27 @@ func TestInsertSelectIntoSharded(t *testing.T) {
 			t.Errorf("%s: %v, want 0A000", q, err)
 		}
 	}
+	// A query only the coordinator answers, in a transaction block: read before the
+	// writes, where the transaction has written nothing yet; after a write, refused
+	// naming it, and nothing of it written.
+	coordinatedInsert := `INSERT INTO dst (id, name) SELECT s.id + 50000, t.name FROM src s JOIN src t ON t.grp = s.grp AND t.id = s.id + 7`
 	exec1(t, px, `BEGIN`)
-	_, err = px.Exec(ctx, `INSERT INTO dst (id, name) SELECT s.id + 50000, t.name FROM src s JOIN src t ON t.grp = s.grp AND t.id = s.id + 7`)
-	if sqlState(err) != "0A000" || !strings.Contains(err.Error(), "transaction") {
-		t.Errorf("a coordinated query in a transaction block: %v, want 0A000 naming the transaction", err)
+	if _, err = px.Exec(ctx, coordinatedInsert); err != nil {
+		t.Errorf("a coordinated query in a transaction block that has not written: %v", err)
+	}
+	if n := queryInt(t, px, `SELECT count(*) FROM dst WHERE id > 50000`); n == 0 {
+		t.Errorf("the transaction does not see the rows it inserted")
+	}
+	exec1(t, px, `ROLLBACK`)
+	exec1(t, px, `BEGIN`)
+	exec1(t, px, `UPDATE src SET name = name WHERE id = 1`)
+	_, err = px.Exec(ctx, coordinatedInsert)
+	if sqlState(err) != "0A000" || !strings.Contains(err.Error(), "wrote") {
+		t.Errorf("a coordinated query in a transaction block that wrote: %v, want 0A000 naming the write", err)
 	}
 	exec1(t, px, `ROLLBACK`)
 	if n := queryInt(t, px, `SELECT count(*) FROM dst WHERE id > 50000`); n != 0 {
-		t.Errorf("%d rows of a refused statement", n)
+		t.Errorf("%d rows of a rolled back or refused statement", n)
 	}
 
 	// The spool of the query's rows is bounded; the proxy stays healthy for others.

@@ -141,10 +141,19 @@ func TestSubqueriesFirst(t *testing.T) {
 			}
 		}
 	}
+	// A subquery only the coordinator answers, in a transaction block: read first, where
+	// the transaction has written nothing yet; after a write, refused naming it.
+	coordinatedDelete := `DELETE FROM orders WHERE cust IN (SELECT c.id FROM custs c JOIN orders o ON o.cust = c.id WHERE o.amount > 800)`
 	exec1(t, px, `BEGIN`)
-	_, err = px.Exec(ctx, `DELETE FROM orders WHERE cust IN (SELECT c.id FROM custs c JOIN orders o ON o.cust = c.id WHERE o.amount > 800)`)
-	if sqlState(err) != "0A000" || !strings.Contains(err.Error(), "transaction") {
-		t.Errorf("a coordinated subquery in a transaction block: %v, want 0A000 naming the transaction", err)
+	if _, err = px.Exec(ctx, coordinatedDelete); err != nil {
+		t.Errorf("a coordinated subquery in a transaction block that has not written: %v", err)
+	}
+	exec1(t, px, `ROLLBACK`)
+	exec1(t, px, `BEGIN`)
+	exec1(t, px, `UPDATE orders SET status = status WHERE id = 1`)
+	_, err = px.Exec(ctx, coordinatedDelete)
+	if sqlState(err) != "0A000" || !strings.Contains(err.Error(), "wrote") {
+		t.Errorf("a coordinated subquery in a transaction block that wrote: %v, want 0A000 naming the write", err)
 	}
 	exec1(t, px, `ROLLBACK`)
 	// A correlated subquery inside a transaction block: refused, and the transaction

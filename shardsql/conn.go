@@ -39,6 +39,10 @@ type conn struct {
 	// open is the last answer handed out as a stream; it may still hold connections
 	// (see finishOpen).
 	open *sqlexec.Rows
+	// localTxn is the transaction (sqlexec.Session.Transaction) that ran a statement
+	// which may change a setting for itself alone (set_config, DO, CALL): the
+	// coordinator database's reads would not carry it. Zero: none.
+	localTxn uint64
 }
 
 // finishOpen reads the rest of an answer still streaming into memory and frees the
@@ -519,6 +523,9 @@ func (cn *conn) runPlan(ctx context.Context, plan *sqlplan.Plan, args []driver.N
 // execute runs a bound statement; transaction statements act on the session.
 func (cn *conn) execute(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args, args []driver.NamedValue) (*sqlexec.Result, error) {
 	pl := b.Plan
+	if cn.s != nil && cn.s.InTransaction() && pl.Session&(sqlplan.EffectSetConfig|sqlplan.EffectOpaque) != 0 {
+		cn.localTxn = cn.s.Transaction()
+	}
 	switch pl.Kind {
 	case sqlplan.KindEmpty:
 		return &sqlexec.Result{}, nil

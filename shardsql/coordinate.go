@@ -137,14 +137,39 @@ func why(refused error) string {
 	return strings.TrimPrefix(refused.Error(), "shardlab: ")
 }
 
+// readsCommitted says why the coordinator may not answer inside the program's open
+// transaction, if so (sqlexec.Session.CommittedReads): its statements read committed
+// rows in transactions of their own, outside the program's (Connect keeps it out), and
+// carry none of the transaction's own settings.
+func (cn *conn) readsCommitted(ctx context.Context) error {
+	if cn.s == nil || !cn.s.InTransaction() {
+		return nil
+	}
+	if cn.localTxn == cn.s.Transaction() {
+		return sqlplan.UnsupportedHint("Run it outside a transaction, or before set_config.",
+			"the transaction ran set_config, DO or CALL, which may set what the coordinator database's own transactions would not carry")
+	}
+	return cn.s.CommittedReads(ctx, cn.s)
+}
+
+func hintOf(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Hint
+	}
+	return ""
+}
+
 // readyCoordinator checks that the coordinator may answer a statement the merge
 // refused (refused) on this connection now, and builds its database if a schema change
 // made through this handle (or its start) left it unbuilt.
 func (cn *conn) readyCoordinator(ctx context.Context, refused error) error {
 	c := cn.c.coord
-	if cn.s.InTransaction() {
-		return sqlplan.UnsupportedHint("Run it outside a transaction (or on one shard).",
-			"%s; the coordinator database that answers such statements over several shards reads only outside a transaction, where the program has no write it could not see", why(refused))
+	if err := cn.readsCommitted(ctx); err != nil {
+		if !errors.Is(err, sqlplan.ErrUnsupported) {
+			return err // the check's own failure, as it is
+		}
+		return sqlplan.UnsupportedHint(hintOf(err), "%s; %s", why(refused), strings.TrimPrefix(why(err), "shardlab: "))
 	}
 	if err := c.coord.Ready(ctx, c.generation.Load()); err != nil {
 		if errors.Is(err, coordinator.ErrSchemaChanged) {

@@ -117,8 +117,9 @@ func sqlStateOf(err error) string {
 }
 
 // TestCoordinatorRulesThroughDriver: what the coordinator does not answer through the
-// driver, and how its failures read: a statement inside a transaction is refused with
-// 0A000 (the coordinator's sessions cannot see the transaction's writes); an error one
+// driver, and how its failures read: a statement inside a transaction that wrote, or
+// is not READ COMMITTED, is refused with 0A000 (the coordinator's sessions cannot see
+// the transaction's writes or snapshot), and answered in one that is; an error one
 // database raises is that database's, with its SQLSTATE; a statement that reads more
 // than Config.CoordinatorMaxMoved from the shards fails with 54000 naming the setting,
 // and the handle goes on answering.
@@ -140,15 +141,62 @@ func TestCoordinatorRulesThroughDriver(t *testing.T) {
 		t.Fatalf("the join with an argument: %d, %v; want %d", got, err, want)
 	}
 
+	// In a READ COMMITTED transaction that has not written, the coordinator answers,
+	// and the transaction then writes and commits; after its write, or in another
+	// isolation level, or after set_config, it refuses (0A000), naming why. Up to this
+	// change every coordinated read in a transaction was refused.
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := tx.QueryRowContext(ctx, join).Scan(&got); err != nil || got != want {
+		t.Errorf("in a transaction that has not written: %d, %v; want %d", got, err, want)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE t_order SET note = note WHERE order_id = 10`); err != nil {
+		t.Fatal(err)
+	}
 	err = tx.QueryRowContext(ctx, join).Scan(&got)
-	if sqlStateOf(err) != "0A000" || !strings.Contains(err.Error(), "outside a transaction") {
-		t.Errorf("in a transaction: %v, want 0A000 naming the transaction", err)
+	if sqlStateOf(err) != "0A000" || !strings.Contains(err.Error(), "wrote") {
+		t.Errorf("in a transaction that wrote: %v, want 0A000 naming the write", err)
 	}
 	tx.Rollback()
+	tx, err = db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRowContext(ctx, join).Scan(&got); err != nil || got != want {
+		t.Errorf("in a transaction: %d, %v; want %d", got, err, want)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE t_order SET note = note WHERE order_id = 10`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatalf("COMMIT after a coordinated read: %v", err)
+	}
+	for _, c := range []struct {
+		opts  *sql.TxOptions
+		first string
+		want  string
+	}{
+		{&sql.TxOptions{Isolation: sql.LevelRepeatableRead}, "", "REPEATABLE READ"},
+		{&sql.TxOptions{Isolation: sql.LevelSerializable}, "", "SERIALIZABLE"},
+		{nil, `SELECT set_config('TimeZone', 'Asia/Kathmandu', true) FROM t_user WHERE user_id = 1`, "set_config"},
+	} {
+		tx, err := db.BeginTx(ctx, c.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.first != "" {
+			if _, err := tx.ExecContext(ctx, c.first); err != nil {
+				t.Fatalf("%s: %v", c.first, err)
+			}
+		}
+		err = tx.QueryRowContext(ctx, join).Scan(&got)
+		if sqlStateOf(err) != "0A000" || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("in a transaction (%q): %v, want 0A000 naming %q", c.want, err, c.want)
+		}
+		tx.Rollback()
+	}
 
 	// An unknown column: one database's error, not the coordinator's.
 	bad := `SELECT count(*) FROM t_order o JOIN t_user u ON u.city = o.no_such_column`

@@ -67,8 +67,9 @@ func (cn *conn) insertSelect(ctx context.Context, pl *sqlplan.Plan, a sqlplan.Ar
 	}
 	var fields []pgconn.FieldDescription
 	if qb.Coordinated() {
-		// The coordinator reads only outside a transaction, before the writes (which
-		// then cannot feed back into the read).
+		// The coordinator reads before the writes (which then cannot feed back into
+		// the read); inside the program's transaction, only where it may
+		// (readsCommitted).
 		if cn.c.coord == nil {
 			return nil, qb.Refused
 		}

@@ -142,16 +142,32 @@ func TestInsertSelectThroughDriver(t *testing.T) {
 		t.Fatalf("%d INSERT ... SELECT answered", answered)
 	}
 
-	// A coordinated query in a transaction is refused, and writes nothing.
+	// A coordinated query in a transaction: read before the writes where the
+	// transaction has written nothing yet; after a write, refused, writing nothing.
+	coordinatedInsert := `INSERT INTO dst (id, name) SELECT s.id + 50000, t.name FROM src s JOIN src t ON t.grp = s.grp AND t.id = s.id + 7`
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO dst (id, name) SELECT s.id + 50000, t.name FROM src s JOIN src t ON t.grp = s.grp AND t.id = s.id + 7`)
-	if sqlStateOf(err) != "0A000" || !strings.Contains(err.Error(), "transaction") {
-		t.Errorf("a coordinated query in a transaction: %v, want 0A000 naming the transaction", err)
+	if _, err = tx.ExecContext(ctx, coordinatedInsert); err != nil {
+		t.Errorf("a coordinated query in a transaction that has not written: %v", err)
 	}
 	tx.Rollback()
+	tx, err = db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = tx.ExecContext(ctx, `UPDATE src SET name = name WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.ExecContext(ctx, coordinatedInsert)
+	if sqlStateOf(err) != "0A000" || !strings.Contains(err.Error(), "wrote") {
+		t.Errorf("a coordinated query in a transaction that wrote: %v, want 0A000 naming the write", err)
+	}
+	tx.Rollback()
+	if got := answer(ctx, db, `SELECT count(*) FROM dst WHERE id > 50000`, false); got != "0" {
+		t.Errorf("%s rows of a rolled back or refused statement", got)
+	}
 
 	// Past the bound on RETURNING rows held, after a batch was written, inside the
 	// program's transaction: the transaction has failed, and commits nothing.

@@ -143,13 +143,27 @@ func TestSubqueriesFirstThroughDriver(t *testing.T) {
 			t.Errorf("%s: %v, want 0A000", q, err)
 		}
 	}
+	// A subquery only the coordinator answers, in a transaction: read first where the
+	// transaction has written nothing yet; after a write, refused naming it.
+	coordinatedDelete := `DELETE FROM orders WHERE cust IN (SELECT c.id FROM custs c JOIN orders o ON o.cust = c.id WHERE o.amount > 800)`
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = tx.ExecContext(ctx, `DELETE FROM orders WHERE cust IN (SELECT c.id FROM custs c JOIN orders o ON o.cust = c.id WHERE o.amount > 800)`)
-	if sqlStateOf(err) != "0A000" || !strings.Contains(err.Error(), "transaction") {
-		t.Errorf("a coordinated subquery in a transaction: %v, want 0A000 naming the transaction", err)
+	if _, err = tx.ExecContext(ctx, coordinatedDelete); err != nil {
+		t.Errorf("a coordinated subquery in a transaction that has not written: %v", err)
+	}
+	tx.Rollback()
+	tx, err = db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = tx.ExecContext(ctx, `UPDATE orders SET status = status WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.ExecContext(ctx, coordinatedDelete)
+	if sqlStateOf(err) != "0A000" || !strings.Contains(err.Error(), "wrote") {
+		t.Errorf("a coordinated subquery in a transaction that wrote: %v, want 0A000 naming the write", err)
 	}
 	tx.Rollback()
 	if got := answer(ctx, db, `SELECT count(*) FROM orders WHERE status = 'new' AND amount = id * 1.5`, false); got != "600" {

@@ -359,6 +359,9 @@ func (c *Connector) Connect(context.Context) (driver.Conn, error) {
 		return &conn{c: c, sq: &sqliteSession{c: c}}, nil
 	}
 	s := sqlexec.NewSession(c.pools, c.committer)
+	// The coordinator database reads committed rows in transactions of its own, never
+	// in the program's (see readyCoordinator).
+	s.SetOutside(sqlplan.CoordinatorSource(c.cfg.Rules))
 	if c.detector != nil {
 		s.SetDeadlockDetector(c.detector)
 	}

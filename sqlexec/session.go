@@ -64,7 +64,14 @@ type Session struct {
 
 	detector *DeadlockDetector
 	victim   atomic.Bool // the detector cancelled this transaction's wait
+	outside  int         // see SetOutside; -1: none
 }
+
+// SetOutside keeps data source ds out of the session's transactions: a statement there
+// runs in a transaction of its own even while one is open, and its connection goes
+// back to the pool after it, as outside a transaction. It is for the coordinator
+// database, whose reads see only committed rows and which no commit includes.
+func (s *Session) SetOutside(ds int) { s.outside = ds }
 
 // SetDeadlockDetector makes d watch this session's transactions for deadlocks that
 // span data sources.
@@ -89,7 +96,7 @@ var _ Conns = (*Session)(nil)
 
 // NewSession returns a session borrowing from pool and committing through committer.
 func NewSession(pool Pool, committer *Committer) *Session {
-	return &Session{pool: pool, committer: committer, held: map[int]Lease{}, begun: map[int]bool{}}
+	return &Session{pool: pool, committer: committer, held: map[int]Lease{}, begun: map[int]bool{}, outside: -1}
 }
 
 // Run implements Conns.
@@ -114,7 +121,7 @@ func (s *Session) Run(ctx context.Context, ds int, fn func(*pgconn.PgConn) error
 func (s *Session) RunJoining(ctx context.Context, ds int, fn func(conn *pgconn.PgConn, join []string) (joined bool, err error)) error {
 	s.mu.Lock()
 	lease := s.held[ds]
-	join := s.inTx && !s.begun[ds]
+	join := s.inTx && !s.begun[ds] && ds != s.outside
 	failed := s.inTx && s.failed
 	s.mu.Unlock()
 	if failed {
@@ -178,7 +185,10 @@ func (s *Session) statementError(ds int, err error) error {
 		}
 		err = deadlockError(names)
 	}
-	if s.inTx {
+	if s.inTx && ds != s.outside {
+		// An error of the data source kept outside fails the transaction only as the
+		// caller decides (its error may be checked against a data source inside it
+		// first, or become a refusal).
 		s.mu.Lock()
 		s.failed = true
 		if drop {
@@ -200,9 +210,10 @@ func savepointStmts(saves []string) []string {
 	return out
 }
 
-// Release implements Conns: outside a transaction the connection goes back to its pool.
+// Release implements Conns: outside a transaction (or from the data source kept
+// outside, see SetOutside) the connection goes back to its pool.
 func (s *Session) Release(ds int, err error) {
-	if s.inTx {
+	if s.inTx && ds != s.outside {
 		return
 	}
 	s.mu.Lock()

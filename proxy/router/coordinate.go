@@ -14,10 +14,10 @@ import (
 
 // The coordinator database (Config.Coordinator) answers, as the client wrote them, the
 // SELECTs the merge cannot answer exactly over several shards. It reads the shards'
-// committed rows through postgres_fdw, in sessions of its own: it answers only
-// outside a transaction block, where no write of the client's is still unseen and no
-// snapshot is shared, and only for the data sources' own user, whose user mapping it
-// holds.
+// committed rows through postgres_fdw, in sessions and transactions of its own: it
+// answers outside a transaction block, and inside a READ COMMITTED one where no write
+// of the client's would be unseen (readsCommitted), and only for the data sources' own
+// user, whose user mapping it holds.
 
 // coordinatorIndex is the coordinator's data source index in a session's pools.
 func (s *Session) coordinatorIndex() int { return sqlplan.CoordinatorSource(s.r.rules) }
@@ -28,7 +28,15 @@ func (s *Session) coordinatorIndex() int { return sqlplan.CoordinatorSource(s.r.
 // (Execute with a row limit).
 func (s *Session) readyCoordinator(ctx context.Context, refused error, partial bool) error {
 	why := strings.TrimPrefix(refusalMessage(refused), "shardlab: ")
-	if err := s.coordinatorAllowed(partial); err != nil {
+	err := s.coordinatorAllowed(partial)
+	if err == nil && s.tx.InTransaction() {
+		// The check's own failures (a cancel, a broken connection, an aborted
+		// transaction) are the client's as they are; its refusals name the statement.
+		if err = s.readsCommitted(ctx); err != nil && !errors.Is(err, sqlplan.ErrUnsupported) {
+			return err
+		}
+	}
+	if err != nil {
 		return sqlplan.UnsupportedHint(hintOf(err), "%s; %s", why, strings.TrimPrefix(refusalMessage(err), "shardlab: "))
 	}
 	if err := s.r.coord.Ready(ctx, s.r.generation.Load()); err != nil {
@@ -53,9 +61,6 @@ func (s *Session) coordinatorAllowed(partial bool) error {
 	switch {
 	case s.r.coord == nil:
 		return sqlplan.Unsupported("the proxy runs without its coordinator database (--coordinator=false)")
-	case s.explicit || s.implicit:
-		return sqlplan.UnsupportedHint("Run it outside a transaction block (or on one shard).",
-			"the coordinator database that answers such statements over several shards reads only outside a transaction block, where the client has no write it could not see")
 	case partial:
 		return sqlplan.Unsupported("an answer of the coordinator database is not fetched in parts (Execute with a row limit)")
 	case len(s.pools) <= s.coordinatorIndex():
@@ -78,6 +83,19 @@ func (s *Session) coordinatorAllowed(partial bool) error {
 		}
 	}
 	return nil
+}
+
+// readsCommitted says why the coordinator may not answer inside the client's open
+// transaction, if so (sqlexec.Session.CommittedReads): its statements read committed
+// rows in transactions of their own, outside the client's (newTransactions), and
+// carry none of the transaction's own settings (SET LOCAL, SET TRANSACTION,
+// set_config(..., true)).
+func (s *Session) readsCommitted(ctx context.Context) error {
+	if len(s.txLocal) > 0 {
+		return sqlplan.UnsupportedHint("Run it outside a transaction block, or before SET LOCAL.",
+			"the transaction ran SET LOCAL or SET TRANSACTION, which the coordinator database's own transactions would not carry")
+	}
+	return s.tx.CommittedReads(ctx, &s.conns)
 }
 
 // coordinatorSetting reports whether the coordinator's sessions take a client's

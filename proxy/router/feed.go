@@ -52,8 +52,8 @@ func (s *Session) insertSelect(ctx context.Context, plan *sqlplan.Plan, args sql
 	own := !s.explicit && !s.implicit
 	var fields []pgconn.FieldDescription
 	if qb.Coordinated() {
-		// The coordinator reads only outside a transaction block, before the writes
-		// (which then cannot feed back into the read).
+		// The coordinator reads before the writes (which then cannot feed back into
+		// the read); inside a transaction block, only where it may (readsCommitted).
 		sink := &rowSink{keep: spool.Append}
 		t := qb.Targets[0]
 		values, oids, formats := sqlexec.TargetParams(t, qargs)

@@ -17,7 +17,8 @@ import (
 // through the usual paths, its answer then a parameter of the statement, which runs
 // without them. Outside a transaction block the statement gets a transaction of its
 // own, as INSERT ... SELECT does; subqueries that only the coordinator answers are read
-// before it opens, and inside a client's transaction block they are refused.
+// before it opens (inside a client's transaction block, only where the coordinator may
+// read there: see readsCommitted).
 //
 // text is the statement as the client sent it: a plan of a simple-protocol statement is
 // shared by every text of its shape (its SQL is the first one's).

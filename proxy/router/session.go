@@ -141,10 +141,7 @@ func (r *Router) NewSession(client Client, user string, login Identity, startup 
 	s.leases = &leases{s: s, held: map[int]*lease{}, pinned: map[int]*backend.Conn{}, check: map[int]bool{}, forget: map[int]bool{}, listens: map[int]bool{},
 		turnMu: make(chan struct{}, 1)}
 	s.noticeSink = s.queueNotice
-	s.tx = sqlexec.NewSession(s.leases, r.committer)
-	if r.detector != nil {
-		s.tx.SetDeadlockDetector(r.detector)
-	}
+	s.newTransactions(r)
 	s.conns = conns{s: s, state: map[int]joinState{}}
 	for _, name := range slices.Sorted(maps.Keys(startup)) {
 		if strings.EqualFold(name, "client_encoding") {
@@ -427,11 +424,19 @@ func (s *Session) moveTo(n *Router) error {
 		return err
 	}
 	s.r, s.pools = n, pools
-	s.tx = sqlexec.NewSession(s.leases, n.committer)
-	if n.detector != nil {
-		s.tx.SetDeadlockDetector(n.detector)
-	}
+	s.newTransactions(n)
 	return nil
+}
+
+// newTransactions gives the session a transaction state of r's engine. The coordinator
+// database stays out of the client's transactions: it reads committed rows, in
+// transactions of its own (see readsCommitted).
+func (s *Session) newTransactions(r *Router) {
+	s.tx = sqlexec.NewSession(s.leases, r.committer)
+	s.tx.SetOutside(sqlplan.CoordinatorSource(r.rules))
+	if r.detector != nil {
+		s.tx.SetDeadlockDetector(r.detector)
+	}
 }
 
 // Cancel asks the servers running the client's current statement to cancel it
@@ -647,7 +652,9 @@ func (l *leases) wait(ctx context.Context, interrupt <-chan struct{}, ds int, po
 			return c, err
 		}
 		waited := time.Since(start)
-		if others := l.othersHeld(ds); others > 0 {
+		// The coordinator database's connections are held one statement each and wait
+		// for none: no cycle goes through them.
+		if others := l.othersHeld(ds); others > 0 && ds != l.s.coordinatorIndex() {
 			return nil, &pgconn.PgError{Severity: "ERROR", Code: "40P01", Message: "deadlock detected",
 				Detail: fmt.Sprintf("shardlab: this client holds server connections of %d other data sources and waited %v in vain for one of %s (pool size %d, all in use)",
 					others, waited.Round(time.Millisecond), pool.Name(), pool.Stats().Size),
@@ -950,7 +957,8 @@ var _ sqlexec.Conns = (*conns)(nil)
 // Run implements sqlexec.Conns.
 func (c *conns) Run(ctx context.Context, ds int, fn func(*pgconn.PgConn) error) error {
 	s := c.s
-	if !s.tx.InTransaction() {
+	if !s.tx.InTransaction() || ds == s.coordinatorIndex() {
+		// The coordinator database is never part of the client's transaction.
 		return s.tx.Run(ctx, ds, fn)
 	}
 	return s.tx.Run(ctx, ds, func(pg *pgconn.PgConn) error {
@@ -968,7 +976,7 @@ func (c *conns) Run(ctx context.Context, ds int, fn func(*pgconn.PgConn) error) 
 // gets none.
 func (c *conns) runJoining(ctx context.Context, ds int, fn func(pg *pgconn.PgConn, join []string) (bool, error)) error {
 	s := c.s
-	if !s.tx.InTransaction() {
+	if !s.tx.InTransaction() || ds == s.coordinatorIndex() {
 		return s.tx.RunJoining(ctx, ds, fn)
 	}
 	return s.tx.RunJoining(ctx, ds, func(pg *pgconn.PgConn, join []string) (joined bool, err error) {
