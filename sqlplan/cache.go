@@ -38,7 +38,7 @@ func (c *planCache) get(key string, ns byte) (*Plan, bool) {
 	e, ok := c.mu.maps[ns][key]
 	p := c.hit(e, ok)
 	c.mu.Unlock()
-	return c.result(p, ok)
+	return c.result(p, ok && !p.staleStats())
 }
 
 // getBytes is get without converting key to a string (the map lookup does not copy it).
@@ -47,7 +47,7 @@ func (c *planCache) getBytes(key []byte, ns byte) (*Plan, bool) {
 	e, ok := c.mu.maps[ns][string(key)]
 	p := c.hit(e, ok)
 	c.mu.Unlock()
-	return c.result(p, ok)
+	return c.result(p, ok && !p.staleStats())
 }
 
 // hit marks an entry used and reads its plan; the caller holds c.mu, since put may
@@ -60,6 +60,8 @@ func (c *planCache) hit(e *list.Element, ok bool) *Plan {
 	return e.Value.(*cacheEntry).plan
 }
 
+// result counts a hit or a miss; a plan planned on statistics since grown stale
+// (Plan.staleStats) is a miss, planned again and put in its place.
 func (c *planCache) result(p *Plan, ok bool) (*Plan, bool) {
 	if !ok {
 		c.misses.Add(1)

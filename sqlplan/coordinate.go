@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
@@ -100,6 +101,9 @@ func (p *Planner) joinCatalog(ctx context.Context, stmt *pg.Node) *joinCatalog {
 		}
 		jc.columns[name] = types
 		if sc, ok := p.cat.(statsCatalog); ok && it.rule.Kind == rules.KindSharded {
+			if jc.readAt.IsZero() {
+				jc.readAt = time.Now()
+			}
 			if rows, distinct, err := sc.ShardStats(ctx, it.rule); err == nil && rows > 0 {
 				if jc.rows == nil {
 					jc.rows, jc.distinct = map[string]float64{}, map[string]map[string]float64{}

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
@@ -1067,6 +1068,21 @@ type joinCatalog struct {
 	// them: its rows, and each column's distinct values.
 	rows     map[string]float64
 	distinct map[string]map[string]float64
+	// readAt is when the statistics were read (zero: none were asked for). They
+	// change without the planner hearing of it (autovacuum's ANALYZE): a plan that
+	// read them is planned again once they are statsMaxAge old.
+	readAt time.Time
+}
+
+// statsMaxAge is how long a cached plan keeps the statistics it read (see
+// joinCatalog.readAt). An ANALYZE or VACUUM through the proxy or the driver empties the
+// plan cache at once, as any DDL does.
+const statsMaxAge = time.Minute
+
+// staleStats reports whether a plan's choices rest on statistics read more than
+// statsMaxAge ago.
+func (p *Plan) staleStats() bool {
+	return p.joins != nil && !p.joins.readAt.IsZero() && time.Since(p.joins.readAt) > statsMaxAge
 }
 
 // fewGroups is the largest share of a shard's rows in groups at which one table,

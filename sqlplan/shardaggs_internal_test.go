@@ -1,8 +1,13 @@
 package sqlplan
 
 import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 
@@ -349,4 +354,78 @@ func FuzzShardAggregates(f *testing.F) {
 			t.Fatalf("%s rewritten into %s", sql, got)
 		}
 	})
+}
+
+// changingStats is a typed catalog whose statistics a test changes, as autovacuum's
+// ANALYZE changes the shards' without the planner hearing of it.
+type changingStats struct {
+	jc    *joinCatalog
+	reads int
+}
+
+func (c *changingStats) KeyType(context.Context, *rules.TableRule, string) (rules.KeyType, error) {
+	return "", errors.New("no key types here")
+}
+
+func (c *changingStats) Columns(_ context.Context, t *rules.TableRule) ([]string, error) {
+	return slices.Sorted(maps.Keys(c.jc.columns[t.Name])), nil
+}
+
+func (c *changingStats) IsAggregate(_ context.Context, name string) (bool, error) {
+	return slices.Contains([]string{"sum", "count", "avg", "min", "max"}, name), nil
+}
+
+func (c *changingStats) ColumnTypes(_ context.Context, t *rules.TableRule) (map[string]string, error) {
+	return c.jc.columns[t.Name], nil
+}
+
+func (c *changingStats) FloatColumns(context.Context, *rules.TableRule) ([]string, error) {
+	return nil, nil
+}
+
+func (c *changingStats) ShardStats(_ context.Context, t *rules.TableRule) (float64, map[string]float64, error) {
+	c.reads++
+	return c.jc.rows[t.Name], c.jc.distinct[t.Name], nil
+}
+
+// TestCachedPlansReadStatisticsAgain: a cached plan that chose where aggregates run
+// from the statistics keeps them statsMaxAge at most; then its text is planned again,
+// and statistics that appeared meanwhile (autovacuum's ANALYZE) choose the shards. Up
+// to this change the plan kept them while it stayed cached.
+func TestCachedPlansReadStatisticsAgain(t *testing.T) {
+	cat := &changingStats{jc: shardAggCatalog()}
+	p := New(shardAggRules(t), cat, Options{Coordinate: true, ShardAggregates: true})
+	sql := `SELECT u.city, sum(i.price), count(*) FROM t_order_item i JOIN t_user u ON u.age = i.qty GROUP BY u.city`
+	onShards := func(pl *Plan) bool {
+		t.Helper()
+		b, err := pl.Bind(Args{})
+		if err != nil || !b.Coordinated() {
+			t.Fatalf("%s: %v, coordinated %v", sql, err, err == nil && b.Coordinated())
+		}
+		return strings.Contains(b.Targets[0].SQL, "shardlab_merge.sum")
+	}
+	first, err := p.Prepare(context.Background(), sql)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if onShards(first) || cat.reads == 0 {
+		t.Fatalf("without statistics: aggregated on the shards, or read none (%d reads)", cat.reads)
+	}
+	cat.jc.rows = map[string]float64{"t_order_item": 1000}
+	cat.jc.distinct = map[string]map[string]float64{"t_order_item": {"qty": 10}}
+	reads := cat.reads
+	if again, _ := p.Prepare(context.Background(), sql); again != first || cat.reads != reads {
+		t.Fatalf("a fresh cached plan was planned again")
+	}
+	first.joins.readAt = first.joins.readAt.Add(-statsMaxAge - time.Second)
+	again, err := p.Prepare(context.Background(), sql)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again == first || cat.reads == reads || !onShards(again) {
+		t.Errorf("statistics %v old: planned again %v, read again %v, on the shards %v", statsMaxAge, again != first, cat.reads != reads, onShards(again))
+	}
+	if cached, _ := p.Prepare(context.Background(), sql); cached != again {
+		t.Errorf("the plan made again is not the cached one")
+	}
 }
