@@ -230,3 +230,33 @@ func BenchmarkInsertSelect(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCoordinatedInTransaction: a statement only the coordinator answers, alone
+// and inside a READ COMMITTED transaction block (BEGIN, the statement, COMMIT), where
+// each data source in the transaction first says whether the coordinator may read
+// (sqlexec.Session.CommittedReads): the difference is that check, the BEGIN it sends
+// and the COMMIT of a transaction that holds a connection.
+//
+//	go test ./proxy -run '^$' -bench CoordinatedInTransaction -count 6
+func BenchmarkCoordinatedInTransaction(b *testing.B) {
+	e := startProxy(b, 2, []string{"co_t=id"}, nil, withCoordinator())
+	c := e.connect(b)
+	exec1(b, c, "CREATE TABLE co_t (id int PRIMARY KEY, grp int, note text)")
+	exec1(b, c, "INSERT INTO co_t SELECT g, g % 10, 'n' || (g % 100) FROM generate_series(1, 2000) g")
+	raw := dialRaw(b, e)
+	coordinated := message(nil, 'Q', cstring("SELECT count(*) FROM co_t a JOIN co_t b ON b.note = a.note WHERE a.id <= 20"))
+	begin, commit := message(nil, 'Q', cstring("BEGIN")), message(nil, 'Q', cstring("COMMIT"))
+	raw.roundTrip(b, coordinated) // the coordinator database is built
+	b.Run("alone", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			raw.roundTrip(b, coordinated)
+		}
+	})
+	b.Run("in-transaction", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			raw.roundTrip(b, begin)
+			raw.roundTrip(b, coordinated)
+			raw.roundTrip(b, commit)
+		}
+	})
+}
