@@ -71,10 +71,15 @@ func TestSubqueriesFirst(t *testing.T) {
 		{"array", []step{{sql: `UPDATE orders SET status = array_to_string(ARRAY(SELECT name FROM custs WHERE id < 4 ORDER BY id), ',') WHERE id = 5 RETURNING status`}}},
 		{"no rows", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT id FROM custs WHERE false)`},
 			{sql: `UPDATE orders SET amount = (SELECT id FROM custs WHERE false) WHERE id = 7 RETURNING amount`}}},
-		{"invalid subquery", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT nosuch FROM custs)`}}},
+		{"invalid subquery", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT nosuch FROM custs)`},
+			{sql: `DELETE FROM orders o WHERE EXISTS (SELECT nosuch FROM custs c WHERE c.id = o.cust)`}}},
 		// Joined on other columns than the keys, by one equality: the other tables are a
 		// subquery evaluated first.
 		{"update from", []step{{sql: `UPDATE orders o SET status = 'n', amount = o.amount + 1 FROM custs c WHERE c.id = o.cust AND c.region = 'north' RETURNING o.id, o.status`}}},
+		{"exists, correlated by one equality", []step{{sql: `DELETE FROM orders o WHERE o.amount > 100 AND EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust AND c.region = 'north') RETURNING o.id`},
+			{sql: `UPDATE orders SET status = 'e' WHERE EXISTS (SELECT * FROM custs WHERE custs.id = orders.cust AND name LIKE 'c2%') RETURNING id, status`},
+			// region: a column of custs alone, not in the statement's scope.
+			{sql: `DELETE FROM orders o WHERE region = 'north' AND EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust)`}}},
 		{"delete using", []step{{sql: `DELETE FROM orders USING custs WHERE custs.id = orders.cust AND custs.name LIKE 'c1%' AND orders.amount > 100 RETURNING orders.id`}}},
 		{"update from two tables, parameters", []step{{sql: `UPDATE orders o SET status = $1 FROM custs c JOIN tags t ON t.id = 1 WHERE o.cust = c.id AND c.region <> t.label AND c.region = $2`, args: []any{"p", "south"}}}},
 		{"update from, in a transaction that wrote", []step{{sql: `BEGIN`}, {sql: `INSERT INTO custs VALUES (901, 'new', 'far')`},
@@ -124,7 +129,7 @@ func TestSubqueriesFirst(t *testing.T) {
 	// the coordinator answers inside a transaction block.
 	reset(px)
 	for _, q := range []string{
-		`DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust AND c.region = 'north')`,
+		`DELETE FROM orders o WHERE NOT EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust AND c.region = 'north')`,
 		`DELETE FROM orders WHERE status IN (SELECT status FROM custs WHERE region = 'north')`, // status: the outer table's
 		`UPDATE orders SET amount = (SELECT id FROM custs) WHERE id = 1`,
 		// A collation the subquery's column carries, which a parameter would not.
@@ -159,7 +164,7 @@ func TestSubqueriesFirst(t *testing.T) {
 	// A correlated subquery inside a transaction block: refused, and the transaction
 	// has failed, as one database's would with its error.
 	exec1(t, px, `BEGIN`)
-	if _, err = px.Exec(ctx, `DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust)`); sqlState(err) != "0A000" {
+	if _, err = px.Exec(ctx, `DELETE FROM orders o WHERE NOT EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust)`); sqlState(err) != "0A000" {
 		t.Errorf("a correlated subquery in a transaction block: %v, want 0A000", err)
 	}
 	if _, err = px.Exec(ctx, `SELECT 1`); sqlState(err) != "25P02" {

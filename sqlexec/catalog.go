@@ -468,7 +468,9 @@ func (c *Catalog) TextOrder(ctx context.Context, ds int, tables []string) (byteO
 
 // OwnCollation reports whether a column of any of tables (logical names; a table
 // without rules is the default data source's) has a collation of its own, not its
-// type's default: a value read from it may carry that collation into a comparison.
+// type's default, or is of a domain with a collation other than the database's
+// default (a value read as its base type would not carry it): a value read from it
+// may carry that collation into a comparison.
 func (c *Catalog) OwnCollation(ctx context.Context, tables []string) (bool, error) {
 	for _, t := range tables {
 		ds, name := c.rules.DefaultDataSource(), pgx.Identifier{t}.Sanitize()
@@ -477,7 +479,7 @@ func (c *Catalog) OwnCollation(ctx context.Context, tables []string) (bool, erro
 		}
 		rows, err := c.query(ctx, ds, `SELECT count(*)::text FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
 		                                 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
-		                                   AND a.attcollation <> ty.typcollation`, name)
+		                                   AND (a.attcollation <> ty.typcollation OR ty.typtype = 'd' AND ty.typcollation NOT IN (0, 100))`, name)
 		if err != nil {
 			return false, err
 		}

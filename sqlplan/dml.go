@@ -27,14 +27,26 @@ type insertSpec struct {
 	rows           []*template
 }
 
+// writeSteps makes the Pre of an UPDATE or DELETE (see Pre), if it has one: a semi-join
+// written with EXISTS or with FROM (USING), as a subquery that reads no column of the
+// statement (semiJoinWrite), or its own subqueries.
+func (a *analyzer) writeSteps(stmt *pg.Node, with *pg.WithClause) *Pre {
+	if !hasSublink(stmt) {
+		if semi := a.semiJoinWrite(stmt, -1); semi != nil {
+			return a.buildPre(semi, nil)
+		}
+		return nil
+	}
+	if semi := a.semiJoinWrite(existsJoin(stmt)); semi != nil {
+		return a.buildPre(semi, nil)
+	}
+	return a.buildPre(stmt, with)
+}
+
 func (a *analyzer) analyzeUpdate(u *pg.UpdateStmt) error {
 	a.plan.Kind, a.plan.Write, a.plan.Returning = KindUpdate, true, len(u.ReturningList) > 0
 	a.noteParams(u)
-	if hasSublink(u) {
-		a.pre = a.buildPre(&pg.Node{Node: &pg.Node_UpdateStmt{UpdateStmt: u}}, u.WithClause)
-	} else if semi := a.semiJoinWrite(&pg.Node{Node: &pg.Node_UpdateStmt{UpdateStmt: u}}); semi != nil {
-		a.pre = a.buildPre(semi, nil)
-	}
+	a.pre = a.writeSteps(&pg.Node{Node: &pg.Node_UpdateStmt{UpdateStmt: u}}, u.WithClause)
 	s := &scope{}
 	a.top = s
 	if u.WithClause != nil {
@@ -75,11 +87,7 @@ func (a *analyzer) analyzeUpdate(u *pg.UpdateStmt) error {
 func (a *analyzer) analyzeDelete(d *pg.DeleteStmt) error {
 	a.plan.Kind, a.plan.Write, a.plan.Returning = KindDelete, true, len(d.ReturningList) > 0
 	a.noteParams(d)
-	if hasSublink(d) {
-		a.pre = a.buildPre(&pg.Node{Node: &pg.Node_DeleteStmt{DeleteStmt: d}}, d.WithClause)
-	} else if semi := a.semiJoinWrite(&pg.Node{Node: &pg.Node_DeleteStmt{DeleteStmt: d}}); semi != nil {
-		a.pre = a.buildPre(semi, nil)
-	}
+	a.pre = a.writeSteps(&pg.Node{Node: &pg.Node_DeleteStmt{DeleteStmt: d}}, d.WithClause)
 	s := &scope{}
 	a.top = s
 	if d.WithClause != nil {

@@ -37,6 +37,18 @@ func TestPrePlan(t *testing.T) {
 		{"UPDATE t_order o SET status = 'x' FROM t_user u WHERE u.user_id = o.user_id AND u.name LIKE $1 AND o.status <> 'y' RETURNING o.order_id",
 			[]sqlplan.SubqueryKind{sqlplan.SubqueryArray}, []string{"SELECT u.user_id FROM t_user u WHERE u.name LIKE $1"},
 			"UPDATE t_order o SET status = 'x' WHERE o.status <> 'y' AND o.user_id = ANY($2) RETURNING o.order_id"},
+		// A semi-join written with EXISTS, correlated by one equality: the same.
+		{"DELETE FROM t_order o WHERE o.status <> 'y' AND EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id AND u.name LIKE $1) RETURNING o.order_id",
+			[]sqlplan.SubqueryKind{sqlplan.SubqueryArray}, []string{"SELECT u.user_id FROM t_user u WHERE u.name LIKE $1"},
+			"DELETE FROM t_order o WHERE o.status <> 'y' AND o.user_id = ANY($2) RETURNING o.order_id"},
+		{"UPDATE t_order SET status = 'x' WHERE EXISTS (SELECT * FROM t_user WHERE t_order.user_id = t_user.user_id)",
+			[]sqlplan.SubqueryKind{sqlplan.SubqueryArray}, []string{"SELECT t_user.user_id FROM t_user"},
+			"UPDATE t_order SET status = 'x' WHERE t_order.user_id = ANY($1)"},
+		// The statement's own conditions and lists stay in the changed table's scope:
+		// name, a column of t_user only, is an error there, as in the statement.
+		{"UPDATE t_order o SET status = name WHERE name = 'a' AND EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id)",
+			[]sqlplan.SubqueryKind{sqlplan.SubqueryArray}, []string{"SELECT u.user_id FROM t_user u"},
+			"UPDATE t_order o SET status = name WHERE name = 'a' AND o.user_id = ANY($1)"},
 		{"DELETE FROM t_order USING t_user WHERE t_user.name = 'a' AND t_order.user_id = t_user.user_id + 0",
 			[]sqlplan.SubqueryKind{sqlplan.SubqueryArray}, []string{"SELECT t_user.user_id + 0 FROM t_user WHERE t_user.name = 'a'"},
 			"DELETE FROM t_order WHERE t_order.user_id = ANY($1)"},
@@ -99,6 +111,36 @@ func TestPrePlan(t *testing.T) {
 		pl, err := p.Prepare(ctx, sql)
 		if err == nil && pl.Pre != nil {
 			t.Errorf("%s: pre %+v", sql, pl.Pre)
+		}
+	}
+	// EXISTS kept as written (its subquery evaluated alone, where a correlated one
+	// fails): under NOT or OR, a select list of columns, a function call, grouped, aggregated or limited, correlated otherwise than by one
+	// equality, a name both scopes hold, or a statement with FROM of its own.
+	for _, sql := range []string{
+		"DELETE FROM t_order o WHERE NOT EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id)",
+		"DELETE FROM t_order o WHERE o.status = 'a' OR EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT count(*) FROM t_user u WHERE u.user_id = o.user_id)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT nosuch FROM t_user u WHERE u.user_id = o.user_id)", // an error one database raises
+		"DELETE FROM t_order o WHERE EXISTS (SELECT u.* FROM t_user u WHERE u.user_id = o.user_id)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id AND u.user_id >= nextval('s'))", // once per row
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id AND lower(u.name) = 'a')",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT generate_series(1, 0) FROM t_user u WHERE u.user_id = o.user_id)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id LIMIT 0)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id GROUP BY u.name HAVING count(*) > 1)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id < o.user_id)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = user_id)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user o WHERE o.user_id = o.user_id)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id) AND EXISTS (SELECT 1 FROM t_user v WHERE v.name = o.status)",
+		"UPDATE t_order o SET status = 'x' FROM t_user v WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id)",
+	} {
+		pl, err := p.Prepare(ctx, sql)
+		if err != nil || pl.Pre == nil {
+			continue
+		}
+		for _, sub := range pl.Pre.Subqueries {
+			if sub.Kind != sqlplan.SubqueryExists {
+				t.Errorf("%s: rewritten, pre %+v", sql, pl.Pre)
+			}
 		}
 	}
 	// A simple-protocol statement's plan is made from its normalised text: its Pre

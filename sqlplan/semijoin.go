@@ -34,8 +34,13 @@ func calls(n *pg.Node) bool {
 // a star) in the SET list or RETURNING, a function in the value compared, a condition
 // of no column that calls one, a parameter read twice, a WITH clause, a column the
 // catalog does not place in exactly one table.
-func (a *analyzer) semiJoinWrite(stmt *pg.Node) *pg.Node {
-	if a.p.cat == nil || hasSublink(stmt) {
+//
+// own is -1 for a statement written with FROM (USING). For one that existsJoin made
+// from an EXISTS, own is how many of the WHERE clause's first conditions are the
+// statement's own: they, the SET list and RETURNING were in the scope of the changed
+// table alone, and stay there, unchanged, as the rewritten statement has no other.
+func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int) *pg.Node {
+	if stmt == nil || a.p.cat == nil || hasSublink(stmt) {
 		return nil
 	}
 	// PostgreSQL types a parameter where it first reads it, and the rewrite reorders
@@ -145,6 +150,9 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node) *pg.Node {
 		})
 		return changed, other, ok
 	}
+	if own >= 0 {
+		reads = nil
+	}
 	for _, n := range reads {
 		if _, other, ok := readsOf(n); !ok || other {
 			return nil
@@ -157,7 +165,11 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node) *pg.Node {
 	}
 	var keep, sub []*pg.Node
 	var column, value *pg.Node
-	for _, c := range conjuncts(*where) {
+	for i, c := range conjuncts(*where) {
+		if i < own {
+			keep = append(keep, c)
+			continue
+		}
 		changed, other, ok := readsOf(c)
 		switch {
 		case !ok:
@@ -199,4 +211,99 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node) *pg.Node {
 	*from = nil
 	*where = and(append(keep, in))
 	return stmt
+}
+
+// existsJoin rewrites an UPDATE or DELETE whose WHERE clause has, among its conditions,
+// one EXISTS over a subquery of plain rows into the statement with the subquery's
+// tables in FROM (USING) and its conditions beside the statement's own, which come
+// first (own says how many):
+//
+//	DELETE FROM orders o WHERE o.amount > 5 AND EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust AND c.region = 'north')
+//	DELETE FROM orders o USING custs c WHERE o.amount > 5 AND c.id = o.cust AND c.region = 'north'
+//
+// The two are one statement: a row changes when some row of the subquery's tables
+// meets its conditions, once however many do. semiJoinWrite then makes it a subquery
+// that reads no column of the statement, evaluated first (see Pre), where a column
+// resolves to the same table in both: the statement's own conditions read the changed
+// table alone, and a name both scopes hold is refused. It returns nil for any other
+// statement: no such EXISTS or several, one under NOT or OR, a subquery that groups,
+// aggregates, orders, limits, locks or has a WITH clause or a set operation, a select
+// list of anything but constants and * (a set-returning function there could return no
+// row, and a column there that does not exist is an error the rewrite would drop), a
+// function call anywhere in the subquery (PostgreSQL evaluates a volatile one once per
+// row of the statement, and never joins such an EXISTS itself), a statement with FROM
+// (USING) or WITH of its own.
+func existsJoin(stmt *pg.Node) (joined *pg.Node, own int) {
+	var where *pg.Node
+	switch {
+	case stmt.GetUpdateStmt() != nil:
+		u := stmt.GetUpdateStmt()
+		if len(u.FromClause) > 0 || u.WithClause != nil {
+			return nil, 0
+		}
+		where = u.WhereClause
+	case stmt.GetDeleteStmt() != nil:
+		d := stmt.GetDeleteStmt()
+		if len(d.UsingClause) > 0 || d.WithClause != nil {
+			return nil, 0
+		}
+		where = d.WhereClause
+	default:
+		return nil, 0
+	}
+	var rest []*pg.Node
+	var sub *pg.SelectStmt
+	for _, c := range conjuncts(where) {
+		sl := c.GetSubLink()
+		if sl == nil || sl.SubLinkType != pg.SubLinkType_EXISTS_SUBLINK {
+			rest = append(rest, c)
+			continue
+		}
+		if sub != nil {
+			return nil, 0
+		}
+		if sub = sl.Subselect.GetSelectStmt(); !plainRows(sub) {
+			return nil, 0
+		}
+	}
+	if sub == nil {
+		return nil, 0
+	}
+	stmt = proto.Clone(stmt).(*pg.Node)
+	sub = proto.Clone(sub).(*pg.SelectStmt)
+	cond := and(append(rest, conjuncts(sub.WhereClause)...))
+	if u := stmt.GetUpdateStmt(); u != nil {
+		u.FromClause, u.WhereClause = sub.FromClause, cond
+	} else {
+		d := stmt.GetDeleteStmt()
+		d.UsingClause, d.WhereClause = sub.FromClause, cond
+	}
+	return stmt, len(rest)
+}
+
+// plainRows reports whether a SELECT, under EXISTS, has a row exactly when a row of its
+// FROM clause meets its WHERE clause.
+func plainRows(s *pg.SelectStmt) bool {
+	if s == nil || s.Op != pg.SetOperation_SETOP_NONE || len(s.FromClause) == 0 || s.WithClause != nil || s.IntoClause != nil ||
+		len(s.GroupClause) > 0 || s.HavingClause != nil || len(s.WindowClause) > 0 || len(s.SortClause) > 0 ||
+		s.LimitCount != nil || s.LimitOffset != nil || len(s.LockingClause) > 0 || len(s.ValuesLists) > 0 || len(s.DistinctClause) > 0 {
+		return false
+	}
+	for _, t := range s.TargetList {
+		switch v := t.GetResTarget().GetVal(); {
+		case v.GetAConst() != nil:
+		case v.GetColumnRef() != nil && len(v.GetColumnRef().Fields) == 1 && v.GetColumnRef().Fields[0].GetAStar() != nil:
+		default:
+			return false
+		}
+	}
+	if calls(s.WhereClause) {
+		return false
+	}
+	for _, f := range s.FromClause {
+		if calls(f) {
+			return false
+		}
+	}
+	return true
 }

@@ -392,6 +392,9 @@ func Writes() []Query {
 		// The wire proxy counts first, then writes the count to every copy.
 		{SQL: "UPDATE t_config SET n = (SELECT count(*) FROM t_order)", Refused: true, InSteps: true},
 		{SQL: "DELETE FROM t_order_item WHERE order_id IN (SELECT order_id FROM t_order WHERE status = 'paid' AND qty > 2)", Refused: true, InSteps: true},
+		// A semi-join written with EXISTS: in steps, the subquery made one that reads
+		// no column of the statement; refused where nothing evaluates it first.
+		{SQL: "UPDATE t_order o SET note = 'has user' WHERE o.qty > 1 AND EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id AND u.score > 10) RETURNING o.order_id, o.note", Refused: true, InSteps: true},
 		ref("ALTER TABLE t_order ADD CONSTRAINT u_status UNIQUE (status)"),
 		ref("INSERT INTO t_order (order_id, user_id) VALUES (DEFAULT, 1)"),
 	}
