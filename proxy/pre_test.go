@@ -80,6 +80,12 @@ func TestSubqueriesFirst(t *testing.T) {
 			{sql: `UPDATE orders SET status = 'e' WHERE EXISTS (SELECT * FROM custs WHERE custs.id = orders.cust AND name LIKE 'c2%') RETURNING id, status`},
 			// region: a column of custs alone, not in the statement's scope.
 			{sql: `DELETE FROM orders o WHERE region = 'north' AND EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust)`}}},
+		// NOT EXISTS: a NULL status joins no row, and a cust of NULL name none either
+		// (without the subquery's IS NOT NULL, NOT IN would keep every row).
+		{"not exists, correlated by one equality", []step{{sql: `UPDATE orders SET status = 'c' || cust WHERE id <= 300`},
+			{sql: `UPDATE orders SET status = NULL WHERE id IN (4, 5)`}, {sql: `INSERT INTO custs VALUES (51, NULL, 'north')`},
+			{sql: `DELETE FROM orders o WHERE NOT EXISTS (SELECT 1 FROM custs c WHERE c.name = o.status AND c.region <> 'west') RETURNING o.id, o.status`},
+			{sql: `DELETE FROM custs WHERE id = 51`}}},
 		{"delete using", []step{{sql: `DELETE FROM orders USING custs WHERE custs.id = orders.cust AND custs.name LIKE 'c1%' AND orders.amount > 100 RETURNING orders.id`}}},
 		{"update from two tables, parameters", []step{{sql: `UPDATE orders o SET status = $1 FROM custs c JOIN tags t ON t.id = 1 WHERE o.cust = c.id AND c.region <> t.label AND c.region = $2`, args: []any{"p", "south"}}}},
 		{"update from, in a transaction that wrote", []step{{sql: `BEGIN`}, {sql: `INSERT INTO custs VALUES (901, 'new', 'far')`},
@@ -129,8 +135,8 @@ func TestSubqueriesFirst(t *testing.T) {
 	// the coordinator answers inside a transaction block.
 	reset(px)
 	for _, q := range []string{
-		`DELETE FROM orders o WHERE NOT EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust AND c.region = 'north')`,
-		`DELETE FROM orders WHERE status IN (SELECT status FROM custs WHERE region = 'north')`, // status: the outer table's
+		`DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id < o.cust AND c.region = 'north')`, // correlated otherwise than by one equality
+		`DELETE FROM orders WHERE status IN (SELECT status FROM custs WHERE region = 'north')`,                 // status: the outer table's
 		`UPDATE orders SET amount = (SELECT id FROM custs) WHERE id = 1`,
 		// A collation the subquery's column carries, which a parameter would not.
 		`UPDATE orders SET status = 'x' WHERE status IN (SELECT label FROM tags)`,
@@ -164,7 +170,7 @@ func TestSubqueriesFirst(t *testing.T) {
 	// A correlated subquery inside a transaction block: refused, and the transaction
 	// has failed, as one database's would with its error.
 	exec1(t, px, `BEGIN`)
-	if _, err = px.Exec(ctx, `DELETE FROM orders o WHERE NOT EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust)`); sqlState(err) != "0A000" {
+	if _, err = px.Exec(ctx, `DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id < o.cust)`); sqlState(err) != "0A000" {
 		t.Errorf("a correlated subquery in a transaction block: %v, want 0A000", err)
 	}
 	if _, err = px.Exec(ctx, `SELECT 1`); sqlState(err) != "25P02" {

@@ -76,6 +76,7 @@ func TestSubqueriesFirstThroughDriver(t *testing.T) {
 		{"arguments", []step{{sql: `UPDATE orders SET status = $1 WHERE cust IN (SELECT id FROM custs WHERE region = $2) RETURNING id, status`, args: []any{"p", "north"}}}},
 		{"update from", []step{{sql: `UPDATE orders o SET status = $1 FROM custs c WHERE c.id = o.cust AND c.region = $2 RETURNING o.*`, args: []any{"n", "north"}}}},
 		{"delete using", []step{{sql: `DELETE FROM orders USING custs WHERE custs.id = orders.cust AND custs.name LIKE 'c1%' RETURNING orders.id`}}},
+		{"not exists, correlated by one equality", []step{{sql: `DELETE FROM orders o WHERE NOT EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust AND c.region <> $1) RETURNING o.id`, args: []any{"west"}}}},
 		{"exists, correlated by one equality", []step{{sql: `DELETE FROM orders o WHERE o.amount > $1 AND EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust AND c.region = 'north') RETURNING o.id`, args: []any{100}}}},
 		{"coordinated", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT c.id FROM custs c JOIN orders o ON o.cust = c.id WHERE o.amount > 800) RETURNING id`}}},
 		{"array", []step{{sql: `UPDATE orders SET status = array_to_string(ARRAY(SELECT name FROM custs WHERE id < 4 ORDER BY id), ',') WHERE id = 5 RETURNING status`}}},
@@ -134,7 +135,7 @@ func TestSubqueriesFirstThroughDriver(t *testing.T) {
 	defer conn.Close()
 	reset(conn)
 	for _, q := range []string{
-		`DELETE FROM orders o WHERE NOT EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust AND c.region = 'north')`,
+		`DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id < o.cust AND c.region = 'north')`, // correlated otherwise than by one equality
 		`DELETE FROM orders WHERE status IN (SELECT status FROM custs WHERE region = 'north')`,
 		`UPDATE orders SET amount = (SELECT id FROM custs) WHERE id = 1`,
 		`UPDATE orders SET status = 'x' WHERE status IN (SELECT label FROM tags)`,

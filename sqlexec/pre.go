@@ -162,6 +162,11 @@ func subqueryValue(kind sqlplan.SubqueryKind, cols []uint32, rows [][][]byte) ([
 		}
 		return nil, 0, &pgconn.PgError{Severity: "ERROR", Code: "42601", Message: "subquery has too many columns"}
 	}
+	if cols[0] == oidRecord {
+		// ROW(...): an anonymous record, which the server cannot read back as a
+		// parameter, and whose IS NULL differs from its = (every field NULL).
+		return nil, 0, sqlplan.Unsupported("a subquery over several shards whose column is an anonymous record (ROW(...)); compare its fields one by one")
+	}
 	if cols[0] >= 16384 {
 		return nil, 0, sqlplan.Unsupported("a subquery over several shards whose column is of a type the database defines (OID %d), which other data sources number differently; cast it to a built-in type", cols[0])
 	}

@@ -14,6 +14,7 @@ import (
 // Type OIDs the merge knows how to compare and combine.
 const (
 	oidBool        = 16
+	oidRecord      = 2249 // an anonymous record, ROW(...)
 	oidBytea       = 17
 	oidName        = 19
 	oidInt8        = 20

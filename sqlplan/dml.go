@@ -32,7 +32,7 @@ type insertSpec struct {
 // statement (semiJoinWrite), or its own subqueries.
 func (a *analyzer) writeSteps(stmt *pg.Node, with *pg.WithClause) *Pre {
 	if !hasSublink(stmt) {
-		if semi := a.semiJoinWrite(stmt, -1); semi != nil {
+		if semi := a.semiJoinWrite(stmt, -1, false); semi != nil {
 			return a.buildPre(semi, nil)
 		}
 		return nil

@@ -44,6 +44,10 @@ func TestPrePlan(t *testing.T) {
 		{"UPDATE t_order SET status = 'x' WHERE EXISTS (SELECT * FROM t_user WHERE t_order.user_id = t_user.user_id)",
 			[]sqlplan.SubqueryKind{sqlplan.SubqueryArray}, []string{"SELECT t_user.user_id FROM t_user"},
 			"UPDATE t_order SET status = 'x' WHERE t_order.user_id = ANY($1)"},
+		// NOT EXISTS: no row joins, NULL keys included.
+		{"DELETE FROM t_order o WHERE o.status <> 'y' AND NOT EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id AND u.name = 'a')",
+			[]sqlplan.SubqueryKind{sqlplan.SubqueryArray}, []string{"SELECT u.user_id FROM t_user u WHERE u.name = 'a' AND u.user_id IS NOT NULL"},
+			"DELETE FROM t_order o WHERE o.status <> 'y' AND (o.user_id IS NULL OR NOT o.user_id = ANY($1))"},
 		// The statement's own conditions and lists stay in the changed table's scope:
 		// name, a column of t_user only, is an error there, as in the statement.
 		{"UPDATE t_order o SET status = name WHERE name = 'a' AND EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id)",
@@ -114,10 +118,13 @@ func TestPrePlan(t *testing.T) {
 		}
 	}
 	// EXISTS kept as written (its subquery evaluated alone, where a correlated one
-	// fails): under NOT or OR, a select list of columns, a function call, grouped, aggregated or limited, correlated otherwise than by one
+	// fails): under OR or a NOT of more, NOT EXISTS with a condition of the changed table, a select list of columns, a function call, grouped, aggregated or limited, correlated otherwise than by one
 	// equality, a name both scopes hold, or a statement with FROM of its own.
 	for _, sql := range []string{
-		"DELETE FROM t_order o WHERE NOT EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id)",
+		"DELETE FROM t_order o WHERE NOT EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id AND o.status = 'a')", // could not stay outside the NOT
+		"DELETE FROM t_order o WHERE NOT (o.status = 'a' AND EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id))",
+		"DELETE FROM t_order o WHERE NOT EXISTS (SELECT 1 FROM t_user u WHERE o.status = ROW(u.user_id, u.name))", // a whole row
+		"DELETE FROM t_order o WHERE NOT EXISTS (SELECT 1 FROM t_user u WHERE o.* = u.name)",
 		"DELETE FROM t_order o WHERE o.status = 'a' OR EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id)",
 		"DELETE FROM t_order o WHERE EXISTS (SELECT count(*) FROM t_user u WHERE u.user_id = o.user_id)",
 		"DELETE FROM t_order o WHERE EXISTS (SELECT nosuch FROM t_user u WHERE u.user_id = o.user_id)", // an error one database raises

@@ -39,7 +39,16 @@ func calls(n *pg.Node) bool {
 // from an EXISTS, own is how many of the WHERE clause's first conditions are the
 // statement's own: they, the SET list and RETURNING were in the scope of the changed
 // table alone, and stay there, unchanged, as the rewritten statement has no other.
-func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int) *pg.Node {
+// anti is set for one made from NOT EXISTS: a row changes when no row of the other
+// tables meets the conditions, and the statement becomes
+//
+//	o.cust IS NULL OR NOT o.cust IN (SELECT c.id FROM custs c WHERE ... AND c.id IS NOT NULL)
+//
+// which is the same where = answers true or false for two values that are not NULL (a
+// composite value compared, which may answer NULL, is refused when the subquery's
+// answer is read); a condition of the subquery that reads the changed table alone,
+// which could not stay outside the NOT, is refused.
+func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int, anti bool) *pg.Node {
 	if stmt == nil || a.p.cat == nil || hasSublink(stmt) {
 		return nil
 	}
@@ -89,13 +98,13 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int) *pg.Node {
 		return nil
 	}
 	items := append(targets, others...)
-	names := map[string]bool{}
+	seen := map[string]bool{}
 	for _, it := range items {
 		cols, err := a.p.cat.Columns(a.ctx, it.rule)
-		if err != nil || names[it.name] {
+		if err != nil || seen[it.name] {
 			return nil
 		}
-		names[it.name] = true
+		seen[it.name] = true
 		it.cols = map[string]string{}
 		for _, c := range cols {
 			it.cols[c] = ""
@@ -179,6 +188,9 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int) *pg.Node {
 		case !changed:
 			sub = append(sub, c)
 		case !other:
+			if anti {
+				return nil
+			}
 			keep = append(keep, c)
 		default:
 			e := c.GetAExpr()
@@ -192,7 +204,10 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int) *pg.Node {
 				}
 				// The value moves from WHERE to a select list, which accepts
 				// aggregates, window and set-returning functions that WHERE refuses.
-				if changed, _, _ := readsOf(side[1]); !changed && !calls(side[1]) {
+				// A whole row (o.*, ROW(...)) is refused: a composite value IS NULL
+				// only when every field is, and = counts NULL fields as equal, so
+				// NOT EXISTS would not be NOT IN over it.
+				if changed, _, _ := readsOf(side[1]); !changed && !calls(side[1]) && !star(cr) && !names(side[1], isRow) {
 					column, value = side[0], side[1]
 				}
 			}
@@ -204,13 +219,39 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int) *pg.Node {
 	if column == nil {
 		return nil
 	}
+	if anti {
+		// A parameter in value is read twice, in one expression both times: typed alike.
+		sub = append(sub, isNull(proto.Clone(value).(*pg.Node), pg.NullTestType_IS_NOT_NULL))
+	}
 	subselect := &pg.SelectStmt{TargetList: []*pg.Node{resTarget("", value)}, FromClause: *from, WhereClause: and(sub),
 		Op: pg.SetOperation_SETOP_NONE, LimitOption: pg.LimitOption_LIMIT_OPTION_DEFAULT}
 	in := &pg.Node{Node: &pg.Node_SubLink{SubLink: &pg.SubLink{SubLinkType: pg.SubLinkType_ANY_SUBLINK, Testexpr: column,
 		Subselect: &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: subselect}}, Location: -1}}}
+	if anti {
+		not := &pg.Node{Node: &pg.Node_BoolExpr{BoolExpr: &pg.BoolExpr{Boolop: pg.BoolExprType_NOT_EXPR, Args: []*pg.Node{in}, Location: -1}}}
+		in = &pg.Node{Node: &pg.Node_BoolExpr{BoolExpr: &pg.BoolExpr{Boolop: pg.BoolExprType_OR_EXPR,
+			Args: []*pg.Node{isNull(proto.Clone(column).(*pg.Node), pg.NullTestType_IS_NULL), not}, Location: -1}}}
+	}
 	*from = nil
 	*where = and(append(keep, in))
 	return stmt
+}
+
+func star(cr *pg.ColumnRef) bool {
+	for _, f := range cr.Fields {
+		if f.GetAStar() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// isRow reports whether a node builds a row (ROW(...), (a, b)).
+func isRow(m proto.Message) bool { _, ok := m.(*pg.RowExpr); return ok }
+
+// isNull is the test n IS NULL (or IS NOT NULL).
+func isNull(n *pg.Node, kind pg.NullTestType) *pg.Node {
+	return &pg.Node{Node: &pg.Node_NullTest{NullTest: &pg.NullTest{Arg: n, Nulltesttype: kind, Location: -1}}}
 }
 
 // existsJoin rewrites an UPDATE or DELETE whose WHERE clause has, among its conditions,
@@ -222,52 +263,57 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int) *pg.Node {
 //	DELETE FROM orders o USING custs c WHERE o.amount > 5 AND c.id = o.cust AND c.region = 'north'
 //
 // The two are one statement: a row changes when some row of the subquery's tables
-// meets its conditions, once however many do. semiJoinWrite then makes it a subquery
+// meets its conditions, once however many do. NOT EXISTS is the same join, negated
+// (anti). semiJoinWrite then makes it a subquery
 // that reads no column of the statement, evaluated first (see Pre), where a column
 // resolves to the same table in both: the statement's own conditions read the changed
 // table alone, and a name both scopes hold is refused. It returns nil for any other
-// statement: no such EXISTS or several, one under NOT or OR, a subquery that groups,
+// statement: no such EXISTS or several, one under OR, a subquery that groups,
 // aggregates, orders, limits, locks or has a WITH clause or a set operation, a select
 // list of anything but constants and * (a set-returning function there could return no
 // row, and a column there that does not exist is an error the rewrite would drop), a
 // function call anywhere in the subquery (PostgreSQL evaluates a volatile one once per
 // row of the statement, and never joins such an EXISTS itself), a statement with FROM
 // (USING) or WITH of its own.
-func existsJoin(stmt *pg.Node) (joined *pg.Node, own int) {
+func existsJoin(stmt *pg.Node) (joined *pg.Node, own int, anti bool) {
 	var where *pg.Node
 	switch {
 	case stmt.GetUpdateStmt() != nil:
 		u := stmt.GetUpdateStmt()
 		if len(u.FromClause) > 0 || u.WithClause != nil {
-			return nil, 0
+			return nil, 0, false
 		}
 		where = u.WhereClause
 	case stmt.GetDeleteStmt() != nil:
 		d := stmt.GetDeleteStmt()
 		if len(d.UsingClause) > 0 || d.WithClause != nil {
-			return nil, 0
+			return nil, 0, false
 		}
 		where = d.WhereClause
 	default:
-		return nil, 0
+		return nil, 0, false
 	}
 	var rest []*pg.Node
 	var sub *pg.SelectStmt
 	for _, c := range conjuncts(where) {
-		sl := c.GetSubLink()
+		sl, not := c.GetSubLink(), false
+		if b := c.GetBoolExpr(); b != nil && b.Boolop == pg.BoolExprType_NOT_EXPR && len(b.Args) == 1 && b.Args[0].GetSubLink() != nil {
+			sl, not = b.Args[0].GetSubLink(), true
+		}
 		if sl == nil || sl.SubLinkType != pg.SubLinkType_EXISTS_SUBLINK {
 			rest = append(rest, c)
 			continue
 		}
 		if sub != nil {
-			return nil, 0
+			return nil, 0, false
 		}
+		anti = not
 		if sub = sl.Subselect.GetSelectStmt(); !plainRows(sub) {
-			return nil, 0
+			return nil, 0, false
 		}
 	}
 	if sub == nil {
-		return nil, 0
+		return nil, 0, false
 	}
 	stmt = proto.Clone(stmt).(*pg.Node)
 	sub = proto.Clone(sub).(*pg.SelectStmt)
@@ -278,7 +324,7 @@ func existsJoin(stmt *pg.Node) (joined *pg.Node, own int) {
 		d := stmt.GetDeleteStmt()
 		d.UsingClause, d.WhereClause = sub.FromClause, cond
 	}
-	return stmt, len(rest)
+	return stmt, len(rest), anti
 }
 
 // plainRows reports whether a SELECT, under EXISTS, has a row exactly when a row of its

@@ -395,6 +395,8 @@ func Writes() []Query {
 		// A semi-join written with EXISTS: in steps, the subquery made one that reads
 		// no column of the statement; refused where nothing evaluates it first.
 		{SQL: "UPDATE t_order o SET note = 'has user' WHERE o.qty > 1 AND EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id AND u.score > 10) RETURNING o.order_id, o.note", Refused: true, InSteps: true},
+		// NOT EXISTS, over columns with NULLs on both sides.
+		{SQL: "DELETE FROM t_order o WHERE o.order_id > 20 AND NOT EXISTS (SELECT 1 FROM t_user u WHERE u.score = o.qty) RETURNING o.order_id", Refused: true, InSteps: true},
 		ref("ALTER TABLE t_order ADD CONSTRAINT u_status UNIQUE (status)"),
 		ref("INSERT INTO t_order (order_id, user_id) VALUES (DEFAULT, 1)"),
 	}
