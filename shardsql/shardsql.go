@@ -113,10 +113,6 @@ type Config struct {
 	// CoordinatorPoolSize bounds the connections to the coordinator database
 	// (0: DefaultCoordinatorPoolSize).
 	CoordinatorPoolSize int
-	// PhaseHook, when set, is called at each stage of a two-phase commit
-	// (sqlexec.StagePrepared, sqlexec.StageCommitted). It is for tests that crash a
-	// process between the phases.
-	PhaseHook func(stage string)
 }
 
 // DefaultCoordinatorMaxMoved is the usual Config.CoordinatorMaxMoved: 1 GB, as Citus's
@@ -329,9 +325,6 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 	c.catalog = sqlexec.NewCatalog(cfg.Rules, c.pools)
 	c.planner = sqlplan.New(cfg.Rules, c.catalog, sqlplan.Options{CacheSize: cfg.PlanCacheSize, Coordinate: cfg.Coordinate, ShardAggregates: cfg.Coordinate})
 	c.committer = sqlexec.NewCommitter(cfg.Rules, cfg.TwoPhase)
-	if cfg.PhaseHook != nil {
-		c.committer.SetPhaseHook(cfg.PhaseHook)
-	}
 	c.engine = sqlexec.NewEngine(cfg.Rules, c.catalog, c.committer)
 	c.engine.SetMaxHeld(cfg.MaxHeld)
 	if cfg.DeadlockInterval >= 0 {

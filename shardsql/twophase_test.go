@@ -44,16 +44,18 @@ func twoPhaseChild(stage string, dsns []string) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	db, err := shardsql.Open(shardsql.Config{Rules: c, TwoPhase: true, PhaseHook: func(s string) {
+	conn, err := shardsql.NewConnector(context.Background(), shardsql.Config{Rules: c, TwoPhase: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn.SetPhaseHook(func(s string) {
 		if s == stage {
 			fmt.Printf("STAGE %s\n", s)
 			os.Stdout.Sync()
 			time.Sleep(time.Hour) // SIGKILL comes first
 		}
-	}})
-	if err != nil {
-		log.Fatal(err)
-	}
+	})
+	db := shardsql.OpenDB(conn)
 	tx, err := db.Begin()
 	if err != nil {
 		log.Fatal(err)
@@ -226,7 +228,11 @@ func TestTwoPhaseSettledWhileOpen(t *testing.T) {
 		}
 		var terminate atomic.Bool
 		hookErr := make(chan error, 10)
-		db, err := shardsql.Open(shardsql.Config{Rules: kv(t, dsns), TwoPhase: true, PhaseHook: func(stage string) {
+		conn, err := shardsql.NewConnector(context.Background(), shardsql.Config{Rules: kv(t, dsns), TwoPhase: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetPhaseHook(func(stage string) {
 			if stage == sqlexec.StagePrepared && terminate.CompareAndSwap(true, false) {
 				c, err := sql.Open("pgx", dsns[1])
 				if err == nil {
@@ -237,10 +243,8 @@ func TestTwoPhaseSettledWhileOpen(t *testing.T) {
 					hookErr <- err
 				}
 			}
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		})
+		db := shardsql.OpenDB(conn)
 		defer db.Close()
 		if _, err := db.Exec("CREATE TABLE kv (k int PRIMARY KEY, v text)"); err != nil {
 			t.Fatal(err)
