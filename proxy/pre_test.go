@@ -17,9 +17,11 @@ import (
 // shards (IN, NOT IN with NULLs, ANY, ALL, EXISTS, a scalar, ARRAY, over the table
 // being changed, with parameters, one the coordinator answers, inside a transaction
 // that wrote what they read) answer as one database does, in the simple and extended
-// protocols, and leave the same rows; a correlated subquery, and a scalar subquery of
-// several rows, are refused with 0A000 and change nothing; an invalid subquery gets one
-// database's error. On the old code every one of them was refused.
+// protocols, and leave the same rows; so do correlated subqueries evaluated in two steps
+// (a scalar one, EXISTS and IN over conditions of any kind, aggregates, parameters);
+// a correlated subquery of another shape, and an uncorrelated scalar subquery of
+// several rows, are refused with 0A000 and change nothing; an invalid subquery gets
+// one database's error. On the old code every one of them was refused.
 func TestSubqueriesFirst(t *testing.T) {
 	ref := pgtest.NewDatabase(t, "pre_ref")
 	var dsns []string
@@ -92,6 +94,25 @@ func TestSubqueriesFirst(t *testing.T) {
 			{sql: `INSERT INTO orders VALUES (602, 901, 'x', 1)`},
 			{sql: `UPDATE orders o SET status = 'far' FROM custs c WHERE o.cust = c.id AND c.region = 'far' RETURNING o.*`},
 			{sql: `DELETE FROM custs WHERE id = 901`}, {sql: `COMMIT`}}},
+		// Correlated otherwise: the columns of its tables the subquery reads, first,
+		// then the subquery over them in the statement.
+		{"correlated scalar", []step{{sql: `UPDATE orders o SET status = (SELECT c.name FROM custs c WHERE c.id = o.cust AND c.region <> 'west') WHERE o.id <= 300 RETURNING o.id, o.status`}}},
+		{"correlated, several conditions", []step{{sql: `UPDATE orders SET status = 'c' || cust WHERE id % 3 = 0`},
+			{sql: `DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id < o.cust AND c.region = 'north' AND c.name = o.status) RETURNING o.id`},
+			{sql: `DELETE FROM orders o WHERE o.id > 500 AND NOT EXISTS (SELECT * FROM custs WHERE id > o.cust - 2 AND id < o.cust + 2 AND region <> 'east') RETURNING id`}}},
+		{"correlated aggregates", []step{{sql: `UPDATE orders o SET amount = (SELECT count(*) + sum(c.id) + max(c.id) FROM custs c WHERE c.region = 'south' AND (c.id < o.cust OR c.name = o.status)) WHERE o.id < 100 RETURNING o.*`}}},
+		{"correlated in, the changed table's column", []step{{sql: `DELETE FROM orders WHERE status IN (SELECT status FROM custs WHERE region = 'north')`},
+			{sql: `UPDATE orders o SET status = 'q' WHERE o.cust NOT IN (SELECT c.id FROM custs c WHERE c.name LIKE 'c1%' AND c.id <> o.id % 5) RETURNING o.id`}}},
+		{"correlated, parameters", []step{{sql: `UPDATE orders o SET status = $1 WHERE o.cust = ANY (SELECT c.id FROM custs c WHERE c.region = $2 AND c.id > o.id % 7) RETURNING o.id, o.status`, args: []any{"p", "north"}}}},
+		// One database raises 21000 when it evaluates a scalar subquery of two rows: so
+		// does the statement, which evaluates it.
+		{"correlated scalar of several rows", []step{{sql: `UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id > o.cust) WHERE o.id < 5`},
+			{sql: `UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id > o.cust) WHERE o.id = 49`}}},
+		// A condition that may fail keeps its place among the others: one database
+		// divides by zero (cust 1) before it tests the costlier condition that would
+		// have left that row out, and so does the statement.
+		{"correlated, a condition that may fail", []step{{sql: `UPDATE orders o SET status = (SELECT max(c.name) FROM custs c WHERE 10 / (c.id - 1) > o.cust AND c.id * c.id + c.id * c.id > 100) WHERE o.id < 5`},
+			{sql: `UPDATE orders o SET status = (SELECT max(c.name) FROM custs c WHERE 10 / (c.id + 1) >= o.cust - 100 AND c.id * c.id + c.id * c.id > 100) WHERE o.id < 5 RETURNING o.id, o.status`}}},
 		// The same shape with other literals: each statement's own (a plan is shared
 		// by every text of its shape).
 		{"one shape, two texts", []step{{sql: `DELETE FROM orders WHERE id < 100 AND cust IN (SELECT id FROM custs WHERE region = 'north')`},
@@ -130,13 +151,17 @@ func TestSubqueriesFirst(t *testing.T) {
 		}
 	}
 
-	// Refused, changing nothing: a correlated subquery, a scalar subquery of several
-	// rows (one database raises 21000 only if it evaluates it), and a subquery only
-	// the coordinator answers inside a transaction block.
+	// Refused, changing nothing: a correlated subquery not of the shape evaluated in
+	// two steps, a scalar subquery of several rows (one database raises 21000 only if
+	// it evaluates it), and a subquery only the coordinator answers inside a
+	// transaction block.
 	reset(px)
 	for _, q := range []string{
-		`DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id < o.cust AND c.region = 'north')`, // correlated otherwise than by one equality
-		`DELETE FROM orders WHERE status IN (SELECT status FROM custs WHERE region = 'north')`,                 // status: the outer table's
+		`DELETE FROM orders o WHERE o.cust = (SELECT c.id FROM custs c WHERE c.id < o.cust ORDER BY c.id DESC LIMIT 1)`, // ordered and limited
+		`UPDATE orders o SET status = (SELECT lower(c.name) FROM custs c WHERE c.id = o.cust)`,                          // a function, maybe volatile
+		`UPDATE orders o SET amount = (SELECT sum(c.id::float8) FROM custs c WHERE c.id < o.cust)`,                      // floats added in another order
+		`UPDATE orders o SET status = (SELECT c.label FROM tags c WHERE c.id = o.cust)`,                                 // a collation of the column's own
+		`UPDATE orders o SET amount = (SELECT max(p.amount) FROM orders p WHERE p.cust = o.cust - 1)`,                   // max of 1.0 and 1.00: the later one
 		`UPDATE orders SET amount = (SELECT id FROM custs) WHERE id = 1`,
 		// A collation the subquery's column carries, which a parameter would not.
 		`UPDATE orders SET status = 'x' WHERE status IN (SELECT label FROM tags)`,
@@ -170,7 +195,7 @@ func TestSubqueriesFirst(t *testing.T) {
 	// A correlated subquery inside a transaction block: refused, and the transaction
 	// has failed, as one database's would with its error.
 	exec1(t, px, `BEGIN`)
-	if _, err = px.Exec(ctx, `DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id < o.cust)`); sqlState(err) != "0A000" {
+	if _, err = px.Exec(ctx, `DELETE FROM orders o WHERE o.cust = (SELECT c.id FROM custs c WHERE c.id < o.cust ORDER BY c.id DESC LIMIT 1)`); sqlState(err) != "0A000" {
 		t.Errorf("a correlated subquery in a transaction block: %v, want 0A000", err)
 	}
 	if _, err = px.Exec(ctx, `SELECT 1`); sqlState(err) != "25P02" {
@@ -210,5 +235,17 @@ func TestSubqueriesFirst(t *testing.T) {
 	if !strings.Contains(route, "delete in steps") || !strings.Contains(route, "$1 (array of values): SELECT id FROM custs WHERE region = 'north'") ||
 		!strings.Contains(route, "then: DELETE FROM orders WHERE cust = ANY($1)") {
 		t.Errorf("route preview:\n%s", route)
+	}
+	res, err = adm.Exec(ctx, `SHOW ROUTE UPDATE orders o SET status = (SELECT c.name FROM custs c WHERE c.id = o.cust)`).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	route = ""
+	for _, r := range res[0].Rows {
+		route += string(r[0]) + "\n"
+	}
+	if !strings.Contains(route, "$1 ... $2 (arrays of the columns a correlated subquery reads): SELECT c.name, c.id FROM custs c") ||
+		!strings.Contains(route, "then: UPDATE orders o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.cust)") {
+		t.Errorf("route preview of a correlated subquery:\n%s", route)
 	}
 }

@@ -287,13 +287,30 @@ func TestCoordinatorDescribesWhatNoShardHolds(t *testing.T) {
 		t.Errorf("rows inserted: %d, %v; want 12", n, err)
 	}
 
-	// A correlated subquery over such tables: refused (one database would run it; its
-	// 42P01 on the default data source alone is no answer).
-	for name, h := range map[string]*sql.DB{"with the coordinator": db, "without it": plain} {
-		_, err := h.ExecContext(ctx, "UPDATE t_b SET w = 0 WHERE id IN (SELECT id FROM t_a WHERE t_a.w = t_b.id)")
-		if sqlStateOf(err) != "0A000" {
-			t.Errorf("a correlated subquery %s: %v, want 0A000", name, err)
+	// A correlated subquery over such tables: evaluated in two steps, t_a's columns
+	// first (up to the two-step plans it was refused: one database would run it, and its
+	// 42P01 on the default data source alone is no answer); each of t_b's 20 rows has its
+	// t_a row of w = id. With an argument, the statement is described by the
+	// coordinator database; without it, refused.
+	for i, h := range []*sql.DB{plain, db} {
+		res, err := h.ExecContext(ctx, fmt.Sprintf("UPDATE t_b SET w = 0 WHERE id IN (SELECT id FROM t_a WHERE t_a.w = t_b.id AND t_a.id > %d AND t_a.id <= %d)", 10*i, 10*i+10))
+		if err != nil {
+			t.Errorf("a correlated subquery (coordinator %v): %v", i == 1, err)
+		} else if n, _ := res.RowsAffected(); n != 10 {
+			t.Errorf("a correlated subquery (coordinator %v): %d rows, want 10", i == 1, n)
 		}
+	}
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM t_b WHERE w = 0").Scan(&n); err != nil || n != 20 {
+		t.Errorf("rows of w 0 after the correlated subqueries: %d, %v; want 20", n, err)
+	}
+	withArg := "UPDATE t_b SET w = 1 WHERE id IN (SELECT id FROM t_a WHERE t_a.w = t_b.id AND t_a.id > $1)"
+	if _, err := plain.ExecContext(ctx, withArg, 15); sqlStateOf(err) != "0A000" {
+		t.Errorf("a correlated subquery with an argument, without the coordinator: %v, want 0A000", err)
+	}
+	if res, err := db.ExecContext(ctx, withArg, 15); err != nil {
+		t.Errorf("a correlated subquery with an argument: %v", err)
+	} else if n, _ := res.RowsAffected(); n != 5 {
+		t.Errorf("a correlated subquery with an argument: %d rows, want 5", n)
 	}
 }
 

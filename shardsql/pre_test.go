@@ -16,7 +16,8 @@ import (
 // tables span shards (IN, NOT IN with NULLs, ANY, ALL, EXISTS, a scalar, ARRAY, over
 // the table being changed, with arguments, one the coordinator answers, inside a
 // transaction that wrote what they read) answer through database/sql as pgx's driver
-// on one database does, and leave the same rows; a correlated subquery, a scalar
+// on one database does, and leave the same rows, correlated subqueries evaluated in
+// two steps too; a correlated subquery of another shape, an uncorrelated scalar
 // subquery of several rows and a collated column are refused with 0A000 and change
 // nothing; an invalid subquery gets one database's error; rows past MaxHeld fail with
 // 54000. On the old code every one of them was refused.
@@ -79,6 +80,12 @@ func TestSubqueriesFirstThroughDriver(t *testing.T) {
 		{"not exists, correlated by one equality", []step{{sql: `DELETE FROM orders o WHERE NOT EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust AND c.region <> $1) RETURNING o.id`, args: []any{"west"}}}},
 		{"exists, correlated by one equality", []step{{sql: `DELETE FROM orders o WHERE o.amount > $1 AND EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust AND c.region = 'north') RETURNING o.id`, args: []any{100}}}},
 		{"coordinated", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT c.id FROM custs c JOIN orders o ON o.cust = c.id WHERE o.amount > 800) RETURNING id`}}},
+		// Correlated otherwise: the columns its tables give first, then the subquery over them.
+		{"correlated scalar", []step{{sql: `UPDATE orders o SET status = (SELECT c.name FROM custs c WHERE c.id = o.cust AND c.region <> $1) WHERE o.id <= 300 RETURNING o.id, o.status`, args: []any{"west"}}}},
+		{"correlated, several conditions", []step{{sql: `DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id < o.cust AND c.region = 'north' AND c.id > o.id % 40) RETURNING o.id`}}},
+		{"correlated in, aggregates", []step{{sql: `DELETE FROM orders WHERE status IN (SELECT status FROM custs WHERE region = 'north') AND id > 590`},
+			{sql: `UPDATE orders o SET amount = (SELECT count(*) + sum(c.id) FROM custs c WHERE c.id < o.cust) WHERE o.id < 100 RETURNING o.*`}}},
+		{"correlated scalar of several rows", []step{{sql: `UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id > o.cust) WHERE o.id < 5`}}},
 		{"array", []step{{sql: `UPDATE orders SET status = array_to_string(ARRAY(SELECT name FROM custs WHERE id < 4 ORDER BY id), ',') WHERE id = 5 RETURNING status`}}},
 		{"no rows", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT id FROM custs WHERE false)`},
 			{sql: `UPDATE orders SET amount = (SELECT id FROM custs WHERE false) WHERE id = 7 RETURNING amount`}}},
@@ -123,7 +130,7 @@ func TestSubqueriesFirstThroughDriver(t *testing.T) {
 			t.Errorf("%s: the rows afterwards differ\n  one database: %.300s\n  driver:       %.300s", cs.name, want, got)
 		}
 	}
-	if answered < 15 {
+	if answered < 20 {
 		t.Errorf("%d statements answered", answered)
 	}
 
@@ -135,8 +142,9 @@ func TestSubqueriesFirstThroughDriver(t *testing.T) {
 	defer conn.Close()
 	reset(conn)
 	for _, q := range []string{
-		`DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id < o.cust AND c.region = 'north')`, // correlated otherwise than by one equality
-		`DELETE FROM orders WHERE status IN (SELECT status FROM custs WHERE region = 'north')`,
+		`DELETE FROM orders o WHERE o.cust = (SELECT c.id FROM custs c WHERE c.id < o.cust ORDER BY c.id DESC LIMIT 1)`, // correlated, ordered and limited
+		`UPDATE orders o SET amount = (SELECT sum(c.id::float8) FROM custs c WHERE c.id < o.cust)`,                      // floats added in another order
+		`UPDATE orders o SET status = (SELECT c.label FROM tags c WHERE c.id = o.cust)`,                                 // a collation of the column's own
 		`UPDATE orders SET amount = (SELECT id FROM custs) WHERE id = 1`,
 		`UPDATE orders SET status = 'x' WHERE status IN (SELECT label FROM tags)`,
 		`UPDATE orders SET status = 'x' WHERE status IN (SELECT name COLLATE "C" FROM custs)`,

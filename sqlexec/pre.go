@@ -3,6 +3,8 @@ package sqlexec
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -58,15 +60,19 @@ func (e *Engine) RunPre(ctx context.Context, plan *sqlplan.Plan, refused error, 
 			return nil, steps.Failure(ctx, err)
 		}
 	}
-	values := make([][]byte, n)
-	oids := make([]uint32, n)
+	values := make([][][]byte, n) // by subquery, its parameters' values
+	oids := make([][]uint32, n)
 	evaluate := func(i int) error {
 		sub := pre.Subqueries[i]
 		cols, rows, err := steps.Rows(ctx, bound[i], subArgs[i], sub.Kind == sqlplan.SubqueryExists)
 		if err != nil {
 			return steps.Failure(ctx, err)
 		}
-		if sub.Kind != sqlplan.SubqueryExists && len(cols) == 1 && collatable(cols[0]) {
+		compared := sub.Kind != sqlplan.SubqueryExists && len(cols) == 1 && collatable(cols[0])
+		if sub.Kind == sqlplan.SubqueryColumns {
+			compared = slices.ContainsFunc(cols, collatable)
+		}
+		if compared {
 			// One database compares with the subquery column's collation when it has
 			// one of its own; a parameter has its type's.
 			own := sub.Collates
@@ -79,7 +85,12 @@ func (e *Engine) RunPre(ctx context.Context, plan *sqlplan.Plan, refused error, 
 				return sqlplan.Unsupported("%s; a subquery over sharded tables whose text column may carry a collation of its own (COLLATE, or a column's) is not evaluated first", refusalText(refused))
 			}
 		}
-		values[i], oids[i], err = subqueryValue(sub.Kind, cols, rows)
+		if sub.Kind == sqlplan.SubqueryColumns {
+			values[i], oids[i], err = columnValues(sub, cols, rows)
+			return err
+		}
+		v, oid, err := subqueryValue(sub.Kind, cols, rows)
+		values[i], oids[i] = [][]byte{v}, []uint32{oid}
 		return err
 	}
 	for i := range n {
@@ -111,10 +122,12 @@ func (e *Engine) RunPre(ctx context.Context, plan *sqlplan.Plan, refused error, 
 		}
 	}
 	wargs := FirstArgs(args, paramOIDs, len(args.Values))
-	wargs.Values = append(wargs.Values, values...)
-	wargs.OIDs = append(wargs.OIDs, oids...)
-	for range values {
-		wargs.Formats = append(wargs.Formats, 1)
+	for i := range values {
+		wargs.Values = append(wargs.Values, values[i]...)
+		wargs.OIDs = append(wargs.OIDs, oids[i]...)
+		for range values[i] {
+			wargs.Formats = append(wargs.Formats, 1)
+		}
 	}
 	wp, err := steps.Prepare(ctx, pre.SQL)
 	if err != nil {
@@ -139,11 +152,12 @@ func refusalText(refused error) string {
 	return strings.TrimPrefix(refused.Error(), "shardlab: ")
 }
 
-// collatable reports whether a value of a built-in type compares under a collation of
-// the default one (name's is C, as a parameter of type name's).
+// collatable reports whether a value of a built-in type compares under a collation
+// (text's, varchar's and bpchar's the default one, name's C), which a column may
+// declare otherwise and a parameter cannot.
 func collatable(oid uint32) bool {
-	const oidText, oidVarchar, oidBpchar = 25, 1043, 1042
-	return oid == oidText || oid == oidVarchar || oid == oidBpchar
+	const oidText, oidVarchar, oidBpchar, oidName = 25, 1043, 1042, 19
+	return oid == oidText || oid == oidVarchar || oid == oidBpchar || oid == oidName
 }
 
 // subqueryValue is what a subquery's answer becomes in the statement: a parameter's
@@ -190,6 +204,54 @@ func subqueryValue(kind sqlplan.SubqueryKind, cols []uint32, rows [][][]byte) ([
 		return nil, 0, sqlplan.Unsupported("a subquery over several shards compared with ANY, ALL or IN, of a type (OID %d) whose array is not written", cols[0])
 	}
 	return array, oid, nil
+}
+
+// exactSum are the types whose sum (and avg) is the same in any order of addition:
+// int2, int4, int8, numeric, money, interval.
+var exactSum = map[uint32]bool{21: true, 23: true, 20: true, 1700: true, 790: true, 1186: true}
+
+// alikeWhenEqual are the types whose values that compare equal are the same value (a
+// numeric's 1.0 and 1.00 are not; nor are an interval's '1 day' and '24 hours'):
+// bool, int2, int4, int8, text, varchar, date, timestamp, timestamptz, uuid, oid, money.
+var alikeWhenEqual = map[uint32]bool{16: true, 21: true, 23: true, 20: true, 25: true, 1043: true, 1082: true, 1114: true,
+	1184: true, 2950: true, 26: true, 790: true}
+
+// columnValues are the parameters of a correlated subquery's first step
+// (sqlplan.SubqueryColumns): each column's values, in the rows' order, as an array.
+func columnValues(sub sqlplan.Subquery, cols []uint32, rows [][][]byte) ([][]byte, []uint32, error) {
+	if len(cols) != sub.Params {
+		return nil, nil, fmt.Errorf("sqlexec: a correlated subquery's first step answered %d columns, not %d", len(cols), sub.Params)
+	}
+	for _, c := range sub.Summed {
+		if !exactSum[cols[c]] {
+			return nil, nil, sqlplan.Unsupported("a correlated subquery over several shards that adds values of a type (OID %d) whose sum may depend on the order of addition (sum, avg): one database adds them in another order; cast them to numeric", cols[c])
+		}
+	}
+	for _, c := range sub.Picked {
+		if !alikeWhenEqual[cols[c]] {
+			return nil, nil, sqlplan.Unsupported("a correlated subquery over several shards that picks one of equal values of a type (OID %d) whose equal values may differ (min, max, DISTINCT in an aggregate): one database reads the rows in another order", cols[c])
+		}
+	}
+	values := make([][]byte, len(cols))
+	oids := make([]uint32, len(cols))
+	column := make([][]byte, len(rows))
+	for c, oid := range cols {
+		switch {
+		case oid == oidRecord:
+			return nil, nil, sqlplan.Unsupported("a correlated subquery over several shards that reads an anonymous record (ROW(...)); compare its fields one by one")
+		case oid >= 16384:
+			return nil, nil, sqlplan.Unsupported("a correlated subquery over several shards that reads a column of a type the database defines (OID %d), which other data sources number differently", oid)
+		}
+		for r, row := range rows {
+			column[r] = row[c]
+		}
+		array, at, ok := BinaryArray(oid, column)
+		if !ok {
+			return nil, nil, sqlplan.Unsupported("a correlated subquery over several shards that reads a column of a type (OID %d) whose array is not written", oid)
+		}
+		values[c], oids[c] = array, at
+	}
+	return values, oids, nil
 }
 
 // PreFailure decides what a program sees when a subquery of plan (refused as it

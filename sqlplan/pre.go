@@ -44,12 +44,25 @@ const (
 	SubqueryExists SubqueryKind = iota // EXISTS (...): a boolean, whether it has a row
 	SubqueryScalar                     // (SELECT ...): its one value, NULL without a row; more than one row is an error (21000)
 	SubqueryArray                      // x op ANY (...), x IN (...), x op ALL (...), ARRAY(...): an array of its values, in order
+	// SubqueryColumns is the first step of a correlated subquery: the columns of its
+	// tables that it reads, each an array of its values (a parameter per column, in
+	// the order of the rows), which the statement's subquery reads through unnest.
+	SubqueryColumns
 )
 
 // Subquery is one subquery of a Pre.
 type Subquery struct {
 	Kind SubqueryKind
 	SQL  string
+	// Params is how many parameters its answer fills: one, or one per column
+	// (SubqueryColumns).
+	Params int
+	// Summed are the columns (SubqueryColumns) that the statement adds with sum or avg,
+	// and Picked those min or max picks a value of, or an aggregate's DISTINCT keeps
+	// one of each equal value of: refused unless of a type whose sum is exact in any
+	// order (not a float), and whose equal values are alike (not numeric: max of 1.0
+	// and 1.00 is whichever comes last, and one database reads the rows in another order).
+	Summed, Picked []int
 	// Collates is set when the subquery names a collation (COLLATE): its column may
 	// carry one, which the parameter would not.
 	Collates bool
@@ -73,6 +86,33 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 	}
 	stmt = proto.Clone(stmt).(*pg.Node)
 	pre := &Pre{Params: a.maxParam, AsWritten: !a.normalized, describe: described}
+	// A correlated subquery reads the changed table alone as the statement's scope: a
+	// statement with FROM (USING) has others.
+	var changed *pg.RangeVar
+	var returning []*pg.Node
+	if u := stmt.GetUpdateStmt(); u != nil {
+		returning = u.ReturningList
+		if len(u.FromClause) == 0 {
+			changed = u.Relation
+		}
+	} else if d := stmt.GetDeleteStmt(); d != nil {
+		returning = d.ReturningList
+		if len(d.UsingClause) == 0 {
+			changed = d.Relation
+		}
+	}
+	// A subquery's value that RETURNING answers keeps its column's type modifier
+	// (numeric(12,2)) on one database; read through an array it has none.
+	answered := map[*pg.SubLink]bool{}
+	for _, r := range returning {
+		walk(r, func(m proto.Message) bool {
+			if sl, is := m.(*pg.SubLink); is {
+				answered[sl] = true
+			}
+			return true
+		})
+	}
+	next := pre.Params // the last parameter given a number
 	ok := true
 	walk(stmt, func(m proto.Message) bool {
 		n, isNode := m.(*pg.Node)
@@ -82,6 +122,18 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 		sl := n.GetSubLink()
 		if !a.readsSharded(sl.Subselect) {
 			return true
+		}
+		if cs := a.correlatedSub(changed, sl, next); cs != nil && !answered[sl] {
+			text, err := deparse(a.tree.Version, cs.first)
+			if err != nil {
+				ok = false
+				return false
+			}
+			pre.Subqueries = append(pre.Subqueries, Subquery{Kind: SubqueryColumns, SQL: text, Params: cs.cols, Summed: cs.summed, Picked: cs.picked,
+				Collates: names(sl.Subselect, func(m proto.Message) bool { _, is := m.(*pg.CollateClause); return is })})
+			next += cs.cols
+			sl.Subselect = cs.sub
+			return false
 		}
 		subselect := sl.Subselect
 		if sel := subselect.GetSelectStmt(); sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK && sel != nil && sel.LimitCount == nil && sel.LimitOffset == nil {
@@ -95,8 +147,9 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 			ok = false
 			return false
 		}
-		param := &pg.Node{Node: &pg.Node_ParamRef{ParamRef: &pg.ParamRef{Number: int32(pre.Params + len(pre.Subqueries) + 1)}}}
-		sub := Subquery{SQL: text, Collates: names(sl.Subselect, func(m proto.Message) bool { _, is := m.(*pg.CollateClause); return is })}
+		next++
+		param := &pg.Node{Node: &pg.Node_ParamRef{ParamRef: &pg.ParamRef{Number: int32(next)}}}
+		sub := Subquery{SQL: text, Params: 1, Collates: names(sl.Subselect, func(m proto.Message) bool { _, is := m.(*pg.CollateClause); return is })}
 		switch sl.SubLinkType {
 		case pg.SubLinkType_EXISTS_SUBLINK:
 			sub.Kind = SubqueryExists
@@ -212,11 +265,17 @@ func paramCount(max int, normalized bool) int {
 func (p *Pre) Explain(kind Kind, why error) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s in steps: subqueries over sharded tables evaluated first (as it stands: %s)\n", kind, refusalText(why))
-	for i, s := range p.Subqueries {
-		fmt.Fprintf(&b, "  $%d (%s): %s\n", p.Params+i+1, subqueryKinds[s.Kind], s.SQL)
+	next := p.Params
+	for _, s := range p.Subqueries {
+		if s.Params > 1 {
+			fmt.Fprintf(&b, "  $%d ... $%d (%s): %s\n", next+1, next+s.Params, subqueryKinds[s.Kind], s.SQL)
+		} else {
+			fmt.Fprintf(&b, "  $%d (%s): %s\n", next+1, subqueryKinds[s.Kind], s.SQL)
+		}
+		next += s.Params
 	}
 	fmt.Fprintf(&b, "  then: %s\n", p.SQL)
 	return b.String()
 }
 
-var subqueryKinds = [...]string{"exists", "one value", "array of values"}
+var subqueryKinds = [...]string{"exists", "one value", "array of values", "arrays of the columns a correlated subquery reads"}

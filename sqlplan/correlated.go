@@ -1,0 +1,473 @@
+package sqlplan
+
+import (
+	"fmt"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
+)
+
+// A subquery of an UPDATE or DELETE that reads the changed table's columns
+// (correlated) cannot run alone. It can still be evaluated in two steps, with no SQL
+// interpreted by the project: first the columns of its tables that it reads, over its
+// FROM clause and the conditions that read its tables alone (a statement of its own,
+// answered by one shard, the merge or the coordinator database); then the subquery
+// over those rows, which arrive as one array parameter per column:
+//
+//	UPDATE orders o SET name = (SELECT c.name FROM custs c WHERE c.id = o.cust AND c.active)
+//	SELECT c.name, c.id FROM custs c WHERE c.active                                    -- first
+//	UPDATE orders o SET name = (SELECT p.c1 FROM unnest($1, $2) AS p(c1, c2) WHERE p.c2 = o.cust)
+//
+// The rewritten subquery reads, for each row of the statement, the same rows the
+// written one reads (the rows of its FROM clause that meet its conditions), with the
+// same values: PostgreSQL evaluates it as it would the written one, so a scalar
+// subquery of no row is NULL and of two rows the error 21000, IN and ALL keep their
+// three-valued logic, and count, sum (of exact types), min, max and avg over the same
+// rows are the same.
+
+// preAlias names the rewritten subquery's one FROM entry, and prePrefix its columns.
+const preAlias, prePrefix = "shardlab_pre", "shardlab_"
+
+// multisetAggregates are the aggregates whose value depends on the rows they read but
+// not on their order (sum and avg only over exact types: see Subquery.Summed).
+var multisetAggregates = map[string]bool{"count": true, "sum": true, "avg": true, "min": true, "max": true,
+	"bool_and": true, "bool_or": true, "every": true}
+
+// correlatedSub is a correlated subquery's two steps.
+type correlatedSub struct {
+	first  *pg.Node // SELECT of the columns the subquery reads, over its FROM clause
+	sub    *pg.Node // the subquery over unnest of their arrays
+	cols   int      // the parameters: one per column of first
+	summed []int    // the columns sum or avg add
+	picked []int    // the columns min or max pick from, or an aggregate's DISTINCT keeps
+}
+
+// correlatedSub returns the two steps of sl, a subquery of an UPDATE or DELETE of target
+// without FROM (USING) or WITH of its own, whose arrays are parameters param+1 ...; nil
+// when the subquery reads no column of the changed table, or is not of the shape this
+// covers:
+//   - a SELECT of plain or inner-joined tables that the rules name, without WITH, a set
+//     operation, grouping, HAVING, window, DISTINCT, ORDER BY, LIMIT or locking, and
+//     without a subquery of its own;
+//   - no function call but count, sum, avg, min, max, bool_and, bool_or and every in its
+//     select list (a volatile function would be evaluated once per row of its tables,
+//     not once per pair), without FILTER reading the changed table, ORDER BY, WITHIN
+//     GROUP or OVER, whose arguments read its own tables alone and cast nothing nor use
+//     ^, |/ or ||/ (float results); beside an aggregate, every column of its tables
+//     inside one;
+//   - every column reference resolved by the catalog to exactly one table, innermost
+//     first, as PostgreSQL resolves it; no whole row or star outside EXISTS's select list;
+//   - join conditions that read its own tables alone.
+func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int) *correlatedSub {
+	switch sl.SubLinkType {
+	case pg.SubLinkType_EXISTS_SUBLINK, pg.SubLinkType_ANY_SUBLINK, pg.SubLinkType_ALL_SUBLINK, pg.SubLinkType_EXPR_SUBLINK:
+	default:
+		return nil // ARRAY(...) in the rows' order, which one database gives in its heap's; SET (a, b) = (...)
+	}
+	sel := sl.Subselect.GetSelectStmt()
+	if a.p.cat == nil || target == nil || sel == nil || !plainSelect(sel) || hasSublink(sl.Subselect) {
+		return nil
+	}
+	outerRule := a.p.rules.Lookup(target.Relname)
+	if outerRule == nil || target.Catalogname != "" || target.Schemaname != "" && target.Schemaname != "public" {
+		return nil
+	}
+	outerName := target.Relname
+	if target.Alias != nil {
+		outerName = target.Alias.Aliasname
+	}
+	outerCols, err := a.p.cat.Columns(a.ctx, outerRule)
+	if err != nil || outerName == preAlias {
+		return nil
+	}
+	outer := map[string]bool{}
+	for _, c := range outerCols {
+		if strings.HasPrefix(c, prePrefix) {
+			return nil // would be shadowed by the rewrite's columns
+		}
+		outer[c] = true
+	}
+	items, onQuals, ok := readAggFrom(a.p.rules, sel.FromClause)
+	if !ok {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, it := range items {
+		if it.rule == nil || seen[it.name] {
+			return nil
+		}
+		seen[it.name] = true
+		cols, err := a.p.cat.Columns(a.ctx, it.rule)
+		if err != nil {
+			return nil
+		}
+		it.cols = map[string]string{}
+		for _, c := range cols {
+			it.cols[c] = ""
+		}
+	}
+	const unresolved = -1
+	isOuter := len(items)
+	// resolve returns the FROM entry a column reference reads (isOuter: the changed
+	// table), innermost scope first, or unresolved.
+	resolve := func(cr *pg.ColumnRef) (int, string) {
+		var f []string
+		for _, p := range cr.Fields {
+			if p.GetString_() == nil {
+				return unresolved, "" // a star
+			}
+			f = append(f, p.GetString_().Sval)
+		}
+		switch len(f) {
+		case 1:
+			found := unresolved
+			for i, it := range items {
+				if _, has := it.cols[f[0]]; has {
+					if found != unresolved {
+						return unresolved, "" // ambiguous
+					}
+					found = i
+				}
+			}
+			if found == unresolved && outer[f[0]] {
+				found = isOuter
+			}
+			return found, f[0]
+		case 2:
+			for i, it := range items {
+				if it.name == f[0] {
+					if _, has := it.cols[f[1]]; has {
+						return i, f[1]
+					}
+					return unresolved, ""
+				}
+			}
+			if f[0] == outerName && outer[f[1]] {
+				return isOuter, f[1]
+			}
+		}
+		return unresolved, ""
+	}
+	// reads says whether n reads the changed table and whether it reads the
+	// subquery's tables; ok is false for a reference resolved to neither.
+	reads := func(n proto.Message) (changed, own, ok bool) {
+		ok = true
+		walk(n, func(m proto.Message) bool {
+			if cr, is := m.(*pg.ColumnRef); is {
+				switch i, _ := resolve(cr); i {
+				case unresolved:
+					ok = false
+				case isOuter:
+					changed = true
+				default:
+					own = true
+				}
+			}
+			return ok
+		})
+		return changed, own, ok
+	}
+	for _, f := range sel.FromClause {
+		if calls(f) {
+			return nil
+		}
+	}
+	for _, q := range onQuals {
+		// A join condition is evaluated in the first step, over every pair of rows:
+		// one that may fail could fail there where one database never evaluates it.
+		if changed, _, ok := reads(q.cond); changed || !ok || !cannotFail(q.cond) {
+			return nil
+		}
+	}
+	// The conditions that read the subquery's tables alone filter its rows in the first
+	// step, when none of the conditions can fail: one database evaluates them in an
+	// order of its own, and a condition that may fail (10 / u.score > o.qty) could fail
+	// there on a row another condition would have filtered out first, or the other way
+	// round. Otherwise every condition stays in the subquery, over all the rows.
+	where := conjuncts(sel.WhereClause)
+	early := true
+	for _, c := range where {
+		if !cannotFail(c) {
+			early = false
+		}
+	}
+	var first, correlated []*pg.Node
+	changedAny := false
+	for _, c := range where {
+		changed, _, ok := reads(c)
+		if !ok || calls(c) {
+			return nil
+		}
+		changedAny = changedAny || changed
+		if changed || !early {
+			correlated = append(correlated, proto.Clone(c).(*pg.Node))
+		} else {
+			first = append(first, c)
+		}
+	}
+	list := cloneNodes(sel.TargetList)
+	if sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK && constantsOrStar(list) {
+		// Whether a row exists: the select list is never read.
+		list = []*pg.Node{resTarget("", &pg.Node{Node: &pg.Node_AConst{AConst: &pg.A_Const{Val: &pg.A_Const_Ival{Ival: &pg.Integer{Ival: 1}}}}})}
+	}
+	// The select list: aggregates of the allowed kinds, and beside one, every column of
+	// the subquery's tables inside one (else PostgreSQL's error would name the rewrite's
+	// columns, not the written ones).
+	aggregated := false
+	var summedNodes, pickedNodes []proto.Message
+	for _, t := range list {
+		ok := true
+		walk(t, func(m proto.Message) bool {
+			fc, is := m.(*pg.FuncCall)
+			if !is {
+				return ok
+			}
+			schema, name := funcName(fc)
+			if schema != "" && schema != "pg_catalog" || !multisetAggregates[name] || fc.Over != nil || fc.AggWithinGroup ||
+				len(fc.AggOrder) > 0 || fc.FuncVariadic || len(fc.Funcname) > 2 {
+				ok = false
+				return false
+			}
+			for _, arg := range fc.Args {
+				changed, _, resolved := reads(arg)
+				if !resolved || changed || calls(arg) || castsOrPowers(arg) {
+					ok = false
+				}
+			}
+			if fc.AggFilter != nil {
+				if changed, _, resolved := reads(fc.AggFilter); !resolved || changed || calls(fc.AggFilter) {
+					ok = false
+				}
+			}
+			switch name {
+			case "sum", "avg", "min", "max":
+				// Of a column, whose type the first step's answer tells: sum and
+				// avg of exact types only; min, max and DISTINCT of types whose
+				// equal values are alike (max(n) of numerics 1.0 and 1.00 is the
+				// later one).
+				if len(fc.Args) != 1 || fc.Args[0].GetColumnRef() == nil {
+					ok = false
+				} else if name == "min" || name == "max" || fc.AggDistinct {
+					pickedNodes = append(pickedNodes, fc.Args[0])
+				} else {
+					summedNodes = append(summedNodes, fc.Args[0])
+				}
+			}
+			aggregated = true
+			return false
+		})
+		if !ok {
+			return nil
+		}
+		if _, _, resolved := reads(t); !resolved {
+			return nil
+		}
+	}
+	if aggregated {
+		for _, t := range list {
+			bare := false
+			walk(t, func(m proto.Message) bool {
+				if _, is := m.(*pg.FuncCall); is {
+					return false
+				}
+				if cr, is := m.(*pg.ColumnRef); is {
+					if i, _ := resolve(cr); i != isOuter {
+						bare = true
+					}
+				}
+				return !bare
+			})
+			if bare {
+				return nil
+			}
+		}
+	}
+	// The columns the rewrite reads, numbered in order of appearance.
+	type ref struct {
+		item int
+		col  string
+	}
+	index := map[ref]int{}
+	var refs []ref
+	number := func(n proto.Message) {
+		walk(n, func(m proto.Message) bool {
+			if cr, is := m.(*pg.ColumnRef); is {
+				if i, col := resolve(cr); i != isOuter {
+					if _, has := index[ref{i, col}]; !has {
+						index[ref{i, col}] = len(refs)
+						refs = append(refs, ref{i, col})
+					}
+				}
+			}
+			return true
+		})
+	}
+	for _, n := range list {
+		number(n)
+	}
+	for _, n := range correlated {
+		number(n)
+	}
+	if !changedAny && !readsChanged(list, reads) {
+		return nil // not correlated: evaluated alone
+	}
+	cs := &correlatedSub{cols: max(len(refs), 1)}
+	columnsOf := func(ns []proto.Message) []int {
+		var out []int
+		for _, n := range ns {
+			walk(n, func(m proto.Message) bool {
+				if cr, is := m.(*pg.ColumnRef); is {
+					if i, col := resolve(cr); i != isOuter {
+						out = append(out, index[ref{i, col}])
+					}
+				}
+				return true
+			})
+		}
+		return out
+	}
+	cs.summed, cs.picked = columnsOf(summedNodes), columnsOf(pickedNodes)
+	// Replace each column of the subquery's tables by the rewrite's.
+	substitute := func(n proto.Message) {
+		walk(n, func(m proto.Message) bool {
+			node, is := m.(*pg.Node)
+			if !is || node.GetColumnRef() == nil {
+				return true
+			}
+			if i, col := resolve(node.GetColumnRef()); i != isOuter {
+				node.Node = &pg.Node_ColumnRef{ColumnRef: &pg.ColumnRef{Fields: []*pg.Node{
+					{Node: &pg.Node_String_{String_: &pg.String{Sval: preAlias}}},
+					{Node: &pg.Node_String_{String_: &pg.String{Sval: fmt.Sprintf("%s%d", prePrefix, index[ref{i, col}]+1)}}},
+				}, Location: -1}}
+			}
+			return false
+		})
+	}
+	var firstList []*pg.Node
+	for _, r := range refs {
+		firstList = append(firstList, resTarget("", &pg.Node{Node: &pg.Node_ColumnRef{ColumnRef: &pg.ColumnRef{Fields: []*pg.Node{
+			{Node: &pg.Node_String_{String_: &pg.String{Sval: items[r.item].name}}},
+			{Node: &pg.Node_String_{String_: &pg.String{Sval: r.col}}},
+		}, Location: -1}}}))
+	}
+	if len(firstList) == 0 {
+		// Only the number of rows counts: a constant column carries it.
+		firstList = []*pg.Node{resTarget("", &pg.Node{Node: &pg.Node_AConst{AConst: &pg.A_Const{Val: &pg.A_Const_Ival{Ival: &pg.Integer{Ival: 1}}}}})}
+	}
+	cs.first = &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: &pg.SelectStmt{TargetList: firstList, FromClause: cloneNodes(sel.FromClause),
+		WhereClause: and(cloneNodes(first)), Op: pg.SetOperation_SETOP_NONE, LimitOption: pg.LimitOption_LIMIT_OPTION_DEFAULT}}}
+	for _, n := range list {
+		substitute(n)
+	}
+	for _, n := range correlated {
+		substitute(n)
+	}
+	from, err := unnestFrom(param, cs.cols)
+	if err != nil {
+		return nil
+	}
+	rewritten := proto.Clone(sel).(*pg.SelectStmt)
+	rewritten.TargetList, rewritten.FromClause, rewritten.WhereClause = list, []*pg.Node{from}, and(correlated)
+	cs.sub = &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: rewritten}}
+	return cs
+}
+
+// readsChanged reports whether any of ns reads the changed table.
+func readsChanged(ns []*pg.Node, reads func(proto.Message) (bool, bool, bool)) bool {
+	for _, n := range ns {
+		if changed, _, _ := reads(n); changed {
+			return true
+		}
+	}
+	return false
+}
+
+// plainSelect reports whether a SELECT reads rows of a FROM clause, filtered, without
+// anything that orders, groups, limits or combines them.
+func plainSelect(s *pg.SelectStmt) bool {
+	return s.Op == pg.SetOperation_SETOP_NONE && len(s.FromClause) > 0 && s.WithClause == nil && s.IntoClause == nil &&
+		len(s.GroupClause) == 0 && s.HavingClause == nil && len(s.WindowClause) == 0 && len(s.SortClause) == 0 &&
+		s.LimitCount == nil && s.LimitOffset == nil && len(s.LockingClause) == 0 && len(s.ValuesLists) == 0 && len(s.DistinctClause) == 0
+}
+
+// constantsOrStar reports whether a select list holds only constants and * (not
+// x.*, which is an error where x names no table).
+func constantsOrStar(list []*pg.Node) bool {
+	for _, t := range list {
+		switch v := t.GetResTarget().GetVal(); {
+		case v.GetAConst() != nil:
+		case v.GetColumnRef() != nil && len(v.GetColumnRef().Fields) == 1 && v.GetColumnRef().Fields[0].GetAStar() != nil:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// cannotFail reports whether a condition cannot raise an error, whatever its columns
+// hold: columns, parameters and constants compared, tested for NULL, in a list or a
+// range, or matched by a LIKE pattern without an escape, joined by AND, OR and NOT. Arithmetic
+// (a division by zero, an overflow), casts (a domain's check) and operators of
+// other kinds may fail.
+func cannotFail(n *pg.Node) bool {
+	ok := true
+	walk(n, func(m proto.Message) bool {
+		switch x := m.(type) {
+		case *pg.ColumnRef, *pg.ParamRef, *pg.A_Const:
+			return false // a value: nothing below fails
+		case *pg.Node, *pg.BoolExpr, *pg.NullTest, *pg.BooleanTest, *pg.List, *pg.String:
+		case *pg.A_Expr:
+			switch x.Kind {
+			case pg.A_Expr_Kind_AEXPR_OP:
+				ok = len(x.Name) == 1 && comparisons[x.Name[0].GetString_().GetSval()]
+			case pg.A_Expr_Kind_AEXPR_DISTINCT, pg.A_Expr_Kind_AEXPR_NOT_DISTINCT, pg.A_Expr_Kind_AEXPR_IN,
+				pg.A_Expr_Kind_AEXPR_BETWEEN, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN:
+			case pg.A_Expr_Kind_AEXPR_LIKE, pg.A_Expr_Kind_AEXPR_ILIKE:
+				pattern := x.Rexpr.GetAConst().GetSval()
+				ok = pattern != nil && !strings.Contains(pattern.Sval, `\`)
+			default:
+				ok = false
+			}
+		default:
+			ok = false
+		}
+		return ok
+	})
+	return ok
+}
+
+// castsOrPowers reports whether an expression casts, or uses an operator that answers
+// a float over integers: an aggregate over it might add floats.
+func castsOrPowers(n *pg.Node) bool {
+	return names(n, func(m proto.Message) bool {
+		switch x := m.(type) {
+		case *pg.TypeCast:
+			return true
+		case *pg.A_Expr:
+			for _, op := range x.Name {
+				if s := op.GetString_().GetSval(); s == "^" || s == "|/" || s == "||/" {
+					return true
+				}
+			}
+		}
+		return false
+	})
+}
+
+// unnestFrom is the rewritten subquery's FROM entry: pg_catalog.unnest of parameters
+// param+1 ... param+n side by side (a user's unnest on the search path is not called),
+// each column named after its position.
+func unnestFrom(param, n int) (*pg.Node, error) {
+	args := make([]string, n)
+	cols := make([]string, n)
+	for i := range n {
+		args[i] = fmt.Sprintf("pg_catalog.unnest($%d)", param+i+1)
+		cols[i] = fmt.Sprintf("%s%d", prePrefix, i+1)
+	}
+	tree, err := pg.Parse(fmt.Sprintf("SELECT FROM ROWS FROM (%s) AS %s(%s)", strings.Join(args, ", "), preAlias, strings.Join(cols, ", ")))
+	if err != nil {
+		return nil, err
+	}
+	return tree.Stmts[0].Stmt.GetSelectStmt().FromClause[0], nil
+}

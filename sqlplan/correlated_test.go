@@ -1,0 +1,119 @@
+package sqlplan_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/shardlab/shardlab/sqlplan"
+)
+
+// TestCorrelatedPlan: a subquery of an UPDATE or DELETE that reads the changed table's
+// columns is evaluated in two steps: the columns of its own tables that it reads,
+// first, and the subquery over unnest of their arrays in the statement. On the old
+// code such a statement was refused (correlated), its Pre a subquery that fails alone.
+func TestCorrelatedPlan(t *testing.T) {
+	ctx := context.Background()
+	p := sqlplan.New(testRules(t), keyCatalog{}, sqlplan.Options{})
+	for _, c := range []struct {
+		sql    string
+		first  []string
+		then   string
+		summed []int
+	}{
+		{"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id AND u.name >= $1 AND u.name LIKE 'a%')",
+			[]string{"SELECT u.name, u.user_id FROM t_user u WHERE u.name >= $1 AND u.name LIKE 'a%'"},
+			"UPDATE t_order o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.user_id)", nil},
+		// A condition that may fail (a division, a LIKE pattern that may end in its
+		// escape): every condition stays in the subquery, in PostgreSQL's order.
+		{"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id AND 10 / u.user_id > 1 AND u.name LIKE $1)",
+			[]string{"SELECT u.name, u.user_id FROM t_user u"},
+			"UPDATE t_order o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.user_id AND (10 / shardlab_pre.shardlab_2) > 1 AND shardlab_pre.shardlab_1 LIKE $1)", nil},
+		// EXISTS correlated by two conditions; unqualified names resolve innermost first.
+		{"DELETE FROM t_order o WHERE o.status <> 'x' AND EXISTS (SELECT * FROM t_user WHERE user_id = o.user_id AND name = status)",
+			[]string{"SELECT t_user.user_id, t_user.name FROM t_user"},
+			"DELETE FROM t_order o WHERE o.status <> 'x' AND EXISTS (SELECT 1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_1 = o.user_id AND shardlab_pre.shardlab_2 = status)", nil},
+		// Aggregates over the same rows; the values added are checked when read.
+		{"UPDATE t_order o SET status = (SELECT sum(u.user_id) + count(*) FROM t_user u WHERE u.user_id < o.order_id)::text WHERE o.status <> $1",
+			[]string{"SELECT u.user_id FROM t_user u"},
+			"UPDATE t_order o SET status = (SELECT sum(shardlab_pre.shardlab_1) + count(*) FROM ROWS FROM (pg_catalog.unnest($2) ) shardlab_pre(shardlab_1) WHERE shardlab_pre.shardlab_1 < o.order_id)::text WHERE o.status <> $1", []int{0}},
+		// IN and NOT IN keep the operand; only the number of rows counts for one.
+		{"DELETE FROM t_order o WHERE o.status NOT IN (SELECT o.status FROM t_user u WHERE u.name = 'a') OR o.user_id IN (SELECT u.user_id FROM t_user u WHERE u.name = o.status)",
+			[]string{"SELECT 1 FROM t_user u WHERE u.name = 'a'", "SELECT u.user_id, u.name FROM t_user u"},
+			"DELETE FROM t_order o WHERE NOT o.status IN (SELECT o.status FROM ROWS FROM (pg_catalog.unnest($1) ) shardlab_pre(shardlab_1)) OR o.user_id IN (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.status)", nil},
+	} {
+		pl, err := p.Prepare(ctx, c.sql)
+		if err != nil {
+			t.Fatalf("%s: %v", c.sql, err)
+		}
+		if _, err := pl.Bind(sqlplan.Args{Values: make([][]byte, pl.NumParams)}); !errors.Is(err, sqlplan.ErrUnsupported) {
+			t.Errorf("%s: bind %v, want the refusal", c.sql, err)
+		}
+		pre := pl.Pre
+		if pre == nil || len(pre.Subqueries) != len(c.first) {
+			t.Errorf("%s: pre %+v", c.sql, pre)
+			continue
+		}
+		for i, sub := range pre.Subqueries {
+			if sub.Kind != sqlplan.SubqueryColumns || sub.SQL != c.first[i] {
+				t.Errorf("%s: first step %d: %d %s, want %s", c.sql, i, sub.Kind, sub.SQL, c.first[i])
+			}
+		}
+		if pre.SQL != c.then {
+			t.Errorf("%s:\n got  %s\n want %s", c.sql, pre.SQL, c.then)
+		}
+		if got := pre.Subqueries[0].Summed; len(got) != len(c.summed) || len(got) > 0 && got[0] != c.summed[0] {
+			t.Errorf("%s: summed %v, want %v", c.sql, got, c.summed)
+		}
+		// The statement, its subqueries over parameters, runs where its own conditions say.
+		np := pre.Params
+		for _, sub := range pre.Subqueries {
+			np += sub.Params
+		}
+		then, err := p.Prepare(ctx, pre.SQL)
+		if err != nil {
+			t.Errorf("%s: then: %v", c.sql, err)
+			continue
+		}
+		if _, err := then.Bind(sqlplan.Args{Values: make([][]byte, np)}); err != nil {
+			t.Errorf("%s: then: %v", c.sql, err)
+		}
+	}
+	// Not of the shape: evaluated alone (where a correlated subquery fails, and the
+	// statement is refused) or not in steps at all.
+	for _, sql := range []string{
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id ORDER BY u.name LIMIT 1)",
+		"UPDATE t_order o SET status = (SELECT lower(u.name) FROM t_user u WHERE u.user_id = o.user_id)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id AND random() > 0.5)",
+		"UPDATE t_order o SET status = (SELECT sum(u.user_id::float8) FROM t_user u WHERE u.user_id = o.user_id)",
+		"UPDATE t_order o SET status = (SELECT sum(u.user_id ^ 2) FROM t_user u WHERE u.user_id = o.user_id)",
+		"UPDATE t_order o SET status = (SELECT string_agg(u.name, ',') FROM t_user u WHERE u.user_id = o.user_id)",
+		"UPDATE t_order o SET status = (SELECT sum(o.order_id + u.user_id) FROM t_user u WHERE u.user_id = o.user_id)", // the changed table in an aggregate
+		"UPDATE t_order o SET status = (SELECT u.name || count(*) FROM t_user u WHERE u.user_id = o.user_id)",          // a column beside an aggregate
+		"UPDATE t_order o SET status = (SELECT max(u.name) FROM t_user u WHERE u.user_id = o.user_id GROUP BY u.name)",
+		"UPDATE t_order o SET status = (SELECT DISTINCT u.name FROM t_user u WHERE u.user_id = o.user_id)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id AND u.name IN (SELECT name FROM t_user))",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u JOIN t_user v ON v.user_id = o.user_id WHERE u.user_id = v.user_id)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.nosuch)",
+		"UPDATE t_order o SET status = (SELECT u FROM t_user u WHERE u.user_id = o.user_id)", // a whole row
+		"UPDATE t_order o SET status = 'x' FROM t_config WHERE t_config.v = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u, t_user v WHERE u.user_id = o.user_id AND name = 'a')", // ambiguous
+		"DELETE FROM t_order o WHERE EXISTS (SELECT nosuch.* FROM t_user u WHERE u.user_id < o.user_id)",                   // an error one database raises
+		"DELETE FROM t_order o WHERE EXISTS (SELECT o.* FROM t_user u WHERE u.user_id < o.user_id)",
+		"UPDATE t_order o SET status = array_to_string(ARRAY(SELECT u.name FROM t_user u WHERE u.user_id < o.user_id), ',')", // in the rows' order
+		"UPDATE t_order o SET (status, user_id) = (SELECT u.name, u.user_id FROM t_user u WHERE u.user_id < o.user_id)",
+		"UPDATE t_order o SET status = (SELECT max(u.user_id + 1) FROM t_user u WHERE u.user_id < o.user_id)::text", // of an expression, whose type is not read
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u JOIN t_user v ON 10 / v.user_id > 1 WHERE u.user_id < o.user_id)",
+		"UPDATE t_order o SET status = 'x' RETURNING (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id)", // the answer's type modifier
+	} {
+		pl, err := p.Prepare(ctx, sql)
+		if err != nil || pl.Pre == nil {
+			continue
+		}
+		for _, sub := range pl.Pre.Subqueries {
+			if sub.Kind == sqlplan.SubqueryColumns {
+				t.Errorf("%s: in two steps: %+v", sql, pl.Pre)
+			}
+		}
+	}
+}
