@@ -88,6 +88,9 @@ func TestSubqueriesFirst(t *testing.T) {
 			{sql: `UPDATE orders SET status = NULL WHERE id IN (4, 5)`}, {sql: `INSERT INTO custs VALUES (51, NULL, 'north')`},
 			{sql: `DELETE FROM orders o WHERE NOT EXISTS (SELECT 1 FROM custs c WHERE c.name = o.status AND c.region <> 'west') RETURNING o.id, o.status`},
 			{sql: `DELETE FROM custs WHERE id = 51`}}},
+		// Joined otherwise than by one equality: EXISTS, in two steps.
+		{"joined otherwise", []step{{sql: `DELETE FROM orders o USING custs c WHERE c.id < o.cust AND c.region = 'north' AND o.id > 300 RETURNING o.id`},
+			{sql: `UPDATE orders o SET status = 'two' FROM custs c WHERE c.id = o.cust AND c.name <> o.status AND c.region IN ('north', 'east') RETURNING o.*`}}},
 		{"delete using", []step{{sql: `DELETE FROM orders USING custs WHERE custs.id = orders.cust AND custs.name LIKE 'c1%' AND orders.amount > 100 RETURNING orders.id`}}},
 		{"update from two tables, parameters", []step{{sql: `UPDATE orders o SET status = $1 FROM custs c JOIN tags t ON t.id = 1 WHERE o.cust = c.id AND c.region <> t.label AND c.region = $2`, args: []any{"p", "south"}}}},
 		{"update from, in a transaction that wrote", []step{{sql: `BEGIN`}, {sql: `INSERT INTO custs VALUES (901, 'new', 'far')`},
@@ -166,9 +169,9 @@ func TestSubqueriesFirst(t *testing.T) {
 		// A collation the subquery's column carries, which a parameter would not.
 		`UPDATE orders SET status = 'x' WHERE status IN (SELECT label FROM tags)`,
 		`UPDATE orders SET status = 'x' WHERE status IN (SELECT name COLLATE "C" FROM custs)`,
-		// Joined otherwise than by one equality, or the other tables read elsewhere.
+		// The other tables read elsewhere, or joined by a condition that may fail.
 		`UPDATE orders o SET status = c.name FROM custs c WHERE c.id = o.cust`,
-		`DELETE FROM orders o USING custs c WHERE c.id < o.cust AND c.region = 'north'`,
+		`DELETE FROM orders o USING custs c WHERE c.id < o.cust AND c.region = 'north' AND o.amount / (c.id - 1) > 0`, // a condition that may fail
 	} {
 		for _, mode := range modes {
 			_, err := px.Exec(ctx, q, mode)

@@ -33,6 +33,14 @@ func TestCorrelatedPlan(t *testing.T) {
 		{"DELETE FROM t_order o WHERE o.status <> 'x' AND EXISTS (SELECT * FROM t_user WHERE user_id = o.user_id AND name = status)",
 			[]string{"SELECT t_user.user_id, t_user.name FROM t_user"},
 			"DELETE FROM t_order o WHERE o.status <> 'x' AND EXISTS (SELECT 1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_1 = o.user_id AND shardlab_pre.shardlab_2 = status)", nil},
+		// UPDATE ... FROM, DELETE ... USING joined otherwise than by one equality: the
+		// same statement with EXISTS, in two steps.
+		{"DELETE FROM t_order o USING t_user u WHERE u.user_id < o.user_id AND o.status = 'x' AND u.name = 'a' RETURNING o.order_id",
+			[]string{"SELECT u.user_id FROM t_user u WHERE u.name = 'a'"},
+			"DELETE FROM t_order o WHERE o.status = 'x' AND EXISTS (SELECT 1 FROM ROWS FROM (pg_catalog.unnest($1) ) shardlab_pre(shardlab_1) WHERE shardlab_pre.shardlab_1 < o.user_id) RETURNING o.order_id", nil},
+		{"UPDATE t_order o SET status = 'y' FROM t_user u WHERE u.user_id = o.user_id AND (u.name = o.status OR u.name IS NULL)",
+			[]string{"SELECT u.user_id, u.name FROM t_user u"},
+			"UPDATE t_order o SET status = 'y' WHERE EXISTS (SELECT 1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_1 = o.user_id AND (shardlab_pre.shardlab_2 = o.status OR shardlab_pre.shardlab_2 IS NULL))", nil},
 		// Aggregates over the same rows; the values added are checked when read.
 		{"UPDATE t_order o SET status = (SELECT sum(u.user_id) + count(*) FROM t_user u WHERE u.user_id < o.order_id)::text WHERE o.status <> $1",
 			[]string{"SELECT u.user_id FROM t_user u"},
@@ -105,6 +113,11 @@ func TestCorrelatedPlan(t *testing.T) {
 		"UPDATE t_order o SET status = (SELECT max(u.user_id + 1) FROM t_user u WHERE u.user_id < o.user_id)::text", // of an expression, whose type is not read
 		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u JOIN t_user v ON 10 / v.user_id > 1 WHERE u.user_id < o.user_id)",
 		"UPDATE t_order o SET status = 'x' RETURNING (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id)", // the answer's type modifier
+		// Joined by a condition that may fail: the join evaluates it over every pair,
+		// EXISTS stops at a row's first match.
+		"DELETE FROM t_order o USING t_user u WHERE u.user_id < o.user_id AND 10 / u.user_id > 1",
+		"DELETE FROM t_order o USING t_user u WHERE u.user_id < o.user_id AND u.user_id / 2 < o.order_id",
+		"UPDATE t_order o SET status = u.name FROM t_user u WHERE u.user_id < o.user_id", // the SET list reads the other table
 	} {
 		pl, err := p.Prepare(ctx, sql)
 		if err != nil || pl.Pre == nil {

@@ -172,7 +172,7 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int, anti bool) *pg.Node {
 			return nil
 		}
 	}
-	var keep, sub []*pg.Node
+	var keep, sub, both []*pg.Node
 	var column, value *pg.Node
 	for i, c := range conjuncts(*where) {
 		if i < own {
@@ -193,9 +193,11 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int, anti bool) *pg.Node {
 			}
 			keep = append(keep, c)
 		default:
+			both = append(both, c)
 			e := c.GetAExpr()
 			if column != nil || e == nil || e.Kind != pg.A_Expr_Kind_AEXPR_OP || len(e.Name) != 1 || e.Name[0].GetString_().GetSval() != "=" {
-				return nil
+				column = nil
+				continue
 			}
 			for _, side := range [][2]*pg.Node{{e.Lexpr, e.Rexpr}, {e.Rexpr, e.Lexpr}} {
 				cr := side[0].GetColumnRef()
@@ -211,13 +213,13 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int, anti bool) *pg.Node {
 					column, value = side[0], side[1]
 				}
 			}
-			if column == nil {
-				return nil
-			}
 		}
 	}
-	if column == nil {
-		return nil
+	if column == nil || len(both) > 1 {
+		if own >= 0 || anti || len(both) == 0 {
+			return nil
+		}
+		return existsOfFrom(stmt, from, where, keep, append(sub, both...))
 	}
 	if anti {
 		// A parameter in value is read twice, in one expression both times: typed alike.
@@ -234,6 +236,33 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int, anti bool) *pg.Node {
 	}
 	*from = nil
 	*where = and(append(keep, in))
+	return stmt
+}
+
+// existsOfFrom makes an UPDATE ... FROM or DELETE ... USING whose other tables are
+// joined to the changed table otherwise than by one equality the statement with
+// EXISTS over them, which is the same statement (a row changes once when some row of
+// the other tables meets the conditions), when no condition can fail:
+//
+//	DELETE FROM orders o USING custs c WHERE c.id < o.cust AND c.region = 'north'
+//	DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id < o.cust AND c.region = 'north')
+//
+// The subquery is then evaluated in two steps (see correlatedSub). A condition that may
+// fail is refused: the join evaluates it over every pair, EXISTS stops at a row's
+// first match. semiJoinWrite checked the rest: the SET list and RETURNING read the
+// changed table alone, the conditions kept read it alone, every column is of one table.
+func existsOfFrom(stmt *pg.Node, from *[]*pg.Node, where **pg.Node, keep, sub []*pg.Node) *pg.Node {
+	for _, c := range sub {
+		if !cannotFail(c) {
+			return nil
+		}
+	}
+	subselect := &pg.SelectStmt{TargetList: []*pg.Node{resTarget("", &pg.Node{Node: &pg.Node_AConst{AConst: &pg.A_Const{Val: &pg.A_Const_Ival{Ival: &pg.Integer{Ival: 1}}}}})},
+		FromClause: *from, WhereClause: and(sub), Op: pg.SetOperation_SETOP_NONE, LimitOption: pg.LimitOption_LIMIT_OPTION_DEFAULT}
+	exists := &pg.Node{Node: &pg.Node_SubLink{SubLink: &pg.SubLink{SubLinkType: pg.SubLinkType_EXISTS_SUBLINK,
+		Subselect: &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: subselect}}, Location: -1}}}
+	*from = nil
+	*where = and(append(keep, exists))
 	return stmt
 }
 
