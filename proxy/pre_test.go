@@ -28,7 +28,7 @@ func TestSubqueriesFirst(t *testing.T) {
 	for i := range 2 {
 		dsns = append(dsns, pgtest.NewDatabase(t, fmt.Sprintf("pre_s%d", i)))
 	}
-	e := startProxyOn(t, shardedRules(dsns, []string{"orders=id", "custs=id", "tags=id"}, nil), withCoordinator(), func(c *proxy.Config) { c.AdminDatabase = "shardlab" })
+	e := startProxyOn(t, shardedRules(dsns, []string{"orders=id", "custs=id", "tags=id", "dtab=id"}, nil), withCoordinator(), func(c *proxy.Config) { c.AdminDatabase = "shardlab" })
 	ctx := context.Background()
 	one, err := pgx.Connect(ctx, ref)
 	if err != nil {
@@ -41,6 +41,9 @@ func TestSubqueriesFirst(t *testing.T) {
 	setup := []string{
 		`CREATE TABLE tags (id int PRIMARY KEY, label text COLLATE "C")`,
 		`INSERT INTO tags VALUES (1, 'new'), (2, 'vip')`,
+		`CREATE DOMAIN nnint AS int NOT NULL`,
+		`CREATE TABLE dtab (id int PRIMARY KEY, d nnint)`,
+		`INSERT INTO dtab SELECT g, g FROM generate_series(1, 10) g`,
 		`CREATE TABLE orders (id int PRIMARY KEY, cust int, status text, amount numeric)`,
 		`CREATE TABLE custs (id int PRIMARY KEY, name text, region text)`,
 		fmt.Sprintf(`INSERT INTO custs SELECT g, 'c' || g, (ARRAY['%s'])[g %% 4 + 1] FROM generate_series(1, 50) g`, strings.Join(regions, "','")),
@@ -102,20 +105,15 @@ func TestSubqueriesFirst(t *testing.T) {
 		{"correlated scalar", []step{{sql: `UPDATE orders o SET status = (SELECT c.name FROM custs c WHERE c.id = o.cust AND c.region <> 'west') WHERE o.id <= 300 RETURNING o.id, o.status`}}},
 		{"correlated, several conditions", []step{{sql: `UPDATE orders SET status = 'c' || cust WHERE id % 3 = 0`},
 			{sql: `DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id < o.cust AND c.region = 'north' AND c.name = o.status) RETURNING o.id`},
-			{sql: `DELETE FROM orders o WHERE o.id > 500 AND NOT EXISTS (SELECT * FROM custs WHERE id > o.cust - 2 AND id < o.cust + 2 AND region <> 'east') RETURNING id`}}},
+			{sql: `DELETE FROM orders o WHERE o.id > 500 AND NOT EXISTS (SELECT * FROM custs WHERE id >= o.cust AND id <= o.id AND region <> 'east') RETURNING id`}}},
 		{"correlated aggregates", []step{{sql: `UPDATE orders o SET amount = (SELECT count(*) + sum(c.id) + max(c.id) FROM custs c WHERE c.region = 'south' AND (c.id < o.cust OR c.name = o.status)) WHERE o.id < 100 RETURNING o.*`}}},
 		{"correlated in, the changed table's column", []step{{sql: `DELETE FROM orders WHERE status IN (SELECT status FROM custs WHERE region = 'north')`},
-			{sql: `UPDATE orders o SET status = 'q' WHERE o.cust NOT IN (SELECT c.id FROM custs c WHERE c.name LIKE 'c1%' AND c.id <> o.id % 5) RETURNING o.id`}}},
-		{"correlated, parameters", []step{{sql: `UPDATE orders o SET status = $1 WHERE o.cust = ANY (SELECT c.id FROM custs c WHERE c.region = $2 AND c.id > o.id % 7) RETURNING o.id, o.status`, args: []any{"p", "north"}}}},
+			{sql: `UPDATE orders o SET status = 'q' WHERE o.cust NOT IN (SELECT c.id FROM custs c WHERE c.name LIKE 'c1%' AND c.id <> o.id) RETURNING o.id`}}},
+		{"correlated, parameters", []step{{sql: `UPDATE orders o SET status = $1 WHERE o.cust = ANY (SELECT c.id FROM custs c WHERE c.region = $2 AND (c.id > o.id OR c.id < 20)) RETURNING o.id, o.status`, args: []any{"p", "north"}}}},
 		// One database raises 21000 when it evaluates a scalar subquery of two rows: so
 		// does the statement, which evaluates it.
 		{"correlated scalar of several rows", []step{{sql: `UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id > o.cust) WHERE o.id < 5`},
 			{sql: `UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id > o.cust) WHERE o.id = 49`}}},
-		// A condition that may fail keeps its place among the others: one database
-		// divides by zero (cust 1) before it tests the costlier condition that would
-		// have left that row out, and so does the statement.
-		{"correlated, a condition that may fail", []step{{sql: `UPDATE orders o SET status = (SELECT max(c.name) FROM custs c WHERE 10 / (c.id - 1) > o.cust AND c.id * c.id + c.id * c.id > 100) WHERE o.id < 5`},
-			{sql: `UPDATE orders o SET status = (SELECT max(c.name) FROM custs c WHERE 10 / (c.id + 1) >= o.cust - 100 AND c.id * c.id + c.id * c.id > 100) WHERE o.id < 5 RETURNING o.id, o.status`}}},
 		// The same shape with other literals: each statement's own (a plan is shared
 		// by every text of its shape).
 		{"one shape, two texts", []step{{sql: `DELETE FROM orders WHERE id < 100 AND cust IN (SELECT id FROM custs WHERE region = 'north')`},
@@ -165,6 +163,11 @@ func TestSubqueriesFirst(t *testing.T) {
 		`UPDATE orders o SET amount = (SELECT sum(c.id::float8) FROM custs c WHERE c.id < o.cust)`,                      // floats added in another order
 		`UPDATE orders o SET status = (SELECT c.label FROM tags c WHERE c.id = o.cust)`,                                 // a collation of the column's own
 		`UPDATE orders o SET amount = (SELECT max(p.amount) FROM orders p WHERE p.cust = o.cust - 1)`,                   // max of 1.0 and 1.00: the later one
+		`UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id = o.cust AND c.id / (c.id - 1) > 0)`,         // a condition that may fail
+		// A domain's value, read as its base type's, would be checked again where
+		// assigned (NULL into a NOT NULL domain: 23502), where one database does not.
+		`UPDATE dtab SET d = (SELECT d.d FROM dtab d WHERE d.id = dtab.id + 100)`,
+		`UPDATE dtab SET d = (SELECT d FROM dtab WHERE id = -1)`,
 		`UPDATE orders SET amount = (SELECT id FROM custs) WHERE id = 1`,
 		// A collation the subquery's column carries, which a parameter would not.
 		`UPDATE orders SET status = 'x' WHERE status IN (SELECT label FROM tags)`,

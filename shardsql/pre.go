@@ -38,6 +38,7 @@ func (cn *conn) runPre(ctx context.Context, plan *sqlplan.Plan, text string, ref
 		Prepare:      cn.prepare,
 		Rows:         cn.subqueryRows,
 		OwnCollation: cn.c.catalog.OwnCollation,
+		Domains:      cn.c.catalog.Domains,
 		Execute: func(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, formats []int16) (*sqlexec.Result, error) {
 			return cn.c.engine.Execute(ctx, b, args, formats, cn.s)
 		},

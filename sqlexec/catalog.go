@@ -490,6 +490,27 @@ func (c *Catalog) OwnCollation(ctx context.Context, tables []string) (bool, erro
 	return false, nil
 }
 
+// Domains reports whether a column of any of tables (logical names; a table without
+// rules is the default data source's) is of a domain: a value read from it arrives as
+// its base type's.
+func (c *Catalog) Domains(ctx context.Context, tables []string) (bool, error) {
+	for _, t := range tables {
+		ds, name := c.rules.DefaultDataSource(), pgx.Identifier{t}.Sanitize()
+		if r := c.rules.Lookup(t); r != nil && len(r.Nodes) > 0 {
+			ds, name = r.Nodes[0].DataSource, nodeName(r.Nodes[0])
+		}
+		rows, err := c.query(ctx, ds, `SELECT count(*)::text FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
+		                                 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped AND ty.typtype = 'd'`, name)
+		if err != nil {
+			return false, err
+		}
+		if len(rows) == 1 && rows[0][0] != nil && *rows[0][0] != "0" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // quoteArray quotes elements for a text[] literal.
 func quoteArray(items []string) []string {
 	out := make([]string, len(items))

@@ -28,6 +28,8 @@ type PreSteps struct {
 	Rows func(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, first bool) ([]uint32, [][][]byte, error)
 	// OwnCollation reports whether a column of tables carries a collation of its own.
 	OwnCollation func(ctx context.Context, tables []string) (bool, error)
+	// Domains reports whether a column of tables is of a domain.
+	Domains func(ctx context.Context, tables []string) (bool, error)
 	// Begin opens the statement's own transaction, when the session has none: the
 	// subqueries the coordinator answers are read before it (they read outside any).
 	Begin func() error
@@ -67,6 +69,18 @@ func (e *Engine) RunPre(ctx context.Context, plan *sqlplan.Plan, refused error, 
 		cols, rows, err := steps.Rows(ctx, bound[i], subArgs[i], sub.Kind == sqlplan.SubqueryExists)
 		if err != nil {
 			return steps.Failure(ctx, err)
+		}
+		if sub.Kind != sqlplan.SubqueryExists {
+			// A domain's value arrives as its base type's: as a parameter it would be
+			// checked against the domain again where it is assigned (a subquery of no
+			// row into a NOT NULL domain column is NULL on one database, 23502 here).
+			domains, err := steps.Domains(ctx, bound[i].Plan.Tables)
+			if err != nil {
+				return err
+			}
+			if domains {
+				return sqlplan.Unsupported("%s; a subquery over sharded tables that have a column of a domain type is not evaluated first (its values would be read as the base type's)", refusalText(refused))
+			}
 		}
 		compared := sub.Kind != sqlplan.SubqueryExists && len(cols) == 1 && collatable(cols[0])
 		if sub.Kind == sqlplan.SubqueryColumns {
@@ -206,9 +220,10 @@ func subqueryValue(kind sqlplan.SubqueryKind, cols []uint32, rows [][][]byte) ([
 	return array, oid, nil
 }
 
-// exactSum are the types whose sum (and avg) is the same in any order of addition:
-// int2, int4, int8, numeric, money, interval.
-var exactSum = map[uint32]bool{21: true, 23: true, 20: true, 1700: true, 790: true, 1186: true}
+// exactSum are the types whose sum (and avg) is the same in any order of addition,
+// and cannot overflow in one order but not another: int2, int4, int8 (added as int8
+// or numeric) and numeric. Not money or interval: their sums overflow midway.
+var exactSum = map[uint32]bool{21: true, 23: true, 20: true, 1700: true}
 
 // alikeWhenEqual are the types whose values that compare equal are the same value (a
 // numeric's 1.0 and 1.00 are not; nor are an interval's '1 day' and '24 hours'):
@@ -269,6 +284,16 @@ func PreFailure(refused error, err error, describe func(ds int, sql string) erro
 	}
 	why := refusalText(refused)
 	switch {
+	case strings.HasPrefix(pe.Code, "42") && pe.Code != "42P01" && pe.Code != "42703":
+		// An error found while the subquery ran (no equality for an array's elements,
+		// 42883; two collations compared, 42P22) that one database, describing the whole
+		// statement, does not raise: it would raise it only if it evaluated the subquery.
+		oneDB := describe(plan.DescribeSQL())
+		var one *pgconn.PgError
+		if errors.As(oneDB, &one) && one.Code != "42P18" {
+			return oneDB
+		}
+		return sqlplan.Unsupported("%s; a subquery over sharded tables evaluated first failed (%s: %s), where one database might not evaluate it", why, pe.Code, pe.Message)
 	case pe.Code == "42P01" || pe.Code == "42703":
 		// What a reference to the statement's tables or columns gives alone.
 		oneDB := describe(plan.DescribeSQL())

@@ -21,10 +21,11 @@ import (
 //
 // The rewritten subquery reads, for each row of the statement, the same rows the
 // written one reads (the rows of its FROM clause that meet its conditions), with the
-// same values: PostgreSQL evaluates it as it would the written one, so a scalar
-// subquery of no row is NULL and of two rows the error 21000, IN and ALL keep their
-// three-valued logic, and count, sum (of exact types), min, max and avg over the same
-// rows are the same.
+// same values: a scalar subquery of no row is NULL and of two rows the error 21000, IN
+// and ALL keep their three-valued logic, and count, sum (of exact types), min, max and
+// avg over the same rows are the same. PostgreSQL evaluates it over other rows and in
+// another order than the written one (a function scan of arrays, where one database
+// may use an index), so nothing in it may fail.
 
 // preAlias names the rewritten subquery's one FROM entry, and prePrefix its columns.
 const preAlias, prePrefix = "shardlab_pre", "shardlab_"
@@ -47,18 +48,22 @@ type correlatedSub struct {
 // without FROM (USING) or WITH of its own, whose arrays are parameters param+1 ...; nil
 // when the subquery reads no column of the changed table, or is not of the shape this
 // covers:
+//   - a scalar, EXISTS, IN, ANY or ALL subquery (not ARRAY, whose order is the rows');
 //   - a SELECT of plain or inner-joined tables that the rules name, without WITH, a set
 //     operation, grouping, HAVING, window, DISTINCT, ORDER BY, LIMIT or locking, and
 //     without a subquery of its own;
+//   - conditions, join conditions, aggregate arguments and FILTERs that cannot fail
+//     (cannotFail), join conditions reading its own tables alone;
 //   - no function call but count, sum, avg, min, max, bool_and, bool_or and every in its
 //     select list (a volatile function would be evaluated once per row of its tables,
 //     not once per pair), without FILTER reading the changed table, ORDER BY, WITHIN
-//     GROUP or OVER, whose arguments read its own tables alone and cast nothing nor use
-//     ^, |/ or ||/ (float results); beside an aggregate, every column of its tables
-//     inside one;
+//     GROUP or OVER, whose arguments read its own tables alone (sum, avg, min and max: a
+//     column, whose type the first step's answer tells; see Subquery.Summed); beside an
+//     aggregate, every column of its tables inside one; without one, columns and
+//     constants only;
 //   - every column reference resolved by the catalog to exactly one table, innermost
-//     first, as PostgreSQL resolves it; no whole row or star outside EXISTS's select list;
-//   - join conditions that read its own tables alone.
+//     first, as PostgreSQL resolves it; no whole row or star but a bare * in EXISTS's
+//     select list.
 func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int) *correlatedSub {
 	switch sl.SubLinkType {
 	case pg.SubLinkType_EXISTS_SUBLINK, pg.SubLinkType_ANY_SUBLINK, pg.SubLinkType_ALL_SUBLINK, pg.SubLinkType_EXPR_SUBLINK:
@@ -180,27 +185,20 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 			return nil
 		}
 	}
-	// The conditions that read the subquery's tables alone filter its rows in the first
-	// step, when none of the conditions can fail: one database evaluates them in an
-	// order of its own, and a condition that may fail (10 / u.score > o.qty) could fail
-	// there on a row another condition would have filtered out first, or the other way
-	// round. Otherwise every condition stays in the subquery, over all the rows.
-	where := conjuncts(sel.WhereClause)
-	early := true
-	for _, c := range where {
-		if !cannotFail(c) {
-			early = false
-		}
-	}
+	// No condition may fail: one database evaluates them over rows and in an order of
+	// its plan's (an index scan tests a division only on the rows its key condition
+	// finds), and the rewrite over other rows and in another order (10 / c.z > 1 over
+	// every row of the array). The conditions that read the subquery's tables alone then
+	// filter its rows in the first step.
 	var first, correlated []*pg.Node
 	changedAny := false
-	for _, c := range where {
+	for _, c := range conjuncts(sel.WhereClause) {
 		changed, _, ok := reads(c)
-		if !ok || calls(c) {
+		if !ok || !cannotFail(c) {
 			return nil
 		}
 		changedAny = changedAny || changed
-		if changed || !early {
+		if changed {
 			correlated = append(correlated, proto.Clone(c).(*pg.Node))
 		} else {
 			first = append(first, c)
@@ -229,29 +227,34 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 				ok = false
 				return false
 			}
+			// Its arguments and FILTER are evaluated row by row, in the order the
+			// rows come: nothing there may fail.
 			for _, arg := range fc.Args {
 				changed, _, resolved := reads(arg)
-				if !resolved || changed || calls(arg) || castsOrPowers(arg) {
+				if !resolved || changed || !cannotFail(arg) {
 					ok = false
 				}
 			}
 			if fc.AggFilter != nil {
-				if changed, _, resolved := reads(fc.AggFilter); !resolved || changed || calls(fc.AggFilter) {
+				if changed, _, resolved := reads(fc.AggFilter); !resolved || changed || !cannotFail(fc.AggFilter) {
 					ok = false
 				}
 			}
 			switch name {
 			case "sum", "avg", "min", "max":
 				// Of a column, whose type the first step's answer tells: sum and
-				// avg of exact types only; min, max and DISTINCT of types whose
-				// equal values are alike (max(n) of numerics 1.0 and 1.00 is the
-				// later one).
+				// avg of types whose sum is exact and cannot overflow in some
+				// order only; min, max and DISTINCT of types whose equal values
+				// are alike (max of numerics 1.0 and 1.00 is the later one).
 				if len(fc.Args) != 1 || fc.Args[0].GetColumnRef() == nil {
 					ok = false
-				} else if name == "min" || name == "max" || fc.AggDistinct {
-					pickedNodes = append(pickedNodes, fc.Args[0])
-				} else {
+					break
+				}
+				if name == "sum" || name == "avg" {
 					summedNodes = append(summedNodes, fc.Args[0])
+				}
+				if name == "min" || name == "max" || fc.AggDistinct {
+					pickedNodes = append(pickedNodes, fc.Args[0])
 				}
 			}
 			aggregated = true
@@ -262,6 +265,18 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 		}
 		if _, _, resolved := reads(t); !resolved {
 			return nil
+		}
+	}
+	if !aggregated && sl.SubLinkType != pg.SubLinkType_EXISTS_SUBLINK {
+		// Each row's value is computed in the order the rows come: one that may fail
+		// could fail before or after a second row raised 21000, or at all, where one
+		// database's order differs. Columns and constants only.
+		for _, t := range list {
+			switch v := t.GetResTarget().GetVal(); {
+			case v.GetColumnRef() != nil, v.GetAConst() != nil:
+			default:
+				return nil
+			}
 		}
 	}
 	if aggregated {
@@ -435,24 +450,6 @@ func cannotFail(n *pg.Node) bool {
 		return ok
 	})
 	return ok
-}
-
-// castsOrPowers reports whether an expression casts, or uses an operator that answers
-// a float over integers: an aggregate over it might add floats.
-func castsOrPowers(n *pg.Node) bool {
-	return names(n, func(m proto.Message) bool {
-		switch x := m.(type) {
-		case *pg.TypeCast:
-			return true
-		case *pg.A_Expr:
-			for _, op := range x.Name {
-				if s := op.GetString_().GetSval(); s == "^" || s == "|/" || s == "||/" {
-					return true
-				}
-			}
-		}
-		return false
-	})
 }
 
 // unnestFrom is the rewritten subquery's FROM entry: pg_catalog.unnest of parameters

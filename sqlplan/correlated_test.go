@@ -24,11 +24,10 @@ func TestCorrelatedPlan(t *testing.T) {
 		{"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id AND u.name >= $1 AND u.name LIKE 'a%')",
 			[]string{"SELECT u.name, u.user_id FROM t_user u WHERE u.name >= $1 AND u.name LIKE 'a%'"},
 			"UPDATE t_order o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.user_id)", nil},
-		// A condition that may fail (a division, a LIKE pattern that may end in its
-		// escape): every condition stays in the subquery, in PostgreSQL's order.
-		{"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id AND 10 / u.user_id > 1 AND u.name LIKE $1)",
+		// A scalar subquery in WHERE, alone there.
+		{"DELETE FROM t_order o WHERE o.status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id) AND o.order_id > 3",
 			[]string{"SELECT u.name, u.user_id FROM t_user u"},
-			"UPDATE t_order o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.user_id AND (10 / shardlab_pre.shardlab_2) > 1 AND shardlab_pre.shardlab_1 LIKE $1)", nil},
+			"DELETE FROM t_order o WHERE o.status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.user_id) AND o.order_id > 3", nil},
 		// EXISTS correlated by two conditions; unqualified names resolve innermost first.
 		{"DELETE FROM t_order o WHERE o.status <> 'x' AND EXISTS (SELECT * FROM t_user WHERE user_id = o.user_id AND name = status)",
 			[]string{"SELECT t_user.user_id, t_user.name FROM t_user"},
@@ -113,6 +112,19 @@ func TestCorrelatedPlan(t *testing.T) {
 		"UPDATE t_order o SET status = (SELECT max(u.user_id + 1) FROM t_user u WHERE u.user_id < o.user_id)::text", // of an expression, whose type is not read
 		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u JOIN t_user v ON 10 / v.user_id > 1 WHERE u.user_id < o.user_id)",
 		"UPDATE t_order o SET status = 'x' RETURNING (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id)", // the answer's type modifier
+		// A condition that may fail (a division, a LIKE pattern that may end in its
+		// escape), evaluated by one database on the rows and in the order of its plan.
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id AND 10 / u.user_id > 1)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id AND u.name LIKE $1)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id AND u.name::int > 1)",
+		// A value computed row by row, in the rows' order (a failure before or after 21000).
+		"UPDATE t_order o SET order_id = (SELECT 100 / u.user_id FROM t_user u WHERE u.user_id < o.user_id)",
+		"UPDATE t_order o SET status = (SELECT count(100 / u.user_id) FROM t_user u WHERE u.user_id < o.user_id)::text",
+		"UPDATE t_order o SET status = (SELECT count(*) FILTER (WHERE 1 / u.user_id > 0) FROM t_user u WHERE u.user_id < o.user_id)::text",
+		// A scalar subquery in WHERE beside another, or a function call: which runs first
+		// follows their costs, which the rewrite changes.
+		"DELETE FROM t_order o WHERE o.status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id) AND o.user_id IN (SELECT user_id FROM t_user)",
+		"DELETE FROM t_order o WHERE o.status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id) AND length(o.status) > 1",
 		// Joined by a condition that may fail: the join evaluates it over every pair,
 		// EXISTS stops at a row's first match.
 		"DELETE FROM t_order o USING t_user u WHERE u.user_id < o.user_id AND 10 / u.user_id > 1",

@@ -2,6 +2,7 @@ package sqlplan
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -90,16 +91,41 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 	// statement with FROM (USING) has others.
 	var changed *pg.RangeVar
 	var returning []*pg.Node
+	var where *pg.Node
 	if u := stmt.GetUpdateStmt(); u != nil {
-		returning = u.ReturningList
+		returning, where = u.ReturningList, u.WhereClause
 		if len(u.FromClause) == 0 {
 			changed = u.Relation
 		}
 	} else if d := stmt.GetDeleteStmt(); d != nil {
-		returning = d.ReturningList
+		returning, where = d.ReturningList, d.WhereClause
 		if len(d.UsingClause) == 0 {
 			changed = d.Relation
 		}
+	}
+	// A scalar subquery in WHERE that raises 21000 (two rows) is evaluated, or not, as
+	// the conditions beside it are ordered by cost, and its cost is not the written
+	// one's: beside another subquery or a function call, which might come first on one
+	// database and not here, it is not rewritten.
+	var whereSubs []*pg.SubLink
+	whereCalls := false
+	if where != nil {
+		walk(where, func(m proto.Message) bool {
+			switch x := m.(type) {
+			case *pg.SubLink:
+				whereSubs = append(whereSubs, x)
+				return false
+			case *pg.FuncCall:
+				whereCalls = true
+			}
+			return true
+		})
+	}
+	alone := func(sl *pg.SubLink) bool {
+		if sl.SubLinkType != pg.SubLinkType_EXPR_SUBLINK || !slices.Contains(whereSubs, sl) {
+			return true
+		}
+		return len(whereSubs) == 1 && !whereCalls
 	}
 	// A subquery's value that RETURNING answers keeps its column's type modifier
 	// (numeric(12,2)) on one database; read through an array it has none.
@@ -123,7 +149,7 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 		if !a.readsSharded(sl.Subselect) {
 			return true
 		}
-		if cs := a.correlatedSub(changed, sl, next); cs != nil && !answered[sl] {
+		if cs := a.correlatedSub(changed, sl, next); cs != nil && !answered[sl] && alone(sl) {
 			text, err := deparse(a.tree.Version, cs.first)
 			if err != nil {
 				ok = false

@@ -39,6 +39,7 @@ func (s *Session) runPre(ctx context.Context, plan *sqlplan.Plan, text string, r
 		Prepare:      s.prepare,
 		Rows:         s.subqueryRows,
 		OwnCollation: s.r.catalog.OwnCollation,
+		Domains:      s.r.catalog.Domains,
 		Execute:      s.engineExecute,
 		Failure: func(ctx context.Context, err error) error {
 			return s.preFailure(ctx, plan, refused, paramOIDs, err)
