@@ -472,35 +472,26 @@ func (c *Catalog) TextOrder(ctx context.Context, ds int, tables []string) (byteO
 // default (a value read as its base type would not carry it): a value read from it
 // may carry that collation into a comparison.
 func (c *Catalog) OwnCollation(ctx context.Context, tables []string) (bool, error) {
-	for _, t := range tables {
-		ds, name := c.rules.DefaultDataSource(), pgx.Identifier{t}.Sanitize()
-		if r := c.rules.Lookup(t); r != nil && len(r.Nodes) > 0 {
-			ds, name = r.Nodes[0].DataSource, nodeName(r.Nodes[0])
-		}
-		rows, err := c.query(ctx, ds, `SELECT count(*)::text FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
-		                                 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
-		                                   AND (a.attcollation <> ty.typcollation OR ty.typtype = 'd' AND ty.typcollation NOT IN (0, 100))`, name)
-		if err != nil {
-			return false, err
-		}
-		if len(rows) == 1 && rows[0][0] != nil && *rows[0][0] != "0" {
-			return true, nil
-		}
-	}
-	return false, nil
+	return c.anyColumn(ctx, tables, `a.attcollation <> ty.typcollation OR ty.typtype = 'd' AND ty.typcollation NOT IN (0, 100)`)
 }
 
-// Domains reports whether a column of any of tables (logical names; a table without
-// rules is the default data source's) is of a domain: a value read from it arrives as
-// its base type's.
+// Domains reports whether a column of any of tables is of a domain: a value read from
+// it arrives as its base type's.
 func (c *Catalog) Domains(ctx context.Context, tables []string) (bool, error) {
+	return c.anyColumn(ctx, tables, `ty.typtype = 'd'`)
+}
+
+// anyColumn reports whether a column of any of tables (logical names; a table without
+// rules is the default data source's), read on the data source of its first physical
+// table, meets cond, a condition over its pg_attribute a and pg_type ty.
+func (c *Catalog) anyColumn(ctx context.Context, tables []string, cond string) (bool, error) {
 	for _, t := range tables {
 		ds, name := c.rules.DefaultDataSource(), pgx.Identifier{t}.Sanitize()
 		if r := c.rules.Lookup(t); r != nil && len(r.Nodes) > 0 {
 			ds, name = r.Nodes[0].DataSource, nodeName(r.Nodes[0])
 		}
 		rows, err := c.query(ctx, ds, `SELECT count(*)::text FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
-		                                 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped AND ty.typtype = 'd'`, name)
+		                                 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped AND (`+cond+`)`, name)
 		if err != nil {
 			return false, err
 		}

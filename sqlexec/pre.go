@@ -135,7 +135,7 @@ func (e *Engine) RunPre(ctx context.Context, plan *sqlplan.Plan, refused error, 
 			}
 		}
 	}
-	wargs := FirstArgs(args, paramOIDs, len(args.Values))
+	wargs := FirstArgs(args, paramOIDs, pre.Params)
 	for i := range values {
 		wargs.Values = append(wargs.Values, values[i]...)
 		wargs.OIDs = append(wargs.OIDs, oids[i]...)
