@@ -284,7 +284,7 @@ func PreFailure(refused error, err error, describe func(ds int, sql string) erro
 	}
 	why := refusalText(refused)
 	switch {
-	case strings.HasPrefix(pe.Code, "42") && pe.Code != "42P01" && pe.Code != "42703":
+	case strings.HasPrefix(pe.Code, "42") && pe.Code != "42P01" && pe.Code != "42703" && pe.Code != "42501":
 		// An error found while the subquery ran (no equality for an array's elements,
 		// 42883; two collations compared, 42P22) that one database, describing the whole
 		// statement, does not raise: it would raise it only if it evaluated the subquery.

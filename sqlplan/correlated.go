@@ -82,12 +82,16 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	if target.Alias != nil {
 		outerName = target.Alias.Aliasname
 	}
-	outerCols, err := a.p.cat.Columns(a.ctx, outerRule)
-	if err != nil || outerName == preAlias {
+	tc, typed := a.p.cat.(typedCatalog)
+	if !typed || outerName == preAlias {
+		return nil
+	}
+	outerTypes, err := tc.ColumnTypes(a.ctx, outerRule)
+	if err != nil {
 		return nil
 	}
 	outer := map[string]bool{}
-	for _, c := range outerCols {
+	for c := range outerTypes {
 		if strings.HasPrefix(c, prePrefix) {
 			return nil // would be shadowed by the rewrite's columns
 		}
@@ -103,13 +107,8 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 			return nil
 		}
 		seen[it.name] = true
-		cols, err := a.p.cat.Columns(a.ctx, it.rule)
-		if err != nil {
+		if it.cols, err = tc.ColumnTypes(a.ctx, it.rule); err != nil {
 			return nil
-		}
-		it.cols = map[string]string{}
-		for _, c := range cols {
-			it.cols[c] = ""
 		}
 	}
 	const unresolved = -1
@@ -173,6 +172,42 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 		})
 		return changed, own, ok
 	}
+	// typedValues lets cannotFail take, in what the statement evaluates, columns and
+	// constants compared, two columns only of types compared without a cast that may
+	// fail (castFree); not a parameter, whose type the client chose.
+	typedValues := func(l, r *pg.Node) bool {
+		for _, v := range []*pg.Node{l, r} {
+			if v == nil || v.GetColumnRef() == nil && v.GetAConst() == nil {
+				return false
+			}
+		}
+		if l.GetColumnRef() == nil || r.GetColumnRef() == nil {
+			return true
+		}
+		typeOf := func(cr *pg.ColumnRef) string {
+			switch i, col := resolve(cr); i {
+			case unresolved:
+				return ""
+			case isOuter:
+				return outerTypes[col]
+			default:
+				return items[i].cols[col]
+			}
+		}
+		return castFree(typeOf(l.GetColumnRef()), typeOf(r.GetColumnRef()))
+	}
+	if sl.SubLinkType == pg.SubLinkType_ANY_SUBLINK || sl.SubLinkType == pg.SubLinkType_ALL_SUBLINK {
+		// The operator is applied to the subquery's rows one after another, until one
+		// decides: in the rows' order. It may not fail (a regular expression's ~, a
+		// numeric compared with a float).
+		op := "="
+		if len(sl.OperName) == 1 {
+			op = sl.OperName[0].GetString_().GetSval()
+		}
+		if len(sl.OperName) > 1 || !comparisons[op] || len(sel.TargetList) != 1 || !typedValues(sl.Testexpr, sel.TargetList[0].GetResTarget().GetVal()) {
+			return nil
+		}
+	}
 	for _, f := range sel.FromClause {
 		if calls(f) {
 			return nil
@@ -181,7 +216,7 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	for _, q := range onQuals {
 		// A join condition is evaluated in the first step, over every pair of rows:
 		// one that may fail could fail there where one database never evaluates it.
-		if changed, _, ok := reads(q.cond); changed || !ok || !cannotFail(q.cond) {
+		if changed, _, ok := reads(q.cond); changed || !ok || !cannotFail(q.cond, anyValues) {
 			return nil
 		}
 	}
@@ -194,7 +229,7 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	changedAny := false
 	for _, c := range conjuncts(sel.WhereClause) {
 		changed, _, ok := reads(c)
-		if !ok || !cannotFail(c) {
+		if !ok || !cannotFail(c, anyValues) || changed && !cannotFail(c, typedValues) {
 			return nil
 		}
 		changedAny = changedAny || changed
@@ -231,12 +266,12 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 			// rows come: nothing there may fail.
 			for _, arg := range fc.Args {
 				changed, _, resolved := reads(arg)
-				if !resolved || changed || !cannotFail(arg) {
+				if !resolved || changed || !cannotFail(arg, typedValues) {
 					ok = false
 				}
 			}
 			if fc.AggFilter != nil {
-				if changed, _, resolved := reads(fc.AggFilter); !resolved || changed || !cannotFail(fc.AggFilter) {
+				if changed, _, resolved := reads(fc.AggFilter); !resolved || changed || !cannotFail(fc.AggFilter, typedValues) {
 					ok = false
 				}
 			}
@@ -425,7 +460,11 @@ func constantsOrStar(list []*pg.Node) bool {
 // range, or matched by a LIKE pattern without an escape, joined by AND, OR and NOT. Arithmetic
 // (a division by zero, an overflow), casts (a domain's check) and operators of
 // other kinds may fail.
-func cannotFail(n *pg.Node) bool {
+//
+// compare judges each pair of values compared (an IN list's and a range's items each
+// with the value tested): a comparison of two types may cast one to the other, which
+// may fail (a numeric of 1e400 compared with a float8).
+func cannotFail(n *pg.Node, compare func(l, r *pg.Node) bool) bool {
 	ok := true
 	walk(n, func(m proto.Message) bool {
 		switch x := m.(type) {
@@ -433,14 +472,21 @@ func cannotFail(n *pg.Node) bool {
 			return false // a value: nothing below fails
 		case *pg.Node, *pg.BoolExpr, *pg.NullTest, *pg.BooleanTest, *pg.List, *pg.String:
 		case *pg.A_Expr:
+			pairs := []*pg.Node{x.Rexpr}
+			if l := x.Rexpr.GetList(); l != nil {
+				pairs = l.Items
+			}
+			for _, r := range pairs {
+				ok = ok && compare(x.Lexpr, r)
+			}
 			switch x.Kind {
 			case pg.A_Expr_Kind_AEXPR_OP:
-				ok = len(x.Name) == 1 && comparisons[x.Name[0].GetString_().GetSval()]
+				ok = ok && len(x.Name) == 1 && comparisons[x.Name[0].GetString_().GetSval()]
 			case pg.A_Expr_Kind_AEXPR_DISTINCT, pg.A_Expr_Kind_AEXPR_NOT_DISTINCT, pg.A_Expr_Kind_AEXPR_IN,
 				pg.A_Expr_Kind_AEXPR_BETWEEN, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN:
 			case pg.A_Expr_Kind_AEXPR_LIKE, pg.A_Expr_Kind_AEXPR_ILIKE:
 				pattern := x.Rexpr.GetAConst().GetSval()
-				ok = pattern != nil && !strings.Contains(pattern.Sval, `\`)
+				ok = ok && pattern != nil && !strings.Contains(pattern.Sval, `\`)
 			default:
 				ok = false
 			}
@@ -450,6 +496,32 @@ func cannotFail(n *pg.Node) bool {
 		return ok
 	})
 	return ok
+}
+
+// anyValues lets cannotFail take any values compared: a condition evaluated where its
+// failure is refused (the first step, over every row).
+func anyValues(_, _ *pg.Node) bool { return true }
+
+// castFree reports whether values of types x and y (format_type's names) compare
+// without a cast that may fail: of one type (modifiers aside), of one family (integers;
+// text, varchar and char; real and double precision), or an integer with a numeric.
+func castFree(x, y string) bool {
+	base := func(t string) string {
+		if i := strings.IndexByte(t, '('); i >= 0 {
+			t = t[:i]
+		}
+		switch t {
+		case "smallint", "integer", "bigint":
+			return "integer"
+		case "text", "character varying", "character":
+			return "text"
+		case "real", "double precision":
+			return "float"
+		}
+		return t
+	}
+	bx, by := base(x), base(y)
+	return bx != "" && (bx == by || bx == "integer" && by == "numeric" || bx == "numeric" && by == "integer")
 }
 
 // unnestFrom is the rewritten subquery's FROM entry: pg_catalog.unnest of parameters

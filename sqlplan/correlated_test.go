@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
@@ -14,7 +15,7 @@ import (
 // code such a statement was refused (correlated), its Pre a subquery that fails alone.
 func TestCorrelatedPlan(t *testing.T) {
 	ctx := context.Background()
-	p := sqlplan.New(testRules(t), keyCatalog{}, sqlplan.Options{})
+	p := sqlplan.New(testRules(t), typedKeyCatalog{}, sqlplan.Options{})
 	for _, c := range []struct {
 		sql    string
 		first  []string
@@ -24,10 +25,6 @@ func TestCorrelatedPlan(t *testing.T) {
 		{"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id AND u.name >= $1 AND u.name LIKE 'a%')",
 			[]string{"SELECT u.name, u.user_id FROM t_user u WHERE u.name >= $1 AND u.name LIKE 'a%'"},
 			"UPDATE t_order o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.user_id)", nil},
-		// A scalar subquery in WHERE, alone there.
-		{"DELETE FROM t_order o WHERE o.status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id) AND o.order_id > 3",
-			[]string{"SELECT u.name, u.user_id FROM t_user u"},
-			"DELETE FROM t_order o WHERE o.status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.user_id) AND o.order_id > 3", nil},
 		// EXISTS correlated by two conditions; unqualified names resolve innermost first.
 		{"DELETE FROM t_order o WHERE o.status <> 'x' AND EXISTS (SELECT * FROM t_user WHERE user_id = o.user_id AND name = status)",
 			[]string{"SELECT t_user.user_id, t_user.name FROM t_user"},
@@ -121,10 +118,21 @@ func TestCorrelatedPlan(t *testing.T) {
 		"UPDATE t_order o SET order_id = (SELECT 100 / u.user_id FROM t_user u WHERE u.user_id < o.user_id)",
 		"UPDATE t_order o SET status = (SELECT count(100 / u.user_id) FROM t_user u WHERE u.user_id < o.user_id)::text",
 		"UPDATE t_order o SET status = (SELECT count(*) FILTER (WHERE 1 / u.user_id > 0) FROM t_user u WHERE u.user_id < o.user_id)::text",
-		// A scalar subquery in WHERE beside another, or a function call: which runs first
-		// follows their costs, which the rewrite changes.
+		// A scalar subquery in WHERE: whether it runs (and raises 21000) follows the costs
+		// of the conditions beside it, which the rewrite changes.
 		"DELETE FROM t_order o WHERE o.status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id) AND o.user_id IN (SELECT user_id FROM t_user)",
 		"DELETE FROM t_order o WHERE o.status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id) AND length(o.status) > 1",
+		"DELETE FROM t_order o WHERE o.status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id) AND o.order_id > 3",
+		// Values the statement compares through a cast that may fail, or by an operator
+		// that may fail, or of a type the client chose (a parameter).
+		"DELETE FROM t_order o WHERE o.user_id IN (SELECT u.weight FROM t_user u WHERE u.name = o.status)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.weight < o.user_id)",
+		"DELETE FROM t_order o WHERE o.status ~ ANY (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id = o.user_id AND (u.name = $1 OR u.name = o.status))",
+		// UPDATE ... FROM: a function in the SET list (once per joined pair on one
+		// database), a condition of the changed table that may fail.
+		"UPDATE t_order o SET status = nextval('s')::text FROM t_user u WHERE u.user_id < o.user_id",
+		"DELETE FROM t_order o USING t_user u WHERE u.user_id < o.user_id AND 10 / o.order_id > 1",
 		// Joined by a condition that may fail: the join evaluates it over every pair,
 		// EXISTS stops at a row's first match.
 		"DELETE FROM t_order o USING t_user u WHERE u.user_id < o.user_id AND 10 / u.user_id > 1",
@@ -141,4 +149,15 @@ func TestCorrelatedPlan(t *testing.T) {
 			}
 		}
 	}
+}
+
+// typedKeyCatalog is keyCatalog with its columns' types (the two steps compare only
+// values whose types need no cast that may fail).
+type typedKeyCatalog struct{ keyCatalog }
+
+func (typedKeyCatalog) ColumnTypes(_ context.Context, t *rules.TableRule) (map[string]string, error) {
+	if t.Name == "t_order" {
+		return map[string]string{"order_id": "bigint", "user_id": "integer", "status": "text"}, nil
+	}
+	return map[string]string{"user_id": "integer", "name": "text", "score": "numeric(10,2)", "weight": "double precision"}, nil
 }

@@ -105,27 +105,20 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 	}
 	// A scalar subquery in WHERE that raises 21000 (two rows) is evaluated, or not, as
 	// the conditions beside it are ordered by cost, and its cost is not the written
-	// one's: beside another subquery or a function call, which might come first on one
-	// database and not here, it is not rewritten.
+	// one's (an OR of many arms may come before it on one database and after it here):
+	// it is not rewritten there. In the SET list it is evaluated for every row changed.
 	var whereSubs []*pg.SubLink
-	whereCalls := false
 	if where != nil {
 		walk(where, func(m proto.Message) bool {
-			switch x := m.(type) {
-			case *pg.SubLink:
+			if x, is := m.(*pg.SubLink); is {
 				whereSubs = append(whereSubs, x)
 				return false
-			case *pg.FuncCall:
-				whereCalls = true
 			}
 			return true
 		})
 	}
 	alone := func(sl *pg.SubLink) bool {
-		if sl.SubLinkType != pg.SubLinkType_EXPR_SUBLINK || !slices.Contains(whereSubs, sl) {
-			return true
-		}
-		return len(whereSubs) == 1 && !whereCalls
+		return sl.SubLinkType != pg.SubLinkType_EXPR_SUBLINK || !slices.Contains(whereSubs, sl)
 	}
 	// A subquery's value that RETURNING answers keeps its column's type modifier
 	// (numeric(12,2)) on one database; read through an array it has none.
@@ -159,6 +152,12 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 				Collates: names(sl.Subselect, func(m proto.Message) bool { _, is := m.(*pg.CollateClause); return is })})
 			next += cs.cols
 			sl.Subselect = cs.sub
+			return false
+		}
+		if sl.SubLinkType != pg.SubLinkType_EXISTS_SUBLINK && names(sl.Subselect, castToUserType) {
+			// A domain's value arrives as its base type's, and as a parameter would be
+			// checked against the domain again where assigned.
+			ok = false
 			return false
 		}
 		subselect := sl.Subselect
@@ -224,6 +223,24 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 	}
 	pre.SQL = text
 	return pre
+}
+
+// builtinNames are the types PostgreSQL's grammar names without pg_catalog that are
+// built in (int, varchar, numeric... it qualifies itself).
+var builtinNames = map[string]bool{"text": true, "date": true, "uuid": true, "json": true, "jsonb": true, "bytea": true,
+	"inet": true, "cidr": true, "macaddr": true, "money": true, "oid": true, "name": true, "xml": true, "bool": true}
+
+// castToUserType reports whether m casts to a type that may be the user's (a domain).
+func castToUserType(m proto.Message) bool {
+	tc, ok := m.(*pg.TypeCast)
+	if !ok || tc.TypeName == nil || len(tc.TypeName.Names) == 0 {
+		return false
+	}
+	names := tc.TypeName.Names
+	if len(names) == 2 && names[0].GetString_().GetSval() == "pg_catalog" {
+		return false
+	}
+	return len(names) != 1 || !builtinNames[names[0].GetString_().GetSval()]
 }
 
 // names reports whether any message under root satisfies is.

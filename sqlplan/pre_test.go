@@ -89,6 +89,8 @@ func TestPrePlan(t *testing.T) {
 		"WITH x AS (SELECT 1) DELETE FROM t_order WHERE status IN (SELECT name FROM t_user)",
 		"DELETE FROM t_order WHERE (user_id, status) IN (SELECT user_id, name FROM t_user)",
 		"DELETE FROM t_order WHERE status IN (SELECT v FROM t_config)",
+		// A cast to a type that may be a domain: read back as its base type.
+		"UPDATE t_order SET status = (SELECT max(name)::mytext FROM t_user)",
 		// Printed back, (a OR b) = ANY($1) would lose its parentheses.
 		"DELETE FROM t_order WHERE (status = 'a' OR qty > 1) IN (SELECT true FROM t_user)",
 		// The subquery's t_user is the derived table's WITH query, not the table.

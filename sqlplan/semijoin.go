@@ -163,7 +163,9 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int, anti bool) *pg.Node {
 		reads = nil
 	}
 	for _, n := range reads {
-		if _, other, ok := readsOf(n); !ok || other {
+		// A function there (nextval) is evaluated once per joined pair on one
+		// database, once per row after the rewrite.
+		if _, other, ok := readsOf(n); !ok || other || calls(n) {
 			return nil
 		}
 	}
@@ -188,7 +190,10 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int, anti bool) *pg.Node {
 		case !changed:
 			sub = append(sub, c)
 		case !other:
-			if anti {
+			// A condition of the changed table alone may never be evaluated on one
+			// database (a join that finds no row of the others first), and is
+			// evaluated on every row after the rewrite: it may not fail.
+			if anti || own < 0 && !cannotFail(c, anyValues) {
 				return nil
 			}
 			keep = append(keep, c)
@@ -253,7 +258,7 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int, anti bool) *pg.Node {
 // changed table alone, the conditions kept read it alone, every column is of one table.
 func existsOfFrom(stmt *pg.Node, from *[]*pg.Node, where **pg.Node, keep, sub []*pg.Node) *pg.Node {
 	for _, c := range sub {
-		if !cannotFail(c) {
+		if !cannotFail(c, anyValues) {
 			return nil
 		}
 	}
