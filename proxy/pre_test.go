@@ -110,6 +110,12 @@ func TestSubqueriesFirst(t *testing.T) {
 		{"correlated in, the changed table's column", []step{{sql: `DELETE FROM orders WHERE status IN (SELECT status FROM custs WHERE region = 'north')`},
 			{sql: `UPDATE orders o SET status = 'q' WHERE o.cust NOT IN (SELECT c.id FROM custs c WHERE c.name LIKE 'c1%' AND c.id <> o.id) RETURNING o.id`}}},
 		{"correlated, parameters", []step{{sql: `UPDATE orders o SET status = $1 WHERE o.cust = ANY (SELECT c.id FROM custs c WHERE c.region = $2 AND (c.id > o.id OR c.id < 20)) RETURNING o.id, o.status`, args: []any{"p", "north"}}}},
+		// Ordered and limited (the latest row): the statement sorts the same rows. The
+		// sort keys are unique here, so that one database's answer is the only right one.
+		{"correlated, ordered and limited", []step{{sql: `UPDATE orders o SET status = (SELECT c.name FROM custs c WHERE c.id < o.cust AND c.region <> 'west' ORDER BY c.id DESC LIMIT 1) WHERE o.id <= 300 RETURNING o.id, o.status`},
+			{sql: `UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.region = 'north' AND c.id > o.cust ORDER BY c.name DESC NULLS FIRST, c.id OFFSET 1 FETCH FIRST 1 ROW ONLY) WHERE o.id > 400 RETURNING o.*`},
+			{sql: `DELETE FROM orders o WHERE o.cust IN (SELECT c.id FROM custs c WHERE c.region <> o.status ORDER BY c.region, c.id LIMIT 3) RETURNING o.id`},
+			{sql: `DELETE FROM orders o WHERE o.id > 590 AND NOT EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust LIMIT 0) RETURNING o.id`}}},
 		// One database raises 21000 when it evaluates a scalar subquery of two rows: so
 		// does the statement, which evaluates it.
 		{"correlated scalar of several rows", []step{{sql: `UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id > o.cust) WHERE o.id < 5`},
@@ -158,12 +164,12 @@ func TestSubqueriesFirst(t *testing.T) {
 	// transaction block.
 	reset(px)
 	for _, q := range []string{
-		`DELETE FROM orders o WHERE o.cust = (SELECT c.id FROM custs c WHERE c.id < o.cust ORDER BY c.id DESC LIMIT 1)`, // ordered and limited
-		`UPDATE orders o SET status = (SELECT lower(c.name) FROM custs c WHERE c.id = o.cust)`,                          // a function, maybe volatile
-		`UPDATE orders o SET amount = (SELECT sum(c.id::float8) FROM custs c WHERE c.id < o.cust)`,                      // floats added in another order
-		`UPDATE orders o SET status = (SELECT c.label FROM tags c WHERE c.id = o.cust)`,                                 // a collation of the column's own
-		`UPDATE orders o SET amount = (SELECT max(p.amount) FROM orders p WHERE p.cust = o.cust - 1)`,                   // max of 1.0 and 1.00: the later one
-		`UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id = o.cust AND c.id / (c.id - 1) > 0)`,         // a condition that may fail
+		`UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id < o.cust ORDER BY c.id % 7 DESC LIMIT 1)`, // ordered by an expression
+		`UPDATE orders o SET status = (SELECT lower(c.name) FROM custs c WHERE c.id = o.cust)`,                       // a function, maybe volatile
+		`UPDATE orders o SET amount = (SELECT sum(c.id::float8) FROM custs c WHERE c.id < o.cust)`,                   // floats added in another order
+		`UPDATE orders o SET status = (SELECT c.label FROM tags c WHERE c.id = o.cust)`,                              // a collation of the column's own
+		`UPDATE orders o SET amount = (SELECT max(p.amount) FROM orders p WHERE p.cust = o.cust - 1)`,                // max of 1.0 and 1.00: the later one
+		`UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id = o.cust AND c.id / (c.id - 1) > 0)`,      // a condition that may fail
 		// A domain's value, read as its base type's, would be checked again where
 		// assigned (NULL into a NOT NULL domain: 23502), where one database does not.
 		`UPDATE dtab SET d = (SELECT d.d FROM dtab d WHERE d.id = dtab.id + 100)`,

@@ -87,6 +87,8 @@ func TestSubqueriesFirstThroughDriver(t *testing.T) {
 		{"correlated in, aggregates", []step{{sql: `DELETE FROM orders WHERE status IN (SELECT status FROM custs WHERE region = 'north') AND id > 590`},
 			{sql: `UPDATE orders o SET amount = (SELECT count(*) + sum(c.id) FROM custs c WHERE c.id < o.cust) WHERE o.id < 100 RETURNING o.*`}}},
 		{"correlated scalar of several rows", []step{{sql: `UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id > o.cust) WHERE o.id < 5`}}},
+		{"correlated, ordered and limited", []step{{sql: `UPDATE orders o SET status = (SELECT c.name FROM custs c WHERE c.id < o.cust AND c.region <> $1 ORDER BY c.id DESC LIMIT 1) WHERE o.id <= 300 RETURNING o.id, o.status`, args: []any{"west"}},
+			{sql: `DELETE FROM orders o WHERE o.cust IN (SELECT c.id FROM custs c WHERE c.region <> o.status ORDER BY c.region DESC, c.id OFFSET 2 LIMIT 3) RETURNING o.id`}}},
 		{"array", []step{{sql: `UPDATE orders SET status = array_to_string(ARRAY(SELECT name FROM custs WHERE id < 4 ORDER BY id), ',') WHERE id = 5 RETURNING status`}}},
 		{"no rows", []step{{sql: `DELETE FROM orders WHERE cust IN (SELECT id FROM custs WHERE false)`},
 			{sql: `UPDATE orders SET amount = (SELECT id FROM custs WHERE false) WHERE id = 7 RETURNING amount`}}},
@@ -143,7 +145,7 @@ func TestSubqueriesFirstThroughDriver(t *testing.T) {
 	defer conn.Close()
 	reset(conn)
 	for _, q := range []string{
-		`DELETE FROM orders o WHERE o.cust = (SELECT c.id FROM custs c WHERE c.id < o.cust ORDER BY c.id DESC LIMIT 1)`, // correlated, ordered and limited
+		`DELETE FROM orders o WHERE o.cust = (SELECT c.id FROM custs c WHERE c.id < o.cust ORDER BY c.id DESC LIMIT 1)`, // a correlated scalar subquery in WHERE
 		`UPDATE orders o SET amount = (SELECT sum(c.id::float8) FROM custs c WHERE c.id < o.cust)`,                      // floats added in another order
 		`UPDATE orders o SET status = (SELECT c.label FROM tags c WHERE c.id = o.cust)`,                                 // a collation of the column's own
 		`UPDATE orders SET amount = (SELECT id FROM custs) WHERE id = 1`,

@@ -50,8 +50,9 @@ type correlatedSub struct {
 // covers:
 //   - a scalar, EXISTS, IN, ANY or ALL subquery (not ARRAY, whose order is the rows');
 //   - a SELECT of plain or inner-joined tables that the rules name, without WITH, a set
-//     operation, grouping, HAVING, window, DISTINCT, ORDER BY, LIMIT or locking, and
-//     without a subquery of its own;
+//     operation, grouping, HAVING, window, DISTINCT or locking, and without a subquery
+//     of its own;
+//   - ORDER BY columns of its tables, and constant LIMIT and OFFSET, without aggregates;
 //   - conditions, join conditions, aggregate arguments and FILTERs that cannot fail
 //     (cannotFail), join conditions reading its own tables alone;
 //   - no function call but count, sum, avg, min, max, bool_and, bool_or and every in its
@@ -333,6 +334,36 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 			}
 		}
 	}
+	// ORDER BY and LIMIT (the latest row: ORDER BY at DESC LIMIT 1): the statement
+	// sorts the same rows by the same values, of the same types. Rows the ORDER BY
+	// leaves equal come in no defined order, on one database as here. Over one row per
+	// evaluation, not beside aggregates; sort keys are columns of the subquery's tables
+	// (an expression may fail), not named like an output column (which ORDER BY would
+	// read instead), without USING; LIMIT and OFFSET constants.
+	var sortKeys []*pg.Node
+	if len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil {
+		if aggregated || !constantCount(sel.LimitCount) || !constantCount(sel.LimitOffset) ||
+			sel.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES && len(sel.SortClause) == 0 {
+			return nil
+		}
+		aliases := map[string]bool{}
+		for _, t := range sel.TargetList {
+			if name := t.GetResTarget().GetName(); name != "" {
+				aliases[name] = true
+			}
+		}
+		for _, n := range sel.SortClause {
+			sb := n.GetSortBy()
+			if sb == nil || sb.SortbyDir == pg.SortByDir_SORTBY_USING || len(sb.UseOp) > 0 || sb.Node.GetColumnRef() == nil {
+				return nil
+			}
+			cr := sb.Node.GetColumnRef()
+			if i, col := resolve(cr); i == unresolved || i == isOuter || len(cr.Fields) == 1 && aliases[col] {
+				return nil
+			}
+			sortKeys = append(sortKeys, sb.Node)
+		}
+	}
 	// The columns the rewrite reads, numbered in order of appearance.
 	type ref struct {
 		item int
@@ -357,6 +388,9 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 		number(n)
 	}
 	for _, n := range correlated {
+		number(n)
+	}
+	for _, n := range sortKeys {
 		number(n)
 	}
 	if !changedAny && !readsChanged(list, reads) {
@@ -419,6 +453,9 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	}
 	rewritten := proto.Clone(sel).(*pg.SelectStmt)
 	rewritten.TargetList, rewritten.FromClause, rewritten.WhereClause = list, []*pg.Node{from}, and(correlated)
+	for _, n := range rewritten.SortClause {
+		substitute(n)
+	}
 	cs.sub = &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: rewritten}}
 	return cs
 }
@@ -434,11 +471,22 @@ func readsChanged(ns []*pg.Node, reads func(proto.Message) (bool, bool, bool)) b
 }
 
 // plainSelect reports whether a SELECT reads rows of a FROM clause, filtered, without
-// anything that orders, groups, limits or combines them.
+// anything that groups, locks or combines them (its ORDER BY and LIMIT are the
+// caller's to judge).
 func plainSelect(s *pg.SelectStmt) bool {
 	return s.Op == pg.SetOperation_SETOP_NONE && len(s.FromClause) > 0 && s.WithClause == nil && s.IntoClause == nil &&
-		len(s.GroupClause) == 0 && s.HavingClause == nil && len(s.WindowClause) == 0 && len(s.SortClause) == 0 &&
-		s.LimitCount == nil && s.LimitOffset == nil && len(s.LockingClause) == 0 && len(s.ValuesLists) == 0 && len(s.DistinctClause) == 0
+		len(s.GroupClause) == 0 && s.HavingClause == nil && len(s.WindowClause) == 0 &&
+		len(s.LockingClause) == 0 && len(s.ValuesLists) == 0 && len(s.DistinctClause) == 0
+}
+
+// constantCount reports whether a LIMIT or OFFSET is absent, NULL (ALL), or a
+// constant integer that is not negative.
+func constantCount(n *pg.Node) bool {
+	if n == nil {
+		return true
+	}
+	c := n.GetAConst()
+	return c != nil && (c.Isnull || c.GetIval() != nil && c.GetIval().Ival >= 0)
 }
 
 // constantsOrStar reports whether a select list holds only constants and * (not

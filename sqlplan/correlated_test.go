@@ -45,6 +45,14 @@ func TestCorrelatedPlan(t *testing.T) {
 		{"DELETE FROM t_order o WHERE o.status NOT IN (SELECT o.status FROM t_user u WHERE u.name = 'a') OR o.user_id IN (SELECT u.user_id FROM t_user u WHERE u.name = o.status)",
 			[]string{"SELECT 1 FROM t_user u WHERE u.name = 'a'", "SELECT u.user_id, u.name FROM t_user u"},
 			"DELETE FROM t_order o WHERE NOT o.status IN (SELECT o.status FROM ROWS FROM (pg_catalog.unnest($1) ) shardlab_pre(shardlab_1)) OR o.user_id IN (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.status)", nil},
+		// The latest row: ORDER BY and LIMIT stay in the statement, over the same
+		// rows; the first step reads the sort keys too.
+		{"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.user_id DESC NULLS LAST, score LIMIT 1 OFFSET 2)",
+			[]string{"SELECT u.name, u.user_id, u.score FROM t_user u"},
+			"UPDATE t_order o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2, shardlab_3) WHERE shardlab_pre.shardlab_2 < o.user_id ORDER BY shardlab_pre.shardlab_2 DESC NULLS LAST, shardlab_pre.shardlab_3 LIMIT 1 OFFSET 2)", nil},
+		{"DELETE FROM t_order o WHERE o.user_id IN (SELECT u.user_id FROM t_user u WHERE u.name = o.status ORDER BY u.score FETCH FIRST 2 ROWS WITH TIES)",
+			[]string{"SELECT u.user_id, u.name, u.score FROM t_user u"},
+			"DELETE FROM t_order o WHERE o.user_id IN (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2, shardlab_3) WHERE shardlab_pre.shardlab_2 = o.status ORDER BY shardlab_pre.shardlab_3 FETCH FIRST 2 ROWS WITH TIES)", nil},
 	} {
 		pl, err := p.Prepare(ctx, c.sql)
 		if err != nil {
@@ -86,7 +94,18 @@ func TestCorrelatedPlan(t *testing.T) {
 	// Not of the shape: evaluated alone (where a correlated subquery fails, and the
 	// statement is refused) or not in steps at all.
 	for _, sql := range []string{
-		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id ORDER BY u.name LIMIT 1)",
+		// ORDER BY and LIMIT: beside an aggregate, of an expression (which may fail), of
+		// the changed table's column, of an output column's name, a position, USING,
+		// a limit that is not a constant count.
+		"UPDATE t_order o SET status = (SELECT count(*) FROM t_user u WHERE u.user_id < o.user_id LIMIT 1)::text",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.user_id + 1 LIMIT 1)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY o.order_id LIMIT 1)",
+		"UPDATE t_order o SET status = (SELECT u.name AS user_id FROM t_user u WHERE u.user_id < o.user_id ORDER BY user_id LIMIT 1)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY 1 LIMIT 1)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.user_id USING > LIMIT 1)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.user_id LIMIT $1)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.user_id LIMIT 1 OFFSET o.order_id)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.user_id LIMIT -1)",
 		"UPDATE t_order o SET status = (SELECT lower(u.name) FROM t_user u WHERE u.user_id = o.user_id)",
 		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id AND random() > 0.5)",
 		"UPDATE t_order o SET status = (SELECT sum(u.user_id::float8) FROM t_user u WHERE u.user_id = o.user_id)",

@@ -117,8 +117,11 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 			return true
 		})
 	}
-	alone := func(sl *pg.SubLink) bool {
-		return sl.SubLinkType != pg.SubLinkType_EXPR_SUBLINK || !slices.Contains(whereSubs, sl)
+	scalarInWhere := func(sl *pg.SubLink) bool {
+		return sl.SubLinkType == pg.SubLinkType_EXPR_SUBLINK && slices.Contains(whereSubs, sl)
+	}
+	collates := func(sl *pg.SubLink) bool {
+		return names(sl.Subselect, func(m proto.Message) bool { _, is := m.(*pg.CollateClause); return is })
 	}
 	// A subquery's value that RETURNING answers keeps its column's type modifier
 	// (numeric(12,2)) on one database; read through an array it has none.
@@ -142,17 +145,21 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 		if !a.readsSharded(sl.Subselect) {
 			return true
 		}
-		if cs := a.correlatedSub(changed, sl, next); cs != nil && !answered[sl] && alone(sl) {
-			text, err := deparse(a.tree.Version, cs.first)
-			if err != nil {
-				ok = false
+		// A scalar subquery in WHERE, or one RETURNING answers, is not rewritten in two
+		// steps: evaluated alone, or refused.
+		if !answered[sl] && !scalarInWhere(sl) {
+			if cs := a.correlatedSub(changed, sl, next); cs != nil {
+				text, err := deparse(a.tree.Version, cs.first)
+				if err != nil {
+					ok = false
+					return false
+				}
+				pre.Subqueries = append(pre.Subqueries, Subquery{Kind: SubqueryColumns, SQL: text, Params: cs.cols, Summed: cs.summed, Picked: cs.picked,
+					Collates: collates(sl)})
+				next += cs.cols
+				sl.Subselect = cs.sub
 				return false
 			}
-			pre.Subqueries = append(pre.Subqueries, Subquery{Kind: SubqueryColumns, SQL: text, Params: cs.cols, Summed: cs.summed, Picked: cs.picked,
-				Collates: names(sl.Subselect, func(m proto.Message) bool { _, is := m.(*pg.CollateClause); return is })})
-			next += cs.cols
-			sl.Subselect = cs.sub
-			return false
 		}
 		if sl.SubLinkType != pg.SubLinkType_EXISTS_SUBLINK && names(sl.Subselect, castToUserType) {
 			// A domain's value arrives as its base type's, and as a parameter would be
@@ -174,7 +181,7 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 		}
 		next++
 		param := &pg.Node{Node: &pg.Node_ParamRef{ParamRef: &pg.ParamRef{Number: int32(next)}}}
-		sub := Subquery{SQL: text, Params: 1, Collates: names(sl.Subselect, func(m proto.Message) bool { _, is := m.(*pg.CollateClause); return is })}
+		sub := Subquery{SQL: text, Params: 1, Collates: collates(sl)}
 		switch sl.SubLinkType {
 		case pg.SubLinkType_EXISTS_SUBLINK:
 			sub.Kind = SubqueryExists
