@@ -164,12 +164,17 @@ func TestSubqueriesFirst(t *testing.T) {
 	// transaction block.
 	reset(px)
 	for _, q := range []string{
-		`UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id < o.cust ORDER BY c.id % 7 DESC LIMIT 1)`, // ordered by an expression
-		`UPDATE orders o SET status = (SELECT lower(c.name) FROM custs c WHERE c.id = o.cust)`,                       // a function, maybe volatile
-		`UPDATE orders o SET amount = (SELECT sum(c.id::float8) FROM custs c WHERE c.id < o.cust)`,                   // floats added in another order
-		`UPDATE orders o SET status = (SELECT c.label FROM tags c WHERE c.id = o.cust)`,                              // a collation of the column's own
-		`UPDATE orders o SET amount = (SELECT max(p.amount) FROM orders p WHERE p.cust = o.cust - 1)`,                // max of 1.0 and 1.00: the later one
-		`UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id = o.cust AND c.id / (c.id - 1) > 0)`,      // a condition that may fail
+		// Ordered and limited: by an expression; by a bare name that reads the output
+		// column o.id (every row ties: 21000 on one database); a numeric selected and
+		// sorted by (max, whose equal 1.0 and 1.00 differ).
+		`UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id < o.cust ORDER BY c.id % 7 DESC LIMIT 1)`,
+		`UPDATE orders o SET amount = (SELECT o.id FROM custs c WHERE c.id > o.cust ORDER BY id FETCH FIRST 1 ROW WITH TIES) WHERE o.id < 5`,
+		`UPDATE orders o SET amount = (SELECT p.amount FROM orders p WHERE p.cust < o.cust ORDER BY p.amount DESC LIMIT 1)`,
+		`UPDATE orders o SET status = (SELECT lower(c.name) FROM custs c WHERE c.id = o.cust)`,                  // a function, maybe volatile
+		`UPDATE orders o SET amount = (SELECT sum(c.id::float8) FROM custs c WHERE c.id < o.cust)`,              // floats added in another order
+		`UPDATE orders o SET status = (SELECT c.label FROM tags c WHERE c.id = o.cust)`,                         // a collation of the column's own
+		`UPDATE orders o SET amount = (SELECT max(p.amount) FROM orders p WHERE p.cust = o.cust - 1)`,           // max of 1.0 and 1.00: the later one
+		`UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id = o.cust AND c.id / (c.id - 1) > 0)`, // a condition that may fail
 		// A domain's value, read as its base type's, would be checked again where
 		// assigned (NULL into a NOT NULL domain: 23502), where one database does not.
 		`UPDATE dtab SET d = (SELECT d.d FROM dtab d WHERE d.id = dtab.id + 100)`,

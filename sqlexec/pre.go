@@ -244,7 +244,7 @@ func columnValues(sub sqlplan.Subquery, cols []uint32, rows [][][]byte) ([][]byt
 	}
 	for _, c := range sub.Picked {
 		if !alikeWhenEqual[cols[c]] {
-			return nil, nil, sqlplan.Unsupported("a correlated subquery over several shards that picks one of equal values of a type (OID %d) whose equal values may differ (min, max, DISTINCT in an aggregate): one database reads the rows in another order", cols[c])
+			return nil, nil, sqlplan.Unsupported("a correlated subquery over several shards that picks one of equal values of a type (OID %d) whose equal values may differ (min, max, DISTINCT in an aggregate, a column selected and sorted by under a limit): one database reads the rows in another order", cols[c])
 		}
 	}
 	values := make([][]byte, len(cols))

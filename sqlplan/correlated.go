@@ -2,6 +2,7 @@ package sqlplan
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -41,7 +42,7 @@ type correlatedSub struct {
 	sub    *pg.Node // the subquery over unnest of their arrays
 	cols   int      // the parameters: one per column of first
 	summed []int    // the columns sum or avg add
-	picked []int    // the columns min or max pick from, or an aggregate's DISTINCT keeps
+	picked []int    // the columns min or max pick from, an aggregate's DISTINCT keeps, or a limit keeps sorted by
 }
 
 // correlatedSub returns the two steps of sl, a subquery of an UPDATE or DELETE of target
@@ -338,19 +339,16 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	// sorts the same rows by the same values, of the same types. Rows the ORDER BY
 	// leaves equal come in no defined order, on one database as here. Over one row per
 	// evaluation, not beside aggregates; sort keys are columns of the subquery's tables
-	// (an expression may fail), not named like an output column (which ORDER BY would
-	// read instead), without USING; LIMIT and OFFSET constants.
+	// (an expression may fail), without USING; LIMIT and OFFSET constants. A bare name
+	// reads an output column first (SELECT o.user_id ... ORDER BY user_id sorts by the
+	// changed table's column): it must be no output column's name, or that of the very
+	// column it names.
 	var sortKeys []*pg.Node
 	if len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil {
+		withTies := sel.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES
 		if aggregated || !constantCount(sel.LimitCount) || !constantCount(sel.LimitOffset) ||
-			sel.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES && len(sel.SortClause) == 0 {
-			return nil
-		}
-		aliases := map[string]bool{}
-		for _, t := range sel.TargetList {
-			if name := t.GetResTarget().GetName(); name != "" {
-				aliases[name] = true
-			}
+			withTies && (len(sel.SortClause) == 0 || sel.LimitCount.GetAConst().GetIsnull()) {
+			return nil // FETCH FIRST NULL ROWS WITH TIES would print back as ALL, which is no SQL
 		}
 		for _, n := range sel.SortClause {
 			sb := n.GetSortBy()
@@ -358,7 +356,11 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 				return nil
 			}
 			cr := sb.Node.GetColumnRef()
-			if i, col := resolve(cr); i == unresolved || i == isOuter || len(cr.Fields) == 1 && aliases[col] {
+			i, col := resolve(cr)
+			if i == unresolved || i == isOuter || len(cr.Fields) == 1 && !outputOf(sel.TargetList, col, func(t *pg.ColumnRef) bool {
+				j, c := resolve(t)
+				return j == i && c == col
+			}) {
 				return nil
 			}
 			sortKeys = append(sortKeys, sb.Node)
@@ -412,6 +414,23 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 		return out
 	}
 	cs.summed, cs.picked = columnsOf(summedNodes), columnsOf(pickedNodes)
+	if sel.LimitCount != nil || sel.LimitOffset != nil {
+		// SELECT x ... ORDER BY x LIMIT 1 is min(x): which of equal values it keeps
+		// is the rows' order's (see picked).
+		var listNodes, keyNodes []proto.Message
+		for _, n := range list {
+			listNodes = append(listNodes, n)
+		}
+		for _, n := range sortKeys {
+			keyNodes = append(keyNodes, n)
+		}
+		selected := columnsOf(listNodes)
+		for _, k := range columnsOf(keyNodes) {
+			if slices.Contains(selected, k) {
+				cs.picked = append(cs.picked, k)
+			}
+		}
+	}
 	// Replace each column of the subquery's tables by the rewrite's.
 	substitute := func(n proto.Message) {
 		walk(n, func(m proto.Message) bool {
@@ -477,6 +496,35 @@ func plainSelect(s *pg.SelectStmt) bool {
 	return s.Op == pg.SetOperation_SETOP_NONE && len(s.FromClause) > 0 && s.WithClause == nil && s.IntoClause == nil &&
 		len(s.GroupClause) == 0 && s.HavingClause == nil && len(s.WindowClause) == 0 &&
 		len(s.LockingClause) == 0 && len(s.ValuesLists) == 0 && len(s.DistinctClause) == 0
+}
+
+// outputOf reports whether a bare name in ORDER BY reads, among the output columns of
+// list, none or only columns same says are the one it names: PostgreSQL takes an
+// output column's name (an alias, or a column's own) before an input column's.
+// Output columns whose names it cannot tell (expressions) make it false.
+func outputOf(list []*pg.Node, name string, same func(*pg.ColumnRef) bool) bool {
+	for _, t := range list {
+		rt := t.GetResTarget()
+		out := rt.GetName()
+		cr := rt.GetVal().GetColumnRef()
+		switch {
+		case out != "":
+		case cr != nil:
+			last := cr.Fields[len(cr.Fields)-1]
+			if last.GetAStar() != nil {
+				continue // a bare *: the input columns themselves
+			}
+			out = last.GetString_().GetSval()
+		case rt.GetVal().GetAConst() != nil:
+			out = "?column?"
+		default:
+			return false
+		}
+		if out == name && (rt.GetName() != "" || cr == nil || !same(cr)) {
+			return false
+		}
+	}
+	return true
 }
 
 // constantCount reports whether a LIMIT or OFFSET is absent, NULL (ALL), or a

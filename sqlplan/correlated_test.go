@@ -50,6 +50,10 @@ func TestCorrelatedPlan(t *testing.T) {
 		{"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.user_id DESC NULLS LAST, score LIMIT 1 OFFSET 2)",
 			[]string{"SELECT u.name, u.user_id, u.score FROM t_user u"},
 			"UPDATE t_order o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2, shardlab_3) WHERE shardlab_pre.shardlab_2 < o.user_id ORDER BY shardlab_pre.shardlab_2 DESC NULLS LAST, shardlab_pre.shardlab_3 LIMIT 1 OFFSET 2)", nil},
+		// An output column's name, read as the very column it names.
+		{"UPDATE t_order o SET status = (SELECT name FROM t_user u WHERE u.user_id < o.user_id ORDER BY name LIMIT 1)",
+			[]string{"SELECT u.name, u.user_id FROM t_user u"},
+			"UPDATE t_order o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 < o.user_id ORDER BY shardlab_pre.shardlab_1 LIMIT 1)", nil},
 		{"DELETE FROM t_order o WHERE o.user_id IN (SELECT u.user_id FROM t_user u WHERE u.name = o.status ORDER BY u.score FETCH FIRST 2 ROWS WITH TIES)",
 			[]string{"SELECT u.user_id, u.name, u.score FROM t_user u"},
 			"DELETE FROM t_order o WHERE o.user_id IN (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2, shardlab_3) WHERE shardlab_pre.shardlab_2 = o.status ORDER BY shardlab_pre.shardlab_3 FETCH FIRST 2 ROWS WITH TIES)", nil},
@@ -106,6 +110,11 @@ func TestCorrelatedPlan(t *testing.T) {
 		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.user_id LIMIT $1)",
 		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.user_id LIMIT 1 OFFSET o.order_id)",
 		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.user_id LIMIT -1)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.user_id FETCH FIRST NULL ROWS WITH TIES)",
+		// A bare name in ORDER BY reads the output column of that name first: here the
+		// changed table's o.user_id, one value per evaluation, not u.user_id.
+		"UPDATE t_order o SET order_id = (SELECT o.user_id FROM t_user u WHERE u.user_id < o.order_id ORDER BY user_id FETCH FIRST 1 ROW WITH TIES)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT lower(u.name) FROM t_user u WHERE u.user_id < o.order_id ORDER BY name LIMIT 1)",
 		"UPDATE t_order o SET status = (SELECT lower(u.name) FROM t_user u WHERE u.user_id = o.user_id)",
 		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id AND random() > 0.5)",
 		"UPDATE t_order o SET status = (SELECT sum(u.user_id::float8) FROM t_user u WHERE u.user_id = o.user_id)",
