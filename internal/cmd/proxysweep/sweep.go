@@ -307,7 +307,7 @@ func (s *sweep) setup(ctx context.Context) error {
 		return err
 	}
 	s.progress("sysbench prepare: %d tables x %d rows, through the proxy over %d schema shards", cfg.Tables, cfg.TableSize, cfg.Shards)
-	p, err := s.startProxy(ctx, false, "prepare")
+	p, err := withFreshPort(func() (*service, error) { return s.startProxy(ctx, false, "prepare") })
 	if err != nil {
 		return err
 	}
@@ -403,6 +403,21 @@ func startService(cmd *exec.Cmd, logPath string) (*service, error) {
 	return v, nil
 }
 
+// errExitedEarly is a service that exited before it listened: most often because the
+// port freePort found free was taken by another process before the service bound it.
+var errExitedEarly = errors.New("exited before it listened")
+
+// withFreshPort starts a service again, on another free port, when it exits before it
+// listens: twice at most.
+func withFreshPort(start func() (*service, error)) (*service, error) {
+	for attempt := 1; ; attempt++ {
+		v, err := start()
+		if err == nil || attempt == 3 || !errors.Is(err, errExitedEarly) {
+			return v, err
+		}
+	}
+}
+
 // waitListen waits until something accepts connections at listen; the clients reach
 // the service at reach.
 func (v *service) waitListen(listen, reach endpoint) error {
@@ -410,7 +425,7 @@ func (v *service) waitListen(listen, reach endpoint) error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-v.done:
-			return errors.New("exited before it listened")
+			return errExitedEarly
 		default:
 		}
 		if c, err := net.DialTimeout("tcp", listen.String(), time.Second); err == nil {
@@ -587,16 +602,16 @@ func (s *sweep) measure(ctx context.Context, trial int, suite, workload string, 
 	at, db := s.db, directDB
 	switch target {
 	case TargetBouncerSess:
-		svc, err = s.startBouncer("session", threads)
+		svc, err = withFreshPort(func() (*service, error) { return s.startBouncer("session", threads) })
 	case TargetBouncerTx:
-		svc, err = s.startBouncer("transaction", s.cfg.PoolSize)
+		svc, err = withFreshPort(func() (*service, error) { return s.startBouncer("transaction", s.cfg.PoolSize) })
 	case TargetProxy, TargetProxyAgg:
-		svc, err = s.startProxy(ctx, target == TargetProxyAgg, target)
+		svc, err = withFreshPort(func() (*service, error) { return s.startProxy(ctx, target == TargetProxyAgg, target) })
 		db = shardedDB
 	case TargetProxyPass:
-		svc, err = s.startProxy(ctx, false, target)
+		svc, err = withFreshPort(func() (*service, error) { return s.startProxy(ctx, false, target) })
 	case TargetRelay:
-		svc, err = s.startRelay()
+		svc, err = withFreshPort(s.startRelay)
 	}
 	if err != nil {
 		return err
