@@ -102,6 +102,17 @@ func TestSubqueriesFirst(t *testing.T) {
 			{sql: `DELETE FROM custs WHERE id = 901`}, {sql: `COMMIT`}}},
 		// Correlated otherwise: the columns of its tables the subquery reads, first,
 		// then the subquery over them in the statement.
+		{"update from, the SET list from the joined table", []step{
+			{sql: `UPDATE orders o SET status = c.name FROM custs c WHERE c.id = o.cust AND c.region = $1 AND o.id > 20 RETURNING o.id, o.status`, args: []any{"north"}},
+			{sql: `UPDATE orders o SET status = c.region || '-' || o.status, amount = c.id * 2 + o.amount FROM custs c WHERE o.cust = c.id AND c.name <> o.status AND c.region IN ('south', 'east') RETURNING o.*`},
+			// Several rows join each: every one of them gives the same value.
+			{sql: `UPDATE orders o SET status = c.region FROM custs c WHERE c.id > o.cust AND c.region = 'west' AND o.id < 300 RETURNING o.id, o.status`},
+			// Two other tables, joined to each other.
+			{sql: `UPDATE orders o SET status = c2.name FROM custs c JOIN custs c2 ON c2.id = c.id + 1 WHERE c.id = o.cust AND c2.region = 'north' RETURNING o.id, o.status`},
+			// The changed table joined to itself; a numeric taken as it is.
+			{sql: `UPDATE orders o SET status = p.status || 'x', amount = p.amount FROM orders p WHERE p.cust < o.cust AND p.id = 1 RETURNING o.id, o.amount`},
+			// The SET list fails on a joined pair: one database's error.
+			{sql: `UPDATE orders o SET amount = 10 / (c.id - 7) FROM custs c WHERE c.id = o.cust`}}},
 		{"correlated scalar", []step{{sql: `UPDATE orders o SET status = (SELECT c.name FROM custs c WHERE c.id = o.cust AND c.region <> 'west') WHERE o.id <= 300 RETURNING o.id, o.status`}}},
 		{"correlated, several conditions", []step{{sql: `UPDATE orders SET status = 'c' || cust WHERE id % 3 = 0`},
 			{sql: `DELETE FROM orders o WHERE EXISTS (SELECT 1 FROM custs c WHERE c.id < o.cust AND c.region = 'north' AND c.name = o.status) RETURNING o.id`},
@@ -158,6 +169,22 @@ func TestSubqueriesFirst(t *testing.T) {
 		}
 	}
 
+	// UPDATE ... FROM where each row joins several rows of different values: one
+	// database takes one of them, which it does not define; so does the proxy, the
+	// same row for every item of the SET list, and it changes the same rows.
+	joinedSeveral := `UPDATE orders o SET status = c.region, amount = c.id FROM custs c WHERE c.id > o.cust AND c.region <> 'west'`
+	reset(one)
+	reset(px)
+	exec1(t, one, joinedSeveral)
+	exec1(t, px, joinedSeveral)
+	changed := `SELECT count(*) FROM orders WHERE status <> 'new'`
+	if want, got := queryInt(t, one, changed), queryInt(t, px, changed); want == 0 || got != want {
+		t.Errorf("%s: %d rows changed, want %d", joinedSeveral, got, want)
+	}
+	if n := queryInt(t, px, `SELECT count(*) FROM orders o WHERE o.status <> 'new' AND NOT EXISTS (SELECT 1 FROM custs c WHERE c.region = o.status AND c.id = o.amount AND c.id > o.cust AND c.region <> 'west')`); n != 0 {
+		t.Errorf("%s: %d rows took their values from no one joined row", joinedSeveral, n)
+	}
+
 	// Refused, changing nothing: a correlated subquery not of the shape evaluated in
 	// two steps, a scalar subquery of several rows (one database raises 21000 only if
 	// it evaluates it), and a subquery only the coordinator answers inside a
@@ -184,7 +211,11 @@ func TestSubqueriesFirst(t *testing.T) {
 		`UPDATE orders SET status = 'x' WHERE status IN (SELECT label FROM tags)`,
 		`UPDATE orders SET status = 'x' WHERE status IN (SELECT name COLLATE "C" FROM custs)`,
 		// The other tables read elsewhere, or joined by a condition that may fail.
-		`UPDATE orders o SET status = c.name FROM custs c WHERE c.id = o.cust`,
+		`UPDATE orders o SET status = lower(c.name) FROM custs c WHERE c.id = o.cust`,                                 // a function, maybe volatile
+		`UPDATE orders o SET status = c.name FROM custs c WHERE c.id = o.cust RETURNING c.region`,                     // numeric(12,2) would lose its modifier
+		`UPDATE orders o SET status = c.label FROM tags c WHERE c.id = o.cust`,                                        // a collation of the column's own
+		`UPDATE orders o SET id = c.id FROM custs c WHERE c.id = o.cust`,                                              // the sharding key
+		`UPDATE orders o SET status = c.name FROM custs c WHERE o.cust = c.id + 0`,                                    // the join compares an expression
 		`DELETE FROM orders o USING custs c WHERE c.id < o.cust AND c.region = 'north' AND o.amount / (c.id - 1) > 0`, // a condition that may fail
 	} {
 		for _, mode := range modes {

@@ -4,7 +4,8 @@
 # 7 tables shaped after TPC-H's (region and nation broadcast; customer, part, supplier,
 # orders and lineitem sharded, orders and lineitem bound on the order key), a million
 # orders and three million line items at --scale 1, and queries that join, aggregate
-# and subquery across shards. Each query runs --rounds times on each side, alternating;
+# and subquery across shards, and one write that joins across them (an idempotent
+# UPDATE ... FROM). Each query runs --rounds times on each side, alternating;
 # for each it records the time through the proxy and on the one database, the strategy
 # the proxy's route preview names (one shard, the merge, the coordinator), the rows and
 # bytes the coordinator read from the shards (SHOW COORDINATOR), and whether both
@@ -178,6 +179,9 @@ queries=(
 	"big_spenders_semijoin|SELECT count(*), round(avg(c_acctbal), 2) FROM customer WHERE c_custkey IN (SELECT o_custkey FROM orders WHERE o_totalprice > 180000)"
 	"supplier_nation_join|SELECT s_nationkey, count(*), sum(l_extendedprice) FROM lineitem JOIN supplier ON s_suppkey = l_suppkey WHERE l_shipdate >= date '1996-01-01' GROUP BY s_nationkey ORDER BY s_nationkey"
 	"part_supplier_join|SELECT p_brand, count(DISTINCT l_suppkey) FROM lineitem JOIN part ON p_partkey = l_partkey WHERE p_type = 'BRASS' AND l_shipdate >= date '1996-01-01' AND l_shipdate < date '1996-02-01' GROUP BY p_brand ORDER BY p_brand"
+	# A write that reads another table across shards, whose SET list reads it: each run
+	# writes the values the rows hold, so the rounds change nothing.
+	"update_from_join|UPDATE orders SET o_custkey = c_custkey FROM customer WHERE c_custkey = o_custkey AND c_mktsegment = 'BUILDING'"
 )
 
 admin() { psql -X -At -F, "$admin_url" -c "$1"; }
@@ -188,6 +192,7 @@ strategy() {
 	elif grep -q "coordinator database evaluates" <<<"$route"; then echo coordinator
 	elif grep -q "merge:" <<<"$route"; then echo merge
 	elif grep -q "(1 target)" <<<"$route"; then echo one_shard
+	elif grep -q " in steps: " <<<"$route"; then echo steps
 	else echo "refused"; fi
 }
 moved() { admin "SHOW COORDINATOR" | awk -F, '{ print $2 "," $5 "," $6 }'; }

@@ -76,6 +76,7 @@ func TestSubqueriesFirstThroughDriver(t *testing.T) {
 		{"all, over the table changed", []step{{sql: `UPDATE orders SET status = 'big' WHERE amount > ALL (SELECT amount FROM orders WHERE cust = 3) RETURNING id`}}},
 		{"arguments", []step{{sql: `UPDATE orders SET status = $1 WHERE cust IN (SELECT id FROM custs WHERE region = $2) RETURNING id, status`, args: []any{"p", "north"}}}},
 		{"update from", []step{{sql: `UPDATE orders o SET status = $1 FROM custs c WHERE c.id = o.cust AND c.region = $2 RETURNING o.*`, args: []any{"n", "north"}}}},
+		{"update from, the SET list from the joined table", []step{{sql: `UPDATE orders o SET status = c.name, amount = c.id FROM custs c WHERE c.id = o.cust AND c.region = $1 RETURNING o.*`, args: []any{"north"}}}},
 		{"joined otherwise", []step{{sql: `DELETE FROM orders o USING custs c WHERE c.id < o.cust AND c.region = $1 AND o.id > 300 RETURNING o.id`, args: []any{"north"}}}},
 		{"delete using", []step{{sql: `DELETE FROM orders USING custs WHERE custs.id = orders.cust AND custs.name LIKE 'c1%' RETURNING orders.id`}}},
 		{"not exists, correlated by one equality", []step{{sql: `DELETE FROM orders o WHERE NOT EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust AND c.region <> $1) RETURNING o.id`, args: []any{"west"}}}},

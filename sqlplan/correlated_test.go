@@ -57,6 +57,19 @@ func TestCorrelatedPlan(t *testing.T) {
 		{"DELETE FROM t_order o WHERE o.user_id IN (SELECT u.user_id FROM t_user u WHERE u.name = o.status ORDER BY u.score FETCH FIRST 2 ROWS WITH TIES)",
 			[]string{"SELECT u.user_id, u.name, u.score FROM t_user u"},
 			"DELETE FROM t_order o WHERE o.user_id IN (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2, shardlab_3) WHERE shardlab_pre.shardlab_2 = o.status ORDER BY shardlab_pre.shardlab_3 FETCH FIRST 2 ROWS WITH TIES)", nil},
+		// UPDATE ... FROM whose SET list reads the other table: the same statement
+		// over that table's rows that meet its own conditions, read first, as arrays.
+		{"UPDATE t_order o SET status = u.name FROM t_user u WHERE u.user_id = o.user_id AND u.name <> $1 AND o.order_id > 5",
+			[]string{"SELECT u.name, u.user_id FROM t_user u WHERE u.name <> $1"},
+			"UPDATE t_order o SET status = shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2) WHERE o.order_id > 5 AND shardlab_pre.shardlab_2 = o.user_id", nil},
+		{"UPDATE t_order o SET status = u.name || o.status, user_id = u.user_id + 1 FROM t_user u WHERE u.user_id < o.user_id AND (o.status = name OR u.name IS NULL) RETURNING o.*",
+			[]string{"SELECT u.name, u.user_id FROM t_user u"},
+			"UPDATE t_order o SET status = shardlab_pre.shardlab_1 || o.status, user_id = shardlab_pre.shardlab_2 + 1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) " +
+				"WHERE shardlab_pre.shardlab_2 < o.user_id AND (o.status = shardlab_pre.shardlab_1 OR shardlab_pre.shardlab_1 IS NULL) RETURNING o.*", nil},
+		// Two other tables joined to each other, one by its join's ON, one by WHERE.
+		{"UPDATE t_order o SET status = v.name FROM t_user u JOIN t_user v ON v.name = u.name, t_user w WHERE u.user_id = o.user_id AND w.user_id = v.user_id",
+			[]string{"SELECT v.name, u.user_id FROM t_user u JOIN t_user v ON v.name = u.name, t_user w WHERE w.user_id = v.user_id"},
+			"UPDATE t_order o SET status = shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.user_id", nil},
 	} {
 		pl, err := p.Prepare(ctx, c.sql)
 		if err != nil {
@@ -165,7 +178,24 @@ func TestCorrelatedPlan(t *testing.T) {
 		// EXISTS stops at a row's first match.
 		"DELETE FROM t_order o USING t_user u WHERE u.user_id < o.user_id AND 10 / u.user_id > 1",
 		"DELETE FROM t_order o USING t_user u WHERE u.user_id < o.user_id AND u.user_id / 2 < o.order_id",
-		"UPDATE t_order o SET status = u.name FROM t_user u WHERE u.user_id < o.user_id", // the SET list reads the other table
+		// The SET list reads the other table in a function call, a subscript, a
+		// multiple assignment, or RETURNING reads it; a join condition that may fail,
+		// or compares a parameter.
+		"UPDATE t_order o SET status = lower(u.name) FROM t_user u WHERE u.user_id < o.user_id",
+		"UPDATE t_order o SET status[u.user_id] = u.name FROM t_user u WHERE u.user_id < o.user_id",
+		"UPDATE t_order o SET (status, user_id) = (u.name, u.user_id) FROM t_user u WHERE u.user_id < o.user_id",
+		"UPDATE t_order o SET status = u.name FROM t_user u WHERE u.user_id < o.user_id RETURNING u.name",
+		// Other tables joined only through the changed one: read first as their cross
+		// product.
+		"UPDATE t_order o SET status = u.name FROM t_user u, t_user v WHERE u.user_id = o.user_id AND v.user_id = o.order_id",
+		"UPDATE t_order o SET status = u.name FROM t_user u JOIN t_user v ON true WHERE u.user_id = o.user_id AND v.user_id = o.order_id",
+		// A broadcast table changed by a pick among rows: each copy could pick another.
+		"UPDATE t_config g SET name = u.name FROM t_user u WHERE u.user_id = g.user_id",
+		"UPDATE t_config g SET name = (SELECT u.name FROM t_user u WHERE u.user_id > g.user_id LIMIT 1)",
+		"UPDATE t_config g SET name = (SELECT u.name FROM t_user u WHERE u.user_id > g.user_id ORDER BY u.user_id LIMIT 1)",
+		"UPDATE t_order o SET status = u.name FROM t_user u WHERE u.weight < o.user_id",
+		"UPDATE t_order o SET status = u.name FROM t_user u WHERE u.user_id = o.user_id AND o.status = u.name || 'x'",
+		"UPDATE t_order o SET status = u.name FROM t_user u WHERE u.user_id = o.user_id AND (o.status = $1 OR u.name = o.status)",
 	} {
 		pl, err := p.Prepare(ctx, sql)
 		if err != nil || pl.Pre == nil {

@@ -33,14 +33,14 @@ type insertSpec struct {
 func (a *analyzer) writeSteps(stmt *pg.Node, with *pg.WithClause) *Pre {
 	if !hasSublink(stmt) {
 		if semi := a.semiJoinWrite(stmt, -1, false); semi != nil {
-			return a.buildPre(semi, nil)
+			return a.buildPre(semi, nil, true)
 		}
 		return nil
 	}
 	if semi := a.semiJoinWrite(existsJoin(stmt)); semi != nil {
-		return a.buildPre(semi, nil)
+		return a.buildPre(semi, nil, false)
 	}
-	return a.buildPre(stmt, with)
+	return a.buildPre(stmt, with, false)
 }
 
 func (a *analyzer) analyzeUpdate(u *pg.UpdateStmt) error {

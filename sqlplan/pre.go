@@ -73,7 +73,7 @@ type Subquery struct {
 // buildPre makes the Pre of an UPDATE or DELETE (a clone: the analysis renames its
 // tables), or returns nil when it has no subquery over sharded tables that can be
 // evaluated first.
-func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
+func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause, joined bool) *Pre {
 	if with != nil {
 		return nil // a subquery could name the statement's WITH queries
 	}
@@ -136,6 +136,28 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause) *Pre {
 		})
 	}
 	next := pre.Params // the last parameter given a number
+	if joined {
+		// The other tables of an UPDATE ... FROM, as rows read first (joinedRows).
+		for _, f := range stmt.GetUpdateStmt().GetFromClause() {
+			rs := f.GetRangeSubselect()
+			if rs == nil || rs.Alias.GetAliasname() != preAlias {
+				continue
+			}
+			text, err := deparse(a.tree.Version, rs.Subquery)
+			if err != nil {
+				return nil
+			}
+			n := len(rs.Alias.Colnames)
+			rows, err := unnestFrom(next, n)
+			if err != nil {
+				return nil
+			}
+			pre.Subqueries = append(pre.Subqueries, Subquery{Kind: SubqueryColumns, SQL: text, Params: n,
+				Collates: names(rs.Subquery, func(m proto.Message) bool { _, is := m.(*pg.CollateClause); return is })})
+			next += n
+			f.Node = rows.Node
+		}
+	}
 	ok := true
 	walk(stmt, func(m proto.Message) bool {
 		n, isNode := m.(*pg.Node)

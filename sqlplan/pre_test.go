@@ -96,8 +96,8 @@ func TestPrePlan(t *testing.T) {
 		// The subquery's t_user is the derived table's WITH query, not the table.
 		"DELETE FROM t_order USING (WITH t_user AS (SELECT 1 AS user_id) SELECT order_id FROM t_config WHERE user_id IN (SELECT user_id FROM t_user)) d WHERE t_order.order_id = d.order_id",
 		// Read elsewhere, or joined by a condition that may fail: as written (joined
-		// otherwise, EXISTS: TestCorrelatedPlan).
-		"UPDATE t_order o SET status = u.name FROM t_user u WHERE u.user_id = o.user_id",
+		// otherwise, EXISTS, and a SET list that takes the other table's columns:
+		// TestCorrelatedPlan).
 		"UPDATE t_order o SET status = 'x' FROM t_user u WHERE u.user_id = o.user_id RETURNING *",
 		"UPDATE t_order o SET status = 'x' FROM t_user u WHERE u.user_id = o.user_id RETURNING u.*",
 		"UPDATE t_order o SET status = 'x' FROM t_user u WHERE u.user_id = o.user_id RETURNING u.name",

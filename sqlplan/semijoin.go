@@ -1,10 +1,14 @@
 package sqlplan
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/shardlab/shardlab/rules"
 )
 
 // calls reports whether an expression calls a function.
@@ -162,11 +166,21 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int, anti bool) *pg.Node {
 	if own >= 0 {
 		reads = nil
 	}
-	for _, n := range reads {
+	joined := false // the SET list reads the other tables (see joinedRows)
+	for i, n := range reads {
 		// A function there (nextval) is evaluated once per joined pair on one
 		// database, once per row after the rewrite.
-		if _, other, ok := readsOf(n); !ok || other || calls(n) {
+		_, other, ok := readsOf(n)
+		if !ok || calls(n) {
 			return nil
+		}
+		if other {
+			// Not in RETURNING, a subscript or a multiple assignment.
+			rt := n.GetResTarget()
+			if own >= 0 || anti || i >= len(stmt.GetUpdateStmt().GetTargetList()) || len(rt.GetIndirection()) > 0 || rt.GetVal().GetMultiAssignRef() != nil {
+				return nil
+			}
+			joined = true
 		}
 	}
 	for _, q := range onQuals {
@@ -220,8 +234,14 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int, anti bool) *pg.Node {
 			}
 		}
 	}
+	if len(both) == 0 {
+		return nil
+	}
+	if joined {
+		return a.joinedRows(stmt, items, resolve, onQuals, from, where, keep, sub, both)
+	}
 	if column == nil || len(both) > 1 {
-		if own >= 0 || anti || len(both) == 0 {
+		if own >= 0 || anti {
 			return nil
 		}
 		return existsOfFrom(stmt, from, where, keep, append(sub, both...))
@@ -241,6 +261,161 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int, anti bool) *pg.Node {
 	}
 	*from = nil
 	*where = and(append(keep, in))
+	return stmt
+}
+
+// joinedRows writes an UPDATE ... FROM whose SET list reads the other tables as the
+// statement over their rows that meet their own conditions, a derived table named
+// preAlias, which buildPre reads first and puts in its place as arrays:
+//
+//	UPDATE orders o SET status = c.name FROM custs c WHERE c.id = o.cust AND c.region = 'north'
+//	UPDATE orders o SET status = shardlab_pre.shardlab_1
+//	  FROM (SELECT c.name, c.id FROM custs c WHERE c.region = 'north') shardlab_pre(shardlab_1, shardlab_2)
+//	  WHERE shardlab_pre.shardlab_2 = o.cust
+//	then: ... FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) shardlab_pre(shardlab_1, shardlab_2) ...
+//
+// It is the same join of the same rows (a row of the derived table for each row of the
+// others' join that meets their conditions), which PostgreSQL plans as it plans the
+// written one (a hash join where it can). Like the written one it computes the SET list
+// over every joined pair, and a row that joins several rows takes one of them, which
+// PostgreSQL's documentation calls not readily predictable, on one database as here.
+// The join conditions, which one database may evaluate over fewer pairs (an index
+// finds some first), may not fail: columns and constants compared, two columns of
+// types compared without a cast (castFree), no parameter. RETURNING reads the changed
+// table alone (a derived column loses its type modifier, numeric(12,2)), as semiJoinWrite
+// checked, with the rest.
+func (a *analyzer) joinedRows(stmt *pg.Node, items []*aggItem, resolve func(*pg.ColumnRef) int, onQuals []onQual, from *[]*pg.Node, where **pg.Node, keep, sub, both []*pg.Node) *pg.Node {
+	tc, typed := a.p.cat.(typedCatalog)
+	if !typed || items[0].rule.Kind == rules.KindBroadcast {
+		// A row of a broadcast table that joins several rows could take another on
+		// each copy, and the copies would differ.
+		return nil
+	}
+	// The other tables are read first as one join: tables joined only through the
+	// changed one would be read as their cross product, where one database joins each
+	// to it. They must be joined by their own conditions.
+	group := make([]int, len(items))
+	for i := range group {
+		group[i] = i
+	}
+	var root func(int) int
+	root = func(i int) int {
+		if group[i] != i {
+			group[i] = root(group[i])
+		}
+		return group[i]
+	}
+	link := func(n proto.Message) {
+		first := -1
+		walk(n, func(m proto.Message) bool {
+			if cr, is := m.(*pg.ColumnRef); is {
+				if i := resolve(cr); i > 0 && first < 0 {
+					first = i
+				} else if i > 0 {
+					group[root(i)] = root(first)
+				}
+			}
+			return true
+		})
+	}
+	for _, q := range onQuals {
+		link(q.cond)
+	}
+	for _, c := range sub {
+		link(c)
+	}
+	for i := 2; i < len(items); i++ {
+		if root(i) != root(1) {
+			return nil
+		}
+	}
+	types := make([]map[string]string, len(items))
+	for i, it := range items {
+		var err error
+		if types[i], err = tc.ColumnTypes(a.ctx, it.rule); err != nil || it.name == preAlias {
+			return nil
+		}
+	}
+	for c := range types[0] {
+		if strings.HasPrefix(c, prePrefix) {
+			return nil // would be ambiguous beside the derived table's columns
+		}
+	}
+	column := func(cr *pg.ColumnRef) (int, string) {
+		i := resolve(cr)
+		if i < 0 {
+			return i, ""
+		}
+		return i, cr.Fields[len(cr.Fields)-1].GetString_().GetSval()
+	}
+	typedValues := func(l, r *pg.Node) bool {
+		for _, v := range []*pg.Node{l, r} {
+			if v == nil || v.GetColumnRef() == nil && v.GetAConst() == nil {
+				return false
+			}
+		}
+		if l.GetColumnRef() == nil || r.GetColumnRef() == nil {
+			return true
+		}
+		li, lc := column(l.GetColumnRef())
+		ri, rc := column(r.GetColumnRef())
+		return li >= 0 && ri >= 0 && castFree(types[li][lc], types[ri][rc])
+	}
+	for _, c := range both {
+		if !cannotFail(c, typedValues) {
+			return nil
+		}
+	}
+	// The other tables' columns the statement reads, numbered in order of appearance,
+	// each replaced by the derived table's.
+	type ref struct {
+		item int
+		col  string
+	}
+	index := map[ref]int{}
+	var list []*pg.Node
+	substitute := func(n proto.Message) {
+		walk(n, func(m proto.Message) bool {
+			node, is := m.(*pg.Node)
+			if !is || node.GetColumnRef() == nil {
+				return true
+			}
+			i, col := column(node.GetColumnRef())
+			if i <= 0 {
+				return false
+			}
+			k, seen := index[ref{i, col}]
+			if !seen {
+				k = len(list)
+				index[ref{i, col}] = k
+				list = append(list, resTarget("", &pg.Node{Node: &pg.Node_ColumnRef{ColumnRef: &pg.ColumnRef{Fields: []*pg.Node{
+					{Node: &pg.Node_String_{String_: &pg.String{Sval: items[i].name}}},
+					{Node: &pg.Node_String_{String_: &pg.String{Sval: col}}},
+				}, Location: -1}}}))
+			}
+			node.Node = &pg.Node_ColumnRef{ColumnRef: &pg.ColumnRef{Fields: []*pg.Node{
+				{Node: &pg.Node_String_{String_: &pg.String{Sval: preAlias}}},
+				{Node: &pg.Node_String_{String_: &pg.String{Sval: fmt.Sprintf("%s%d", prePrefix, k+1)}}},
+			}, Location: -1}}
+			return false
+		})
+	}
+	for _, t := range stmt.GetUpdateStmt().GetTargetList() {
+		substitute(t.GetResTarget().GetVal())
+	}
+	for _, c := range both {
+		substitute(c)
+	}
+	colnames := make([]*pg.Node, len(list))
+	for k := range list {
+		colnames[k] = &pg.Node{Node: &pg.Node_String_{String_: &pg.String{Sval: fmt.Sprintf("%s%d", prePrefix, k+1)}}}
+	}
+	derived := &pg.SelectStmt{TargetList: list, FromClause: *from, WhereClause: and(sub), Op: pg.SetOperation_SETOP_NONE,
+		LimitOption: pg.LimitOption_LIMIT_OPTION_DEFAULT}
+	*from = []*pg.Node{{Node: &pg.Node_RangeSubselect{RangeSubselect: &pg.RangeSubselect{
+		Subquery: &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: derived}},
+		Alias:    &pg.Alias{Aliasname: preAlias, Colnames: colnames}}}}}
+	*where = and(append(keep, both...))
 	return stmt
 }
 
