@@ -129,6 +129,9 @@ func TestSubqueriesFirst(t *testing.T) {
 			{sql: `DELETE FROM orders o WHERE o.id > 590 AND NOT EXISTS (SELECT 1 FROM custs c WHERE c.id = o.cust LIMIT 0) RETURNING o.id`}}},
 		// One database raises 21000 when it evaluates a scalar subquery of two rows: so
 		// does the statement, which evaluates it.
+		{"correlated, values computed over the subquery's tables", []step{
+			{sql: `UPDATE orders o SET status = (SELECT c.name || '/' || c.region FROM custs c WHERE c.id = o.cust AND c.region <> 'west') WHERE o.id <= 300 RETURNING o.id, o.status`},
+			{sql: `UPDATE orders o SET amount = (SELECT sum(c.id * 2 + 1) + count(DISTINCT c.region || 'x') + max(CASE WHEN c.region = 'north' THEN c.id END) FROM custs c WHERE c.id < o.cust) WHERE o.id < 100 RETURNING o.*`}}},
 		{"correlated scalar of several rows", []step{{sql: `UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id > o.cust) WHERE o.id < 5`},
 			{sql: `UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id > o.cust) WHERE o.id = 49`}}},
 		// The same shape with other literals: each statement's own (a plan is shared
@@ -211,6 +214,10 @@ func TestSubqueriesFirst(t *testing.T) {
 		`UPDATE orders SET status = 'x' WHERE status IN (SELECT label FROM tags)`,
 		`UPDATE orders SET status = 'x' WHERE status IN (SELECT name COLLATE "C" FROM custs)`,
 		// The other tables read elsewhere, or joined by a condition that may fail.
+		`UPDATE orders o SET amount = (SELECT sum(c.id ^ 2) FROM custs c WHERE c.id < o.cust)`, // a computed float added in another order
+		// A value computed over a column sorted by under a limit: a numeric (1.0 and 1.00 tie).
+		`UPDATE orders o SET status = (SELECT (p.amount + 0)::text FROM orders p WHERE p.cust < o.cust ORDER BY p.amount LIMIT 1)`,
+		`UPDATE orders o SET amount = (SELECT 10 / (c.id - 7) FROM custs c WHERE c.id = o.cust)`,                      // computed first: 22012 on a row one database may never read
 		`UPDATE orders o SET status = lower(c.name) FROM custs c WHERE c.id = o.cust`,                                 // a function, maybe volatile
 		`UPDATE orders o SET status = c.name FROM custs c WHERE c.id = o.cust RETURNING c.region`,                     // numeric(12,2) would lose its modifier
 		`UPDATE orders o SET status = c.label FROM tags c WHERE c.id = o.cust`,                                        // a collation of the column's own
@@ -295,5 +302,19 @@ func TestSubqueriesFirst(t *testing.T) {
 	if !strings.Contains(route, "$1 ... $2 (arrays of the columns a correlated subquery reads): SELECT c.name, c.id FROM custs c") ||
 		!strings.Contains(route, "then: UPDATE orders o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.cust)") {
 		t.Errorf("route preview of a correlated subquery:\n%s", route)
+	}
+
+	// Once the database defines an operator of its own (a volatile function that
+	// writes), no value is computed first: the same statement that was answered above
+	// is refused, and so is one that calls the operator.
+	reset(px)
+	computedSum := `UPDATE orders o SET amount = (SELECT sum(c.id * 2 + 1) FROM custs c WHERE c.id < o.cust) WHERE o.id < 100`
+	exec1(t, px, computedSum)
+	exec1(t, px, `CREATE FUNCTION bump(int, int) RETURNS int LANGUAGE sql VOLATILE AS 'SELECT $1 + $2'`)
+	exec1(t, px, `CREATE OPERATOR ### (FUNCTION = bump, LEFTARG = int, RIGHTARG = int)`)
+	for _, q := range []string{computedSum, `UPDATE orders o SET amount = (SELECT sum(c.id ### 2) FROM custs c WHERE c.id < o.cust) WHERE o.id < 4`} {
+		if _, err := px.Exec(ctx, q); sqlState(err) != "0A000" {
+			t.Errorf("%s, with an operator of the user's: %v, want 0A000", q, err)
+		}
 	}
 }

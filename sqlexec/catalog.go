@@ -25,6 +25,7 @@ type Catalog struct {
 		keyTypes map[string]rules.KeyType // "table.column"
 		columns  map[string][]string
 		aggs     map[string]bool // nil until read
+		userOps  *bool           // nil until read
 		dbOrder  map[int]orderAnswer
 		tblOrder map[string]orderAnswer // "ds/table"
 	}
@@ -99,6 +100,7 @@ func (c *Catalog) Invalidate() {
 	c.mu.keyTypes = map[string]rules.KeyType{}
 	c.mu.columns = map[string][]string{}
 	c.mu.aggs = nil
+	c.mu.userOps = nil
 	c.mu.dbOrder = map[int]orderAnswer{}
 	c.mu.tblOrder = map[string]orderAnswer{}
 }
@@ -365,6 +367,31 @@ func (c *Catalog) IsAggregate(ctx context.Context, name string) (bool, error) {
 		}
 	}
 	return aggs[name], nil
+}
+
+// UserOperators reports whether the default data source's database defines operators
+// or casts of its own, beyond those PostgreSQL creates with it (object ids from
+// FirstNormalObjectId, 16384, on; extensions' too).
+func (c *Catalog) UserOperators(ctx context.Context) (bool, error) {
+	_, private := c.source(ctx)
+	c.mu.Lock()
+	known := c.mu.userOps
+	c.mu.Unlock()
+	if known != nil && !private {
+		return *known, nil
+	}
+	rows, err := c.query(ctx, c.rules.DefaultDataSource(), `SELECT (EXISTS (SELECT FROM pg_catalog.pg_operator WHERE oid >= 16384)
+		OR EXISTS (SELECT FROM pg_catalog.pg_cast WHERE oid >= 16384))::text`)
+	if err != nil {
+		return false, err
+	}
+	user := len(rows) != 1 || rows[0][0] == nil || *rows[0][0] != "false"
+	if !private {
+		c.mu.Lock()
+		c.mu.userOps = &user
+		c.mu.Unlock()
+	}
+	return user, nil
 }
 
 // byteOrderCollation reports whether a collation (by name or locale) orders text as

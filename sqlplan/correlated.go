@@ -1,7 +1,9 @@
 package sqlplan
 
 import (
+	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -253,6 +255,71 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 		// Whether a row exists: the select list is never read.
 		list = []*pg.Node{resTarget("", &pg.Node{Node: &pg.Node_AConst{AConst: &pg.A_Const{Val: &pg.A_Const_Ival{Ival: &pg.Integer{Ival: 1}}}}})}
 	}
+	// computed are the expressions over the subquery's own tables that the first step
+	// computes, one value a row, in place of the columns they read (an aggregate's
+	// argument, a value of the select list): an error there is the first step's, and
+	// refused, where one database may never evaluate them on the rows that fail.
+	computed := map[*pg.Node]bool{}
+	builtinOnly := -1 // whether the database defines no operator or cast of its own (-1: not asked yet)
+	computable := func(n *pg.Node) bool {
+		if n == nil || n.GetColumnRef() != nil || n.GetAConst() != nil {
+			return false
+		}
+		// An operator or a cast is a function call, and CASE, GREATEST and LEAST
+		// compare: one of the user's (a volatile one) would be called once per row
+		// of the tables, and its failures and writes would not be one database's.
+		if builtinOnly < 0 {
+			builtinOnly = 0
+			if oc, has := a.p.cat.(operatorCatalog); has {
+				if user, err := oc.UserOperators(a.ctx); err == nil && !user {
+					builtinOnly = 1
+				}
+			}
+		}
+		if builtinOnly != 1 {
+			return false
+		}
+		cols, ok := 0, true
+		walk(n, func(m proto.Message) bool {
+			switch x := m.(type) {
+			case *pg.ColumnRef:
+				// A name column's values compare under collation C, its type's,
+				// which an expression over them carries and a text array does not.
+				if i, col := resolve(x); i == unresolved || i == isOuter || items[i].cols[col] == "name" {
+					ok = false
+				}
+				cols++
+				return false
+			case *pg.A_Const:
+				// 'now', 'today' and the like are the time of the transaction the
+				// first step runs in, not the statement's.
+				if v := x.GetSval(); v != nil && timeWords.MatchString(v.Sval) {
+					ok = false
+				}
+				return false
+			case *pg.A_Expr:
+				ok = ok && len(x.Name) <= 1 // not OPERATOR(schema.op)
+			case *pg.TypeCast:
+				// Not to a date or time (from text that may say 'now'), nor to an
+				// object's identifier (each database has its own).
+				names := x.GetTypeName().GetNames()
+				last := ""
+				if len(names) > 0 {
+					last = names[len(names)-1].GetString_().GetSval()
+				}
+				ok = ok && !castToUserType(x) && !timeTypes[last] && !strings.HasPrefix(last, "reg")
+			case *pg.Node, *pg.BoolExpr, *pg.NullTest, *pg.BooleanTest, *pg.CaseExpr, *pg.CaseWhen, *pg.CoalesceExpr,
+				*pg.MinMaxExpr, *pg.TypeName, *pg.List, *pg.String, *pg.Integer:
+			default:
+				// A function call (a volatile one is called once per row of the
+				// tables, not once per evaluation), a subquery, a parameter, a
+				// row, an array, a collation, the time of the statement...
+				ok = false
+			}
+			return ok
+		})
+		return ok && cols > 0
+	}
 	// The select list: aggregates of the allowed kinds, and beside one, every column of
 	// the subquery's tables inside one (else PostgreSQL's error would name the rewrite's
 	// columns, not the written ones).
@@ -274,6 +341,10 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 			// Its arguments and FILTER are evaluated row by row, in the order the
 			// rows come: nothing there may fail.
 			for _, arg := range fc.Args {
+				if computable(arg) {
+					computed[arg] = true
+					continue
+				}
 				changed, _, resolved := reads(arg)
 				if !resolved || changed || !cannotFail(arg, typedValues) {
 					ok = false
@@ -286,11 +357,12 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 			}
 			switch name {
 			case "sum", "avg", "min", "max":
-				// Of a column, whose type the first step's answer tells: sum and
-				// avg of types whose sum is exact and cannot overflow in some
-				// order only; min, max and DISTINCT of types whose equal values
-				// are alike (max of numerics 1.0 and 1.00 is the later one).
-				if len(fc.Args) != 1 || fc.Args[0].GetColumnRef() == nil {
+				// Of a column or a computed value, whose type the first step's
+				// answer tells: sum and avg of types whose sum is exact and cannot
+				// overflow in some order only; min, max and DISTINCT of types whose
+				// equal values are alike (max of numerics 1.0 and 1.00 is the later
+				// one).
+				if len(fc.Args) != 1 || fc.Args[0].GetColumnRef() == nil && !computed[fc.Args[0]] {
 					ok = false
 					break
 				}
@@ -318,6 +390,8 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 		for _, t := range list {
 			switch v := t.GetResTarget().GetVal(); {
 			case v.GetColumnRef() != nil, v.GetAConst() != nil:
+			case computable(v):
+				computed[v] = true
 			default:
 				return nil
 			}
@@ -380,13 +454,24 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	}
 	index := map[ref]int{}
 	var refs []ref
+	exprs := map[*pg.Node]int{} // a computed value's position among refs
+	var firstExprs []*pg.Node   // for each of refs, the computed value's expression, or nil
 	number := func(n proto.Message) {
 		walk(n, func(m proto.Message) bool {
+			if node, is := m.(*pg.Node); is && computed[node] {
+				if _, has := exprs[node]; !has {
+					exprs[node] = len(refs)
+					refs = append(refs, ref{item: unresolved, col: fmt.Sprint(len(refs))})
+					firstExprs = append(firstExprs, proto.Clone(node).(*pg.Node))
+				}
+				return false
+			}
 			if cr, is := m.(*pg.ColumnRef); is {
 				if i, col := resolve(cr); i != isOuter {
 					if _, has := index[ref{i, col}]; !has {
 						index[ref{i, col}] = len(refs)
 						refs = append(refs, ref{i, col})
+						firstExprs = append(firstExprs, nil)
 					}
 				}
 			}
@@ -410,6 +495,10 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 		var out []int
 		for _, n := range ns {
 			walk(n, func(m proto.Message) bool {
+				if node, is := m.(*pg.Node); is && computed[node] {
+					out = append(out, exprs[node])
+					return false
+				}
 				if cr, is := m.(*pg.ColumnRef); is {
 					if i, col := resolve(cr); i != isOuter {
 						out = append(out, index[ref{i, col}])
@@ -424,14 +513,24 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	if sel.LimitCount != nil || sel.LimitOffset != nil {
 		// SELECT x ... ORDER BY x LIMIT 1 is min(x): which of equal values it keeps
 		// is the rows' order's (see picked).
-		var listNodes, keyNodes []proto.Message
-		for _, n := range list {
-			listNodes = append(listNodes, n)
-		}
+		// A column selected, or read by a value computed for the select list.
+		var keyNodes []proto.Message
 		for _, n := range sortKeys {
 			keyNodes = append(keyNodes, n)
 		}
-		selected := columnsOf(listNodes)
+		var selected []int
+		for _, n := range list {
+			walk(n, func(m proto.Message) bool {
+				if cr, is := m.(*pg.ColumnRef); is {
+					if i, col := resolve(cr); i != isOuter {
+						if k, has := index[ref{i, col}]; has {
+							selected = append(selected, k)
+						}
+					}
+				}
+				return true
+			})
+		}
 		for _, k := range columnsOf(keyNodes) {
 			if slices.Contains(selected, k) {
 				cs.picked = append(cs.picked, k)
@@ -442,20 +541,30 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	substitute := func(n proto.Message) {
 		walk(n, func(m proto.Message) bool {
 			node, is := m.(*pg.Node)
-			if !is || node.GetColumnRef() == nil {
+			if !is || node.GetColumnRef() == nil && !computed[node] {
 				return true
 			}
-			if i, col := resolve(node.GetColumnRef()); i != isOuter {
-				node.Node = &pg.Node_ColumnRef{ColumnRef: &pg.ColumnRef{Fields: []*pg.Node{
-					{Node: &pg.Node_String_{String_: &pg.String{Sval: preAlias}}},
-					{Node: &pg.Node_String_{String_: &pg.String{Sval: fmt.Sprintf("%s%d", prePrefix, index[ref{i, col}]+1)}}},
-				}, Location: -1}}
+			k, isExpr := exprs[node]
+			if !isExpr {
+				i, col := resolve(node.GetColumnRef())
+				if i == isOuter {
+					return false
+				}
+				k = index[ref{i, col}]
 			}
+			node.Node = &pg.Node_ColumnRef{ColumnRef: &pg.ColumnRef{Fields: []*pg.Node{
+				{Node: &pg.Node_String_{String_: &pg.String{Sval: preAlias}}},
+				{Node: &pg.Node_String_{String_: &pg.String{Sval: fmt.Sprintf("%s%d", prePrefix, k+1)}}},
+			}, Location: -1}}
 			return false
 		})
 	}
 	var firstList []*pg.Node
-	for _, r := range refs {
+	for k, r := range refs {
+		if firstExprs[k] != nil {
+			firstList = append(firstList, resTarget("", firstExprs[k]))
+			continue
+		}
 		firstList = append(firstList, resTarget("", &pg.Node{Node: &pg.Node_ColumnRef{ColumnRef: &pg.ColumnRef{Fields: []*pg.Node{
 			{Node: &pg.Node_String_{String_: &pg.String{Sval: items[r.item].name}}},
 			{Node: &pg.Node_String_{String_: &pg.String{Sval: r.col}}},
@@ -485,6 +594,19 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	cs.sub = &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: rewritten}}
 	return cs
 }
+
+// operatorCatalog tells whether the database defines operators or casts of its own
+// (beyond those PostgreSQL creates with it): the first step computes values only where
+// every operator and cast is PostgreSQL's.
+type operatorCatalog interface {
+	UserOperators(ctx context.Context) (bool, error)
+}
+
+// timeWords are the date and time inputs that read the clock (the transaction's start).
+var timeWords = regexp.MustCompile(`(?i)\b(now|today|tomorrow|yesterday)\b`)
+
+// timeTypes are the types whose input reads timeWords.
+var timeTypes = map[string]bool{"date": true, "timestamp": true, "timestamptz": true, "time": true, "timetz": true}
 
 // readsChanged reports whether any of ns reads the changed table.
 func readsChanged(ns []*pg.Node, reads func(proto.Message) (bool, bool, bool)) bool {

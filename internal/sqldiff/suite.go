@@ -406,6 +406,10 @@ func Writes() []Query {
 		{SQL: "UPDATE t_order o SET note = 'lonely' WHERE o.order_id < 40 AND o.qty NOT IN (SELECT u.score FROM t_user u WHERE u.city <> o.status) RETURNING o.order_id", Refused: true, InSteps: true},
 		// The latest row (ORDER BY a unique key, LIMIT), sorted by the statement.
 		{SQL: "UPDATE t_order o SET note = (SELECT u.name FROM t_user u WHERE u.score > o.qty ORDER BY u.user_id DESC LIMIT 1) WHERE o.order_id < 30 RETURNING o.order_id, o.note", Refused: true, InSteps: true},
+		// UPDATE ... FROM whose SET list reads the other table: over its rows read
+		// first, in the statement's FROM; values computed over a subquery's tables.
+		{SQL: "UPDATE t_order o SET note = u.name || ':' || o.status FROM t_user u WHERE u.user_id = o.user_id AND u.score > 3 AND o.qty > 2 RETURNING o.order_id, o.note", Refused: true, InSteps: true},
+		{SQL: "UPDATE t_user u SET score = (SELECT sum(o.qty * 2) + count(DISTINCT o.status || 'x') FROM t_order o WHERE o.user_id = u.user_id) WHERE u.user_id < 6 RETURNING u.user_id, u.score", Refused: true, InSteps: true},
 		ref("ALTER TABLE t_order ADD CONSTRAINT u_status UNIQUE (status)"),
 		ref("INSERT INTO t_order (order_id, user_id) VALUES (DEFAULT, 1)"),
 	}
