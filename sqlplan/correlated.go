@@ -183,30 +183,16 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 		})
 		return changed, own, ok
 	}
-	// typedValues lets cannotFail take, in what the statement evaluates, columns and
-	// constants compared, two columns only of types compared without a cast that may
-	// fail (castFree); not a parameter, whose type the client chose.
-	typedValues := func(l, r *pg.Node) bool {
-		for _, v := range []*pg.Node{l, r} {
-			if v == nil || v.GetColumnRef() == nil && v.GetAConst() == nil {
-				return false
-			}
+	typedValues := typedComparisons(func(cr *pg.ColumnRef) string {
+		switch i, col := resolve(cr); i {
+		case unresolved:
+			return ""
+		case isOuter:
+			return outerTypes[col]
+		default:
+			return items[i].cols[col]
 		}
-		if l.GetColumnRef() == nil || r.GetColumnRef() == nil {
-			return true
-		}
-		typeOf := func(cr *pg.ColumnRef) string {
-			switch i, col := resolve(cr); i {
-			case unresolved:
-				return ""
-			case isOuter:
-				return outerTypes[col]
-			default:
-				return items[i].cols[col]
-			}
-		}
-		return castFree(typeOf(l.GetColumnRef()), typeOf(r.GetColumnRef()))
-	}
+	})
 	if sl.SubLinkType == pg.SubLinkType_ANY_SUBLINK || sl.SubLinkType == pg.SubLinkType_ALL_SUBLINK {
 		// The operator is applied to the subquery's rows one after another, until one
 		// decides: in the rows' order. It may not fail (a regular expression's ~, a
@@ -721,6 +707,24 @@ func cannotFail(n *pg.Node, compare func(l, r *pg.Node) bool) bool {
 		return ok
 	})
 	return ok
+}
+
+// typedComparisons lets cannotFail take, in what the statement evaluates, columns and
+// constants compared, two columns only of types compared without a cast that may fail
+// (castFree); not a parameter, whose type the client chose. typeOf gives a column's
+// type as format_type writes it ("" when unknown).
+func typedComparisons(typeOf func(*pg.ColumnRef) string) func(l, r *pg.Node) bool {
+	return func(l, r *pg.Node) bool {
+		for _, v := range []*pg.Node{l, r} {
+			if v == nil || v.GetColumnRef() == nil && v.GetAConst() == nil {
+				return false
+			}
+		}
+		if l.GetColumnRef() == nil || r.GetColumnRef() == nil {
+			return true
+		}
+		return castFree(typeOf(l.GetColumnRef()), typeOf(r.GetColumnRef()))
+	}
 }
 
 // anyValues lets cannotFail take any values compared: a condition evaluated where its

@@ -348,19 +348,12 @@ func (a *analyzer) joinedRows(stmt *pg.Node, items []*aggItem, resolve func(*pg.
 		}
 		return i, cr.Fields[len(cr.Fields)-1].GetString_().GetSval()
 	}
-	typedValues := func(l, r *pg.Node) bool {
-		for _, v := range []*pg.Node{l, r} {
-			if v == nil || v.GetColumnRef() == nil && v.GetAConst() == nil {
-				return false
-			}
+	typedValues := typedComparisons(func(cr *pg.ColumnRef) string {
+		if i, col := column(cr); i >= 0 {
+			return types[i][col]
 		}
-		if l.GetColumnRef() == nil || r.GetColumnRef() == nil {
-			return true
-		}
-		li, lc := column(l.GetColumnRef())
-		ri, rc := column(r.GetColumnRef())
-		return li >= 0 && ri >= 0 && castFree(types[li][lc], types[ri][rc])
-	}
+		return ""
+	})
 	for _, c := range both {
 		if !cannotFail(c, typedValues) {
 			return nil
