@@ -132,6 +132,9 @@ func TestSubqueriesFirst(t *testing.T) {
 		{"correlated, values computed over the subquery's tables", []step{
 			{sql: `UPDATE orders o SET status = (SELECT c.name || '/' || c.region FROM custs c WHERE c.id = o.cust AND c.region <> 'west') WHERE o.id <= 300 RETURNING o.id, o.status`},
 			{sql: `UPDATE orders o SET amount = (SELECT sum(c.id * 2 + 1) + count(DISTINCT c.region || 'x') + max(CASE WHEN c.region = 'north' THEN c.id END) FROM custs c WHERE c.id < o.cust) WHERE o.id < 100 RETURNING o.*`}}},
+		{"correlated, ordered by a bare name", []step{
+			{sql: `UPDATE orders o SET status = (SELECT c.name AS name FROM custs c WHERE c.id < o.cust AND c.region <> 'west' ORDER BY name DESC LIMIT 1) WHERE o.id <= 300 RETURNING o.id, o.status`},
+			{sql: `UPDATE orders o SET amount = (SELECT c.id * 2 FROM custs c WHERE c.id < o.cust ORDER BY name LIMIT 1) WHERE o.id > 300 RETURNING o.*`}}},
 		{"correlated scalar of several rows", []step{{sql: `UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id > o.cust) WHERE o.id < 5`},
 			{sql: `UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id > o.cust) WHERE o.id = 49`}}},
 		// The same shape with other literals: each statement's own (a plan is shared

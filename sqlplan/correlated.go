@@ -616,7 +616,8 @@ func plainSelect(s *pg.SelectStmt) bool {
 // outputOf reports whether a bare name in ORDER BY reads, among the output columns of
 // list, none or only columns same says are the one it names: PostgreSQL takes an
 // output column's name (an alias, or a column's own) before an input column's.
-// Output columns whose names it cannot tell (expressions) make it false.
+// Output columns whose names it does not tell (a function call, CASE, a cast: named
+// after the function, the keyword, the type or the column cast) make it false.
 func outputOf(list []*pg.Node, name string, same func(*pg.ColumnRef) bool) bool {
 	for _, t := range list {
 		rt := t.GetResTarget()
@@ -630,13 +631,14 @@ func outputOf(list []*pg.Node, name string, same func(*pg.ColumnRef) bool) bool 
 				continue // a bare *: the input columns themselves
 			}
 			out = last.GetString_().GetSval()
-		case rt.GetVal().GetAConst() != nil:
-			out = "?column?"
+		case rt.GetVal().GetAConst() != nil, rt.GetVal().GetAExpr() != nil, rt.GetVal().GetBoolExpr() != nil,
+			rt.GetVal().GetNullTest() != nil, rt.GetVal().GetBooleanTest() != nil:
+			out = "?column?" // PostgreSQL's name for an operator's value
 		default:
 			return false
 		}
-		if out == name && (rt.GetName() != "" || cr == nil || !same(cr)) {
-			return false
+		if out == name && (cr == nil || !same(cr)) {
+			return false // an alias of the very column (c.name AS name) reads it
 		}
 	}
 	return true

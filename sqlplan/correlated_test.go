@@ -54,6 +54,13 @@ func TestCorrelatedPlan(t *testing.T) {
 		{"UPDATE t_order o SET status = (SELECT name FROM t_user u WHERE u.user_id < o.user_id ORDER BY name LIMIT 1)",
 			[]string{"SELECT u.name, u.user_id FROM t_user u"},
 			"UPDATE t_order o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 < o.user_id ORDER BY shardlab_pre.shardlab_1 LIMIT 1)", nil},
+		// An alias of the very column the name reads; an operator's value, named ?column?.
+		{"UPDATE t_order o SET status = (SELECT u.name AS name FROM t_user u WHERE u.user_id < o.user_id ORDER BY name LIMIT 1)",
+			[]string{"SELECT u.name, u.user_id FROM t_user u"},
+			"UPDATE t_order o SET status = (SELECT shardlab_pre.shardlab_1 AS name FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 < o.user_id ORDER BY shardlab_pre.shardlab_1 LIMIT 1)", nil},
+		{"UPDATE t_order o SET user_id = (SELECT u.user_id * 2 FROM t_user u WHERE u.user_id < o.user_id ORDER BY name LIMIT 1)",
+			[]string{"SELECT u.user_id * 2, u.user_id, u.name FROM t_user u"},
+			"UPDATE t_order o SET user_id = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2, shardlab_3) WHERE shardlab_pre.shardlab_2 < o.user_id ORDER BY shardlab_pre.shardlab_3 LIMIT 1)", nil},
 		{"DELETE FROM t_order o WHERE o.user_id IN (SELECT u.user_id FROM t_user u WHERE u.name = o.status ORDER BY u.score FETCH FIRST 2 ROWS WITH TIES)",
 			[]string{"SELECT u.user_id, u.name, u.score FROM t_user u"},
 			"DELETE FROM t_order o WHERE o.user_id IN (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2, shardlab_3) WHERE shardlab_pre.shardlab_2 = o.status ORDER BY shardlab_pre.shardlab_3 FETCH FIRST 2 ROWS WITH TIES)", nil},
