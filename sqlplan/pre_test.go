@@ -104,9 +104,11 @@ func TestPrePlan(t *testing.T) {
 		"DELETE FROM t_order o USING t_user u WHERE u.user_id = o.user_id + u.user_id",
 		"DELETE FROM t_order o USING t_user u WHERE o.user_id = max(u.user_id)", // an aggregate, which WHERE refuses
 		"UPDATE t_order o SET status = 'x' FROM t_user u WHERE o.user_id = generate_series(u.user_id, 2)",
-		"UPDATE t_order o SET status[u.user_id] = 'x' FROM t_user u WHERE o.user_id = u.user_id",                            // a subscript reading the other table
-		"UPDATE t_order o SET status = 'x' FROM t_user u WHERE u.user_id = $1 AND o.status > $1 AND o.user_id = u.user_id",  // a parameter read twice
-		"DELETE FROM t_order o USING t_user u WHERE o.user_id = u.user_id AND nextval('s') > 0",                             // a volatile condition of no column
+		"UPDATE t_order o SET status[u.user_id] = 'x' FROM t_user u WHERE o.user_id = u.user_id",                           // a subscript reading the other table
+		"UPDATE t_order o SET status = 'x' FROM t_user u WHERE u.user_id = $1 AND o.status > $1 AND o.user_id = u.user_id", // a parameter read twice
+		"DELETE FROM t_order o USING t_user u WHERE o.user_id = u.user_id AND nextval('s') > 0",                            // a volatile condition of no column
+		"UPDATE t_order o SET status = DEFAULT FROM t_user u WHERE u.user_id = o.user_id",                                  // nextval once per joined pair
+		"UPDATE t_order o SET status = DEFAULT FROM t_user u WHERE u.user_id < o.user_id",
 		"DELETE FROM t_order o USING t_user u WHERE o.user_id = u.user_id RETURNING o.ctid",                                 // a system column
 		"DELETE FROM t_order o USING t_user u WHERE o.user_id = u.user_id RETURNING o",                                      // the whole row
 		"DELETE FROM t_order o USING t_user u WHERE u.user_id = user_id",                                                    // ambiguous

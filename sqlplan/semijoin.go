@@ -166,7 +166,8 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int, anti bool) *pg.Node {
 	if own >= 0 {
 		reads = nil
 	}
-	joined := false // the SET list reads the other tables (see joinedRows)
+	joined := false   // the SET list reads the other tables (see joinedRows)
+	defaults := false // the SET list sets a column to its DEFAULT
 	for i, n := range reads {
 		// A function there (nextval) is evaluated once per joined pair on one
 		// database, once per row after the rewrite.
@@ -174,6 +175,7 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int, anti bool) *pg.Node {
 		if !ok || calls(n) {
 			return nil
 		}
+		defaults = defaults || names(n, func(m proto.Message) bool { _, is := m.(*pg.SetToDefault); return is })
 		if other {
 			// Not in RETURNING, a subscript or a multiple assignment.
 			rt := n.GetResTarget()
@@ -239,6 +241,11 @@ func (a *analyzer) semiJoinWrite(stmt *pg.Node, own int, anti bool) *pg.Node {
 	}
 	if joined {
 		return a.joinedRows(stmt, items, resolve, onQuals, from, where, keep, sub, both)
+	}
+	if defaults {
+		// A column's default (nextval) is evaluated once per joined pair on one
+		// database, and its sequence moves as far; once per row after the rewrite.
+		return nil
 	}
 	if column == nil || len(both) > 1 {
 		if own >= 0 || anti {
