@@ -132,6 +132,9 @@ func TestSubqueriesFirst(t *testing.T) {
 		{"correlated, values computed over the subquery's tables", []step{
 			{sql: `UPDATE orders o SET status = (SELECT c.name || '/' || c.region FROM custs c WHERE c.id = o.cust AND c.region <> 'west') WHERE o.id <= 300 RETURNING o.id, o.status`},
 			{sql: `UPDATE orders o SET amount = (SELECT sum(c.id * 2 + 1) + count(DISTINCT c.region || 'x') + max(CASE WHEN c.region = 'north' THEN c.id END) FROM custs c WHERE c.id < o.cust) WHERE o.id < 100 RETURNING o.*`}}},
+		{"correlated, PostgreSQL's functions", []step{
+			{sql: `UPDATE orders o SET amount = (SELECT round(avg(c.id), 1) + abs(min(c.id - 50)) + length(o.status) FROM custs c WHERE c.id < o.cust) WHERE o.id < 100 RETURNING o.*`},
+			{sql: `UPDATE orders o SET status = (SELECT upper(c.name) || length(c.region) FROM custs c WHERE c.id < o.cust ORDER BY lower(c.region) DESC, c.id % 5, c.id LIMIT 1) WHERE o.id <= 300 RETURNING o.id, o.status`}}},
 		{"correlated, ordered by a bare name", []step{
 			{sql: `UPDATE orders o SET status = (SELECT c.name AS name FROM custs c WHERE c.id < o.cust AND c.region <> 'west' ORDER BY name DESC LIMIT 1) WHERE o.id <= 300 RETURNING o.id, o.status`},
 			{sql: `UPDATE orders o SET amount = (SELECT c.id * 2 FROM custs c WHERE c.id < o.cust ORDER BY name LIMIT 1) WHERE o.id > 300 RETURNING o.*`}}},
@@ -197,17 +200,19 @@ func TestSubqueriesFirst(t *testing.T) {
 	// transaction block.
 	reset(px)
 	for _, q := range []string{
-		// Ordered and limited: by an expression; by a bare name that reads the output
+		// Ordered and limited: by an expression that fails when computed first (22012
+		// on a row one database may never sort); by a bare name that reads the output
 		// column o.id (every row ties: 21000 on one database); a numeric selected and
 		// sorted by (max, whose equal 1.0 and 1.00 differ).
-		`UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id < o.cust ORDER BY c.id % 7 DESC LIMIT 1)`,
+		`UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id < o.cust ORDER BY c.id / (c.id - 1) DESC LIMIT 1)`,
 		`UPDATE orders o SET amount = (SELECT o.id FROM custs c WHERE c.id > o.cust ORDER BY id FETCH FIRST 1 ROW WITH TIES) WHERE o.id < 5`,
 		`UPDATE orders o SET amount = (SELECT p.amount FROM orders p WHERE p.cust < o.cust ORDER BY p.amount DESC LIMIT 1)`,
-		`UPDATE orders o SET status = (SELECT lower(c.name) FROM custs c WHERE c.id = o.cust)`,                  // a function, maybe volatile
-		`UPDATE orders o SET amount = (SELECT sum(c.id::float8) FROM custs c WHERE c.id < o.cust)`,              // floats added in another order
-		`UPDATE orders o SET status = (SELECT c.label FROM tags c WHERE c.id = o.cust)`,                         // a collation of the column's own
-		`UPDATE orders o SET amount = (SELECT max(p.amount) FROM orders p WHERE p.cust = o.cust - 1)`,           // max of 1.0 and 1.00: the later one
-		`UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id = o.cust AND c.id / (c.id - 1) > 0)`, // a condition that may fail
+		`UPDATE orders o SET status = (SELECT to_char(c.id, '9G999') FROM custs c WHERE c.id = o.cust)`,           // a function that reads the session's settings, called first
+		`UPDATE orders o SET status = (SELECT c.name FROM custs c WHERE c.id < o.cust ORDER BY random() LIMIT 1)`, // a volatile sort key
+		`UPDATE orders o SET amount = (SELECT sum(c.id::float8) FROM custs c WHERE c.id < o.cust)`,                // floats added in another order
+		`UPDATE orders o SET status = (SELECT c.label FROM tags c WHERE c.id = o.cust)`,                           // a collation of the column's own
+		`UPDATE orders o SET amount = (SELECT max(p.amount) FROM orders p WHERE p.cust = o.cust - 1)`,             // max of 1.0 and 1.00: the later one
+		`UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id = o.cust AND c.id / (c.id - 1) > 0)`,   // a condition that may fail
 		// A domain's value, read as its base type's, would be checked again where
 		// assigned (NULL into a NOT NULL domain: 23502), where one database does not.
 		`UPDATE dtab SET d = (SELECT d.d FROM dtab d WHERE d.id = dtab.id + 100)`,
@@ -220,13 +225,16 @@ func TestSubqueriesFirst(t *testing.T) {
 		`UPDATE orders o SET amount = (SELECT sum(c.id ^ 2) FROM custs c WHERE c.id < o.cust)`, // a computed float added in another order
 		// A value computed over a column sorted by under a limit: a numeric (1.0 and 1.00 tie).
 		`UPDATE orders o SET status = (SELECT (p.amount + 0)::text FROM orders p WHERE p.cust < o.cust ORDER BY p.amount LIMIT 1)`,
-		`UPDATE orders o SET amount = (SELECT 10 / (c.id - 7) FROM custs c WHERE c.id = o.cust)`,                      // computed first: 22012 on a row one database may never read
-		`UPDATE orders o SET status = lower(c.name) FROM custs c WHERE c.id = o.cust`,                                 // a function, maybe volatile
-		`UPDATE orders o SET status = c.name FROM custs c WHERE c.id = o.cust RETURNING c.region`,                     // numeric(12,2) would lose its modifier
-		`UPDATE orders o SET status = c.label FROM tags c WHERE c.id = o.cust`,                                        // a collation of the column's own
-		`UPDATE orders o SET id = c.id FROM custs c WHERE c.id = o.cust`,                                              // the sharding key
-		`UPDATE orders o SET status = c.name FROM custs c WHERE o.cust = c.id + 0`,                                    // the join compares an expression
-		`DELETE FROM orders o USING custs c WHERE c.id < o.cust AND c.region = 'north' AND o.amount / (c.id - 1) > 0`, // a condition that may fail
+		`UPDATE orders o SET amount = (SELECT abs(p.amount) FROM orders p WHERE p.cust < o.cust ORDER BY abs(p.amount) LIMIT 1)`, // min(abs(p.amount)) in another form
+		`UPDATE orders o SET status = (SELECT c.name FROM custs c WHERE c.id < o.cust ORDER BY c.name::name LIMIT 1)`,            // a name array's elements sort under C
+		`UPDATE orders o SET amount = (SELECT 10 / (c.id - 7) FROM custs c WHERE c.id = o.cust)`,                                 // computed first: 22012 on a row one database may never read
+		`UPDATE orders o SET status = lower(c.name) FROM custs c WHERE c.id = o.cust`,                                            // a function, maybe volatile
+		`UPDATE orders o SET status = DEFAULT FROM custs c WHERE c.id < o.cust`,                                                  // a default (nextval) once per joined pair
+		`UPDATE orders o SET status = c.name FROM custs c WHERE c.id = o.cust RETURNING c.region`,                                // numeric(12,2) would lose its modifier
+		`UPDATE orders o SET status = c.label FROM tags c WHERE c.id = o.cust`,                                                   // a collation of the column's own
+		`UPDATE orders o SET id = c.id FROM custs c WHERE c.id = o.cust`,                                                         // the sharding key
+		`UPDATE orders o SET status = c.name FROM custs c WHERE o.cust = c.id + 0`,                                               // the join compares an expression
+		`DELETE FROM orders o USING custs c WHERE c.id < o.cust AND c.region = 'north' AND o.amount / (c.id - 1) > 0`,            // a condition that may fail
 	} {
 		for _, mode := range modes {
 			_, err := px.Exec(ctx, q, mode)
@@ -306,6 +314,19 @@ func TestSubqueriesFirst(t *testing.T) {
 		!strings.Contains(route, "then: UPDATE orders o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.cust)") {
 		t.Errorf("route preview of a correlated subquery:\n%s", route)
 	}
+
+	// Once the database defines a function named as one of PostgreSQL's (upper of an
+	// int, volatile), no value that calls one is computed first: an answered statement
+	// is refused; dropped, it is answered again.
+	reset(px)
+	upper := `UPDATE orders o SET status = (SELECT upper(c.name) FROM custs c WHERE c.id = o.cust) WHERE o.id < 100`
+	exec1(t, px, upper)
+	exec1(t, px, `CREATE FUNCTION upper(int) RETURNS int LANGUAGE sql VOLATILE AS 'SELECT $1'`)
+	if _, err := px.Exec(ctx, upper); sqlState(err) != "0A000" {
+		t.Errorf("%s, with an upper of the user's: %v, want 0A000", upper, err)
+	}
+	exec1(t, px, `DROP FUNCTION upper(int)`)
+	exec1(t, px, upper)
 
 	// Once the database defines an operator of its own (a volatile function that
 	// writes), no value is computed first: the same statement that was answered above

@@ -88,6 +88,9 @@ func TestSubqueriesFirstThroughDriver(t *testing.T) {
 		{"correlated in, aggregates", []step{{sql: `DELETE FROM orders WHERE status IN (SELECT status FROM custs WHERE region = 'north') AND id > 590`},
 			{sql: `UPDATE orders o SET amount = (SELECT count(*) + sum(c.id) FROM custs c WHERE c.id < o.cust) WHERE o.id < 100 RETURNING o.*`}}},
 		{"correlated, values computed over the subquery's tables", []step{{sql: `UPDATE orders o SET amount = (SELECT sum(c.id * 2) + count(DISTINCT c.region || 'x') FROM custs c WHERE c.id < o.cust) WHERE o.id < $1 RETURNING o.*`, args: []any{100}}}},
+		{"correlated, PostgreSQL's functions", []step{
+			{sql: `UPDATE orders o SET amount = (SELECT round(avg(c.id), 1) + abs(min(c.id - 50)) FROM custs c WHERE c.id < o.cust) WHERE o.id < 100 RETURNING o.*`},
+			{sql: `UPDATE orders o SET status = (SELECT upper(c.name) || length(c.region) FROM custs c WHERE c.id < o.cust ORDER BY lower(c.region) DESC, c.id % 5, c.id LIMIT 1) WHERE o.id <= $1 RETURNING o.id, o.status`, args: []any{300}}}},
 		{"correlated scalar of several rows", []step{{sql: `UPDATE orders o SET amount = (SELECT c.id FROM custs c WHERE c.id > o.cust) WHERE o.id < 5`}}},
 		{"correlated, ordered and limited", []step{{sql: `UPDATE orders o SET status = (SELECT c.name FROM custs c WHERE c.id < o.cust AND c.region <> $1 ORDER BY c.id DESC LIMIT 1) WHERE o.id <= 300 RETURNING o.id, o.status`, args: []any{"west"}},
 			{sql: `DELETE FROM orders o WHERE o.cust IN (SELECT c.id FROM custs c WHERE c.region <> o.status ORDER BY c.region DESC, c.id OFFSET 2 LIMIT 3) RETURNING o.id`}}},

@@ -22,12 +22,12 @@ type Catalog struct {
 
 	mu struct {
 		sync.Mutex
-		keyTypes map[string]rules.KeyType // "table.column"
-		columns  map[string][]string
-		aggs     map[string]bool // nil until read
-		userOps  *bool           // nil until read
-		dbOrder  map[int]orderAnswer
-		tblOrder map[string]orderAnswer // "ds/table"
+		keyTypes  map[string]rules.KeyType // "table.column"
+		columns   map[string][]string
+		aggs      map[string]bool // nil until read
+		overloads *bool           // nil until read
+		dbOrder   map[int]orderAnswer
+		tblOrder  map[string]orderAnswer // "ds/table"
 	}
 }
 
@@ -100,7 +100,7 @@ func (c *Catalog) Invalidate() {
 	c.mu.keyTypes = map[string]rules.KeyType{}
 	c.mu.columns = map[string][]string{}
 	c.mu.aggs = nil
-	c.mu.userOps = nil
+	c.mu.overloads = nil
 	c.mu.dbOrder = map[int]orderAnswer{}
 	c.mu.tblOrder = map[string]orderAnswer{}
 }
@@ -369,26 +369,29 @@ func (c *Catalog) IsAggregate(ctx context.Context, name string) (bool, error) {
 	return aggs[name], nil
 }
 
-// UserOperators reports whether the default data source's database defines operators
-// or casts of its own, beyond those PostgreSQL creates with it (object ids from
-// FirstNormalObjectId, 16384, on; extensions' too).
-func (c *Catalog) UserOperators(ctx context.Context) (bool, error) {
+// UserOverloads reports whether the default data source's database defines operators
+// or casts of its own, or functions named as one of PostgreSQL's, beyond those
+// PostgreSQL creates with it (object ids from FirstNormalObjectId, 16384, on;
+// extensions' too): an unqualified call could then reach the user's.
+func (c *Catalog) UserOverloads(ctx context.Context) (bool, error) {
 	_, private := c.source(ctx)
 	c.mu.Lock()
-	known := c.mu.userOps
+	known := c.mu.overloads
 	c.mu.Unlock()
 	if known != nil && !private {
 		return *known, nil
 	}
 	rows, err := c.query(ctx, c.rules.DefaultDataSource(), `SELECT (EXISTS (SELECT FROM pg_catalog.pg_operator WHERE oid >= 16384)
-		OR EXISTS (SELECT FROM pg_catalog.pg_cast WHERE oid >= 16384))::text`)
+		OR EXISTS (SELECT FROM pg_catalog.pg_cast WHERE oid >= 16384)
+		OR EXISTS (SELECT FROM pg_catalog.pg_proc u WHERE u.oid >= 16384
+			AND EXISTS (SELECT FROM pg_catalog.pg_proc b WHERE b.oid < 16384 AND b.proname = u.proname)))::text`)
 	if err != nil {
 		return false, err
 	}
 	user := len(rows) != 1 || rows[0][0] == nil || *rows[0][0] != "false"
 	if !private {
 		c.mu.Lock()
-		c.mu.userOps = &user
+		c.mu.overloads = &user
 		c.mu.Unlock()
 	}
 	return user, nil

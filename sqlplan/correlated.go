@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -57,16 +56,23 @@ type correlatedSub struct {
 //   - a SELECT of plain or inner-joined tables that the rules name, without WITH, a set
 //     operation, grouping, HAVING, window, DISTINCT or locking, and without a subquery
 //     of its own;
-//   - ORDER BY columns of its tables, and constant LIMIT and OFFSET, without aggregates;
+//   - ORDER BY columns of its tables or values computed over them, and constant LIMIT
+//     and OFFSET, without aggregates;
 //   - conditions, join conditions, aggregate arguments and FILTERs that cannot fail
 //     (cannotFail), join conditions reading its own tables alone;
-//   - no function call but count, sum, avg, min, max, bool_and, bool_or and every in its
-//     select list (a volatile function would be evaluated once per row of its tables,
-//     not once per pair), without FILTER reading the changed table, ORDER BY, WITHIN
-//     GROUP or OVER, whose arguments read its own tables alone (sum, avg, min and max: a
-//     column, whose type the first step's answer tells; see Subquery.Summed); beside an
-//     aggregate, every column of its tables inside one; without one, columns and
-//     constants only;
+//   - in its select list, the aggregates count, sum, avg, min, max, bool_and, bool_or
+//     and every, without FILTER reading the changed table, ORDER BY, WITHIN GROUP or
+//     OVER, whose arguments read its own tables alone (sum, avg, min and max: a column
+//     or a computed value, whose type the first step's answer tells; see
+//     Subquery.Summed); beside an aggregate, every column of its tables inside one, and
+//     PostgreSQL's scalar functions (groupFunctions) over the aggregates' values,
+//     evaluated once per evaluation as on one database; without one, columns,
+//     constants and computed values only;
+//   - values computed over its own tables by the first step, once per row of them
+//     (computable): PostgreSQL's operators, casts and the functions that answer the
+//     same whatever the session (firstStepFunctions), where the database overloads
+//     none of them (a volatile one of the user's would be called once per row, not
+//     once per pair);
 //   - every column reference resolved by the catalog to exactly one table, innermost
 //     first, as PostgreSQL resolves it; no whole row or star but a bare * in EXISTS's
 //     select list.
@@ -246,23 +252,23 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	// argument, a value of the select list): an error there is the first step's, and
 	// refused, where one database may never evaluate them on the rows that fail.
 	computed := map[*pg.Node]bool{}
-	builtinOnly := -1 // whether the database defines no operator or cast of its own (-1: not asked yet)
-	computable := func(n *pg.Node) bool {
-		if n == nil || n.GetColumnRef() != nil || n.GetAConst() != nil {
-			return false
-		}
-		// An operator or a cast is a function call, and CASE, GREATEST and LEAST
-		// compare: one of the user's (a volatile one) would be called once per row
-		// of the tables, and its failures and writes would not be one database's.
+	builtinOnly := -1 // whether the database overloads none of PostgreSQL's operators, casts and functions (-1: not asked yet)
+	builtin := func() bool {
 		if builtinOnly < 0 {
 			builtinOnly = 0
-			if oc, has := a.p.cat.(operatorCatalog); has {
-				if user, err := oc.UserOperators(a.ctx); err == nil && !user {
+			if oc, has := a.p.cat.(overloadCatalog); has {
+				if user, err := oc.UserOverloads(a.ctx); err == nil && !user {
 					builtinOnly = 1
 				}
 			}
 		}
-		if builtinOnly != 1 {
+		return builtinOnly == 1
+	}
+	computable := func(n *pg.Node) bool {
+		// An operator or a cast is a function call, and CASE, GREATEST and LEAST
+		// compare: one of the user's (a volatile one) would be called once per row
+		// of the tables, and its failures and writes would not be one database's.
+		if n == nil || n.GetColumnRef() != nil || n.GetAConst() != nil || !builtin() {
 			return false
 		}
 		cols, ok := 0, true
@@ -293,13 +299,19 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 				if len(names) > 0 {
 					last = names[len(names)-1].GetString_().GetSval()
 				}
-				ok = ok && !castToUserType(x) && !timeTypes[last] && !strings.HasPrefix(last, "reg")
+				// Nor to name, whose values the cast leaves in the collation of its
+				// operand, and an array's elements take name's own, C.
+				ok = ok && !castToUserType(x) && !timeTypes[last] && !strings.HasPrefix(last, "reg") && last != "name"
+			case *pg.FuncCall:
+				// Called once per row of the tables, not once per evaluation: of
+				// PostgreSQL's functions that return the same value for the same
+				// arguments whatever the session's settings.
+				ok = ok && scalarCall(x, firstStepFunctions)
 			case *pg.Node, *pg.BoolExpr, *pg.NullTest, *pg.BooleanTest, *pg.CaseExpr, *pg.CaseWhen, *pg.CoalesceExpr,
 				*pg.MinMaxExpr, *pg.TypeName, *pg.List, *pg.String, *pg.Integer:
 			default:
-				// A function call (a volatile one is called once per row of the
-				// tables, not once per evaluation), a subquery, a parameter, a
-				// row, an array, a collation, the time of the statement...
+				// A subquery, a parameter, a row, an array, a collation, the
+				// time of the statement...
 				ok = false
 			}
 			return ok
@@ -317,6 +329,12 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 			fc, is := m.(*pg.FuncCall)
 			if !is {
 				return ok
+			}
+			if scalarCall(fc, groupFunctions) && builtin() {
+				// Of the aggregates' values or the changed table's columns (the
+				// select list reads no other column outside an aggregate):
+				// evaluated once per evaluation, as on one database.
+				return true
 			}
 			schema, name := funcName(fc)
 			if schema != "" && schema != "pg_catalog" || !multisetAggregates[name] || fc.Over != nil || fc.AggWithinGroup ||
@@ -387,8 +405,8 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 		for _, t := range list {
 			bare := false
 			walk(t, func(m proto.Message) bool {
-				if _, is := m.(*pg.FuncCall); is {
-					return false
+				if fc, is := m.(*pg.FuncCall); is && !scalarCall(fc, groupFunctions) {
+					return false // an aggregate
 				}
 				if cr, is := m.(*pg.ColumnRef); is {
 					if i, _ := resolve(cr); i != isOuter {
@@ -411,15 +429,26 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	// changed table's column): it must be no output column's name, or that of the very
 	// column it names.
 	var sortKeys []*pg.Node
-	if len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil {
+	sortClause := cloneNodes(sel.SortClause)
+	if len(sortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil {
 		withTies := sel.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES
 		if aggregated || !constantCount(sel.LimitCount) || !constantCount(sel.LimitOffset) ||
-			withTies && (len(sel.SortClause) == 0 || sel.LimitCount.GetAConst().GetIsnull()) {
+			withTies && (len(sortClause) == 0 || sel.LimitCount.GetAConst().GetIsnull()) {
 			return nil // FETCH FIRST NULL ROWS WITH TIES would print back as ALL, which is no SQL
 		}
-		for _, n := range sel.SortClause {
+		for _, n := range sortClause {
 			sb := n.GetSortBy()
-			if sb == nil || sb.SortbyDir == pg.SortByDir_SORTBY_USING || len(sb.UseOp) > 0 || sb.Node.GetColumnRef() == nil {
+			if sb == nil || sb.SortbyDir == pg.SortByDir_SORTBY_USING || len(sb.UseOp) > 0 {
+				return nil
+			}
+			if computable(sb.Node) {
+				// An expression over the subquery's own tables: computed by the
+				// first step, a value a row, sorted by in the second.
+				computed[sb.Node] = true
+				sortKeys = append(sortKeys, sb.Node)
+				continue
+			}
+			if sb.Node.GetColumnRef() == nil {
 				return nil
 			}
 			cr := sb.Node.GetColumnRef()
@@ -498,28 +527,38 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	cs.summed, cs.picked = columnsOf(summedNodes), columnsOf(pickedNodes)
 	if sel.LimitCount != nil || sel.LimitOffset != nil {
 		// SELECT x ... ORDER BY x LIMIT 1 is min(x): which of equal values it keeps
-		// is the rows' order's (see picked).
-		// A column selected, or read by a value computed for the select list.
-		var keyNodes []proto.Message
-		for _, n := range sortKeys {
-			keyNodes = append(keyNodes, n)
-		}
-		var selected []int
+		// is the rows' order's (see picked). A sort key is picked when the select
+		// list reads a column it reads, plainly or inside a computed value
+		// (SELECT abs(c.v) ... ORDER BY abs(c.v) LIMIT 1 is min(abs(c.v)); SELECT
+		// (p.amount + 0)::text ... ORDER BY p.amount keeps 1.0 or 1.00).
+		selected := map[ref]bool{}
 		for _, n := range list {
 			walk(n, func(m proto.Message) bool {
 				if cr, is := m.(*pg.ColumnRef); is {
 					if i, col := resolve(cr); i != isOuter {
-						if k, has := index[ref{i, col}]; has {
-							selected = append(selected, k)
-						}
+						selected[ref{i, col}] = true
 					}
 				}
 				return true
 			})
 		}
-		for _, k := range columnsOf(keyNodes) {
-			if slices.Contains(selected, k) {
-				cs.picked = append(cs.picked, k)
+		for _, n := range sortKeys {
+			readsSelected := false
+			walk(n, func(m proto.Message) bool {
+				if cr, is := m.(*pg.ColumnRef); is {
+					if i, col := resolve(cr); i != isOuter && selected[ref{i, col}] {
+						readsSelected = true
+					}
+				}
+				return !readsSelected
+			})
+			switch {
+			case !readsSelected:
+			case computed[n]:
+				cs.picked = append(cs.picked, exprs[n])
+			default:
+				i, col := resolve(n.GetColumnRef())
+				cs.picked = append(cs.picked, index[ref{i, col}])
 			}
 		}
 	}
@@ -572,20 +611,41 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	if err != nil {
 		return nil
 	}
-	rewritten := proto.Clone(sel).(*pg.SelectStmt)
-	rewritten.TargetList, rewritten.FromClause, rewritten.WhereClause = list, []*pg.Node{from}, and(correlated)
-	for _, n := range rewritten.SortClause {
+	for _, n := range sortClause {
 		substitute(n)
 	}
+	rewritten := proto.Clone(sel).(*pg.SelectStmt)
+	rewritten.TargetList, rewritten.FromClause, rewritten.WhereClause, rewritten.SortClause = list, []*pg.Node{from}, and(correlated), sortClause
 	cs.sub = &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: rewritten}}
 	return cs
 }
 
-// operatorCatalog tells whether the database defines operators or casts of its own
-// (beyond those PostgreSQL creates with it): the first step computes values only where
-// every operator and cast is PostgreSQL's.
-type operatorCatalog interface {
-	UserOperators(ctx context.Context) (bool, error)
+// overloadCatalog tells whether the database defines operators or casts of its own, or
+// functions named as one of PostgreSQL's (beyond those PostgreSQL creates with it):
+// the two steps compute values and call functions only where every operator, cast and
+// function they may call is PostgreSQL's.
+type overloadCatalog interface {
+	UserOverloads(ctx context.Context) (bool, error)
+}
+
+// firstStepFunctions are the functions of groupFunctions that a correlated subquery's
+// first step may call over its tables' rows, once per row rather than once per
+// evaluation: immutable, whatever their arguments' types, and blind to the session's
+// settings (to_char, date_trunc and date_part read TimeZone, concat DateStyle).
+var firstStepFunctions = map[string]bool{
+	"lower": true, "upper": true, "initcap": true, "substr": true, "substring": true, "left": true, "right": true,
+	"length": true, "char_length": true, "octet_length": true, "btrim": true, "ltrim": true, "rtrim": true,
+	"replace": true, "split_part": true, "md5": true, "abs": true, "round": true, "trunc": true,
+	"floor": true, "ceil": true, "ceiling": true, "mod": true, "sign": true, "div": true,
+}
+
+// scalarCall reports whether fc calls one of the allowed functions of PostgreSQL by
+// name (unqualified or in pg_catalog), as a plain call: not over a window, with none of
+// an aggregate's clauses, not VARIADIC.
+func scalarCall(fc *pg.FuncCall, allowed map[string]bool) bool {
+	schema, name := funcName(fc)
+	return allowed[name] && (schema == "" || schema == "pg_catalog") && len(fc.Funcname) <= 2 && fc.Over == nil &&
+		!fc.AggStar && !fc.AggDistinct && fc.AggFilter == nil && len(fc.AggOrder) == 0 && !fc.AggWithinGroup && !fc.FuncVariadic
 }
 
 // timeWords are the date and time inputs that read the clock (the transaction's start).

@@ -3,6 +3,7 @@ package sqlplan_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/shardlab/shardlab/rules"
@@ -72,6 +73,21 @@ func TestCorrelatedPlan(t *testing.T) {
 		{"UPDATE t_order o SET user_id = (SELECT sum(u.user_id * 2) + count(DISTINCT CASE WHEN u.score > 1 THEN u.name END) FROM t_user u WHERE u.user_id < o.order_id)",
 			[]string{"SELECT u.user_id * 2, CASE WHEN u.score > 1 THEN u.name END, u.user_id FROM t_user u"},
 			"UPDATE t_order o SET user_id = (SELECT sum(shardlab_pre.shardlab_1) + count(DISTINCT shardlab_pre.shardlab_2) FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2, shardlab_3) WHERE shardlab_pre.shardlab_3 < o.order_id)", []int{0}},
+		// PostgreSQL's functions: over the aggregates' values in the second step, once per
+		// evaluation; over the subquery's own rows in the first, once per row, where
+		// they answer the same whatever the session; sort keys computed first.
+		{"UPDATE t_order o SET user_id = (SELECT round(avg(u.user_id), 2) + abs(max(u.score)) + length(o.status) FROM t_user u WHERE u.user_id < o.order_id)",
+			[]string{"SELECT u.user_id, u.score FROM t_user u"},
+			"UPDATE t_order o SET user_id = (SELECT (round(avg(shardlab_pre.shardlab_1), 2) + abs(max(shardlab_pre.shardlab_2))) + length(o.status) FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_1 < o.order_id)", []int{0}},
+		{"UPDATE t_order o SET status = (SELECT to_char(sum(floor(u.score)), '999') FROM t_user u WHERE u.user_id < o.order_id)",
+			[]string{"SELECT floor(u.score), u.user_id FROM t_user u"},
+			"UPDATE t_order o SET status = (SELECT to_char(sum(shardlab_pre.shardlab_1), '999') FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 < o.order_id)", []int{0}},
+		{"UPDATE t_order o SET status = (SELECT upper(btrim(u.name)) FROM t_user u WHERE u.user_id = o.user_id)",
+			[]string{"SELECT upper(btrim(u.name)), u.user_id FROM t_user u"},
+			"UPDATE t_order o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.user_id)", nil},
+		{"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY lower(u.name) DESC, u.user_id % 7 LIMIT 1)",
+			[]string{"SELECT u.name, u.user_id, lower(u.name), u.user_id % 7 FROM t_user u"},
+			"UPDATE t_order o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) , pg_catalog.unnest($3) , pg_catalog.unnest($4) ) shardlab_pre(shardlab_1, shardlab_2, shardlab_3, shardlab_4) WHERE shardlab_pre.shardlab_2 < o.user_id ORDER BY shardlab_pre.shardlab_3 DESC, shardlab_pre.shardlab_4 LIMIT 1)", nil},
 		// UPDATE ... FROM whose SET list reads the other table: the same statement
 		// over that table's rows that meet its own conditions, read first, as arrays.
 		{"UPDATE t_order o SET status = u.name FROM t_user u WHERE u.user_id = o.user_id AND u.name <> $1 AND o.order_id > 5",
@@ -126,11 +142,10 @@ func TestCorrelatedPlan(t *testing.T) {
 	// Not of the shape: evaluated alone (where a correlated subquery fails, and the
 	// statement is refused) or not in steps at all.
 	for _, sql := range []string{
-		// ORDER BY and LIMIT: beside an aggregate, of an expression (which may fail), of
-		// the changed table's column, of an output column's name, a position, USING,
+		// ORDER BY and LIMIT: beside an aggregate, of an expression over the changed
+		// table's column (which may fail), of the changed table's column, of an output column's name, a position, USING,
 		// a limit that is not a constant count.
 		"UPDATE t_order o SET status = (SELECT count(*) FROM t_user u WHERE u.user_id < o.user_id LIMIT 1)::text",
-		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.user_id + 1 LIMIT 1)",
 		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY o.order_id LIMIT 1)",
 		"UPDATE t_order o SET status = (SELECT u.name AS user_id FROM t_user u WHERE u.user_id < o.user_id ORDER BY user_id LIMIT 1)",
 		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY 1 LIMIT 1)",
@@ -143,7 +158,6 @@ func TestCorrelatedPlan(t *testing.T) {
 		// changed table's o.user_id, one value per evaluation, not u.user_id.
 		"UPDATE t_order o SET order_id = (SELECT o.user_id FROM t_user u WHERE u.user_id < o.order_id ORDER BY user_id FETCH FIRST 1 ROW WITH TIES)",
 		"DELETE FROM t_order o WHERE EXISTS (SELECT lower(u.name) FROM t_user u WHERE u.user_id < o.order_id ORDER BY name LIMIT 1)",
-		"UPDATE t_order o SET status = (SELECT lower(u.name) FROM t_user u WHERE u.user_id = o.user_id)",
 		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id AND random() > 0.5)",
 		"UPDATE t_order o SET status = (SELECT sum(u.user_id::float8) FROM t_user u WHERE u.user_id = o.user_id)",
 		"UPDATE t_order o SET status = (SELECT string_agg(u.name, ',') FROM t_user u WHERE u.user_id = o.user_id)",
@@ -195,11 +209,22 @@ func TestCorrelatedPlan(t *testing.T) {
 		"UPDATE t_order o SET status[u.user_id] = u.name FROM t_user u WHERE u.user_id < o.user_id",
 		"UPDATE t_order o SET (status, user_id) = (u.name, u.user_id) FROM t_user u WHERE u.user_id < o.user_id",
 		"UPDATE t_order o SET status = u.name FROM t_user u WHERE u.user_id < o.user_id RETURNING u.name",
-		// A value computed over the changed table's columns too, a function call, a
-		// parameter, a cast to a type that may be the user's: not computed first.
+		// A value computed over the changed table's columns too, a function that reads
+		// the session's settings or is no scalar function of PostgreSQL's, a parameter,
+		// a cast to a type that may be the user's: not computed first.
 		"UPDATE t_order o SET status = (SELECT u.name || o.status FROM t_user u WHERE u.user_id = o.user_id)",
-		"UPDATE t_order o SET status = (SELECT lower(u.name) FROM t_user u WHERE u.user_id = o.user_id)",
 		"UPDATE t_order o SET status = (SELECT u.name || $1 FROM t_user u WHERE u.user_id = o.user_id)",
+		"UPDATE t_order o SET status = (SELECT to_char(u.score, '999') FROM t_user u WHERE u.user_id = o.user_id)",
+		"UPDATE t_order o SET status = (SELECT public.lower(u.name) FROM t_user u WHERE u.user_id = o.user_id)",
+		"UPDATE t_order o SET status = (SELECT \"LOWER\"(u.name) FROM t_user u WHERE u.user_id = o.user_id)",
+		"UPDATE t_order o SET status = (SELECT md5(u.name || random()) FROM t_user u WHERE u.user_id = o.user_id)",
+		"UPDATE t_order o SET user_id = (SELECT sum(abs(VARIADIC ARRAY[u.user_id])) FROM t_user u WHERE u.user_id < o.order_id)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.user_id + o.order_id LIMIT 1)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY random() LIMIT 1)",
+		// A scalar function beside an aggregate that reads a column outside it.
+		"UPDATE t_order o SET user_id = (SELECT round(u.score) + count(*) FROM t_user u WHERE u.user_id < o.order_id)",
+		"UPDATE t_order o SET status = (SELECT string_agg(u.name, ',') FROM t_user u WHERE u.user_id < o.order_id)",
+		"UPDATE t_order o SET user_id = (SELECT round(avg(u.user_id)) OVER () FROM t_user u WHERE u.user_id < o.order_id)",
 		"UPDATE t_order o SET status = (SELECT u.name::my_domain FROM t_user u WHERE u.user_id = o.user_id)",
 		"UPDATE t_order o SET user_id = (SELECT sum(u.user_id + o.order_id) FROM t_user u WHERE u.user_id < o.order_id)",
 		// A name column (its collation is C, a text array's is not); the clock; a cast
@@ -208,6 +233,10 @@ func TestCorrelatedPlan(t *testing.T) {
 		"UPDATE t_order o SET status = (SELECT CASE WHEN u.score > 1 THEN 'Today' END FROM t_user u WHERE u.user_id = o.user_id)",
 		"UPDATE t_order o SET status = (SELECT (u.name::date + 1)::text FROM t_user u WHERE u.user_id = o.user_id)",
 		"UPDATE t_order o SET status = (SELECT u.name::pg_catalog.regclass::oid FROM t_user u WHERE u.user_id = o.user_id)",
+		// A cast to name: one database keeps the operand's collation, a name array's
+		// elements take C.
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.name::name LIMIT 1)",
+		"UPDATE t_order o SET status = (SELECT max(u.name::name) FROM t_user u WHERE u.user_id < o.user_id)",
 		// Other tables joined only through the changed one: read first as their cross
 		// product.
 		"UPDATE t_order o SET status = u.name FROM t_user u, t_user v WHERE u.user_id = o.user_id AND v.user_id = o.order_id",
@@ -232,13 +261,44 @@ func TestCorrelatedPlan(t *testing.T) {
 	}
 }
 
-// UserOperators: the database defines no operator or cast of its own.
-func (typedKeyCatalog) UserOperators(context.Context) (bool, error) { return false, nil }
+// TestCorrelatedPicked: a sort key under a limit that reads a column the select list
+// reads, plainly or inside a computed value, is picked (its type must be one whose
+// equal values are alike: min in another form); one that reads none is not.
+func TestCorrelatedPicked(t *testing.T) {
+	ctx := context.Background()
+	p := sqlplan.New(testRules(t), typedKeyCatalog{}, sqlplan.Options{})
+	for _, c := range []struct {
+		sql    string
+		picked []int
+	}{
+		{"UPDATE t_order o SET user_id = (SELECT abs(u.score) FROM t_user u WHERE u.user_id < o.user_id ORDER BY abs(u.score) LIMIT 1)", []int{2}},
+		{"UPDATE t_order o SET status = (SELECT (u.score + 0)::text FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.score * 1 LIMIT 1)", []int{2}},
+		{"UPDATE t_order o SET status = (SELECT (u.score + 0)::text FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.score LIMIT 1)", []int{2}},
+		{"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.name, abs(u.score) LIMIT 1)", []int{0}},
+		{"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY abs(u.score) LIMIT 1)", nil},
+	} {
+		pl, err := p.Prepare(ctx, c.sql)
+		if err != nil {
+			t.Fatalf("%s: %v", c.sql, err)
+		}
+		if pl.Pre == nil || len(pl.Pre.Subqueries) != 1 || pl.Pre.Subqueries[0].Kind != sqlplan.SubqueryColumns {
+			t.Errorf("%s: not in two steps: %+v", c.sql, pl.Pre)
+			continue
+		}
+		if got := pl.Pre.Subqueries[0].Picked; !slices.Equal(got, c.picked) {
+			t.Errorf("%s: picked %v, want %v (first step %s)", c.sql, got, c.picked, pl.Pre.Subqueries[0].SQL)
+		}
+	}
+}
 
-// userOperatorsCatalog is typedKeyCatalog in a database with operators of its own.
-type userOperatorsCatalog struct{ typedKeyCatalog }
+// UserOverloads: the database defines no operator, cast or function of PostgreSQL's
+// names of its own.
+func (typedKeyCatalog) UserOverloads(context.Context) (bool, error) { return false, nil }
 
-func (userOperatorsCatalog) UserOperators(context.Context) (bool, error) { return true, nil }
+// userOverloadsCatalog is typedKeyCatalog in a database with operators of its own.
+type userOverloadsCatalog struct{ typedKeyCatalog }
+
+func (userOverloadsCatalog) UserOverloads(context.Context) (bool, error) { return true, nil }
 
 // TestComputedValuesNeedBuiltinOperators: where the database defines operators or
 // casts of its own, a correlated subquery's values are not computed first (an
@@ -249,7 +309,7 @@ func TestComputedValuesNeedBuiltinOperators(t *testing.T) {
 	for _, c := range []struct {
 		cat      sqlplan.Catalog
 		computed bool
-	}{{typedKeyCatalog{}, true}, {userOperatorsCatalog{}, false}} {
+	}{{typedKeyCatalog{}, true}, {userOverloadsCatalog{}, false}} {
 		pl, err := sqlplan.New(testRules(t), c.cat, sqlplan.Options{}).Prepare(ctx, sql)
 		if err != nil {
 			t.Fatal(err)

@@ -410,6 +410,10 @@ func Writes() []Query {
 		// first, in the statement's FROM; values computed over a subquery's tables.
 		{SQL: "UPDATE t_order o SET note = u.name || ':' || o.status FROM t_user u WHERE u.user_id = o.user_id AND u.score > 3 AND o.qty > 2 RETURNING o.order_id, o.note", Refused: true, InSteps: true},
 		{SQL: "UPDATE t_user u SET score = (SELECT sum(o.qty * 2) + count(DISTINCT o.status || 'x') FROM t_order o WHERE o.user_id = u.user_id) WHERE u.user_id < 6 RETURNING u.user_id, u.score", Refused: true, InSteps: true},
+		// PostgreSQL's functions over a subquery's aggregates, over its rows (computed
+		// first), and in its ORDER BY.
+		{SQL: "UPDATE t_user u SET score = (SELECT round(avg(o.qty)) + coalesce(length(u.name), 0) FROM t_order o WHERE o.user_id = u.user_id) WHERE u.user_id < 8 RETURNING u.user_id, u.score", Refused: true, InSteps: true},
+		{SQL: "UPDATE t_order o SET note = (SELECT upper(u.name) FROM t_user u WHERE u.score < o.qty ORDER BY abs(u.score - 3), u.user_id DESC LIMIT 1) WHERE o.order_id < 30 RETURNING o.order_id, o.note", Refused: true, InSteps: true},
 		ref("ALTER TABLE t_order ADD CONSTRAINT u_status UNIQUE (status)"),
 		ref("INSERT INTO t_order (order_id, user_id) VALUES (DEFAULT, 1)"),
 	}
