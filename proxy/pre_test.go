@@ -132,6 +132,11 @@ func TestSubqueriesFirst(t *testing.T) {
 		{"correlated, values computed over the subquery's tables", []step{
 			{sql: `UPDATE orders o SET status = (SELECT c.name || '/' || c.region FROM custs c WHERE c.id = o.cust AND c.region <> 'west') WHERE o.id <= 300 RETURNING o.id, o.status`},
 			{sql: `UPDATE orders o SET amount = (SELECT sum(c.id * 2 + 1) + count(DISTINCT c.region || 'x') + max(CASE WHEN c.region = 'north' THEN c.id END) FROM custs c WHERE c.id < o.cust) WHERE o.id < 100 RETURNING o.*`}}},
+		{"correlated, grouped", []step{
+			{sql: `DELETE FROM orders o WHERE o.id > 550 AND EXISTS (SELECT 1 FROM custs c WHERE c.id < o.cust GROUP BY c.region HAVING count(*) > 10) RETURNING o.id`},
+			{sql: `UPDATE orders o SET status = (SELECT max(c.name) || ':' || count(*) FROM custs c WHERE c.id < o.cust GROUP BY c.region HAVING c.region = 'north') WHERE o.id <= 300 RETURNING o.id, o.status`},
+			{sql: `UPDATE orders o SET status = 'grp' WHERE o.id < 200 AND 'north' IN (SELECT c.region FROM custs c WHERE c.id < o.cust GROUP BY c.region HAVING count(*) >= 3) RETURNING o.id`},
+			{sql: `UPDATE orders o SET amount = (SELECT count(*) FROM custs c WHERE c.id < o.cust GROUP BY c.region) WHERE o.id < 5`}}},
 		{"correlated, PostgreSQL's functions", []step{
 			{sql: `UPDATE orders o SET amount = (SELECT round(avg(c.id), 1) + abs(min(c.id - 50)) + length(o.status) FROM custs c WHERE c.id < o.cust) WHERE o.id < 100 RETURNING o.*`},
 			{sql: `UPDATE orders o SET status = (SELECT upper(c.name) || length(c.region) FROM custs c WHERE c.id < o.cust ORDER BY lower(c.region) DESC, c.id % 5, c.id LIMIT 1) WHERE o.id <= 300 RETURNING o.id, o.status`}}},
@@ -225,6 +230,7 @@ func TestSubqueriesFirst(t *testing.T) {
 		`UPDATE orders o SET amount = (SELECT sum(c.id ^ 2) FROM custs c WHERE c.id < o.cust)`, // a computed float added in another order
 		// A value computed over a column sorted by under a limit: a numeric (1.0 and 1.00 tie).
 		`UPDATE orders o SET status = (SELECT (p.amount + 0)::text FROM orders p WHERE p.cust < o.cust ORDER BY p.amount LIMIT 1)`,
+		`UPDATE orders o SET status = (SELECT c.name FROM custs c WHERE c.id = o.cust GROUP BY c.id)`,                            // one database reads c.name through c.id, the primary key
 		`UPDATE orders o SET amount = (SELECT abs(p.amount) FROM orders p WHERE p.cust < o.cust ORDER BY abs(p.amount) LIMIT 1)`, // min(abs(p.amount)) in another form
 		`UPDATE orders o SET status = (SELECT c.name FROM custs c WHERE c.id < o.cust ORDER BY c.name::name LIMIT 1)`,            // a name array's elements sort under C
 		`UPDATE orders o SET amount = (SELECT 10 / (c.id - 7) FROM custs c WHERE c.id = o.cust)`,                                 // computed first: 22012 on a row one database may never read

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -54,10 +55,12 @@ type correlatedSub struct {
 // covers:
 //   - a scalar, EXISTS, IN, ANY or ALL subquery (not ARRAY, whose order is the rows');
 //   - a SELECT of plain or inner-joined tables that the rules name, without WITH, a set
-//     operation, grouping, HAVING, window, DISTINCT or locking, and without a subquery
-//     of its own;
+//     operation, window, DISTINCT or locking, and without a subquery of its own;
+//   - GROUP BY columns of its tables, and HAVING over aggregates (compared with
+//     constants) and group keys that cannot fail (cannotFail); beside them, every
+//     column of its tables outside an aggregate a group key;
 //   - ORDER BY columns of its tables or values computed over them, and constant LIMIT
-//     and OFFSET, without aggregates;
+//     and OFFSET, without aggregates or grouping;
 //   - conditions, join conditions, aggregate arguments and FILTERs that cannot fail
 //     (cannotFail), join conditions reading its own tables alone;
 //   - in its select list, the aggregates count, sum, avg, min, max, bool_and, bool_or
@@ -199,6 +202,29 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 			return items[i].cols[col]
 		}
 	})
+	type ref struct {
+		item int
+		col  string
+	}
+	// GROUP BY columns of the subquery's own tables, each a name PostgreSQL reads as
+	// an input column (an input column's name comes before an output column's there);
+	// no expression (the select list names it again, and a copy computed first would
+	// be another column), no grouping sets, no GROUP BY DISTINCT. The same rows fall
+	// into the same groups, by the same equality of the same types.
+	groupKeys := map[ref]bool{}
+	groupClause := cloneNodes(sel.GroupClause)
+	for _, g := range groupClause {
+		cr := g.GetColumnRef()
+		if cr == nil || sel.GroupDistinct {
+			return nil
+		}
+		i, col := resolve(cr)
+		if i == unresolved || i == isOuter {
+			return nil
+		}
+		groupKeys[ref{i, col}] = true
+	}
+	grouped := len(groupClause) > 0 || sel.HavingClause != nil
 	if sl.SubLinkType == pg.SubLinkType_ANY_SUBLINK || sl.SubLinkType == pg.SubLinkType_ALL_SUBLINK {
 		// The operator is applied to the subquery's rows one after another, until one
 		// decides: in the rows' order. It may not fail (a regular expression's ~, a
@@ -323,7 +349,7 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	// columns, not the written ones).
 	aggregated := false
 	var summedNodes, pickedNodes []proto.Message
-	for _, t := range list {
+	aggregates := func(t proto.Message) bool {
 		ok := true
 		walk(t, func(m proto.Message) bool {
 			fc, is := m.(*pg.FuncCall)
@@ -380,44 +406,82 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 			aggregated = true
 			return false
 		})
-		if !ok {
-			return nil
-		}
-		if _, _, resolved := reads(t); !resolved {
+		_, _, resolved := reads(t)
+		return ok && resolved
+	}
+	for _, t := range list {
+		if !aggregates(t) {
 			return nil
 		}
 	}
 	if !aggregated && sl.SubLinkType != pg.SubLinkType_EXISTS_SUBLINK {
 		// Each row's value is computed in the order the rows come: one that may fail
 		// could fail before or after a second row raised 21000, or at all, where one
-		// database's order differs. Columns and constants only.
+		// database's order differs. Columns and constants only, and values computed
+		// first where nothing groups (GROUP BY reads the columns its keys name).
 		for _, t := range list {
 			switch v := t.GetResTarget().GetVal(); {
 			case v.GetColumnRef() != nil, v.GetAConst() != nil:
-			case computable(v):
+			case !grouped && computable(v):
 				computed[v] = true
 			default:
 				return nil
 			}
 		}
 	}
-	if aggregated {
-		for _, t := range list {
-			bare := false
-			walk(t, func(m proto.Message) bool {
-				if fc, is := m.(*pg.FuncCall); is && !scalarCall(fc, groupFunctions) {
-					return false // an aggregate
-				}
-				if cr, is := m.(*pg.ColumnRef); is {
-					if i, _ := resolve(cr); i != isOuter {
-						bare = true
+	// Beside aggregates or grouping, a column of the subquery's tables outside an
+	// aggregate is a group key: one database would also take a column its key
+	// determines (GROUP BY a primary key), which the rewrite's rows have none of.
+	// A group key the select list reads is the group's value of its first row, in
+	// the rows' order (see picked).
+	var keysRead []ref
+	outsideAggregates := func(t proto.Message, list bool) bool {
+		ok := true
+		walk(t, func(m proto.Message) bool {
+			if fc, is := m.(*pg.FuncCall); is && !scalarCall(fc, groupFunctions) {
+				return false // an aggregate
+			}
+			if cr, is := m.(*pg.ColumnRef); is {
+				if i, col := resolve(cr); i != isOuter {
+					ok = groupKeys[ref{i, col}]
+					if list {
+						keysRead = append(keysRead, ref{i, col})
 					}
 				}
-				return !bare
-			})
-			if bare {
+			}
+			return ok
+		})
+		return ok
+	}
+	if aggregated || grouped {
+		for _, t := range list {
+			if !outsideAggregates(t, true) {
 				return nil
 			}
+		}
+	}
+	// HAVING: aggregates and group keys, conditions that cannot fail (whether one
+	// database evaluates the subquery for a row, in WHERE, follows the costs of the
+	// conditions beside it), an aggregate compared with constants only (its type is
+	// not known here).
+	var having *pg.Node
+	if sel.HavingClause != nil {
+		having = cloneNode(sel.HavingClause)
+		if !aggregates(having) || !outsideAggregates(having, false) {
+			return nil
+		}
+		probe := cloneNode(having)
+		walk(probe, func(m proto.Message) bool {
+			node, is := m.(*pg.Node)
+			if fc := node.GetFuncCall(); is && fc != nil && !scalarCall(fc, groupFunctions) {
+				node.Node = &pg.Node_ColumnRef{ColumnRef: &pg.ColumnRef{Fields: []*pg.Node{
+					{Node: &pg.Node_String_{String_: &pg.String{Sval: prePrefix + "aggregate"}}}}, Location: -1}}
+				return false
+			}
+			return true
+		})
+		if !cannotFail(probe, typedValues) {
+			return nil
 		}
 	}
 	// ORDER BY and LIMIT (the latest row: ORDER BY at DESC LIMIT 1): the statement
@@ -432,7 +496,7 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	sortClause := cloneNodes(sel.SortClause)
 	if len(sortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil {
 		withTies := sel.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES
-		if aggregated || !constantCount(sel.LimitCount) || !constantCount(sel.LimitOffset) ||
+		if aggregated || grouped || !constantCount(sel.LimitCount) || !constantCount(sel.LimitOffset) ||
 			withTies && (len(sortClause) == 0 || sel.LimitCount.GetAConst().GetIsnull()) {
 			return nil // FETCH FIRST NULL ROWS WITH TIES would print back as ALL, which is no SQL
 		}
@@ -463,10 +527,6 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 		}
 	}
 	// The columns the rewrite reads, numbered in order of appearance.
-	type ref struct {
-		item int
-		col  string
-	}
 	index := map[ref]int{}
 	var refs []ref
 	exprs := map[*pg.Node]int{} // a computed value's position among refs
@@ -502,7 +562,11 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	for _, n := range sortKeys {
 		number(n)
 	}
-	if !changedAny && !readsChanged(list, reads) {
+	for _, n := range groupClause {
+		number(n)
+	}
+	number(having)
+	if !changedAny && !readsChanged(append(slices.Clone(list), having), reads) {
 		return nil // not correlated: evaluated alone
 	}
 	cs := &correlatedSub{cols: max(len(refs), 1)}
@@ -525,6 +589,9 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 		return out
 	}
 	cs.summed, cs.picked = columnsOf(summedNodes), columnsOf(pickedNodes)
+	for _, r := range keysRead {
+		cs.picked = append(cs.picked, index[r])
+	}
 	if sel.LimitCount != nil || sel.LimitOffset != nil {
 		// SELECT x ... ORDER BY x LIMIT 1 is min(x): which of equal values it keeps
 		// is the rows' order's (see picked). A sort key is picked when the select
@@ -611,11 +678,12 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	if err != nil {
 		return nil
 	}
-	for _, n := range sortClause {
+	for _, n := range append(append(slices.Clone(sortClause), groupClause...), having) {
 		substitute(n)
 	}
 	rewritten := proto.Clone(sel).(*pg.SelectStmt)
 	rewritten.TargetList, rewritten.FromClause, rewritten.WhereClause, rewritten.SortClause = list, []*pg.Node{from}, and(correlated), sortClause
+	rewritten.GroupClause, rewritten.HavingClause = groupClause, having
 	cs.sub = &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: rewritten}}
 	return cs
 }
@@ -665,12 +733,11 @@ func readsChanged(ns []*pg.Node, reads func(proto.Message) (bool, bool, bool)) b
 }
 
 // plainSelect reports whether a SELECT reads rows of a FROM clause, filtered, without
-// anything that groups, locks or combines them (its ORDER BY and LIMIT are the
-// caller's to judge).
+// anything that locks, combines or windows them or removes duplicates (its GROUP BY,
+// HAVING, ORDER BY and LIMIT are the caller's to judge).
 func plainSelect(s *pg.SelectStmt) bool {
 	return s.Op == pg.SetOperation_SETOP_NONE && len(s.FromClause) > 0 && s.WithClause == nil && s.IntoClause == nil &&
-		len(s.GroupClause) == 0 && s.HavingClause == nil && len(s.WindowClause) == 0 &&
-		len(s.LockingClause) == 0 && len(s.ValuesLists) == 0 && len(s.DistinctClause) == 0
+		len(s.WindowClause) == 0 && len(s.LockingClause) == 0 && len(s.ValuesLists) == 0 && len(s.DistinctClause) == 0
 }
 
 // outputOf reports whether a bare name in ORDER BY reads, among the output columns of

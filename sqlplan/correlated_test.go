@@ -88,6 +88,17 @@ func TestCorrelatedPlan(t *testing.T) {
 		{"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY lower(u.name) DESC, u.user_id % 7 LIMIT 1)",
 			[]string{"SELECT u.name, u.user_id, lower(u.name), u.user_id % 7 FROM t_user u"},
 			"UPDATE t_order o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) , pg_catalog.unnest($3) , pg_catalog.unnest($4) ) shardlab_pre(shardlab_1, shardlab_2, shardlab_3, shardlab_4) WHERE shardlab_pre.shardlab_2 < o.user_id ORDER BY shardlab_pre.shardlab_3 DESC, shardlab_pre.shardlab_4 LIMIT 1)", nil},
+		// Grouped: the same rows in the same groups; HAVING over aggregates compared
+		// with constants and group keys; a group key selected is picked.
+		{"UPDATE t_order o SET status = (SELECT max(u.name) FROM t_user u WHERE u.user_id = o.user_id GROUP BY u.name)",
+			[]string{"SELECT u.name, u.user_id FROM t_user u"},
+			"UPDATE t_order o SET status = (SELECT max(shardlab_pre.shardlab_1) FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.user_id GROUP BY shardlab_pre.shardlab_1)", nil},
+		{"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name HAVING count(*) > 1 AND (max(u.user_id) >= 3 OR u.name IS NULL))",
+			[]string{"SELECT u.user_id, u.name FROM t_user u"},
+			"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_1 < o.user_id GROUP BY shardlab_pre.shardlab_2 HAVING count(*) > 1 AND (max(shardlab_pre.shardlab_1) >= 3 OR shardlab_pre.shardlab_2 IS NULL))", nil},
+		{"UPDATE t_order o SET user_id = (SELECT sum(u.user_id * 2) FROM t_user u WHERE u.user_id < o.order_id GROUP BY u.name HAVING u.name = o.status)",
+			[]string{"SELECT u.user_id * 2, u.user_id, u.name FROM t_user u"},
+			"UPDATE t_order o SET user_id = (SELECT sum(shardlab_pre.shardlab_1) FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) , pg_catalog.unnest($3) ) shardlab_pre(shardlab_1, shardlab_2, shardlab_3) WHERE shardlab_pre.shardlab_2 < o.order_id GROUP BY shardlab_pre.shardlab_3 HAVING shardlab_pre.shardlab_3 = o.status)", []int{0}},
 		// UPDATE ... FROM whose SET list reads the other table: the same statement
 		// over that table's rows that meet its own conditions, read first, as arrays.
 		{"UPDATE t_order o SET status = u.name FROM t_user u WHERE u.user_id = o.user_id AND u.name <> $1 AND o.order_id > 5",
@@ -163,7 +174,23 @@ func TestCorrelatedPlan(t *testing.T) {
 		"UPDATE t_order o SET status = (SELECT string_agg(u.name, ',') FROM t_user u WHERE u.user_id = o.user_id)",
 		"UPDATE t_order o SET status = (SELECT sum(o.order_id + u.user_id) FROM t_user u WHERE u.user_id = o.user_id)", // the changed table in an aggregate
 		"UPDATE t_order o SET status = (SELECT u.name || count(*) FROM t_user u WHERE u.user_id = o.user_id)",          // a column beside an aggregate
-		"UPDATE t_order o SET status = (SELECT max(u.name) FROM t_user u WHERE u.user_id = o.user_id GROUP BY u.name)",
+		// Grouped: a column outside an aggregate that is no group key, a group key that
+		// is an expression, a position, a grouping set, the changed table's column, or
+		// GROUP BY DISTINCT; a HAVING that compares an aggregate with a column, may
+		// fail or calls a function; ORDER BY or a value computed first beside grouping.
+		"UPDATE t_order o SET status = (SELECT u.score FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name)",
+		"UPDATE t_order o SET status = (SELECT count(*) FROM t_user u WHERE u.user_id < o.user_id GROUP BY lower(u.name))",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id GROUP BY 1)",
+		"UPDATE t_order o SET status = (SELECT count(*) FROM t_user u WHERE u.user_id < o.user_id GROUP BY ROLLUP (u.name))",
+		"UPDATE t_order o SET status = (SELECT count(*) FROM t_user u WHERE u.user_id < o.user_id GROUP BY o.status)",
+		"UPDATE t_order o SET status = (SELECT count(*) FROM t_user u WHERE u.user_id < o.user_id GROUP BY DISTINCT u.name)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name HAVING count(*) > o.order_id)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name HAVING 10 / count(*) > 1)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name HAVING round(avg(u.user_id)) > 1)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name HAVING max(u.score) > 1 AND u.user_id > 2)",
+		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name ORDER BY u.name LIMIT 1)",
+		"UPDATE t_order o SET status = (SELECT lower(u.name) FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name)",
+		"UPDATE t_order o SET status = (SELECT u.name || 'x' FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name)",
 		"UPDATE t_order o SET status = (SELECT DISTINCT u.name FROM t_user u WHERE u.user_id = o.user_id)",
 		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id AND u.name IN (SELECT name FROM t_user))",
 		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u JOIN t_user v ON v.user_id = o.user_id WHERE u.user_id = v.user_id)",
@@ -276,6 +303,8 @@ func TestCorrelatedPicked(t *testing.T) {
 		{"UPDATE t_order o SET status = (SELECT (u.score + 0)::text FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.score LIMIT 1)", []int{2}},
 		{"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.name, abs(u.score) LIMIT 1)", []int{0}},
 		{"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY abs(u.score) LIMIT 1)", nil},
+		{"DELETE FROM t_order o WHERE o.user_id IN (SELECT u.score FROM t_user u WHERE u.name = o.status GROUP BY u.score HAVING count(*) > 1)", []int{0}},
+		{"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.name = o.status GROUP BY u.score)", nil},
 	} {
 		pl, err := p.Prepare(ctx, c.sql)
 		if err != nil {

@@ -60,8 +60,8 @@ type Subquery struct {
 	Params int
 	// Summed are the columns (SubqueryColumns) that the statement adds with sum or avg,
 	// and Picked those min or max picks a value of, an aggregate's DISTINCT keeps one
-	// of each equal value of, or ORDER BY with a limit keeps, sorted by and selected
-	// (min in another form): refused unless of a type whose sum is exact in any
+	// of each equal value of, ORDER BY with a limit keeps, sorted by and selected
+	// (min in another form), or GROUP BY keeps of a group, selected: refused unless of a type whose sum is exact in any
 	// order (not a float), and whose equal values are alike (not numeric: max of 1.0
 	// and 1.00 is whichever comes last, and one database reads the rows in another order).
 	Summed, Picked []int
