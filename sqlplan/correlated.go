@@ -269,8 +269,10 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 		}
 	}
 	list := cloneNodes(sel.TargetList)
-	if sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK && constantsOrStar(list) {
-		// Whether a row exists: the select list is never read.
+	star := names(&pg.List{Items: list}, func(m proto.Message) bool { _, is := m.(*pg.A_Star); return is })
+	if sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK && constantsOrStar(list) && !(grouped && star) {
+		// Whether a row exists: the select list is never read (but * beside GROUP BY
+		// names every column, and one database raises 42803 for those no key holds).
 		list = []*pg.Node{resTarget("", &pg.Node{Node: &pg.Node_AConst{AConst: &pg.A_Const{Val: &pg.A_Const_Ival{Ival: &pg.Integer{Ival: 1}}}}})}
 	}
 	// computed are the expressions over the subquery's own tables that the first step
@@ -456,6 +458,19 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 	if aggregated || grouped {
 		for _, t := range list {
 			if !outsideAggregates(t, true) {
+				return nil
+			}
+		}
+	}
+	if grouped {
+		// Each group's values are computed in the order the groups come (one
+		// database's GroupAggregate over an index, a HashAggregate here): one that may
+		// fail could fail on the first group here and not there (EXISTS reads the
+		// first group only), or before a second group raised 21000. Group keys,
+		// constants and aggregates, nothing computed over them.
+		for _, t := range list {
+			v := t.GetResTarget().GetVal()
+			if fc := v.GetFuncCall(); v.GetColumnRef() == nil && v.GetAConst() == nil && (fc == nil || scalarCall(fc, groupFunctions)) {
 				return nil
 			}
 		}

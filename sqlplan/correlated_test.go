@@ -191,6 +191,13 @@ func TestCorrelatedPlan(t *testing.T) {
 		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name ORDER BY u.name LIMIT 1)",
 		"UPDATE t_order o SET status = (SELECT lower(u.name) FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name)",
 		"UPDATE t_order o SET status = (SELECT u.name || 'x' FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT * FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name)", // 42803 on one database
+		// Beside grouping, a value computed over aggregates or keys, once per group in
+		// the groups' order: one that may fail fails here on another group first.
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 / (count(*) - 2) FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name)",
+		"UPDATE t_order o SET user_id = (SELECT 1 / (count(*) - 2) FROM t_user u WHERE u.user_id < o.order_id GROUP BY u.name)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 / u.user_id FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.user_id HAVING u.user_id IS NOT NULL)",
+		"UPDATE t_order o SET status = (SELECT upper(max(u.name)) FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name)",
 		"UPDATE t_order o SET status = (SELECT DISTINCT u.name FROM t_user u WHERE u.user_id = o.user_id)",
 		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id = o.user_id AND u.name IN (SELECT name FROM t_user))",
 		"UPDATE t_order o SET status = (SELECT u.name FROM t_user u JOIN t_user v ON v.user_id = o.user_id WHERE u.user_id = v.user_id)",

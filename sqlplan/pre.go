@@ -121,8 +121,8 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause, joined bool) *Pr
 	scalarInWhere := func(sl *pg.SubLink) bool {
 		return sl.SubLinkType == pg.SubLinkType_EXPR_SUBLINK && slices.Contains(whereSubs, sl)
 	}
-	collates := func(sl *pg.SubLink) bool {
-		return names(sl.Subselect, func(m proto.Message) bool { _, is := m.(*pg.CollateClause); return is })
+	collates := func(subselect *pg.Node) bool {
+		return names(subselect, func(m proto.Message) bool { _, is := m.(*pg.CollateClause); return is })
 	}
 	// A subquery's value that RETURNING answers keeps its column's type modifier
 	// (numeric(12,2)) on one database; read through an array it has none.
@@ -153,7 +153,7 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause, joined bool) *Pr
 				return nil
 			}
 			pre.Subqueries = append(pre.Subqueries, Subquery{Kind: SubqueryColumns, SQL: text, Params: n,
-				Collates: names(rs.Subquery, func(m proto.Message) bool { _, is := m.(*pg.CollateClause); return is })})
+				Collates: collates(rs.Subquery)})
 			next += n
 			f.Node = rows.Node
 		}
@@ -178,7 +178,7 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause, joined bool) *Pr
 					return false
 				}
 				pre.Subqueries = append(pre.Subqueries, Subquery{Kind: SubqueryColumns, SQL: text, Params: cs.cols, Summed: cs.summed, Picked: cs.picked,
-					Collates: collates(sl)})
+					Collates: collates(sl.Subselect)})
 				next += cs.cols
 				sl.Subselect = cs.sub
 				return false
@@ -204,7 +204,7 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause, joined bool) *Pr
 		}
 		next++
 		param := &pg.Node{Node: &pg.Node_ParamRef{ParamRef: &pg.ParamRef{Number: int32(next)}}}
-		sub := Subquery{SQL: text, Params: 1, Collates: collates(sl)}
+		sub := Subquery{SQL: text, Params: 1, Collates: collates(sl.Subselect)}
 		switch sl.SubLinkType {
 		case pg.SubLinkType_EXISTS_SUBLINK:
 			sub.Kind = SubqueryExists

@@ -415,7 +415,7 @@ func Writes() []Query {
 		{SQL: "UPDATE t_user u SET score = (SELECT round(avg(o.qty)) + coalesce(length(u.name), 0) FROM t_order o WHERE o.user_id = u.user_id) WHERE u.user_id < 8 RETURNING u.user_id, u.score", Refused: true, InSteps: true},
 		{SQL: "UPDATE t_order o SET note = (SELECT upper(u.name) FROM t_user u WHERE u.score < o.order_id ORDER BY u.score % 10, lower(u.name) DESC LIMIT 1) WHERE o.order_id < 60 RETURNING o.order_id, o.note", Refused: true, InSteps: true},
 		// Grouped: HAVING over aggregates and group keys; a group key selected.
-		{SQL: "UPDATE t_user u SET city = (SELECT max(o.status) || count(*) FROM t_order o WHERE o.user_id = u.user_id GROUP BY o.user_id HAVING count(*) >= 2) WHERE u.user_id < 10 RETURNING u.user_id, u.city", Refused: true, InSteps: true},
+		{SQL: "UPDATE t_user u SET city = (SELECT max(o.status) FROM t_order o WHERE o.user_id = u.user_id GROUP BY o.user_id HAVING count(*) >= 2) WHERE u.user_id < 10 RETURNING u.user_id, u.city", Refused: true, InSteps: true},
 		{SQL: "DELETE FROM t_order_item i WHERE i.qty IN (SELECT o.qty FROM t_order o WHERE o.user_id <= i.item_id GROUP BY o.qty HAVING count(*) > 1) RETURNING i.order_id, i.item_id", Refused: true, InSteps: true},
 		ref("ALTER TABLE t_order ADD CONSTRAINT u_status UNIQUE (status)"),
 		ref("INSERT INTO t_order (order_id, user_id) VALUES (DEFAULT, 1)"),
