@@ -302,29 +302,30 @@ func TestSubqueriesFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer adm.Close(ctx)
-	res, err := adm.Exec(ctx, `SHOW ROUTE DELETE FROM orders WHERE cust IN (SELECT id FROM custs WHERE region = 'north')`).ReadAll()
-	if err != nil {
-		t.Fatal(err)
+	showRoute := func(q string) string {
+		res, err := adm.Exec(ctx, "SHOW ROUTE "+q).ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var route string
+		for _, r := range res[0].Rows {
+			route += string(r[0]) + "\n"
+		}
+		return route
 	}
-	var route string
-	for _, r := range res[0].Rows {
-		route += string(r[0]) + "\n"
-	}
+	route := showRoute(`DELETE FROM orders WHERE cust IN (SELECT id FROM custs WHERE region = 'north')`)
 	if !strings.Contains(route, "delete in steps") || !strings.Contains(route, "$1 (array of values): SELECT id FROM custs WHERE region = 'north'") ||
 		!strings.Contains(route, "then: DELETE FROM orders WHERE cust = ANY($1)") {
 		t.Errorf("route preview:\n%s", route)
 	}
-	res, err = adm.Exec(ctx, `SHOW ROUTE UPDATE orders o SET status = (SELECT c.name FROM custs c WHERE c.id = o.cust)`).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	route = ""
-	for _, r := range res[0].Rows {
-		route += string(r[0]) + "\n"
-	}
+	route = showRoute(`UPDATE orders o SET status = (SELECT c.name FROM custs c WHERE c.id = o.cust)`)
 	if !strings.Contains(route, "$1 ... $2 (arrays of the columns a correlated subquery reads): SELECT c.name, c.id FROM custs c") ||
 		!strings.Contains(route, "then: UPDATE orders o SET status = (SELECT shardlab_pre.shardlab_1 FROM ROWS FROM (pg_catalog.unnest($1) , pg_catalog.unnest($2) ) shardlab_pre(shardlab_1, shardlab_2) WHERE shardlab_pre.shardlab_2 = o.cust)") {
 		t.Errorf("route preview of a correlated subquery:\n%s", route)
+	}
+	route = showRoute(`UPDATE orders o SET status = c.name FROM custs c WHERE c.id = o.cust`)
+	if !strings.Contains(route, "$1 ... $2 (arrays of the columns of the rows the statement joins): SELECT c.name, c.id FROM custs c") {
+		t.Errorf("route preview of UPDATE ... FROM over rows read first:\n%s", route)
 	}
 
 	// Once the database defines a function named as one of PostgreSQL's (upper of an

@@ -68,6 +68,9 @@ type Subquery struct {
 	// Collates is set when the subquery names a collation (COLLATE): its column may
 	// carry one, which the parameter would not.
 	Collates bool
+	// Joined is set on the rows of an UPDATE ... FROM's other tables that its SET
+	// list reads (SubqueryColumns): the statement joins them in its FROM.
+	Joined bool
 }
 
 // buildPre makes the Pre of an UPDATE or DELETE (a clone: the analysis renames its
@@ -153,7 +156,7 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause, joined bool) *Pr
 				return nil
 			}
 			pre.Subqueries = append(pre.Subqueries, Subquery{Kind: SubqueryColumns, SQL: text, Params: n,
-				Collates: collates(rs.Subquery)})
+				Collates: collates(rs.Subquery), Joined: true})
 			next += n
 			f.Node = rows.Node
 		}
@@ -340,10 +343,14 @@ func (p *Pre) Explain(kind Kind, why error) string {
 	fmt.Fprintf(&b, "%s in steps: subqueries over sharded tables evaluated first (as it stands: %s)\n", kind, refusalText(why))
 	next := p.Params
 	for _, s := range p.Subqueries {
+		kind := subqueryKinds[s.Kind]
+		if s.Joined {
+			kind = "arrays of the columns of the rows the statement joins"
+		}
 		if s.Params > 1 {
-			fmt.Fprintf(&b, "  $%d ... $%d (%s): %s\n", next+1, next+s.Params, subqueryKinds[s.Kind], s.SQL)
+			fmt.Fprintf(&b, "  $%d ... $%d (%s): %s\n", next+1, next+s.Params, kind, s.SQL)
 		} else {
-			fmt.Fprintf(&b, "  $%d (%s): %s\n", next+1, subqueryKinds[s.Kind], s.SQL)
+			fmt.Fprintf(&b, "  $%d (%s): %s\n", next+1, kind, s.SQL)
 		}
 		next += s.Params
 	}
