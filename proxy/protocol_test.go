@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/shardlab/shardlab/internal/pgtest"
 	"github.com/shardlab/shardlab/proxy"
 	"github.com/shardlab/shardlab/proxy/backend"
 	"github.com/shardlab/shardlab/proxy/router"
@@ -134,6 +135,86 @@ func TestDescribeBeforeBind(t *testing.T) {
 	r := pc.ExecPrepared(context.Background(), "by_id", [][]byte{[]byte("1")}, nil, nil).Read()
 	if sqlState(r.Err) != "26000" {
 		t.Errorf("a closed statement: %v, want 26000", r.Err)
+	}
+}
+
+// TestDeclaredParameters: a statement may declare more parameter types at Parse than its
+// text references. PostgreSQL then takes that many values at Bind, reads every one by
+// its type, and describes them all; the proxy answers as one database does. Up to this
+// change it counted only the referenced ones: 08P01 for the right number of values, and
+// the wrong number accepted.
+func TestDeclaredParameters(t *testing.T) {
+	e := startProxy(t, 2, []string{"items=id"}, nil)
+	c := e.connect(t)
+	const schema = "CREATE TABLE items (id int PRIMARY KEY, name text)"
+	const data = "INSERT INTO items VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')"
+	exec1(t, c, schema)
+	exec1(t, c, data)
+	ctx := context.Background()
+	one, err := pgconn.Connect(ctx, pgtest.NewDatabase(t, "declared_one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { one.Close(context.Background()) })
+	for _, sql := range []string{schema, data} {
+		if _, err := one.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	int4 := func(v int32) []byte { return binary.BigEndian.AppendUint32(nil, uint32(v)) }
+	cases := []struct {
+		sql     string
+		oids    []uint32
+		values  [][]byte
+		formats []int16
+	}{
+		{"SELECT $1::int", []uint32{23, 23}, [][]byte{[]byte("1"), []byte("2")}, nil},
+		{"SELECT $1::int", []uint32{23, 23}, [][]byte{[]byte("1")}, nil},
+		{"SELECT $1::int", []uint32{23, 23}, [][]byte{[]byte("1"), []byte("x")}, nil},
+		{"SELECT $1::int", []uint32{23, 23}, [][]byte{[]byte("x"), []byte("y")}, nil},
+		{"SELECT 1", []uint32{23}, [][]byte{[]byte("1")}, nil},
+		{"SELECT 1", []uint32{23}, nil, nil},
+		{"SELECT 1", []uint32{23}, [][]byte{[]byte("x")}, nil},
+		{"SELECT count(*) FROM items WHERE id = $1", []uint32{23, 25}, [][]byte{[]byte("1"), []byte("a")}, nil},
+		{"SELECT count(*) FROM items WHERE id > $1", []uint32{0, 25}, [][]byte{[]byte("1"), nil}, nil},
+		{"SELECT count(*) FROM items WHERE id > $1", []uint32{23, 23}, [][]byte{[]byte("1"), []byte("a")}, nil},
+		{"SELECT id FROM items WHERE id > $1 ORDER BY id", []uint32{23, 23, 23}, [][]byte{int4(1), int4(7), int4(8)}, []int16{1}},
+		{"SELECT id FROM items WHERE id > $1 ORDER BY id", []uint32{23, 23}, [][]byte{int4(1), []byte("12")}, []int16{1, 1}},
+		{"SELECT id FROM items WHERE id > $1 ORDER BY id", []uint32{0, 23}, [][]byte{[]byte("2"), int4(5)}, []int16{0, 1}},
+		{"UPDATE items SET name = name WHERE id < $1", []uint32{23, 1700}, [][]byte{[]byte("3"), []byte("1.5")}, nil},
+		{"UPDATE items SET name = name WHERE id < $1", []uint32{23, 1700}, [][]byte{[]byte("3"), []byte("1.5.")}, nil},
+		{"BEGIN", []uint32{23}, [][]byte{[]byte("x")}, nil},
+	}
+	answer := func(pc *pgconn.PgConn, i int) string {
+		name := fmt.Sprintf("declared_%d", i)
+		k := cases[i]
+		sd, err := pc.Prepare(ctx, name, k.sql, k.oids)
+		if err != nil {
+			return "prepare: " + err.Error()
+		}
+		r := pc.ExecPrepared(ctx, name, k.values, k.formats, nil).Read()
+		if err := pc.Deallocate(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pc.Exec(ctx, "ROLLBACK").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		msg := ""
+		var pe *pgconn.PgError
+		if errors.As(r.Err, &pe) {
+			// The statement's name is the only thing that may differ.
+			msg = pe.Code + " " + pe.Message
+		} else if r.Err != nil {
+			msg = r.Err.Error()
+		}
+		return fmt.Sprintf("params %v, tag %q, rows %q, error %s", sd.ParamOIDs, r.CommandTag, r.Rows, msg)
+	}
+	pc := e.pgconnect(t)
+	for i, k := range cases {
+		want, got := answer(one, i), answer(pc, i)
+		if got != want {
+			t.Errorf("%s declaring %v, values %q:\n got  %s\n want %s", k.sql, k.oids, k.values, got, want)
+		}
 	}
 }
 

@@ -160,13 +160,22 @@ func (s *Session) Bind(ctx context.Context, m *pgproto3.Bind) error {
 	if f := len(m.ParameterFormatCodes); f > 1 && f != n {
 		return s.fail(pgError("08P01", "bind message has %d parameter formats but %d parameters", f, n))
 	}
-	if st.plan.NumParams != n && !(st.plan.NumParams == 0 && n == 0) && st.plan.Kind != sqlplan.KindEmpty {
-		return s.fail(pgError("08P01", "bind message supplies %d parameters, but prepared statement %q requires %d", n, st.name, st.plan.NumParams))
+	if want := st.numParams(); want != n && st.plan.Kind != sqlplan.KindEmpty {
+		return s.fail(pgError("08P01", "bind message supplies %d parameters, but prepared statement %q requires %d", n, st.name, want))
 	}
 	p := &portal{stmt: st, name: m.DestinationPortal, sub: s.currentSub()}
 	p.args.Values = copyValues(m.Parameters)
 	if len(m.ParameterFormatCodes) > 0 {
 		p.args.Formats = append([]int16(nil), m.ParameterFormatCodes...)
+	}
+	if n > st.plan.NumParams && st.plan.Kind != sqlplan.KindEmpty {
+		if err := s.checkUnreferenced(ctx, st, p.args); err != nil {
+			return s.fail(err)
+		}
+		p.args.Values = p.args.Values[:st.plan.NumParams]
+		if len(p.args.Formats) > 1 {
+			p.args.Formats = p.args.Formats[:st.plan.NumParams]
+		}
 	}
 	if len(m.ResultFormatCodes) > 0 {
 		p.resultFormats = append([]int16(nil), m.ResultFormatCodes...)
@@ -194,6 +203,30 @@ func (s *Session) Bind(ctx context.Context, m *pgproto3.Bind) error {
 	s.portals[m.DestinationPortal] = p
 	s.client.Send(&pgproto3.BindComplete{})
 	return nil
+}
+
+// numParams is the number of values a Bind of the statement supplies: as PostgreSQL
+// counts them, the parameters Parse declared types for, or the highest $n the text
+// references, whichever is more.
+func (st *statement) numParams() int { return max(len(st.oids), st.plan.NumParams) }
+
+// checkUnreferenced gives the error PostgreSQL's Bind gives for the values of a
+// statement that declared more parameter types than its text references: the server
+// reads every value by its type (a declared int4 "x" is 22P02), and the first value it
+// cannot read fails the Bind. The statement's shards never see the values it does not
+// reference, so the default data source reads them all, in order, in a statement that
+// takes them and does nothing (one round trip, for such statements only).
+func (s *Session) checkUnreferenced(ctx context.Context, st *statement, args sqlplan.Args) error {
+	d, err := s.describe(ctx, st)
+	if err != nil {
+		return err
+	}
+	if len(d.params) != len(args.Values) {
+		return pgError("XX000", "shardlab: statement described with %d parameters, bound with %d", len(d.params), len(args.Values))
+	}
+	return s.onDataSource(ctx, s.r.rules.DefaultDataSource(), func(c *backend.Conn) error {
+		return c.PgConn().ExecParams(ctx, "SELECT", args.Values, d.params, args.Formats, nil).Read().Err
+	})
 }
 
 // routed reports whether a plan runs on data sources (rather than in the session).
@@ -240,8 +273,8 @@ func (s *Session) paramTypes(ctx context.Context, st *statement, args sqlplan.Ar
 		}
 	}
 	if !need {
-		if len(st.oids) == n {
-			return st.oids, nil
+		if len(st.oids) >= n {
+			return st.oids[:n], nil
 		}
 		return nil, nil
 	}
@@ -249,7 +282,7 @@ func (s *Session) paramTypes(ctx context.Context, st *statement, args sqlplan.Ar
 	if err != nil {
 		return nil, err
 	}
-	return d.params, nil
+	return d.params[:n], nil
 }
 
 func format(formats []int16, i int) int16 { return sqlexec.ParamFormat(formats, i) }
@@ -309,7 +342,7 @@ func (s *Session) describe(ctx context.Context, st *statement) (*description, er
 	}
 	if !routed(st.plan) || st.plan.Kind == sqlplan.KindDDL {
 		// Session statements and DDL return no rows.
-		params := make([]uint32, st.plan.NumParams)
+		params := make([]uint32, st.numParams())
 		copy(params, st.oids)
 		st.desc = &description{params: params}
 		return st.desc, nil
