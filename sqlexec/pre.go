@@ -242,6 +242,11 @@ func columnValues(sub sqlplan.Subquery, cols []uint32, rows [][][]byte) ([][]byt
 			return nil, nil, sqlplan.Unsupported("a correlated subquery over several shards that adds values of a type (OID %d) whose sum may depend on the order of addition (sum, avg): one database adds them in another order; cast them to numeric", cols[c])
 		}
 	}
+	for _, c := range sub.Bounded {
+		if cols[c] == oidNumeric {
+			return nil, nil, sqlplan.Unsupported("a correlated subquery over several shards, grouped or in WHERE, that adds numeric values computed first (sum, avg): a sum past 1e131072 fails, and one database finishes its groups, or evaluates the subquery for the rows, in another order; sum a column of a precision, numeric(p, s), or integers")
+		}
+	}
 	for _, c := range sub.Picked {
 		if !alikeWhenEqual[cols[c]] {
 			return nil, nil, sqlplan.Unsupported("a correlated subquery over several shards that picks one of equal values of a type (OID %d) whose equal values may differ (min, max, DISTINCT in an aggregate, a column selected and sorted by under a limit): one database reads the rows in another order", cols[c])

@@ -42,11 +42,12 @@ var multisetAggregates = map[string]bool{"count": true, "sum": true, "avg": true
 
 // correlatedSub is a correlated subquery's two steps.
 type correlatedSub struct {
-	first  *pg.Node // SELECT of the columns the subquery reads, over its FROM clause
-	sub    *pg.Node // the subquery over unnest of their arrays
-	cols   int      // the parameters: one per column of first
-	summed []int    // the columns sum or avg add
-	picked []int    // the columns min or max pick from, an aggregate's DISTINCT keeps, or a limit keeps sorted by
+	first   *pg.Node // SELECT of the columns the subquery reads, over its FROM clause
+	sub     *pg.Node // the subquery over unnest of their arrays
+	cols    int      // the parameters: one per column of first
+	summed  []int    // the columns sum or avg add
+	bounded []int    // of them, those whose sum may not overflow (Subquery.Bounded)
+	picked  []int    // the columns min or max pick from, an aggregate's DISTINCT keeps, or a limit keeps sorted by
 }
 
 // correlatedSub returns the two steps of sl, a subquery of an UPDATE or DELETE of target
@@ -79,7 +80,7 @@ type correlatedSub struct {
 //   - every column reference resolved by the catalog to exactly one table, innermost
 //     first, as PostgreSQL resolves it; no whole row or star but a bare * in EXISTS's
 //     select list.
-func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int) *correlatedSub {
+func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int, inWhere bool) *correlatedSub {
 	switch sl.SubLinkType {
 	case pg.SubLinkType_EXISTS_SUBLINK, pg.SubLinkType_ANY_SUBLINK, pg.SubLinkType_ALL_SUBLINK, pg.SubLinkType_EXPR_SUBLINK:
 	default:
@@ -192,7 +193,7 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 		})
 		return changed, own, ok
 	}
-	typedValues := typedComparisons(func(cr *pg.ColumnRef) string {
+	typeOf := func(cr *pg.ColumnRef) string {
 		switch i, col := resolve(cr); i {
 		case unresolved:
 			return ""
@@ -201,7 +202,8 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 		default:
 			return items[i].cols[col]
 		}
-	})
+	}
+	typedValues := typedComparisons(typeOf)
 	type ref struct {
 		item int
 		col  string
@@ -416,6 +418,18 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 			return nil
 		}
 	}
+	if aggregated && inWhere {
+		// Whether one database evaluates a subquery in WHERE for a row follows the
+		// costs of the conditions beside it, which the rewrite changes: a value
+		// computed over aggregates that may fail (mod(count(*), 0), count(*)::int)
+		// would fail for other rows. Aggregates, columns and constants only.
+		for _, t := range list {
+			v := t.GetResTarget().GetVal()
+			if fc := v.GetFuncCall(); v.GetColumnRef() == nil && v.GetAConst() == nil && (fc == nil || scalarCall(fc, groupFunctions)) {
+				return nil
+			}
+		}
+	}
 	if !aggregated && sl.SubLinkType != pg.SubLinkType_EXISTS_SUBLINK {
 		// Each row's value is computed in the order the rows come: one that may fail
 		// could fail before or after a second row raised 21000, or at all, where one
@@ -603,7 +617,27 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int)
 		}
 		return out
 	}
-	cs.summed, cs.picked = columnsOf(summedNodes), columnsOf(pickedNodes)
+	var boundedNodes []proto.Message
+	if grouped || inWhere {
+		// A numeric sum overflows past 1e131072: where groups are finished in another
+		// order (a HashAggregate here, one database's GroupAggregate over an index
+		// that stops at the first group EXISTS needs), or where whether the subquery
+		// runs for a row follows the costs beside it (in WHERE), one database's answer
+		// and the rewrite's could differ by that error. Sums of integers, and of
+		// numeric columns with a precision, which cannot reach it; a computed value's
+		// type is known when the first step answers (Subquery.Bounded).
+		for _, n := range summedNodes {
+			cr := n.(*pg.Node).GetColumnRef()
+			if cr == nil {
+				boundedNodes = append(boundedNodes, n)
+				continue
+			}
+			if typ := typeOf(cr); typ != "smallint" && typ != "integer" && typ != "bigint" && !strings.HasPrefix(typ, "numeric(") {
+				return nil
+			}
+		}
+	}
+	cs.summed, cs.picked, cs.bounded = columnsOf(summedNodes), columnsOf(pickedNodes), columnsOf(boundedNodes)
 	for _, r := range keysRead {
 		cs.picked = append(cs.picked, index[r])
 	}

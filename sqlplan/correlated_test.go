@@ -282,6 +282,18 @@ func TestCorrelatedPlan(t *testing.T) {
 		"UPDATE t_order o SET status = u.name FROM t_user u WHERE u.weight < o.user_id",
 		"UPDATE t_order o SET status = u.name FROM t_user u WHERE u.user_id = o.user_id AND o.status = u.name || 'x'",
 		"UPDATE t_order o SET status = u.name FROM t_user u WHERE u.user_id = o.user_id AND (o.status = $1 OR u.name = o.status)",
+		// In WHERE, whether the subquery runs for a row follows the costs beside it,
+		// which the rewrite changes: nothing computed over aggregates, which may fail
+		// (the review of 2026-11-28 found a DELETE that one database failed with 22012
+		// delete nothing in two steps), and no sum of an unbounded numeric, which
+		// overflows past 1e131072; nor beside grouping, whose groups are finished in
+		// another order.
+		"DELETE FROM t_order o WHERE EXISTS (SELECT mod(count(*), 0) FROM t_user u WHERE u.user_id = o.user_id)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT count(*)::int FROM t_user u WHERE u.user_id < o.user_id)",
+		"DELETE FROM t_order o WHERE o.user_id IN (SELECT max(u.user_id) + 1 FROM t_user u WHERE u.name = o.status)",
+		"DELETE FROM t_order o WHERE o.user_id IN (SELECT sum(u.amount) FROM t_user u WHERE u.name = o.status)",
+		"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name HAVING sum(u.amount) > 1)",
+		"UPDATE t_order o SET status = (SELECT avg(u.amount) FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name HAVING u.name = o.status)::text",
 	} {
 		pl, err := p.Prepare(ctx, sql)
 		if err != nil || pl.Pre == nil {
@@ -291,6 +303,35 @@ func TestCorrelatedPlan(t *testing.T) {
 			if sub.Kind == sqlplan.SubqueryColumns {
 				t.Errorf("%s: in two steps: %+v", sql, pl.Pre)
 			}
+		}
+	}
+}
+
+// TestCorrelatedBounded: where the rewrite changes whether or when a sum's overflow
+// would come (grouped, or in WHERE), sums of integers and of numeric columns with a
+// precision are answered, and a value computed first is checked when the first step
+// answers (Subquery.Bounded: refused when numeric); elsewhere nothing is bounded, and
+// in the SET list a value computed over aggregates stays answered.
+func TestCorrelatedBounded(t *testing.T) {
+	ctx := context.Background()
+	p := sqlplan.New(testRules(t), typedKeyCatalog{}, sqlplan.Options{})
+	for _, c := range []struct {
+		sql     string
+		bounded []int
+	}{
+		{"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.user_id < o.user_id GROUP BY u.name HAVING sum(u.score) > 1 AND avg(u.user_id) > 2)", nil},
+		{"UPDATE t_order o SET user_id = (SELECT sum(u.user_id * 2) FROM t_user u WHERE u.user_id < o.order_id GROUP BY u.name HAVING u.name = o.status)", []int{0}},
+		{"DELETE FROM t_order o WHERE EXISTS (SELECT sum(u.user_id * 2) FROM t_user u WHERE u.name = o.status)", []int{0}},
+		{"UPDATE t_order o SET user_id = (SELECT sum(u.user_id * 2) + count(*) FROM t_user u WHERE u.user_id < o.order_id)", nil},
+		{"UPDATE t_order o SET user_id = (SELECT round(avg(u.amount), 2) FROM t_user u WHERE u.user_id < o.order_id)", nil},
+	} {
+		pl, err := p.Prepare(ctx, c.sql)
+		if err != nil || pl.Pre == nil || len(pl.Pre.Subqueries) != 1 || pl.Pre.Subqueries[0].Kind != sqlplan.SubqueryColumns {
+			t.Errorf("%s: not in two steps: %v %v", c.sql, err, pl)
+			continue
+		}
+		if got := pl.Pre.Subqueries[0].Bounded; !slices.Equal(got, c.bounded) {
+			t.Errorf("%s: bounded %v, want %v", c.sql, got, c.bounded)
 		}
 	}
 }
@@ -365,5 +406,5 @@ func (typedKeyCatalog) ColumnTypes(_ context.Context, t *rules.TableRule) (map[s
 	if t.Name == "t_order" {
 		return map[string]string{"order_id": "bigint", "user_id": "integer", "status": "text"}, nil
 	}
-	return map[string]string{"user_id": "integer", "name": "text", "score": "numeric(10,2)", "weight": "double precision", "login": "name"}, nil
+	return map[string]string{"user_id": "integer", "name": "text", "score": "numeric(10,2)", "weight": "double precision", "login": "name", "amount": "numeric"}, nil
 }

@@ -65,6 +65,11 @@ type Subquery struct {
 	// order (not a float), and whose equal values are alike (not numeric: max of 1.0
 	// and 1.00 is whichever comes last, and one database reads the rows in another order).
 	Summed, Picked []int
+	// Bounded are the summed columns whose sum may not overflow (a numeric's does
+	// past 1e131072), where the rewrite changes whether or when the error would come:
+	// a grouped subquery's (its groups finished in another order), one in WHERE
+	// (evaluated for other rows). Refused when numeric.
+	Bounded []int
 	// Collates is set when the subquery names a collation (COLLATE): its column may
 	// carry one, which the parameter would not.
 	Collates bool
@@ -174,14 +179,14 @@ func (a *analyzer) buildPre(stmt *pg.Node, with *pg.WithClause, joined bool) *Pr
 		// A scalar subquery in WHERE, or one RETURNING answers, is not rewritten in two
 		// steps: evaluated alone, or refused.
 		if !answered[sl] && !scalarInWhere(sl) {
-			if cs := a.correlatedSub(changed, sl, next); cs != nil {
+			if cs := a.correlatedSub(changed, sl, next, slices.Contains(whereSubs, sl)); cs != nil {
 				text, err := deparse(a.tree.Version, cs.first)
 				if err != nil {
 					ok = false
 					return false
 				}
 				pre.Subqueries = append(pre.Subqueries, Subquery{Kind: SubqueryColumns, SQL: text, Params: cs.cols, Summed: cs.summed, Picked: cs.picked,
-					Collates: collates(sl.Subselect)})
+					Bounded: cs.bounded, Collates: collates(sl.Subselect)})
 				next += cs.cols
 				sl.Subselect = cs.sub
 				return false
