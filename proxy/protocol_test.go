@@ -184,6 +184,9 @@ func TestDeclaredParameters(t *testing.T) {
 		{"UPDATE items SET name = name WHERE id < $1", []uint32{23, 1700}, [][]byte{[]byte("3"), []byte("1.5")}, nil},
 		{"UPDATE items SET name = name WHERE id < $1", []uint32{23, 1700}, [][]byte{[]byte("3"), []byte("1.5.")}, nil},
 		{"BEGIN", []uint32{23}, [][]byte{[]byte("x")}, nil},
+		{"", []uint32{23}, [][]byte{[]byte("x")}, nil},
+		{"", []uint32{23}, nil, nil},
+		{"", nil, [][]byte{[]byte("1")}, nil},
 	}
 	answer := func(pc *pgconn.PgConn, i int) string {
 		name := fmt.Sprintf("declared_%d", i)

@@ -16,9 +16,11 @@ Usage: scripts/proxy_ab.sh [options] OLD_REF [NEW_REF]
   OLD_REF, NEW_REF   git revisions to build shard-proxy from; NEW_REF defaults to the
                      work tree as it is (uncommitted changes included)
   --workloads LIST   workloads, comma-separated (default oltp_write_only): sysbench's
-                     oltp_* workloads, and pgbench's select-only script (-S) as
+                     oltp_* workloads, pgbench's select-only script (-S) as
                      pgbench_select_simple, pgbench_select_extended and
-                     pgbench_select_prepared (its -M modes)
+                     pgbench_select_prepared (its -M modes), and its TPC-B-like
+                     script as pgbench_tpcb_simple, pgbench_tpcb_extended and
+                     pgbench_tpcb_prepared
   --threads N        client threads: sysbench --threads, pgbench -c (default 32)
   --rounds N         interleaved rounds (default 3)
   --time SECONDS     length of each run (default 8)
@@ -75,8 +77,8 @@ done
 for v in "$threads" "$rounds" "$time_s" "$tables" "$table_size" "$scale" "$pool_size" "$shards"; do
 	[[ $v =~ ^[1-9][0-9]*$ ]] || { echo "proxy_ab.sh: --threads, --rounds, --time, --tables, --table-size, --scale, --shards and --pool-size take positive integers, got '$v'" >&2; exit 2; }
 done
-workload_re='(oltp_[a-z_]+|pgbench_select_(simple|extended|prepared))'
-[[ $workloads =~ ^$workload_re(,$workload_re)*$ ]] || { echo "proxy_ab.sh: --workloads takes sysbench oltp_* workloads and pgbench_select_{simple,extended,prepared}, separated by commas, got '$workloads'" >&2; exit 2; }
+workload_re='(oltp_[a-z_]+|pgbench_(select|tpcb)_(simple|extended|prepared))'
+[[ $workloads =~ ^$workload_re(,$workload_re)*$ ]] || { echo "proxy_ab.sh: --workloads takes sysbench oltp_* workloads and pgbench_{select,tpcb}_{simple,extended,prepared}, separated by commas, got '$workloads'" >&2; exit 2; }
 use_sysbench=0 use_pgbench=0
 [[ ,$workloads, == *,oltp_* ]] && use_sysbench=1
 [[ ,$workloads, == *,pgbench_* ]] && use_pgbench=1
@@ -218,8 +220,10 @@ for ((r = 1; r <= rounds; r++)); do
 			out="$run_dir/logs/r${r}_${w}_${side}.txt"
 			c0=$(cpu_ticks "${!pid_var}")
 			status=ok
-			if [[ $w == pgbench_select_* ]]; then
-				pgb "${!port_var}" -S -M "${w#pgbench_select_}" -c "$threads" -j "$(((threads + 1) / 2))" -T "$time_s" -n >"$out" 2>&1 || status=failed
+			if [[ $w == pgbench_* ]]; then
+				script=() # TPC-B-like, pgbench's default
+				[[ $w == pgbench_select_* ]] && script=(-S)
+				pgb "${!port_var}" "${script[@]}" -M "${w##*_}" -c "$threads" -j "$(((threads + 1) / 2))" -T "$time_s" -n >"$out" 2>&1 || status=failed
 				c1=$(cpu_ticks "${!pid_var}")
 				n=$(grep -oP 'number of transactions actually processed: \K[0-9]+' "$out" || echo 0)
 				tps=$(grep -oP 'tps = \K[0-9.]+' "$out" | tail -n 1 || echo 0)

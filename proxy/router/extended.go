@@ -160,7 +160,7 @@ func (s *Session) Bind(ctx context.Context, m *pgproto3.Bind) error {
 	if f := len(m.ParameterFormatCodes); f > 1 && f != n {
 		return s.fail(pgError("08P01", "bind message has %d parameter formats but %d parameters", f, n))
 	}
-	if want := st.numParams(); want != n && st.plan.Kind != sqlplan.KindEmpty {
+	if want := st.numParams(); want != n {
 		return s.fail(pgError("08P01", "bind message supplies %d parameters, but prepared statement %q requires %d", n, st.name, want))
 	}
 	p := &portal{stmt: st, name: m.DestinationPortal, sub: s.currentSub()}
@@ -168,7 +168,7 @@ func (s *Session) Bind(ctx context.Context, m *pgproto3.Bind) error {
 	if len(m.ParameterFormatCodes) > 0 {
 		p.args.Formats = append([]int16(nil), m.ParameterFormatCodes...)
 	}
-	if n > st.plan.NumParams && st.plan.Kind != sqlplan.KindEmpty {
+	if n > st.plan.NumParams {
 		if err := s.checkUnreferenced(ctx, st, p.args); err != nil {
 			return s.fail(err)
 		}
@@ -181,6 +181,9 @@ func (s *Session) Bind(ctx context.Context, m *pgproto3.Bind) error {
 		p.resultFormats = append([]int16(nil), m.ResultFormatCodes...)
 	}
 	p.args.ForeignText = s.foreignText()
+	if st.plan.ReadsClock {
+		p.args.Clock = s.clockText()
+	}
 	if routed(st.plan) {
 		oids, err := s.paramTypes(ctx, st, p.args)
 		if err != nil {
@@ -356,7 +359,7 @@ func (s *Session) describe(ctx context.Context, st *statement) (*description, er
 	var d description
 	describeOn := func(ds int, sql string) error {
 		if ds == s.coordinatorIndex() {
-			if err := s.readyCoordinator(ctx, st.plan.Refused, false); err != nil {
+			if err := s.readyCoordinator(ctx, st.plan.Refused, st.plan.ReadsClock, false); err != nil {
 				return err
 			}
 		}
