@@ -362,14 +362,11 @@ func (cn *conn) runSimple(ctx context.Context, query string) (*sqlexec.Result, e
 	if err != nil {
 		return nil, err
 	}
-	var a sqlplan.Args
-	if plan.ReadsClock {
-		a.Clock = cn.s.Clock()
-	}
 	if plan.Feed != nil {
 		// Its query and batches are planned from its own text (Feed.Query).
-		return cn.execute(ctx, &sqlplan.Bound{Plan: plan}, a, nil)
+		return cn.execute(ctx, &sqlplan.Bound{Plan: plan}, sqlplan.Args{}, nil)
 	}
+	var a sqlplan.Args
 	if a.Keys, err = cn.drawKeys(ctx, plan); err != nil {
 		return nil, err
 	}
@@ -428,7 +425,7 @@ func (cn *conn) describe(ctx context.Context, plan *sqlplan.Plan) (*description,
 		describeOn := func(ds int, sql string) error {
 			if ds == coord {
 				// Described by the coordinator database, which must be built first.
-				if err := cn.readyCoordinator(ctx, plan.Refused, plan.ReadsClock); err != nil {
+				if err := cn.readyCoordinator(ctx, plan.Refused); err != nil {
 					return err
 				}
 			}
@@ -513,9 +510,6 @@ func (cn *conn) runPlan(ctx context.Context, plan *sqlplan.Plan, args []driver.N
 		return nil, err
 	}
 	a.Keys = keys
-	if plan.ReadsClock {
-		a.Clock = cn.s.Clock()
-	}
 	b, err := plan.Bind(a)
 	if cn.preRefused(plan, err) {
 		return cn.runPre(ctx, plan, plan.SQL, err, a, a.OIDs)

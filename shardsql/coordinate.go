@@ -163,11 +163,8 @@ func hintOf(err error) string {
 // readyCoordinator checks that the coordinator may answer a statement the merge
 // refused (refused) on this connection now, and builds its database if a schema change
 // made through this handle (or its start) left it unbuilt.
-func (cn *conn) readyCoordinator(ctx context.Context, refused error, clock bool) error {
+func (cn *conn) readyCoordinator(ctx context.Context, refused error) error {
 	c := cn.c.coord
-	if clock && cn.s != nil && cn.s.InTransaction() {
-		return sqlplan.UnsupportedHint(hintOf(sqlexec.ErrClockInTransaction), "%s; %s", why(refused), strings.TrimPrefix(why(sqlexec.ErrClockInTransaction), "shardlab: "))
-	}
 	if err := cn.readsCommitted(ctx); err != nil {
 		if !errors.Is(err, sqlplan.ErrUnsupported) {
 			return err // the check's own failure, as it is
@@ -195,7 +192,7 @@ func (cn *conn) readyCoordinator(ctx context.Context, refused error, clock bool)
 // from the coordinator's connection when the caller reads them one by one (the relay
 // counts what it moves until they end), else gathered (within Config.MaxHeld).
 func (cn *conn) coordinated(ctx context.Context, b *sqlplan.Bound, a sqlplan.Args, formats []int16) (*sqlexec.Result, error) {
-	if err := cn.readyCoordinator(ctx, b.Refused, b.Plan.ReadsClock); err != nil {
+	if err := cn.readyCoordinator(ctx, b.Refused); err != nil {
 		return nil, err
 	}
 	var moved *coordinator.Movement

@@ -56,7 +56,7 @@ func (cn *conn) runPre(ctx context.Context, plan *sqlplan.Plan, text string, ref
 					if cn.c.coord == nil {
 						return errors.New("no data source describes the statement")
 					}
-					if err := cn.readyCoordinator(ctx, plan.Refused, plan.ReadsClock); err != nil {
+					if err := cn.readyCoordinator(ctx, plan.Refused); err != nil {
 						return err
 					}
 				}

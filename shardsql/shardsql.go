@@ -323,7 +323,7 @@ func NewConnector(ctx context.Context, cfg Config) (*Connector, error) {
 		c.pools = coordinatedPools{c.pgxPools, c.coord}
 	}
 	c.catalog = sqlexec.NewCatalog(cfg.Rules, c.pools)
-	c.planner = sqlplan.New(cfg.Rules, c.catalog, sqlplan.Options{CacheSize: cfg.PlanCacheSize, Coordinate: cfg.Coordinate, ShardAggregates: cfg.Coordinate, Clock: true})
+	c.planner = sqlplan.New(cfg.Rules, c.catalog, sqlplan.Options{CacheSize: cfg.PlanCacheSize, Coordinate: cfg.Coordinate, ShardAggregates: cfg.Coordinate})
 	c.committer = sqlexec.NewCommitter(cfg.Rules, cfg.TwoPhase)
 	c.engine = sqlexec.NewEngine(cfg.Rules, c.catalog, c.committer)
 	c.engine.SetMaxHeld(cfg.MaxHeld)

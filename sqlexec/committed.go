@@ -10,13 +10,6 @@ import (
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
-// ErrClockInTransaction refuses a statement the coordinator database would answer that
-// reads the clock inside a transaction: the statements sent to the data sources read
-// the transaction's one reading (sqlplan.Options.Clock), the coordinator's own
-// transactions the time they start.
-var ErrClockInTransaction = sqlplan.UnsupportedHint("Run it outside a transaction block, or send the time as a parameter.",
-	"it reads the clock (now(), CURRENT_TIMESTAMP, CURRENT_DATE ...) inside a transaction block, where the coordinator database's own transactions would read another time than the transaction's")
-
 // CommittedReads says why a statement that reads the data sources' committed rows in a
 // transaction of its own (the coordinator database's, through postgres_fdw) would not
 // read what the same statement reads inside the session's open transaction on one

@@ -18,7 +18,6 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/shardlab/shardlab/internal/fanout"
 	"github.com/shardlab/shardlab/routing"
@@ -377,27 +376,19 @@ func TargetParams(t sqlplan.Target, args sqlplan.Args) ([][]byte, []uint32, []in
 	if len(args.OIDs) == len(args.Values) && len(args.OIDs) > 0 {
 		oids = make([]uint32, len(t.Params))
 	}
-	// The clock's value goes in text: beside binary values, every value's format.
-	perParam := len(args.Formats) > 1 || len(args.Formats) == 1 && args.Formats[0] != 0 && slices.Contains(t.Params, -1)
-	formats := args.Formats
-	if perParam {
+	var formats []int16
+	if len(args.Formats) > 1 {
 		formats = make([]int16, len(t.Params))
+	} else {
+		formats = args.Formats
 	}
 	for i, p := range t.Params {
-		if p < 0 {
-			// The clock's reading (sqlplan.Args.Clock), in text.
-			values[i] = []byte(args.Clock)
-			if oids != nil {
-				oids[i] = pgtype.TimestamptzOID
-			}
-			continue
-		}
 		values[i] = args.Values[p]
 		if oids != nil {
 			oids[i] = args.OIDs[p]
 		}
-		if perParam {
-			formats[i] = ParamFormat(args.Formats, p)
+		if len(args.Formats) > 1 {
+			formats[i] = args.Formats[p]
 		}
 	}
 	return values, oids, formats

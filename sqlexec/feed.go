@@ -140,7 +140,7 @@ func describeEmptyFeed(ctx context.Context, f *sqlplan.Feed, args sqlplan.Args, 
 // leave a type out): the part a query of several steps names, when it names fewer
 // than the whole statement does.
 func FirstArgs(args sqlplan.Args, oids []uint32, n int) sqlplan.Args {
-	out := sqlplan.Args{ForeignText: args.ForeignText, Clock: args.Clock}
+	out := sqlplan.Args{ForeignText: args.ForeignText}
 	n = min(n, len(args.Values))
 	out.Values = args.Values[:n]
 	out.OIDs = make([]uint32, n)

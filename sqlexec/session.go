@@ -60,7 +60,6 @@ type Session struct {
 	touched []int    // data sources in the transaction, in the order they joined
 	pids    map[int]uint32
 	begunAt time.Time
-	clock   string // begunAt as sqlplan.ClockText writes it, once asked (Clock)
 	txn     uint64 // counts the session's transactions
 
 	detector *DeadlockDetector
@@ -281,7 +280,7 @@ func (s *Session) Begin(beginSQL string) error {
 	if beginSQL == "" {
 		beginSQL = "BEGIN"
 	}
-	s.inTx, s.failed, s.chained, s.begin, s.saves, s.touched, s.clock = true, false, false, beginSQL, nil, nil, ""
+	s.inTx, s.failed, s.chained, s.begin, s.saves, s.touched = true, false, false, beginSQL, nil, nil
 	s.mu.Lock()
 	s.pids, s.begunAt = nil, time.Now()
 	s.txn++
@@ -520,21 +519,6 @@ func (s *Session) ChainBegin(ctx context.Context, conns Conns, idle int, failed 
 		return "", fmt.Errorf("sqlexec: data source %s did not say its transaction's characteristics", s.committer.name(ds))
 	}
 	return chainBeginOf(string(row[0]), string(row[1]), string(row[2]))
-}
-
-// Clock is the clock reading a statement's now(), CURRENT_TIMESTAMP ... read on every
-// data source (sqlplan.Args.Clock): the transaction's start, as one database reads it,
-// or outside a transaction the time of the call (one statement's).
-func (s *Session) Clock() string {
-	if !s.inTx {
-		return sqlplan.ClockText(time.Now())
-	}
-	if s.clock == "" {
-		s.mu.Lock()
-		s.clock = sqlplan.ClockText(s.begunAt)
-		s.mu.Unlock()
-	}
-	return s.clock
 }
 
 // BeginChained opens the transaction that COMMIT AND CHAIN or ROLLBACK AND CHAIN

@@ -26,10 +26,6 @@ type Args struct {
 	// Keys are the values drawn from Plan.Keys's sequence, one per row that takes one,
 	// as the server printed them.
 	Keys []string
-	// Clock is the client transaction's clock reading (ClockText), which the
-	// statement's now(), CURRENT_TIMESTAMP ... read on every shard (Options.Clock);
-	// "" leaves each data source its own.
-	Clock string
 }
 
 // errForeignKey is the refusal of a sharding key that ForeignText hides.
@@ -239,7 +235,7 @@ func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {
 		}
 	}
 	v := &values{sql: sql, lits: lits, args: args}
-	b := &Bound{Plan: pl, Limit: -1, Offset: -1, Keys: args.Keys, Clock: args.Clock}
+	b := &Bound{Plan: pl, Limit: -1, Offset: -1, Keys: args.Keys}
 	b.Targets = b.one[:0]
 	if pl.Feed != nil {
 		return b, nil // the caller runs the query, then the batches (see Feed)
@@ -344,7 +340,7 @@ func (pl *Plan) render(tmpl *template, v *values, place placement, b *Bound) (st
 			return r.sql, r.params
 		}
 	}
-	r := &renderer{sql: v.sql, lits: v.lits, table: pl.names(place), slot: pl.slotFunc(b), clockParam: pl.clockParam(b)}
+	r := &renderer{sql: v.sql, lits: v.lits, table: pl.names(place), slot: pl.slotFunc(b)}
 	sql := r.render(tmpl)
 	params := r.params
 	switch {
@@ -521,13 +517,6 @@ func (pl *Plan) bindUnsharded(b *Bound, v *values) error {
 	return nil
 }
 
-// clockParam reports whether b sends the clock's value as a parameter: where the
-// caller gave one and the statement takes parameters (a statement the shards may keep
-// prepared), rather than as a literal in its text.
-func (pl *Plan) clockParam(b *Bound) bool {
-	return pl.clock && b.Clock != "" && !pl.normalized && pl.NumParams > 0
-}
-
 // slotFunc returns the values of computed slots for b.
 func (pl *Plan) slotFunc(b *Bound) func(int) string {
 	return func(n int) string {
@@ -536,9 +525,6 @@ func (pl *Plan) slotFunc(b *Bound) func(int) string {
 				return b.Keys[i]
 			}
 			return "NULL" // unreachable: Bind checked the keys against the plan's
-		}
-		if n == slotClock {
-			return clockSlot(b.Clock)
 		}
 		if n == slotLimit && b.Limit >= 0 {
 			if b.Offset > 0 {

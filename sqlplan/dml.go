@@ -330,7 +330,7 @@ func (a *analyzer) insertColumns(ins *pg.InsertStmt, target *tableRef) ([]string
 // splitTemplate cuts a multi-row INSERT into the text before its rows, each row, and
 // the text after, so that each target renders only its own rows.
 func (a *analyzer) splitTemplate(stmt *pg.Node, spec *insertSpec) error {
-	text, err := deparse(a.tree.Version, a.clocked(stmt))
+	text, err := deparse(a.tree.Version, stmt)
 	if err != nil {
 		return err
 	}
@@ -433,10 +433,10 @@ func (pl *Plan) bindInsert(b *Bound, v *values) error {
 	}
 	for _, n := range order {
 		t := Target{DataSource: target.rule.Nodes[n].DataSource, Shard: n, RowOrder: byNode[n]}
-		if spec.rows == nil || (len(order) == 1 && pl.tmpl == nil && pl.Keys == nil && !pl.clock && !pl.needsRenameAt(n)) {
+		if spec.rows == nil || (len(order) == 1 && pl.tmpl == nil && pl.Keys == nil && !pl.needsRenameAt(n)) {
 			t.SQL, t.Params = pl.render(pl.tmpl, v, placement{{pl.route.groups[0], n}}, b)
 		} else {
-			r := &renderer{sql: v.sql, lits: v.lits, table: names(n), slot: pl.slotFunc(b), clockParam: pl.clockParam(b)}
+			r := &renderer{sql: v.sql, lits: v.lits, table: names(n), slot: pl.slotFunc(b)}
 			var sb strings.Builder
 			sb.WriteString(r.render(spec.prefix))
 			for i, row := range byNode[n] {

@@ -161,13 +161,6 @@ type Plan struct {
 	// refuses at Bind (Options.Coordinate): a construct exact on one shard only, or a
 	// join or subquery whose values do not pin one shard.
 	coordinate bool
-	// clock: the statements it sends read the clock slot (see clock.go).
-	clock bool
-	// ReadsClock is set when the statement reads the clock (now(), CURRENT_DATE ...)
-	// and the planner gives its statements the caller's reading (Options.Clock): the
-	// caller binds it with Args.Clock, and the coordinator database, which reads its
-	// own, answers it outside transactions only.
-	ReadsClock bool
 	shardAggs  bool         // see Options.ShardAggregates
 	joins      *joinCatalog // of the tables it joins, for shardAggregates
 	// Refused is, on a KindCoordinator plan, why the merge could not answer it.
@@ -306,8 +299,6 @@ type Bound struct {
 	AsWritten string
 	// Keys are the keys drawn for the statement's rows (Plan.Keys), for explaining.
 	Keys []string
-	// Clock is the clock reading the statement's targets read (Args.Clock).
-	Clock string
 
 	one     [1]Target // storage for the usual single target
 	oneNode [1]int

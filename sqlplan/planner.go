@@ -28,10 +28,6 @@ type Options struct {
 	// rows there, and the coordinator combine one row per group per shard (see
 	// shardAggregates), instead of every row moving to it.
 	ShardAggregates bool
-	// Clock makes every statement sent to PostgreSQL data sources read the clock
-	// from Args.Clock, one reading per client transaction, rather than from each
-	// data source's own transaction (see clock.go). Not for SQLite.
-	Clock bool
 }
 
 // DefaultCacheSize is the plan cache's default bound.
@@ -44,7 +40,6 @@ type Planner struct {
 	cache      *planCache
 	coordinate bool
 	shardAggs  bool
-	clock      bool
 
 	bufs sync.Pool // *[]byte keys for cache lookups
 }
@@ -58,7 +53,7 @@ func New(r *rules.Compiled, cat Catalog, o Options) *Planner {
 	if size == 0 {
 		size = DefaultCacheSize
 	}
-	p := &Planner{rules: r, cat: cat, coordinate: o.Coordinate, shardAggs: o.ShardAggregates, clock: o.Clock}
+	p := &Planner{rules: r, cat: cat, coordinate: o.Coordinate, shardAggs: o.ShardAggregates}
 	if size > 0 {
 		p.cache = newPlanCache(size)
 	}
@@ -221,7 +216,6 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 	}
 	// Before the analysis, which renames table references in the tree.
 	effects := sessionEffects(text, tree.Stmts[0].Stmt)
-	clock := (&analyzer{p: p}).rewritesClock(tree.Stmts[0].Stmt)
 	var coord *coordination
 	if p.coordinate {
 		coord = p.checkCoordination(ctx, tree.Stmts[0].Stmt)
@@ -235,16 +229,12 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 			return p.passthrough(sql, text, normalized, tree, effects)
 		}
 		if errors.Is(err, ErrUnsupported) && coord != nil {
-			pl, err := p.coordinated(sql, text, normalized, tree, effects, err, coord)
-			if pl != nil {
-				pl.ReadsClock = clock
-			}
-			return pl, err
+			return p.coordinated(sql, text, normalized, tree, effects, err, coord)
 		}
 		if errors.Is(err, ErrUnsupported) && a.pre != nil {
 			// Refused as it stands; the caller may evaluate its subqueries first.
 			return &Plan{Kind: a.plan.Kind, SQL: sql, Write: true, Tables: a.plan.Tables, rules: p.rules, normalized: normalized,
-				litKinds: a.plan.litKinds, NumParams: paramCount(a.maxParam, normalized), Session: effects, refuse: err, Pre: a.pre, ReadsClock: clock}, nil
+				litKinds: a.plan.litKinds, NumParams: paramCount(a.maxParam, normalized), Session: effects, refuse: err, Pre: a.pre}, nil
 		}
 		var pe interface{ SQLState() string }
 		if errors.As(err, &pe) {
@@ -258,7 +248,6 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 	if coord != nil && coord.inexact == nil && (a.plan.Kind == KindSelect || a.plan.Kind == KindExplain) {
 		a.plan.coordinate, a.plan.shardAggs, a.plan.joins = true, p.shardAggs, coord.joins
 	}
-	a.plan.ReadsClock = clock
 	if normalized {
 		a.plan.NumParams = 0
 	}

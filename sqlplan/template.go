@@ -29,7 +29,6 @@ const slotBase = 1_000_000
 // Computed slots.
 const (
 	slotLimit = iota // LIMIT offset+limit, pushed to each shard
-	slotClock        // the transaction's clock reading (see clock.go)
 	// slotKeys+i is the i-th key drawn from a sequence for an INSERT (Plan.Keys).
 	slotKeys
 )
@@ -50,11 +49,8 @@ func slotParam(tree *pg.ParseResult) int {
 // describeSlot fills computed slots in a statement described without values: no LIMIT,
 // and the column's default for a key the sequence would give.
 func describeSlot(n int) string {
-	switch {
-	case n >= slotKeys:
+	if n >= slotKeys {
 		return "DEFAULT"
-	case n == slotClock:
-		return clockSlot("")
 	}
 	return "ALL"
 }
@@ -158,7 +154,7 @@ func (a *analyzer) needsRename() bool {
 // singleTemplate sets the template a statement runs with on one target: none when the
 // client's text can go as it is.
 func (a *analyzer) singleTemplate(stmt *pg.Node) error {
-	if !a.needsRename() && !a.rewritesClock(stmt) {
+	if !a.needsRename() {
 		return nil
 	}
 	t, err := a.makeTemplate(stmt)
@@ -171,7 +167,7 @@ func (a *analyzer) singleTemplate(stmt *pg.Node) error {
 
 // makeTemplate deparses a (marked) statement and cuts it into segments.
 func (a *analyzer) makeTemplate(stmt *pg.Node) (*template, error) {
-	text, err := deparse(a.tree.Version, a.clocked(stmt))
+	text, err := deparse(a.tree.Version, stmt)
 	if err != nil {
 		return nil, err
 	}
@@ -237,9 +233,6 @@ type renderer struct {
 	renumOf map[int]int
 	// keepParams writes $n as the client wrote it (for describing a statement).
 	keepParams bool
-	// clockParam sends the clock slot as a parameter of its own (params entry -1,
-	// sqlexec.TargetParams), for a statement whose text must not change with it.
-	clockParam bool
 }
 
 func (r *renderer) render(t *template) string {
@@ -254,12 +247,6 @@ func (r *renderer) render(t *template) string {
 			l := r.lits[s.n-1]
 			b.WriteString(r.sql[l.Start:l.End])
 		case segSlot:
-			if s.n == slotClock && r.clockParam {
-				b.WriteString("($")
-				b.WriteString(strconv.Itoa(r.param(0)))
-				b.WriteString("::pg_catalog.timestamptz)")
-				continue
-			}
 			b.WriteString(r.slot(s.n))
 		case segParam:
 			if r.keepParams {
@@ -267,26 +254,20 @@ func (r *renderer) render(t *template) string {
 				b.WriteString(strconv.Itoa(s.n))
 				continue
 			}
+			if r.renumOf == nil {
+				r.renumOf = map[int]int{}
+			}
+			k, ok := r.renumOf[s.n]
+			if !ok {
+				r.params = append(r.params, s.n-1)
+				k = len(r.params)
+				r.renumOf[s.n] = k
+			}
 			b.WriteByte('$')
-			b.WriteString(strconv.Itoa(r.param(s.n)))
+			b.WriteString(strconv.Itoa(k))
 		}
 	}
 	return b.String()
-}
-
-// param returns the target's number for client parameter n (0: the clock's value),
-// numbering it at its first use.
-func (r *renderer) param(n int) int {
-	if r.renumOf == nil {
-		r.renumOf = map[int]int{}
-	}
-	k, ok := r.renumOf[n]
-	if !ok {
-		r.params = append(r.params, n-1)
-		k = len(r.params)
-		r.renumOf[n] = k
-	}
-	return k
 }
 
 // nodeSQL names a physical table in SQL: quoted when needed, and qualified with its

@@ -9,7 +9,6 @@ import (
 
 	"github.com/shardlab/shardlab/coordinator"
 	"github.com/shardlab/shardlab/proxy/backend"
-	"github.com/shardlab/shardlab/sqlexec"
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
@@ -26,14 +25,10 @@ func (s *Session) coordinatorIndex() int { return sqlplan.CoordinatorSource(s.r.
 // readyCoordinator checks that the coordinator may answer a bound statement for this
 // client now, and builds its database if a schema change made through the proxy (or
 // the proxy's start) left it unbuilt. partial is set for an answer fetched in parts
-// (Execute with a row limit); clock for a statement that reads the clock
-// (sqlplan.Plan.ReadsClock).
-func (s *Session) readyCoordinator(ctx context.Context, refused error, clock, partial bool) error {
+// (Execute with a row limit).
+func (s *Session) readyCoordinator(ctx context.Context, refused error, partial bool) error {
 	why := strings.TrimPrefix(refusalMessage(refused), "shardlab: ")
 	err := s.coordinatorAllowed(partial)
-	if err == nil && clock && s.tx.InTransaction() {
-		err = sqlexec.ErrClockInTransaction
-	}
 	if err == nil && s.tx.InTransaction() {
 		// The check's own failures (a cancel, a broken connection, an aborted
 		// transaction) are the client's as they are; its refusals name the statement.
@@ -132,7 +127,7 @@ func refusalMessage(err error) string {
 // answer, and checks an error the coordinator gives against one database (see
 // coordinatorError).
 func (s *Session) runCoordinated(ctx context.Context, b *sqlplan.Bound, oids []uint32, partial bool, fn func(*backend.Conn) error) error {
-	if err := s.readyCoordinator(ctx, b.Refused, b.Plan.ReadsClock, partial); err != nil {
+	if err := s.readyCoordinator(ctx, b.Refused, partial); err != nil {
 		return err
 	}
 	var moved *coordinator.Movement

@@ -181,9 +181,6 @@ func (s *Session) Bind(ctx context.Context, m *pgproto3.Bind) error {
 		p.resultFormats = append([]int16(nil), m.ResultFormatCodes...)
 	}
 	p.args.ForeignText = s.foreignText()
-	if st.plan.ReadsClock {
-		p.args.Clock = s.clockText()
-	}
 	if routed(st.plan) {
 		oids, err := s.paramTypes(ctx, st, p.args)
 		if err != nil {
@@ -359,7 +356,7 @@ func (s *Session) describe(ctx context.Context, st *statement) (*description, er
 	var d description
 	describeOn := func(ds int, sql string) error {
 		if ds == s.coordinatorIndex() {
-			if err := s.readyCoordinator(ctx, st.plan.Refused, st.plan.ReadsClock, false); err != nil {
+			if err := s.readyCoordinator(ctx, st.plan.Refused, false); err != nil {
 				return err
 			}
 		}

@@ -282,7 +282,7 @@ func New(cfg Config) (*Router, error) {
 		r.coord, r.coordPool = cfg.Coordinator, cfg.CoordinatorPool
 		r.ownPools = append(slices.Clone(r.pools), r.coordPool)
 	}
-	r.planner = sqlplan.New(cfg.Rules, r.catalog, sqlplan.Options{Coordinate: r.coord != nil, ShardAggregates: r.coord != nil, Clock: true})
+	r.planner = sqlplan.New(cfg.Rules, r.catalog, sqlplan.Options{Coordinate: r.coord != nil, ShardAggregates: r.coord != nil})
 	r.committer = sqlexec.NewCommitter(cfg.Rules, cfg.TwoPhase)
 	r.engine = sqlexec.NewEngine(cfg.Rules, r.catalog, r.committer)
 	r.engine.SetMaxHeld(cfg.MaxHeld)

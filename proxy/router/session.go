@@ -99,11 +99,6 @@ type Session struct {
 	// batchFailed: an error happened since the last Sync; the implicit transaction of
 	// the batch rolls back.
 	batchFailed bool
-	// clock is the reading of the clock that the statements of the client's current
-	// transaction read on every data source (sqlplan.Args.Clock): taken at BEGIN, or at
-	// the first statement that reads it, and forgotten when the transaction ends and at
-	// each ReadyForQuery outside one (see clockText).
-	clock string
 
 	leases *leases
 	conns  conns
@@ -412,26 +407,11 @@ func (s *Session) Hold(ctx context.Context) error {
 // transaction, keeping no server connection (session pooling, a temporary table, a
 // LISTEN). Call it when ReadyForQuery is sent.
 func (s *Session) Release() {
-	idle := s.TxStatus() == 'I'
-	if idle {
-		s.clock = ""
-	}
-	if !s.inUnit || !idle || s.leases.keeps() {
+	if !s.inUnit || s.TxStatus() != 'I' || s.leases.keeps() {
 		return
 	}
 	s.inUnit = false
 	s.r.pause.leave()
-}
-
-// clockText is the clock reading of the client's current transaction, as one database
-// reads now() in it: one value for a transaction block, for the statements of a
-// multi-statement query or an extended-protocol batch (one implicit transaction), or
-// for a statement alone.
-func (s *Session) clockText() string {
-	if s.clock == "" {
-		s.clock = sqlplan.ClockText(time.Now())
-	}
-	return s.clock
 }
 
 // moveTo moves an idle session to the router n that took its router's place: n's

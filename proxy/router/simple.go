@@ -74,9 +74,6 @@ func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) 
 		return s.copy(ctx, plan)
 	}
 	args := sqlplan.Args{ForeignText: s.foreignText()}
-	if plan.ReadsClock {
-		args.Clock = s.clockText()
-	}
 	if plan.Feed != nil {
 		return s.runSeveralSteps(ctx, plan, func() (*sqlexec.Result, error) { return s.insertSelect(ctx, plan, args, nil, nil) })
 	}

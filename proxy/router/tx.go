@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -58,7 +57,6 @@ func (s *Session) endTx(committed bool) {
 	s.saved = nil
 	s.txLocal = nil
 	s.reading = false
-	s.clock = ""
 	// PostgreSQL drops every portal with its transaction (a server's went with it).
 	clear(s.portals)
 	if s.txDDL {
@@ -103,7 +101,6 @@ func (s *Session) transaction(ctx context.Context, plan *sqlplan.Plan) error {
 		default:
 			s.tx.Begin(plan.SQL)
 			s.explicit = true
-			s.clock = sqlplan.ClockText(time.Now()) // its start, as one database's now()
 		}
 	case sqlplan.TxCommit, sqlplan.TxRollback:
 		if plan.Chain && !s.explicit {
