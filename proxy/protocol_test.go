@@ -219,6 +219,24 @@ func TestDeclaredParameters(t *testing.T) {
 			t.Errorf("%s declaring %v, values %q:\n got  %s\n want %s", k.sql, k.oids, k.values, got, want)
 		}
 	}
+	// In a failed transaction an empty statement is parsed and described, but not
+	// bound (25P02): it is no statement that ends the transaction.
+	failed := func(pc *pgconn.PgConn) string {
+		var out []string
+		for _, sql := range []string{"BEGIN", "SELECT 1/0"} {
+			_, err := pc.Exec(ctx, sql).ReadAll()
+			out = append(out, sqlState(err))
+		}
+		_, err := pc.Prepare(ctx, "empty_in_failed", "", nil)
+		out = append(out, sqlState(err))
+		r := pc.ExecPrepared(ctx, "empty_in_failed", nil, nil, nil).Read()
+		out = append(out, sqlState(r.Err))
+		_, err = pc.Exec(ctx, "ROLLBACK").ReadAll()
+		return strings.Join(append(out, sqlState(err)), " ")
+	}
+	if want, got := failed(one), failed(pc); got != want {
+		t.Errorf("an empty statement in a failed transaction: %s, want %s", got, want)
+	}
 }
 
 // TestExtendedErrorRecovery: after an error the proxy skips to Sync, the batch's

@@ -65,7 +65,8 @@ func failedTx() error {
 
 // exitStatement reports whether a plan may run in a failed transaction: COMMIT,
 // ROLLBACK, ROLLBACK TO SAVEPOINT, PREPARE TRANSACTION (which rolls it back), and an
-// empty statement, which PostgreSQL answers there too.
+// empty statement, which PostgreSQL answers there too (in a query string, and as a
+// portal bound before; a Bind of one fails, see Bind).
 func exitStatement(p *sqlplan.Plan) bool {
 	return p.Kind == sqlplan.KindEmpty || p.Kind == sqlplan.KindTransaction && (p.Tx == sqlplan.TxCommit || p.Tx == sqlplan.TxRollback || p.Tx == sqlplan.TxRollbackTo || p.Tx == sqlplan.TxPrepare)
 }
@@ -148,7 +149,9 @@ func (s *Session) Bind(ctx context.Context, m *pgproto3.Bind) error {
 	if err != nil {
 		return s.fail(err)
 	}
-	if s.isFailed() && !exitStatement(st.plan) {
+	if s.isFailed() && (!exitStatement(st.plan) || st.plan.Kind == sqlplan.KindEmpty) {
+		// An empty statement is answered in a failed transaction (a query string, an
+		// Execute of a portal bound before), but not bound: it ends nothing.
 		return s.fail(failedTx())
 	}
 	if m.DestinationPortal != "" {
