@@ -136,7 +136,9 @@ func TestSubqueriesFirst(t *testing.T) {
 			{sql: `DELETE FROM orders o WHERE o.id > 550 AND EXISTS (SELECT 1 FROM custs c WHERE c.id < o.cust GROUP BY c.region HAVING count(*) > 10) RETURNING o.id`},
 			{sql: `UPDATE orders o SET status = (SELECT max(c.name) FROM custs c WHERE c.id < o.cust GROUP BY c.region HAVING c.region = 'north' AND count(*) > 2) WHERE o.id <= 300 RETURNING o.id, o.status`},
 			{sql: `UPDATE orders o SET status = 'grp' WHERE o.id < 200 AND 'north' IN (SELECT c.region FROM custs c WHERE c.id < o.cust GROUP BY c.region HAVING count(*) >= 3) RETURNING o.id`},
-			{sql: `UPDATE orders o SET amount = (SELECT count(*) FROM custs c WHERE c.id < o.cust GROUP BY c.region) WHERE o.id < 5`}}},
+			{sql: `UPDATE orders o SET amount = (SELECT count(*) FROM custs c WHERE c.id < o.cust GROUP BY c.region) WHERE o.id < 5`},
+			// A numeric group key compared by ALL: any of equal values answers alike.
+			{sql: `UPDATE custs c SET name = c.name || '+' WHERE c.id < ALL (SELECT o.amount FROM orders o WHERE o.cust = c.id AND o.amount > 30 GROUP BY o.amount) RETURNING c.id, c.name`}}},
 		{"correlated, PostgreSQL's functions", []step{
 			{sql: `UPDATE orders o SET amount = (SELECT round(avg(c.id), 1) + abs(min(c.id - 50)) + length(o.status) FROM custs c WHERE c.id < o.cust) WHERE o.id < 100 RETURNING o.*`},
 			{sql: `UPDATE orders o SET status = (SELECT upper(c.name) || length(c.region) FROM custs c WHERE c.id < o.cust ORDER BY lower(c.region) DESC, c.id % 5, c.id LIMIT 1) WHERE o.id <= 300 RETURNING o.id, o.status`}}},

@@ -638,8 +638,13 @@ func (a *analyzer) correlatedSub(target *pg.RangeVar, sl *pg.SubLink, param int,
 		}
 	}
 	cs.summed, cs.picked, cs.bounded = columnsOf(summedNodes), columnsOf(pickedNodes), columnsOf(boundedNodes)
-	for _, r := range keysRead {
-		cs.picked = append(cs.picked, index[r])
+	if sl.SubLinkType == pg.SubLinkType_EXPR_SUBLINK {
+		// A scalar subquery answers the group key's value, its group's first row's.
+		// EXISTS reads no value, and IN, ANY and ALL compare it by a comparison,
+		// under which equal values (1.0 and 1.00) answer alike.
+		for _, r := range keysRead {
+			cs.picked = append(cs.picked, index[r])
+		}
 	}
 	if sel.LimitCount != nil || sel.LimitOffset != nil {
 		// SELECT x ... ORDER BY x LIMIT 1 is min(x): which of equal values it keeps

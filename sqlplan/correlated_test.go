@@ -351,7 +351,13 @@ func TestCorrelatedPicked(t *testing.T) {
 		{"UPDATE t_order o SET status = (SELECT (u.score + 0)::text FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.score LIMIT 1)", []int{2}},
 		{"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY u.name, abs(u.score) LIMIT 1)", []int{0}},
 		{"UPDATE t_order o SET status = (SELECT u.name FROM t_user u WHERE u.user_id < o.user_id ORDER BY abs(u.score) LIMIT 1)", nil},
-		{"DELETE FROM t_order o WHERE o.user_id IN (SELECT u.score FROM t_user u WHERE u.name = o.status GROUP BY u.score HAVING count(*) > 1)", []int{0}},
+		// A group key selected: the value of its group's first row, picked where a
+		// scalar subquery answers it; compared by IN, or never read by EXISTS, any
+		// of equal values answers alike.
+		{"UPDATE t_order o SET status = (SELECT u.score FROM t_user u WHERE u.name = o.status GROUP BY u.score HAVING count(*) > 1)::text", []int{0}},
+		{"DELETE FROM t_order o WHERE o.user_id IN (SELECT u.score FROM t_user u WHERE u.name = o.status GROUP BY u.score HAVING count(*) > 1)", nil},
+		{"DELETE FROM t_order o WHERE o.user_id > ALL (SELECT u.score FROM t_user u WHERE u.name = o.status GROUP BY u.score)", nil},
+		{"DELETE FROM t_order o WHERE EXISTS (SELECT u.score FROM t_user u WHERE u.name = o.status GROUP BY u.score)", nil},
 		{"DELETE FROM t_order o WHERE EXISTS (SELECT 1 FROM t_user u WHERE u.name = o.status GROUP BY u.score)", nil},
 	} {
 		pl, err := p.Prepare(ctx, c.sql)
