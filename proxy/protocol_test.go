@@ -1205,3 +1205,110 @@ func TestAutoMaxTransactions(t *testing.T) {
 		})
 	}
 }
+
+// TestParseAnalysis: PostgreSQL analyses a statement at Parse, so a Parse alone (as
+// libpq's PQprepare sends it, with Sync) of a statement naming a missing column or
+// table, or a parameter whose type it cannot infer, fails there, and a transaction it
+// was sent in fails with it. Through the proxy each answer is one database's, message
+// by message. (A table that does not exist is not among them: its 42P01 comes at
+// Describe or Execute, see Session.analyse.)
+func TestParseAnalysis(t *testing.T) {
+	t.Run("table per data source", func(t *testing.T) {
+		parseAnalysis(t, startProxy(t, 2, []string{"items=id"}, []string{"colours"}), true)
+	})
+	t.Run("tables split", func(t *testing.T) {
+		r := shardedRules([]string{pgtest.NewDatabase(t, "parse_s0"), pgtest.NewDatabase(t, "parse_s1")}, nil, []string{"colours"})
+		r.Tables = []rules.Table{{Name: "items", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2}}
+		// The servers' messages name the physical tables (items_0) here: codes only.
+		parseAnalysis(t, startProxyOn(t, r), false)
+	})
+}
+
+func parseAnalysis(t *testing.T, e *env, messages bool) {
+	c := e.connect(t)
+	schema := []string{
+		"CREATE TABLE items (id int PRIMARY KEY, name text)",
+		"CREATE TABLE colours (id int PRIMARY KEY, name text)",
+	}
+	for _, sql := range schema {
+		exec1(t, c, sql)
+	}
+	ctx := context.Background()
+	one, err := pgconn.Connect(ctx, pgtest.NewDatabase(t, "parse_one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { one.Close(context.Background()) })
+	for _, sql := range schema {
+		if _, err := one.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		sql  string
+		oids []uint32
+	}{
+		{"SELECT $1 IS NULL", nil},
+		{"SELECT $1 IS NULL", []uint32{23}},
+		{"SELECT nosuch FROM items", nil},
+		{"SELECT name FROM items WHERE id = $1", nil},
+		{"SELECT count(*) FROM items WHERE id = $1 AND $2 IS NULL", nil},
+		{"SELECT i.name, c.name FROM items i JOIN colours c ON c.nosuch = i.id", nil},
+		{"SELECT 'abc'::int FROM items", nil},
+		{"SELECT id FROM items GROUP BY name", nil},
+		{"INSERT INTO items VALUES ($1, $2)", nil},
+		{"INSERT INTO items (id, nosuch) VALUES ($1, $2)", nil},
+		{"UPDATE items SET nosuch = 1 WHERE id = $1", nil},
+		{"DELETE FROM items WHERE nosuch = $1", nil},
+		{"UPDATE colours SET name = $1 WHERE $2 IS NULL", nil},
+		{"SELECT nosuch()", nil},
+		{"CREATE TABLE later (a nosuchtype)", nil},
+		{"BEGIN", nil},
+		{"SELECT nosuch FROM items", nil},
+		{"SELECT 1", nil},
+		{"ROLLBACK", nil},
+	}
+	transcript := func(pc *pgconn.PgConn) []string {
+		var out []string
+		fe := pc.Frontend()
+		for i, st := range steps {
+			// A statement of a transaction's control goes as a query, to open and end one.
+			if st.sql == "BEGIN" || st.sql == "ROLLBACK" {
+				_, err := pc.Exec(ctx, st.sql).ReadAll()
+				out = append(out, st.sql+": "+sqlState(err))
+				continue
+			}
+			fe.SendParse(&pgproto3.Parse{Name: fmt.Sprintf("p%d", i), Query: st.sql, ParameterOIDs: st.oids})
+			fe.SendSync(&pgproto3.Sync{})
+			if err := fe.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			got := st.sql + ":"
+			for {
+				msg, err := pc.ReceiveMessage(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m, ok := msg.(*pgproto3.ErrorResponse); ok {
+					got += " E" + m.Code
+					if messages {
+						got += fmt.Sprintf(" %s (at %d)", m.Message, m.Position)
+					}
+				} else if _, ok := msg.(*pgproto3.ParseComplete); ok {
+					got += " parsed"
+				} else if m, ok := msg.(*pgproto3.ReadyForQuery); ok {
+					got += " ready " + string(m.TxStatus)
+					break
+				}
+			}
+			out = append(out, got)
+		}
+		return out
+	}
+	want, got := transcript(one), transcript(e.pgconnect(t))
+	for i := range want {
+		if i >= len(got) || got[i] != want[i] {
+			t.Errorf("step %d:\n got  %q\n want %q", i+1, got[i], want[i])
+		}
+	}
+}

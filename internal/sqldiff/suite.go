@@ -334,7 +334,7 @@ func Queries() []Query {
 		ref("SELECT avg(weight) FROM t_order"),
 		ref("SELECT o.order_id, u.name FROM t_order o JOIN t_user u ON o.user_id = u.user_id"),
 		ref("SELECT order_id FROM t_order UNION SELECT user_id FROM t_user"),
-		ref("SELECT order_id FROM t_order o JOIN t_order_item i ON o.user_id = i.qty"),
+		ref("SELECT o.order_id FROM t_order o JOIN t_order_item i ON o.user_id = i.qty"),
 		ref("SELECT DISTINCT ON (user_id) user_id, order_id FROM t_order ORDER BY user_id, order_id"),
 		ref("SELECT user_id, count(*) FROM t_order GROUP BY ROLLUP (user_id)"),
 		ref("SELECT order_id FROM t_order ORDER BY order_id LIMIT 3 + 1"),

@@ -118,8 +118,37 @@ func (s *Session) Parse(ctx context.Context, name, sql string, oids []uint32) er
 	if len(oids) > 0 {
 		st.oids = append([]uint32(nil), oids...)
 	}
+	if !plan.Unparsed {
+		if err := s.analyse(ctx, st); err != nil {
+			return s.fail(err)
+		}
+	}
 	s.stmts[name] = st
 	s.client.Send(&pgproto3.ParseComplete{})
+	return nil
+}
+
+// analyse gives, at Parse, the error PostgreSQL's analysis of the statement gives
+// there: a column, table or function that does not exist, a parameter whose type it
+// cannot infer (42P18), a constant its type cannot read (22P02). The statement is
+// described on a data source now rather than at the client's Describe, which needs the
+// description too (once per text: the router keeps it). Any other failure of the
+// description (a refusal, a data source out of reach) is no error of PostgreSQL's Parse:
+// the Describe or Execute that needs the description reports it. So is a table that
+// does not exist (42P01) where it was described: a statement may name tables that no
+// one data source holds (a default data source's table beside shards elsewhere), which
+// a refusal or the coordinator answers later. Any other error of the analysis comes
+// before it would reach a missing table, so one database, holding every table, gives
+// it too.
+func (s *Session) analyse(ctx context.Context, st *statement) error {
+	if !routed(st.plan) || st.plan.Kind == sqlplan.KindDDL {
+		return nil // PostgreSQL analyses utility statements when they run
+	}
+	_, err := s.describe(ctx, st)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code != "42P01" && (strings.HasPrefix(pe.Code, "42") || strings.HasPrefix(pe.Code, "22")) {
+		return err
+	}
 	return nil
 }
 
