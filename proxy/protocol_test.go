@@ -187,6 +187,14 @@ func TestDeclaredParameters(t *testing.T) {
 		{"", []uint32{23}, [][]byte{[]byte("x")}, nil},
 		{"", []uint32{23}, nil, nil},
 		{"", nil, [][]byte{[]byte("1")}, nil},
+		{"", []uint32{0}, [][]byte{[]byte("1")}, nil},
+		{"", []uint32{0}, [][]byte{nil}, nil},
+		{"", []uint32{23, 0}, [][]byte{[]byte("x"), []byte("1")}, nil},
+		{"", []uint32{23, 0}, [][]byte{[]byte("1"), []byte("1")}, nil},
+		{"", []uint32{23, 0, 23}, [][]byte{int4(1), []byte("1"), int4(2)}, []int16{1, 0, 1}},
+		{"", []uint32{0}, nil, nil},
+		{"SELECT 1", []uint32{0}, [][]byte{[]byte("1")}, nil},
+		{"BEGIN", []uint32{0}, [][]byte{[]byte("1")}, nil},
 	}
 	answer := func(pc *pgconn.PgConn, i int) string {
 		name := fmt.Sprintf("declared_%d", i)
@@ -1263,6 +1271,13 @@ func parseAnalysis(t *testing.T, e *env, messages bool) {
 		{"UPDATE colours SET name = $1 WHERE $2 IS NULL", nil},
 		{"SELECT nosuch()", nil},
 		{"CREATE TABLE later (a nosuchtype)", nil},
+		{"CREATE TABLE later (a int)", []uint32{0}},
+		{"SET work_mem = '8MB'", []uint32{0}},
+		{"SET work_mem = '8MB'", []uint32{25, 0}},
+		{"SET work_mem = '8MB'", []uint32{23}},
+		{"SELECT 1", []uint32{23, 0}},
+		{"COMMIT", []uint32{0}},
+		{"", []uint32{0}},
 		{"BEGIN", nil},
 		{"SELECT nosuch FROM items", nil},
 		{"SELECT 1", nil},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -121,6 +122,16 @@ func (s *Session) Parse(ctx context.Context, name, sql string, oids []uint32) er
 	if !plan.Unparsed {
 		if err := s.analyse(ctx, st); err != nil {
 			return s.fail(err)
+		}
+	}
+	if plan.Kind != sqlplan.KindEmpty && (!routed(plan) || plan.Kind == sqlplan.KindDDL) {
+		// PostgreSQL's analysis leaves the type of a parameter that nothing references
+		// undetermined, and a Parse that declared none for it fails (an empty query
+		// is not analysed). A routed statement's description says so (analyse).
+		for i, oid := range oids {
+			if oid == 0 && i >= plan.NumParams {
+				return s.fail(pgError("42P18", "could not determine data type of parameter $%d", i+1))
+			}
 		}
 	}
 	s.stmts[name] = st
@@ -256,9 +267,27 @@ func (s *Session) checkUnreferenced(ctx context.Context, st *statement, args sql
 	if len(d.params) != len(args.Values) {
 		return pgError("XX000", "shardlab: statement described with %d parameters, bound with %d", len(d.params), len(args.Values))
 	}
-	return s.onDataSource(ctx, s.r.rules.DefaultDataSource(), func(c *backend.Conn) error {
-		return c.PgConn().ExecParams(ctx, "SELECT", args.Values, d.params, args.Formats, nil).Read().Err
-	})
+	params, values, formats := d.params, args.Values, args.Formats
+	var undetermined error
+	if i := slices.Index(params, 0); i >= 0 {
+		// A type left undetermined reaches Bind only in an empty query, which
+		// PostgreSQL does not analyse: its Bind reads the values before that one, then
+		// fails looking the type up.
+		params, values = params[:i], values[:i]
+		if len(formats) > 1 {
+			formats = formats[:i]
+		}
+		undetermined = pgError("XX000", "cache lookup failed for type 0")
+	}
+	if len(params) > 0 {
+		err = s.onDataSource(ctx, s.r.rules.DefaultDataSource(), func(c *backend.Conn) error {
+			return c.PgConn().ExecParams(ctx, "SELECT", values, params, formats, nil).Read().Err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return undetermined
 }
 
 // routed reports whether a plan runs on data sources (rather than in the session).
