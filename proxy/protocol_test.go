@@ -1216,10 +1216,10 @@ func TestAutoMaxTransactions(t *testing.T) {
 
 // TestParseAnalysis: PostgreSQL analyses a statement at Parse, so a Parse alone (as
 // libpq's PQprepare sends it, with Sync) of a statement naming a missing column or
-// table, or a parameter whose type it cannot infer, fails there, and a transaction it
-// was sent in fails with it. Through the proxy each answer is one database's, message
-// by message. (A table that does not exist is not among them: its 42P01 comes at
-// Describe or Execute, see Session.analyse.)
+// function, or a parameter whose type it cannot infer, fails there. Through the proxy,
+// outside a transaction block, each answer is one database's, message by message. (A
+// table that does not exist is not among them, nor a Parse inside a transaction
+// block: their errors come at Describe or Execute, see Session.analyse.)
 func TestParseAnalysis(t *testing.T) {
 	t.Run("table per data source", func(t *testing.T) {
 		parseAnalysis(t, startProxy(t, 2, []string{"items=id"}, []string{"colours"}), true)
@@ -1278,21 +1278,11 @@ func parseAnalysis(t *testing.T, e *env, messages bool) {
 		{"SELECT 1", []uint32{23, 0}},
 		{"COMMIT", []uint32{0}},
 		{"", []uint32{0}},
-		{"BEGIN", nil},
-		{"SELECT nosuch FROM items", nil},
-		{"SELECT 1", nil},
-		{"ROLLBACK", nil},
 	}
 	transcript := func(pc *pgconn.PgConn) []string {
 		var out []string
 		fe := pc.Frontend()
 		for i, st := range steps {
-			// A statement of a transaction's control goes as a query, to open and end one.
-			if st.sql == "BEGIN" || st.sql == "ROLLBACK" {
-				_, err := pc.Exec(ctx, st.sql).ReadAll()
-				out = append(out, st.sql+": "+sqlState(err))
-				continue
-			}
 			fe.SendParse(&pgproto3.Parse{Name: fmt.Sprintf("p%d", i), Query: st.sql, ParameterOIDs: st.oids})
 			fe.SendSync(&pgproto3.Sync{})
 			if err := fe.Flush(); err != nil {
@@ -1325,5 +1315,96 @@ func parseAnalysis(t *testing.T, e *env, messages bool) {
 		if i >= len(got) || got[i] != want[i] {
 			t.Errorf("step %d:\n got  %q\n want %q", i+1, got[i], want[i])
 		}
+	}
+}
+
+// TestParseInTransaction: a Parse inside a transaction block leaves the transaction as
+// PostgreSQL does. Here the statement names a table of the default data source beside
+// a table sharded over the others, which no one data source can describe: up to this
+// change the proxy described it at Parse, the failed description (42P01, let pass)
+// aborted the transaction on the default data source unseen, and COMMIT lost the
+// transaction's insert.
+func TestParseInTransaction(t *testing.T) {
+	for _, k := range []struct{ coordinate, describe bool }{{false, false}, {true, false}} {
+		coordinate := k.coordinate
+		t.Run(fmt.Sprintf("coordinator %v describe %v", coordinate, k.describe), func(t *testing.T) {
+			var dsns []string
+			for i := range 3 {
+				dsns = append(dsns, pgtest.NewDatabase(t, fmt.Sprintf("parsetx_s%d", i)))
+			}
+			r := shardedRules(dsns, nil, nil)
+			r.Tables = []rules.Table{{Name: "items", Strategy: rules.Strategy{Column: "id"}, DataSources: []string{"ds_1", "ds_2"}}}
+			var opts []option
+			if coordinate {
+				opts = append(opts, withCoordinator())
+			}
+			e := startProxyOn(t, r, opts...)
+			ctx := context.Background()
+			one, err := pgconn.Connect(ctx, pgtest.NewDatabase(t, "parsetx_one"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { one.Close(context.Background()) })
+			pc := e.pgconnect(t)
+			schema := []string{"CREATE TABLE items (id int PRIMARY KEY, name text)", "CREATE TABLE colours (id int PRIMARY KEY, name text)"}
+			for _, c := range []*pgconn.PgConn{one, pc} {
+				for _, sql := range schema {
+					if _, err := c.Exec(ctx, sql).ReadAll(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			transcript := func(pc *pgconn.PgConn) string {
+				var out []string
+				for _, sql := range []string{"BEGIN", "SELECT count(*) FROM colours"} {
+					_, err := pc.Exec(ctx, sql).ReadAll()
+					out = append(out, sql+": "+sqlState(err))
+				}
+				fe := pc.Frontend()
+				fe.SendParse(&pgproto3.Parse{Name: "joined", Query: "SELECT i.name, c.name FROM items i JOIN colours c ON c.id = i.id WHERE i.id = 1"})
+				if k.describe {
+					fe.SendDescribe(&pgproto3.Describe{ObjectType: 'S', Name: "joined"})
+				}
+				fe.SendSync(&pgproto3.Sync{})
+				if err := fe.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				for {
+					msg, err := pc.ReceiveMessage(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if m, ok := msg.(*pgproto3.ErrorResponse); ok {
+						out = append(out, "parse: "+m.Code)
+					} else if _, ok := msg.(*pgproto3.ParseComplete); ok {
+						out = append(out, "parsed")
+					} else if m, ok := msg.(*pgproto3.ReadyForQuery); ok {
+						out = append(out, "ready "+string(m.TxStatus))
+						break
+					} else if _, ok := msg.(*pgproto3.RowDescription); ok {
+						out = append(out, "described")
+					}
+				}
+				_, err := pc.Exec(ctx, "INSERT INTO colours VALUES (7, 'red')").ReadAll()
+				out = append(out, "insert: "+sqlState(err))
+				res, err := pc.Exec(ctx, "COMMIT").ReadAll()
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, "COMMIT: "+res[0].CommandTag.String())
+				res, err = pc.Exec(ctx, "SELECT count(*) FROM colours").ReadAll()
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, "colours: "+string(res[0].Rows[0][0]))
+				if err := pc.Deallocate(ctx, "joined"); err != nil {
+					t.Fatal(err)
+				}
+				return strings.Join(out, "; ")
+			}
+			if want, got := transcript(one), transcript(pc); got != want {
+				t.Errorf("got  %s\nwant %s", got, want)
+			}
+		})
 	}
 }

@@ -151,9 +151,17 @@ func (s *Session) Parse(ctx context.Context, name, sql string, oids []uint32) er
 // a refusal or the coordinator answers later. Any other error of the analysis comes
 // before it would reach a missing table, so one database, holding every table, gives
 // it too.
+//
+// Inside a transaction (the client's, or a batch's implicit one) the statement is not
+// described at Parse: a description fails the server's transaction with any error, the
+// ones Parse lets pass included, and would join data sources to it that the statement
+// may never run on. There the Describe or Execute reports the analysis, as before.
 func (s *Session) analyse(ctx context.Context, st *statement) error {
 	if !routed(st.plan) || st.plan.Kind == sqlplan.KindDDL {
 		return nil // PostgreSQL analyses utility statements when they run
+	}
+	if s.explicit || s.implicit || s.tx.InTransaction() {
+		return nil
 	}
 	_, err := s.describe(ctx, st)
 	var pe *pgconn.PgError
