@@ -674,3 +674,35 @@ func (r *TableRule) ShardOf(column string, k Key, typ KeyType) (shard int, ok bo
 	i, err := shardOf(s, typ, k, len(r.Nodes))
 	return i, true, err
 }
+
+// LogicalName returns the logical table whose physical table on some data source is
+// named physical, when the two names differ: a table split into several on a data
+// source (items_0, items_1 for items), or given another name there by a resharding
+// move (WithTableNames). Errors of the servers name physical tables; clients know the
+// logical ones.
+func (c *Compiled) LogicalName(physical string) (string, bool) {
+	for at, name := range c.names {
+		if name == physical && at.Table != physical {
+			return at.Table, true
+		}
+	}
+	i := strings.LastIndexByte(physical, '_')
+	if i <= 0 {
+		return "", false
+	}
+	t, err := strconv.Atoi(physical[i+1:])
+	if err != nil || t < 0 || strconv.Itoa(t) != physical[i+1:] {
+		return "", false
+	}
+	base := physical[:i]
+	r := c.build(base) // not Lookup, which would keep every name an error quotes
+	if r.Kind != KindSharded || r.spec.perDS <= t {
+		return "", false
+	}
+	for _, n := range r.Nodes {
+		if n.Table == physical {
+			return base, true
+		}
+	}
+	return "", false
+}

@@ -455,11 +455,12 @@ func sourceName(r *rules.Compiled, ds int) string {
 	return r.DataSources()[ds].Name
 }
 
-// shardErr names the data source an error came from (once).
+// shardErr names the data source an error came from (once), and the logical tables
+// its server's error names (LogicalNames).
 func (e *Engine) shardErr(ds int, err error) error {
 	var se *ShardError
 	if errors.As(err, &se) {
-		return err
+		return LogicalNames(err, e.rules)
 	}
-	return &ShardError{DataSource: ds, Name: e.name(ds), Err: err}
+	return LogicalNames(&ShardError{DataSource: ds, Name: e.name(ds), Err: err}, e.rules)
 }

@@ -3,9 +3,11 @@ package sqlexec
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/shardlab/shardlab/rules"
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
@@ -43,3 +45,99 @@ func (e *ShardError) SQLState() string {
 	}
 	return "08006"
 }
+
+// LogicalNames returns err as a client of the logical tables should see it: where a
+// server's error names a physical table whose name differs from its logical table's
+// (rules.Compiled.LogicalName: items_0 for items), it names the logical one, in the
+// error's table and constraint fields and in the quoted names of its message, as one
+// database would. A constraint or index name that PostgreSQL made from the physical
+// table's (items_0_pkey) is made from the logical one's (items_pkey). Only errors of
+// integrity constraints (class 23) and of a statement's analysis (class 42) have their
+// message changed: others may quote the client's values, which stay as they are, and
+// so does every error's detail. err is returned unchanged when nothing is renamed.
+func LogicalNames(err error, r *rules.Compiled) error {
+	var pe *pgconn.PgError
+	if r == nil || !errors.As(err, &pe) {
+		return err
+	}
+	var tables []string // physical names seen, each followed by its logical name
+	logical := func(name string) (string, bool) {
+		for i := 0; i < len(tables); i += 2 {
+			if tables[i] == name {
+				return tables[i+1], true
+			}
+		}
+		l, ok := r.LogicalName(name)
+		if ok {
+			tables = append(tables, name, l)
+		}
+		return l, ok
+	}
+	// rename renames a table, a table's column (items_0.id), or a constraint or index
+	// named after a table (items_0_pkey) once that table is known.
+	rename := func(name string, constraint bool) string {
+		if l, ok := logical(name); ok {
+			return l
+		}
+		if table, col, ok := strings.Cut(name, "."); ok {
+			if l, ok := logical(table); ok {
+				return l + "." + col
+			}
+		}
+		for i := 0; constraint && i < len(tables); i += 2 {
+			if rest, ok := strings.CutPrefix(name, tables[i]+"_"); ok {
+				return tables[i+1] + "_" + rest
+			}
+		}
+		return name
+	}
+	out := *pe
+	out.TableName = rename(pe.TableName, false)
+	class := pe.Code[:min(2, len(pe.Code))]
+	if class == "23" || class == "42" {
+		out.Message = renameQuoted(pe.Message, rename)
+	}
+	out.ConstraintName = rename(pe.ConstraintName, true) // after the table's name is known
+	if out.TableName == pe.TableName && out.ConstraintName == pe.ConstraintName && out.Message == pe.Message {
+		return err
+	}
+	return &renamedError{client: &out, err: err}
+}
+
+// renameQuoted applies rename to every double-quoted name in msg, telling it whether
+// the word before names a constraint or an index: twice, so that a constraint quoted
+// before its table is renamed once the table is known.
+func renameQuoted(msg string, rename func(name string, constraint bool) string) string {
+	pass := func(msg string) string {
+		var b strings.Builder
+		for {
+			i := strings.IndexByte(msg, '"')
+			if i < 0 {
+				b.WriteString(msg)
+				return b.String()
+			}
+			j := strings.IndexByte(msg[i+1:], '"')
+			if j < 0 {
+				b.WriteString(msg)
+				return b.String()
+			}
+			before := msg[:i]
+			constraint := strings.HasSuffix(before, "constraint ") || strings.HasSuffix(before, "index ")
+			b.WriteString(msg[:i+1])
+			b.WriteString(rename(msg[i+1:i+1+j], constraint))
+			b.WriteByte('"')
+			msg = msg[i+2+j:]
+		}
+	}
+	return pass(pass(msg))
+}
+
+// renamedError is a server's error with logical names (LogicalNames): errors.As finds
+// the renamed *pgconn.PgError first, and the original chain (a ShardError) after it.
+type renamedError struct {
+	client *pgconn.PgError
+	err    error
+}
+
+func (e *renamedError) Error() string   { return e.client.Error() }
+func (e *renamedError) Unwrap() []error { return []error{e.client, e.err} }

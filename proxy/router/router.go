@@ -643,6 +643,7 @@ func (r *Router) serverParameters(ctx context.Context) map[string]string {
 // connection; a lock wait the proxy bounded is a deadlock (40P01).
 func (s *Session) clientError(err error) error {
 	s.r.noteUnavailable(err)
+	err = sqlexec.LogicalNames(err, s.r.rules)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (pe.Severity == "FATAL" || pe.Severity == "PANIC") {
 		name := "?"

@@ -1,0 +1,56 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/rules"
+)
+
+// TestErrorsNameLogicalTables: where a table is split into several on each data source
+// (items_0, items_1), a server's error names the logical table, its constraints by the
+// names one database gives them, as one database's error does: message, table and
+// constraint fields (which ORMs read to tell which constraint failed), and detail.
+func TestErrorsNameLogicalTables(t *testing.T) {
+	r := shardedRules([]string{pgtest.NewDatabase(t, "errnames_s0"), pgtest.NewDatabase(t, "errnames_s1")}, nil, nil)
+	r.Tables = []rules.Table{{Name: "items", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2}}
+	e := startProxyOn(t, r)
+	ctx := context.Background()
+	one, err := pgconn.Connect(ctx, pgtest.NewDatabase(t, "errnames_one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { one.Close(context.Background()) })
+	pc := e.pgconnect(t)
+	answer := func(c *pgconn.PgConn, sql string) string {
+		_, err := c.Exec(ctx, sql).ReadAll()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			return fmt.Sprint(err)
+		}
+		return fmt.Sprintf("%s %s | detail %q | table %q | constraint %q", pe.Code, pe.Message, pe.Detail, pe.TableName, pe.ConstraintName)
+	}
+	for _, sql := range []string{
+		"CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL CHECK (v > 0), w text, CONSTRAINT named_check CHECK (v < 1000))",
+		"INSERT INTO items VALUES (1, 1, 'a'), (2, 2, 'b'), (3, 3, 'c')",
+		"INSERT INTO items VALUES (1, 1, 'b')",
+		"INSERT INTO items VALUES (2, 7, 'items_0')",
+		"INSERT INTO items VALUES (4, NULL, 'items_1')",
+		"INSERT INTO items VALUES (4, -1, 'b')",
+		"INSERT INTO items VALUES (4, 5000, 'b')",
+		"UPDATE items SET v = -v WHERE id = 3",
+		"UPDATE items SET nosuch = 1 WHERE id = 1",
+		"SELECT id FROM items GROUP BY v",
+		"SELECT 'items_0'::int",
+		"ALTER TABLE items ADD CONSTRAINT named_check CHECK (v < 10)",
+	} {
+		if want, got := answer(one, sql), answer(pc, sql); got != want {
+			t.Errorf("%s:\n got  %s\n want %s", sql, got, want)
+		}
+	}
+}

@@ -1,0 +1,77 @@
+package sqlexec_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardlab/shardlab/rules"
+	"github.com/shardlab/shardlab/sqlexec"
+)
+
+// TestLogicalNames: a server's error that names a physical table (items_0 of a table
+// split in two on each data source) names the logical one, as one database would;
+// values the client wrote, details and tables whose names are their own stay as they
+// are.
+func TestLogicalNames(t *testing.T) {
+	r, err := rules.Compile(rules.Rules{
+		DataSources: []rules.DataSource{{Name: "ds_0", DSN: "postgres://a/x"}, {Name: "ds_1", DSN: "postgres://b/x"}},
+		Tables: []rules.Table{
+			{Name: "items", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2},
+			{Name: "log*", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 3},
+			{Name: "users", Strategy: rules.Strategy{Column: "id"}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		in, want pgconn.PgError
+	}{
+		{pgconn.PgError{Code: "23505", Message: `duplicate key value violates unique constraint "items_1_pkey"`, Detail: `Key (id)=(1) already exists.`, TableName: "items_1", ConstraintName: "items_1_pkey"},
+			pgconn.PgError{Code: "23505", Message: `duplicate key value violates unique constraint "items_pkey"`, Detail: `Key (id)=(1) already exists.`, TableName: "items", ConstraintName: "items_pkey"}},
+		{pgconn.PgError{Code: "23514", Message: `new row for relation "items_1" violates check constraint "named_check"`, TableName: "items_1", ConstraintName: "named_check"},
+			pgconn.PgError{Code: "23514", Message: `new row for relation "items" violates check constraint "named_check"`, TableName: "items", ConstraintName: "named_check"}},
+		{pgconn.PgError{Code: "42710", Message: `constraint "items_1_v_check" for relation "items_1" already exists`},
+			pgconn.PgError{Code: "42710", Message: `constraint "items_v_check" for relation "items" already exists`}},
+		{pgconn.PgError{Code: "42803", Message: `column "items_0.id" must appear in the GROUP BY clause or be used in an aggregate function`},
+			pgconn.PgError{Code: "42803", Message: `column "items.id" must appear in the GROUP BY clause or be used in an aggregate function`}},
+		{pgconn.PgError{Code: "42703", Message: `column "nosuch" of relation "log7_2" does not exist`},
+			pgconn.PgError{Code: "42703", Message: `column "nosuch" of relation "log7" does not exist`}},
+		// A column named like a physical table's constraint is no constraint.
+		{pgconn.PgError{Code: "42703", Message: `column "items_0_x" of relation "items_0" does not exist`},
+			pgconn.PgError{Code: "42703", Message: `column "items_0_x" of relation "items" does not exist`}},
+		// Not physical names: a shard beyond the table's count, a table kept whole,
+		// a number that is not one.
+		{pgconn.PgError{Code: "42P01", Message: `relation "items_2" does not exist`}, pgconn.PgError{Code: "42P01", Message: `relation "items_2" does not exist`}},
+		{pgconn.PgError{Code: "42P01", Message: `relation "users_0" does not exist`}, pgconn.PgError{Code: "42P01", Message: `relation "users_0" does not exist`}},
+		{pgconn.PgError{Code: "42P01", Message: `relation "items_01" does not exist`}, pgconn.PgError{Code: "42P01", Message: `relation "items_01" does not exist`}},
+		// The client's values are not renamed.
+		{pgconn.PgError{Code: "22P02", Message: `invalid input syntax for type integer: "items_0"`}, pgconn.PgError{Code: "22P02", Message: `invalid input syntax for type integer: "items_0"`}},
+		{pgconn.PgError{Code: "23502", Message: `null value in column "v" of relation "items_0" violates not-null constraint`, Detail: `Failing row contains (2, "items_0").`, TableName: "items_0"},
+			pgconn.PgError{Code: "23502", Message: `null value in column "v" of relation "items" violates not-null constraint`, Detail: `Failing row contains (2, "items_0").`, TableName: "items"}},
+	} {
+		in := c.in
+		shardErr := &sqlexec.ShardError{DataSource: 1, Name: "ds_1", Err: &in}
+		got := sqlexec.LogicalNames(shardErr, r)
+		var pe *pgconn.PgError
+		if !errors.As(got, &pe) {
+			t.Fatalf("%v: no PgError", got)
+		}
+		if pe.Code != c.want.Code || pe.Message != c.want.Message || pe.Detail != c.want.Detail || pe.TableName != c.want.TableName || pe.ConstraintName != c.want.ConstraintName {
+			t.Errorf("%s %s:\n got  %q table %q constraint %q detail %q\n want %q table %q constraint %q detail %q", c.in.Code, c.in.Message,
+				pe.Message, pe.TableName, pe.ConstraintName, pe.Detail, c.want.Message, c.want.TableName, c.want.ConstraintName, c.want.Detail)
+		}
+		var se *sqlexec.ShardError
+		if !errors.As(got, &se) || se.Name != "ds_1" {
+			t.Errorf("%s: the data source is no longer named: %v", c.in.Message, got)
+		}
+		if *pe == c.in && got != error(shardErr) {
+			t.Errorf("%s: nothing renamed, yet the error is another", c.in.Message)
+		}
+	}
+	if err := errors.New("plain"); sqlexec.LogicalNames(err, r) != err {
+		t.Error("an error that is no server's changed")
+	}
+}
