@@ -23,8 +23,10 @@ type analyzer struct {
 	tree       *pg.ParseResult
 	maxParam   int
 	top        *scope
-	quals      map[string]bool // see qualifiers
-	pre        *Pre            // an UPDATE's or DELETE's subqueries to evaluate first, if refused
+	// quals, bare and written: see mayReferTo.
+	quals, bare map[string]bool
+	written     map[*pg.RangeVar]bool
+	pre         *Pre // an UPDATE's or DELETE's subqueries to evaluate first, if refused
 }
 
 // scope is one query level: a SELECT (or the top of an UPDATE or DELETE) with the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -591,6 +592,36 @@ func TestCollateElsewhereRefused(t *testing.T) {
 		_, err := p.Simple(context.Background(), sql)
 		if got := err != nil && sqlplan.Code(err) == "0A000"; got != refused {
 			t.Errorf("%s: %v, want refused %v", sql, err, refused)
+		}
+	}
+}
+
+// TestWholeRowKeepsTheTableName: a table renamed on its shard (t_order_1) keeps its
+// logical name as an alias where a column reference may read its whole row by that
+// name, and only there: never for the table an UPDATE, DELETE or INSERT writes, where
+// a column named like the table is the usual reason for such a reference.
+func TestWholeRowKeepsTheTableName(t *testing.T) {
+	p := sqlplan.New(testRules(t), nil, sqlplan.Options{})
+	for sql, alias := range map[string]bool{
+		"SELECT row_to_json(t_order) FROM t_order WHERE order_id = 1":                        true,
+		"SELECT order_id FROM t_order WHERE order_id = 1 AND t_order IS NOT NULL":            true,
+		"SELECT t_order.status FROM t_order WHERE order_id = 1":                              true,
+		"SELECT status FROM t_order WHERE order_id = 1":                                      false,
+		"UPDATE t_order SET status = 'x' WHERE order_id = 1 AND t_order IS NULL":             false,
+		"DELETE FROM t_order WHERE order_id = 1 AND t_order IS NULL":                         false,
+		"UPDATE t_order SET status = (SELECT max(t_order) FROM t_config) WHERE order_id = 1": false,
+	} {
+		pl, err := p.Prepare(context.Background(), sql)
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		b, err := pl.Bind(sqlplan.Args{})
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		got := b.Targets[0].SQL
+		if has := regexp.MustCompile(`t_order_\d+ (AS )?t_order\b`).MatchString(got); has != alias {
+			t.Errorf("%s: runs %q, alias %v, want %v", sql, got, has, alias)
 		}
 	}
 }

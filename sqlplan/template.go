@@ -100,7 +100,7 @@ func (a *analyzer) markTables() {
 		if rv == nil {
 			continue
 		}
-		if rv.Alias == nil && !r.inDDL && renamed(r) && a.qualifiers()[rv.Relname] {
+		if rv.Alias == nil && !r.inDDL && renamed(r) && a.mayReferTo(rv, rv.Relname) {
 			rv.Alias = &pg.Alias{Aliasname: rv.Relname}
 		}
 		rv.Relname = markerPrefix + strconv.Itoa(r.index)
@@ -110,24 +110,37 @@ func (a *analyzer) markTables() {
 	}
 }
 
-// qualifiers returns the table names column references are qualified with anywhere in
-// the statement (t_order.id): a renamed table keeps its logical name as an alias only
-// when something refers to it by that name, so that most statements go out without an
-// alias (which SQLite's UPDATE and DELETE only take with AS).
-func (a *analyzer) qualifiers() map[string]bool {
-	if a.quals != nil {
-		return a.quals
-	}
-	a.quals = map[string]bool{}
-	walk(a.tree, func(m proto.Message) bool {
-		if cr, ok := m.(*pg.ColumnRef); ok && len(cr.Fields) >= 2 {
-			if s := cr.Fields[len(cr.Fields)-2].GetString_(); s != nil {
-				a.quals[s.Sval] = true
+// mayReferTo reports whether a column reference may refer to the table rv references
+// by name: a column qualified with it anywhere in the statement (t_order.id), or,
+// unless rv is the table a statement writes, an unqualified one, which may be the
+// table's whole row (row_to_json(t_order)). A renamed table keeps its logical name as
+// an alias only then, so that most statements go out without an alias (which SQLite's
+// UPDATE and DELETE only take with AS, where a written table's column often has the
+// table's name).
+func (a *analyzer) mayReferTo(rv *pg.RangeVar, name string) bool {
+	if a.quals == nil {
+		a.quals, a.bare, a.written = map[string]bool{}, map[string]bool{}, map[*pg.RangeVar]bool{}
+		walk(a.tree, func(m proto.Message) bool {
+			switch n := m.(type) {
+			case *pg.ColumnRef:
+				if len(n.Fields) == 1 {
+					if s := n.Fields[0].GetString_(); s != nil {
+						a.bare[s.Sval] = true
+					}
+				} else if s := n.Fields[len(n.Fields)-2].GetString_(); s != nil {
+					a.quals[s.Sval] = true
+				}
+			case *pg.UpdateStmt:
+				a.written[n.Relation] = true
+			case *pg.DeleteStmt:
+				a.written[n.Relation] = true
+			case *pg.InsertStmt:
+				a.written[n.Relation] = true
 			}
-		}
-		return true
-	})
-	return a.quals
+			return true
+		})
+	}
+	return a.quals[name] || a.bare[name] && !a.written[rv]
 }
 
 // renamed reports whether a reference has another physical name on some shard.

@@ -189,6 +189,9 @@ func Queries() []Query {
 		p("SELECT order_id FROM t_order WHERE note = $1 OR status = $2 ORDER BY order_id", true, "", "paid"),
 		// Scans that span every shard, concatenated.
 		m("SELECT order_id, user_id, status FROM t_order WHERE qty > 3"),
+		// A table's whole row by its name, where the shards name it otherwise.
+		m("SELECT row_to_json(t_order) FROM t_order WHERE qty > 3"),
+		m("SELECT order_id FROM t_order WHERE row_to_json(t_order)->>'status' = 'paid'"),
 		m("SELECT * FROM t_order WHERE status IS NULL"),
 		m("SELECT order_id, amount * 2, upper(status) FROM t_order WHERE amount > 100"),
 		m("SELECT order_id FROM t_order WHERE note LIKE 'p%'"),
