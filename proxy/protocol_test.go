@@ -1321,12 +1321,13 @@ func parseAnalysis(t *testing.T, e *env, positions bool) {
 
 // TestParseInTransaction: a Parse inside a transaction block leaves the transaction as
 // PostgreSQL does. Here the statement names a table of the default data source beside
-// a table sharded over the others, which no one data source can describe: up to this
-// change the proxy described it at Parse, the failed description (42P01, let pass)
-// aborted the transaction on the default data source unseen, and COMMIT lost the
-// transaction's insert.
+// a table sharded over the others, which no one data source can describe: up to d2e53e9
+// the proxy described it at Parse, the failed description (42P01, let pass) aborted
+// the transaction on the default data source unseen, and COMMIT lost the transaction's
+// insert. With the coordinator, a Describe is made there (up to this change it failed
+// the transaction on a shard first, and answered 25P02).
 func TestParseInTransaction(t *testing.T) {
-	for _, k := range []struct{ coordinate, describe bool }{{false, false}, {true, false}} {
+	for _, k := range []struct{ coordinate, describe bool }{{false, false}, {true, false}, {true, true}} {
 		coordinate := k.coordinate
 		t.Run(fmt.Sprintf("coordinator %v describe %v", coordinate, k.describe), func(t *testing.T) {
 			var dsns []string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -271,6 +272,19 @@ func foldedFuncName(f *pg.FuncCall) string {
 // MayCoordinate reports whether the coordinator database may answer the plan when its
 // values make it span shards the merge cannot combine (Options.Coordinate).
 func (pl *Plan) MayCoordinate() bool { return pl.coordinate }
+
+// HoldsEveryTable reports whether data source ds holds a table of every table the
+// statement names (a shard of each sharded table, and each other table), so that it
+// can describe the statement. A statement may name a default data source's table
+// beside a table sharded over other data sources, which no one data source holds.
+func (pl *Plan) HoldsEveryTable(ds int) bool {
+	for _, r := range pl.refs {
+		if !slices.ContainsFunc(r.rule.Nodes, func(n rules.Node) bool { return n.DataSource == ds }) {
+			return false
+		}
+	}
+	return true
+}
 
 // sessionFunctions answer about the session or server they run in, or act on it: on
 // the coordinator they would answer about the coordinator's.

@@ -439,11 +439,19 @@ func (s *Session) describe(ctx context.Context, st *statement) (*description, er
 		}
 		return err
 	}
+	inTx := s.tx.InTransaction()
+	if inTx && ds != s.coordinatorIndex() && st.plan.MayCoordinate() && !st.plan.HoldsEveryTable(ds) {
+		// A statement the coordinator may answer can name tables that no one data
+		// source holds (a default data source's table beside shards elsewhere). In a
+		// transaction a description that fails fails the server's transaction, so it
+		// is made where every table is.
+		ds, sql = s.coordinatorIndex(), st.plan.SQL
+	}
 	err := describeOn(ds, sql)
 	var pe *pgconn.PgError
-	if err != nil && ds != s.coordinatorIndex() && st.plan.MayCoordinate() && errors.As(err, &pe) && strings.HasPrefix(pe.Code, "42") {
-		// A statement the coordinator may answer can name tables that no one data
-		// source holds (a default data source's table beside shards elsewhere).
+	if err != nil && !inTx && ds != s.coordinatorIndex() && st.plan.MayCoordinate() && errors.As(err, &pe) && strings.HasPrefix(pe.Code, "42") {
+		// Likewise outside one, where the failure is harmless (inside one, the
+		// failure is the client's: its transaction has failed with it).
 		err = describeOn(s.coordinatorIndex(), st.plan.SQL)
 	}
 	if err != nil {
