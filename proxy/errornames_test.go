@@ -18,7 +18,10 @@ import (
 // constraint fields (which ORMs read to tell which constraint failed), and detail.
 func TestErrorsNameLogicalTables(t *testing.T) {
 	r := shardedRules([]string{pgtest.NewDatabase(t, "errnames_s0"), pgtest.NewDatabase(t, "errnames_s1")}, nil, nil)
-	r.Tables = []rules.Table{{Name: "items", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2}}
+	r.Tables = []rules.Table{
+		{Name: "items", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2},
+		{Name: "later", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2},
+	}
 	e := startProxyOn(t, r)
 	ctx := context.Background()
 	one, err := pgconn.Connect(ctx, pgtest.NewDatabase(t, "errnames_one"))
@@ -48,6 +51,13 @@ func TestErrorsNameLogicalTables(t *testing.T) {
 		"SELECT id FROM items GROUP BY v",
 		"SELECT 'items_0'::int",
 		"ALTER TABLE items ADD CONSTRAINT named_check CHECK (v < 10)",
+		// A column named like a physical table is the client's.
+		"CREATE TABLE matches (id int PRIMARY KEY, items_1 int NOT NULL)",
+		"INSERT INTO matches VALUES (1, NULL)",
+		"INSERT INTO matches SELECT 2, 'x'::text",
+		// A deferred constraint fails at COMMIT.
+		"CREATE TABLE later (id int PRIMARY KEY DEFERRABLE INITIALLY DEFERRED, v int)",
+		"BEGIN; INSERT INTO later VALUES (1, 1); INSERT INTO later VALUES (1, 2); COMMIT",
 	} {
 		if want, got := answer(one, sql), answer(pc, sql); got != want {
 			t.Errorf("%s:\n got  %s\n want %s", sql, got, want)

@@ -85,7 +85,34 @@ func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, 
 	if err != nil {
 		return nil, err
 	}
+	if err := cn.analyse(ctx, plan); err != nil {
+		return nil, err
+	}
 	return &stmt{cn: cn, query: query, plan: plan}, nil
+}
+
+// analyse reports at Prepare what PostgreSQL's analysis of the statement finds wrong,
+// as pgx's driver does on one database: a column or function that does not exist, a
+// constant of the wrong type (classes 42 and 22). The description is kept for the
+// executions. A table that does not exist is reported when the statement runs: it may
+// be one that no one data source holds, which only the coordinator database describes.
+// Inside a transaction nothing is described at Prepare: a pooled connection would not
+// see the transaction's own tables, and the statement reports its errors when it runs.
+func (cn *conn) analyse(ctx context.Context, plan *sqlplan.Plan) error {
+	if cn.s == nil || cn.s.InTransaction() || cn.txDDL {
+		return nil
+	}
+	switch plan.Kind {
+	case sqlplan.KindSelect, sqlplan.KindInsert, sqlplan.KindUpdate, sqlplan.KindDelete, sqlplan.KindCoordinator:
+	default:
+		return nil // PostgreSQL analyses the others when they run
+	}
+	_, err := cn.describe(ctx, plan)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code != "42P01" && (strings.HasPrefix(pe.Code, "42") || strings.HasPrefix(pe.Code, "22")) {
+		return err
+	}
+	return nil
 }
 
 func (cn *conn) Close() error {
@@ -443,7 +470,7 @@ func (cn *conn) describe(ctx context.Context, plan *sqlplan.Plan) (*description,
 			if ds == coord {
 				return cn.coordinatorFailure(ctx, plan.Refused, plan.Tables, sql, nil, err)
 			}
-			return &sqlexec.ShardError{DataSource: ds, Name: cn.c.cfg.Rules.DataSources()[ds].Name, Err: err}
+			return sqlexec.LogicalNames(&sqlexec.ShardError{DataSource: ds, Name: cn.c.cfg.Rules.DataSources()[ds].Name, Err: err}, cn.c.cfg.Rules)
 		}
 		err := describeOn(ds, sql)
 		var pe *pgconn.PgError

@@ -19,7 +19,10 @@ import (
 func TestErrorsNameLogicalTables(t *testing.T) {
 	c, err := rules.Compile(rules.Rules{
 		DataSources: []rules.DataSource{{Name: "ds_0", DSN: pgtest.NewDatabase(t, "drverr_s0")}, {Name: "ds_1", DSN: pgtest.NewDatabase(t, "drverr_s1")}},
-		Tables:      []rules.Table{{Name: "items", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2}},
+		Tables: []rules.Table{
+			{Name: "items", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2},
+			{Name: "later", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2},
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -50,9 +53,104 @@ func TestErrorsNameLogicalTables(t *testing.T) {
 		{"INSERT INTO items VALUES (4, -1)", nil},
 		{"UPDATE items SET v = 5000 WHERE id = $1", []any{2}},
 		{"UPDATE items SET v = -v", nil},
+		// Described before it runs, with its arguments.
+		{"UPDATE items SET nosuch = $1 WHERE id = $2", []any{1, 1}},
+		// A column named like a physical table is the client's.
+		{"CREATE TABLE matches (id int PRIMARY KEY, items_1 int NOT NULL)", nil},
+		{"INSERT INTO matches VALUES (1, NULL)", nil},
+		{"INSERT INTO matches SELECT 2, 'x'::text", nil},
+		{"CREATE TABLE later (id int PRIMARY KEY DEFERRABLE INITIALLY DEFERRED, v int)", nil},
 	} {
 		if want, got := answer(one, q.sql, q.args...), answer(sharded, q.sql, q.args...); got != want {
 			t.Errorf("%s %v:\n got  %s\n want %s", q.sql, q.args, got, want)
 		}
+	}
+	// A deferred constraint fails at COMMIT.
+	commit := func(db *sql.DB) string {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []int{1, 2} {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO later VALUES (1, $1)", v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err = tx.Commit()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			return fmt.Sprint(err)
+		}
+		return fmt.Sprintf("%s %s | table %q | constraint %q", pe.Code, pe.Message, pe.TableName, pe.ConstraintName)
+	}
+	if want, got := commit(one), commit(sharded); got != want {
+		t.Errorf("COMMIT:\n got  %s\n want %s", got, want)
+	}
+}
+
+// TestPrepareAnalyses: Prepare reports what PostgreSQL's analysis finds wrong with a
+// statement, as pgx's driver does on one database, with the same error; a statement
+// that is right prepares, and a transaction's Prepare leaves the error to the statement.
+func TestPrepareAnalyses(t *testing.T) {
+	c, err := rules.Compile(rules.Rules{
+		DataSources: []rules.DataSource{{Name: "ds_0", DSN: pgtest.NewDatabase(t, "drvprep_s0")}, {Name: "ds_1", DSN: pgtest.NewDatabase(t, "drvprep_s1")}},
+		Tables:      []rules.Table{{Name: "items", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sharded := openDriver(t, c, false)
+	one, err := sql.Open("pgx", pgtest.NewDatabase(t, "drvprep_one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { one.Close() })
+	ctx := context.Background()
+	for _, db := range []*sql.DB{one, sharded} {
+		if _, err := db.ExecContext(ctx, "CREATE TABLE items (id int PRIMARY KEY, v int)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prepare := func(db *sql.DB, q string) string {
+		st, err := db.PrepareContext(ctx, q)
+		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) {
+				return fmt.Sprintf("%s %s | table %q", pe.Code, pe.Message, pe.TableName)
+			}
+			return err.Error()
+		}
+		st.Close()
+		return "prepared"
+	}
+	for _, q := range []string{
+		"SELECT nosuch FROM items WHERE id = $1",
+		"SELECT v FROM items WHERE id = $1",
+		"UPDATE items SET nosuch = $1 WHERE id = $2",
+		"INSERT INTO items VALUES ($1, nosuch(1))",
+		"DELETE FROM items WHERE v = 'x'::int",
+		"SELECT count(*) FROM items WHERE v = $1",
+		"SELECT v, count(*) FROM items",
+	} {
+		if want, got := prepare(one, q), prepare(sharded, q); got != want {
+			t.Errorf("Prepare %s:\n got  %s\n want %s", q, got, want)
+		}
+	}
+	// Inside a transaction the statement, not Prepare, reports it; the transaction
+	// goes on until then.
+	tx, err := sharded.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "CREATE TABLE later (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := tx.PrepareContext(ctx, "SELECT id FROM later")
+	if err != nil {
+		t.Fatalf("Prepare of a table the transaction made: %v", err)
+	}
+	if err := st.QueryRowContext(ctx).Scan(new(int)); !errors.Is(err, sql.ErrNoRows) {
+		t.Fatalf("a table the transaction made: %v", err)
 	}
 }

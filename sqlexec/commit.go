@@ -155,7 +155,7 @@ func (c *Committer) bestEffort(ctx context.Context, conns Conns, dss []int) erro
 				err = fmt.Errorf("commit failed after %s committed (best-effort commit: their part of the transaction stays applied): %w",
 					strings.Join(committed, ", "), err)
 			}
-			return &ShardError{DataSource: ds, Name: c.name(ds), Err: err}
+			return LogicalNames(&ShardError{DataSource: ds, Name: c.name(ds), Err: err}, c.rules)
 		}
 		committed = append(committed, c.name(ds))
 	}
@@ -210,7 +210,7 @@ func (c *Committer) twoPhaseCommit(ctx context.Context, conns Conns, dss []int) 
 			if left {
 				c.noteInDoubt(gid, since)
 			}
-			return &ShardError{DataSource: ds, Name: c.name(ds), Err: fmt.Errorf("prepare transaction: %w", err)}
+			return LogicalNames(&ShardError{DataSource: ds, Name: c.name(ds), Err: fmt.Errorf("prepare transaction: %w", err)}, c.rules)
 		}
 		prepared = append(prepared, ds)
 	}

@@ -101,12 +101,16 @@ func LogicalNames(err error, r *rules.Compiled) error {
 	if out.TableName == pe.TableName && out.ConstraintName == pe.ConstraintName && out.Message == pe.Message {
 		return err
 	}
-	return &renamedError{client: &out, err: err}
+	return &renamedError{client: &out, server: pe, err: err}
 }
 
-// renameQuoted applies rename to every double-quoted name in msg, telling it whether
-// the word before names a constraint or an index: twice, so that a constraint quoted
-// before its table is renamed once the table is known.
+// renameQuoted applies rename to the double-quoted names of msg that the word before
+// says are relations or constraints, as PostgreSQL's messages quote them: after
+// "relation", "table", "view" or "sequence" a table's name, after "constraint" or
+// "index" a constraint's (the constraint flag), and after "column" only a column
+// qualified by its table (items_0.id). Other quoted names are the client's: a column
+// named like a physical table (player_1), a value, a type. It runs twice, so that a
+// constraint quoted before its table is renamed once the table is known.
 func renameQuoted(msg string, rename func(name string, constraint bool) string) string {
 	pass := func(msg string) string {
 		var b strings.Builder
@@ -121,10 +125,21 @@ func renameQuoted(msg string, rename func(name string, constraint bool) string) 
 				b.WriteString(msg)
 				return b.String()
 			}
-			before := msg[:i]
-			constraint := strings.HasSuffix(before, "constraint ") || strings.HasSuffix(before, "index ")
+			name := msg[i+1 : i+1+j]
+			before := strings.TrimSuffix(msg[:i], " ")
+			word := before[strings.LastIndexByte(before, ' ')+1:]
+			switch word {
+			case "relation", "table", "view", "sequence":
+				name = rename(name, false)
+			case "constraint", "index":
+				name = rename(name, true)
+			case "column":
+				if strings.Contains(name, ".") {
+					name = rename(name, false)
+				}
+			}
 			b.WriteString(msg[:i+1])
-			b.WriteString(rename(msg[i+1:i+1+j], constraint))
+			b.WriteString(name)
 			b.WriteByte('"')
 			msg = msg[i+2+j:]
 		}
@@ -136,8 +151,14 @@ func renameQuoted(msg string, rename func(name string, constraint bool) string) 
 // the renamed *pgconn.PgError first, and the original chain (a ShardError) after it.
 type renamedError struct {
 	client *pgconn.PgError
+	server *pgconn.PgError // the one err holds
 	err    error
 }
 
-func (e *renamedError) Error() string   { return e.client.Error() }
+// Error is the text of err, which names its data source and what went before, with the
+// server's error renamed.
+func (e *renamedError) Error() string {
+	return strings.Replace(e.err.Error(), e.server.Error(), e.client.Error(), 1)
+}
+
 func (e *renamedError) Unwrap() []error { return []error{e.client, e.err} }

@@ -2,6 +2,7 @@ package sqlexec_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,6 +22,7 @@ func TestLogicalNames(t *testing.T) {
 			{Name: "items", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2},
 			{Name: "log*", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 3},
 			{Name: "users", Strategy: rules.Strategy{Column: "id"}},
+			{Name: "player", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2},
 		},
 	})
 	if err != nil {
@@ -42,6 +44,16 @@ func TestLogicalNames(t *testing.T) {
 		// A column named like a physical table's constraint is no constraint.
 		{pgconn.PgError{Code: "42703", Message: `column "items_0_x" of relation "items_0" does not exist`},
 			pgconn.PgError{Code: "42703", Message: `column "items_0_x" of relation "items" does not exist`}},
+		// A column named like a physical table is the client's: only relations,
+		// constraints and a column's table are renamed.
+		{pgconn.PgError{Code: "42804", Message: `column "player_1" is of type integer but expression is of type text`},
+			pgconn.PgError{Code: "42804", Message: `column "player_1" is of type integer but expression is of type text`}},
+		{pgconn.PgError{Code: "23502", Message: `null value in column "player_1" of relation "matches" violates not-null constraint`, TableName: "matches"},
+			pgconn.PgError{Code: "23502", Message: `null value in column "player_1" of relation "matches" violates not-null constraint`, TableName: "matches"}},
+		{pgconn.PgError{Code: "42703", Message: `column "player_0" of relation "player_1" does not exist`},
+			pgconn.PgError{Code: "42703", Message: `column "player_0" of relation "player" does not exist`}},
+		{pgconn.PgError{Code: "42702", Message: `column reference "player_1" is ambiguous`},
+			pgconn.PgError{Code: "42702", Message: `column reference "player_1" is ambiguous`}},
 		// Not physical names: a shard beyond the table's count, a table kept whole,
 		// a number that is not one.
 		{pgconn.PgError{Code: "42P01", Message: `relation "items_2" does not exist`}, pgconn.PgError{Code: "42P01", Message: `relation "items_2" does not exist`}},
@@ -64,7 +76,7 @@ func TestLogicalNames(t *testing.T) {
 				pe.Message, pe.TableName, pe.ConstraintName, pe.Detail, c.want.Message, c.want.TableName, c.want.ConstraintName, c.want.Detail)
 		}
 		var se *sqlexec.ShardError
-		if !errors.As(got, &se) || se.Name != "ds_1" {
+		if !errors.As(got, &se) || se.Name != "ds_1" || !strings.HasPrefix(got.Error(), "data source ds_1: ") || !strings.Contains(got.Error(), pe.Message) {
 			t.Errorf("%s: the data source is no longer named: %v", c.in.Message, got)
 		}
 		if *pe == c.in && got != error(shardErr) {
