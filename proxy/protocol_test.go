@@ -1217,9 +1217,10 @@ func TestAutoMaxTransactions(t *testing.T) {
 // TestParseAnalysis: PostgreSQL analyses a statement at Parse, so a Parse alone (as
 // libpq's PQprepare sends it, with Sync) of a statement naming a missing column or
 // function, or a parameter whose type it cannot infer, fails there. Through the proxy,
-// outside a transaction block, each answer is one database's, message by message. (A
-// table that does not exist is not among them, nor a Parse inside a transaction
-// block: their errors come at Describe or Execute, see Session.analyse.)
+// outside a transaction block, each answer is one database's, message by message,
+// a table that does not exist included. (Not a Parse inside a transaction block, nor
+// one that names tables no one data source holds: their errors come at Describe or
+// Execute, see Session.analyse.)
 func TestParseAnalysis(t *testing.T) {
 	t.Run("table per data source", func(t *testing.T) {
 		parseAnalysis(t, startProxy(t, 2, []string{"items=id"}, []string{"colours"}), true)
@@ -1271,6 +1272,10 @@ func parseAnalysis(t *testing.T, e *env, positions bool) {
 		{"DELETE FROM items WHERE nosuch = $1", nil},
 		{"UPDATE colours SET name = $1 WHERE $2 IS NULL", nil},
 		{"SELECT nosuch()", nil},
+		{"SELECT * FROM nosuch", nil},
+		{"SELECT i.name FROM items i JOIN nosuch n ON n.id = i.id WHERE i.id = $1", nil},
+		{"INSERT INTO nosuch VALUES ($1)", nil},
+		{"UPDATE items SET name = n.name FROM nosuch n WHERE items.id = n.id AND items.id = 1", nil},
 		{"CREATE TABLE later (a nosuchtype)", nil},
 		{"CREATE TABLE later (a int)", []uint32{0}},
 		{"SET work_mem = '8MB'", []uint32{0}},
@@ -1406,6 +1411,57 @@ func TestParseInTransaction(t *testing.T) {
 			}
 			if want, got := transcript(one), transcript(pc); got != want {
 				t.Errorf("got  %s\nwant %s", got, want)
+			}
+		})
+	}
+}
+
+// TestParseOverTablesNoOneSourceHolds: a Parse of a statement that names a missing
+// table is one database's 42P01 (TestParseAnalysis), but only where the data source
+// that describes it holds every table it names. Here items is sharded over ds_1 and
+// ds_2 and colours lives on ds_0: a shard reports colours missing, which is no error
+// of the statement. The Parse succeeds; without the coordinator the Describe refuses
+// with 0A000, with it the statement is answered.
+func TestParseOverTablesNoOneSourceHolds(t *testing.T) {
+	for _, coordinate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("coordinator %v", coordinate), func(t *testing.T) {
+			var dsns []string
+			for i := range 3 {
+				dsns = append(dsns, pgtest.NewDatabase(t, fmt.Sprintf("parseheld_s%d", i)))
+			}
+			r := shardedRules(dsns, nil, nil)
+			r.Tables = []rules.Table{{Name: "items", Strategy: rules.Strategy{Column: "id"}, DataSources: []string{"ds_1", "ds_2"}}}
+			var opts []option
+			if coordinate {
+				opts = append(opts, withCoordinator())
+			}
+			e := startProxyOn(t, r, opts...)
+			ctx := context.Background()
+			pc := e.pgconnect(t)
+			for _, sql := range []string{
+				"CREATE TABLE items (id int PRIMARY KEY, name text)", "CREATE TABLE colours (id int PRIMARY KEY, name text)",
+				"INSERT INTO items VALUES (1, 'a'), (2, 'b')", "INSERT INTO colours VALUES (1, 'red')",
+			} {
+				if _, err := pc.Exec(ctx, sql).ReadAll(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Parse, Describe, Sync.
+			sd, err := pc.Prepare(ctx, "joined", "SELECT i.name, c.name FROM items i JOIN colours c ON c.id = i.id", nil)
+			if !coordinate {
+				// The Parse succeeds; the Describe that needs a description is the
+				// statement's refusal (up to this change, the shard's 42P01).
+				if sqlState(err) != "0A000" || !strings.Contains(err.Error(), "after ParseComplete") {
+					t.Fatalf("without the coordinator: %v, want 0A000 at Describe", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			res := pc.ExecPrepared(ctx, sd.Name, nil, nil, nil).Read()
+			if res.Err != nil || len(res.Rows) != 1 || string(res.Rows[0][1]) != "red" {
+				t.Fatalf("with the coordinator: %v %q", res.Err, res.Rows)
 			}
 		})
 	}

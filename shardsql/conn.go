@@ -93,9 +93,11 @@ func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, 
 
 // analyse reports at Prepare what PostgreSQL's analysis of the statement finds wrong,
 // as pgx's driver does on one database: a column or function that does not exist, a
-// constant of the wrong type (classes 42 and 22). The description is kept for the
-// executions. A table that does not exist is reported when the statement runs: it may
-// be one that no one data source holds, which only the coordinator database describes.
+// constant of the wrong type (classes 42 and 22), a table that does not exist where
+// the data source that describes the statement holds every other table it names (a
+// statement may name tables that no one data source holds, which only the coordinator
+// database describes: those report a missing table when they run). The description is
+// kept for the executions.
 // Inside a transaction nothing is described at Prepare: a pooled connection would not
 // see the transaction's own tables, and the statement reports its errors when it runs.
 func (cn *conn) analyse(ctx context.Context, plan *sqlplan.Plan) error {
@@ -109,7 +111,19 @@ func (cn *conn) analyse(ctx context.Context, plan *sqlplan.Plan) error {
 	}
 	_, err := cn.describe(ctx, plan)
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code != "42P01" && (strings.HasPrefix(pe.Code, "42") || strings.HasPrefix(pe.Code, "22")) {
+	if !errors.As(err, &pe) {
+		return nil
+	}
+	if pe.Code == "42P01" {
+		// A table that does not exist, where the data source that described the
+		// statement holds every other table it names: one database's error. Elsewhere
+		// the table may be one that data source does not hold.
+		if ds, _ := plan.DescribeSQL(); ds != sqlplan.CoordinatorSource(cn.c.cfg.Rules) && plan.HoldsEveryTable(ds) {
+			return err
+		}
+		return nil
+	}
+	if strings.HasPrefix(pe.Code, "42") || strings.HasPrefix(pe.Code, "22") {
 		return err
 	}
 	return nil
@@ -478,7 +492,11 @@ func (cn *conn) describe(ctx context.Context, plan *sqlplan.Plan) (*description,
 			errors.As(err, &pe) && strings.HasPrefix(pe.Code, "42") {
 			// A statement the coordinator may answer can name tables that no one data
 			// source holds (a default data source's table beside shards elsewhere).
-			err = describeOn(coord, plan.SQL)
+			ds = coord
+			err = describeOn(ds, plan.SQL)
+		}
+		if err != nil && ds != coord {
+			return nil, sqlexec.NotHeld(plan, cn.c.cfg.Rules, ds, err)
 		}
 		if err != nil {
 			return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardlab/shardlab/internal/pgtest"
 	"github.com/shardlab/shardlab/rules"
+	"github.com/shardlab/shardlab/sqlplan"
 )
 
 // TestErrorsNameLogicalTables: through the driver too, where a table is split into
@@ -131,6 +132,9 @@ func TestPrepareAnalyses(t *testing.T) {
 		"DELETE FROM items WHERE v = 'x'::int",
 		"SELECT count(*) FROM items WHERE v = $1",
 		"SELECT v, count(*) FROM items",
+		"SELECT * FROM nosuch",
+		"SELECT i.v FROM items i JOIN nosuch n ON n.id = i.id WHERE i.id = $1",
+		"INSERT INTO nosuch VALUES ($1)",
 	} {
 		if want, got := prepare(one, q), prepare(sharded, q); got != want {
 			t.Errorf("Prepare %s:\n got  %s\n want %s", q, got, want)
@@ -152,5 +156,42 @@ func TestPrepareAnalyses(t *testing.T) {
 	}
 	if err := st.QueryRowContext(ctx).Scan(new(int)); !errors.Is(err, sql.ErrNoRows) {
 		t.Fatalf("a table the transaction made: %v", err)
+	}
+}
+
+// TestDescribeOverTablesNoOneSourceHolds: a statement with arguments is described
+// before it runs, on a data source that holds its sharded table; when that data source
+// lacks another table the statement names (items sharded over ds_1 and ds_2, colours on
+// ds_0), the statement is refused with 0A000, as it is without arguments, not failed
+// with the shard's 42P01, which one database would not raise.
+func TestDescribeOverTablesNoOneSourceHolds(t *testing.T) {
+	c, err := rules.Compile(rules.Rules{
+		DataSources: []rules.DataSource{
+			{Name: "ds_0", DSN: pgtest.NewDatabase(t, "drvheld_s0")},
+			{Name: "ds_1", DSN: pgtest.NewDatabase(t, "drvheld_s1")},
+			{Name: "ds_2", DSN: pgtest.NewDatabase(t, "drvheld_s2")},
+		},
+		Tables: []rules.Table{{Name: "items", Strategy: rules.Strategy{Column: "id"}, DataSources: []string{"ds_1", "ds_2"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := openDriver(t, c, false)
+	ctx := context.Background()
+	for _, q := range []string{"CREATE TABLE items (id int PRIMARY KEY, v int)", "CREATE TABLE colours (id int PRIMARY KEY, name text)"} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]any{nil, {1}} {
+		q := "SELECT i.v, c.name FROM items i JOIN colours c ON c.id = i.id"
+		if args != nil {
+			q += " WHERE i.id = $1"
+		}
+		_, err := db.QueryContext(ctx, q, args...)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "0A000" || !errors.Is(err, sqlplan.ErrUnsupported) {
+			t.Errorf("%s %v: %v, want a refusal (0A000)", q, args, err)
+		}
 	}
 }

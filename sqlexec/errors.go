@@ -162,3 +162,19 @@ func (e *renamedError) Error() string {
 }
 
 func (e *renamedError) Unwrap() []error { return []error{e.client, e.err} }
+
+// NotHeld judges the error of a statement's description on data source ds (not the
+// coordinator database): a table that does not exist there (42P01), where ds does not
+// hold every table the statement names (sqlplan.Plan.HoldsEveryTable), is no error of
+// the statement, which one database, holding every table, would describe. It is the
+// refusal of a statement that no one data source can describe. Any other error is
+// returned as it is.
+func NotHeld(plan *sqlplan.Plan, r *rules.Compiled, ds int, err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42P01" || plan.HoldsEveryTable(ds) {
+		return err
+	}
+	errors.As(LogicalNames(err, r), &pe)
+	return unsupported("a statement over tables that no one data source holds, without the coordinator database to describe and answer it (on data source %s, which holds its sharded tables: %s)",
+		sourceName(r, ds), pe.Message)
+}

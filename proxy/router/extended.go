@@ -146,9 +146,10 @@ func (s *Session) Parse(ctx context.Context, name, sql string, oids []uint32) er
 // description too (once per text: the router keeps it). Any other failure of the
 // description (a refusal, a data source out of reach) is no error of PostgreSQL's Parse:
 // the Describe or Execute that needs the description reports it. So is a table that
-// does not exist (42P01) where it was described: a statement may name tables that no
-// one data source holds (a default data source's table beside shards elsewhere), which
-// a refusal or the coordinator answers later. Any other error of the analysis comes
+// does not exist (42P01) where it was described, unless that data source holds every
+// table the statement names (Plan.HoldsEveryTable): a statement may name tables that
+// no one data source holds (a default data source's table beside shards elsewhere),
+// which a refusal or the coordinator answers later. Any other error of the analysis comes
 // before it would reach a missing table, so one database, holding every table, gives
 // it too.
 //
@@ -165,7 +166,19 @@ func (s *Session) analyse(ctx context.Context, st *statement) error {
 	}
 	_, err := s.describe(ctx, st)
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code != "42P01" && (strings.HasPrefix(pe.Code, "42") || strings.HasPrefix(pe.Code, "22")) {
+	if !errors.As(err, &pe) {
+		return nil
+	}
+	if pe.Code == "42P01" {
+		// A table that does not exist, where the data source that described the
+		// statement holds every other table it names: one database's error. Elsewhere
+		// the table may be one that data source does not hold.
+		if ds, _ := st.plan.DescribeSQL(); ds != s.coordinatorIndex() && st.plan.HoldsEveryTable(ds) {
+			return err
+		}
+		return nil
+	}
+	if strings.HasPrefix(pe.Code, "42") || strings.HasPrefix(pe.Code, "22") {
 		return err
 	}
 	return nil
@@ -452,7 +465,11 @@ func (s *Session) describe(ctx context.Context, st *statement) (*description, er
 	if err != nil && !inTx && ds != s.coordinatorIndex() && st.plan.MayCoordinate() && errors.As(err, &pe) && strings.HasPrefix(pe.Code, "42") {
 		// Likewise outside one, where the failure is harmless (inside one, the
 		// failure is the client's: its transaction has failed with it).
-		err = describeOn(s.coordinatorIndex(), st.plan.SQL)
+		ds = s.coordinatorIndex()
+		err = describeOn(ds, st.plan.SQL)
+	}
+	if err != nil && ds != s.coordinatorIndex() {
+		return nil, sqlexec.NotHeld(st.plan, s.r.rules, ds, err)
 	}
 	if err != nil {
 		return nil, err
