@@ -110,23 +110,7 @@ func (cn *conn) analyse(ctx context.Context, plan *sqlplan.Plan) error {
 		return nil // PostgreSQL analyses the others when they run
 	}
 	_, err := cn.describe(ctx, plan)
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return nil
-	}
-	if pe.Code == "42P01" {
-		// A table that does not exist, where the data source that described the
-		// statement holds every other table it names: one database's error. Elsewhere
-		// the table may be one that data source does not hold.
-		if ds, _ := plan.DescribeSQL(); ds != sqlplan.CoordinatorSource(cn.c.cfg.Rules) && plan.HoldsEveryTable(ds) {
-			return err
-		}
-		return nil
-	}
-	if strings.HasPrefix(pe.Code, "42") || strings.HasPrefix(pe.Code, "22") {
-		return err
-	}
-	return nil
+	return sqlexec.AnalysisError(plan, cn.c.cfg.Rules, err)
 }
 
 func (cn *conn) Close() error {

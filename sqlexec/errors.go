@@ -178,3 +178,26 @@ func NotHeld(plan *sqlplan.Plan, r *rules.Compiled, ds int, err error) error {
 	return unsupported("a statement over tables that no one data source holds, without the coordinator database to describe and answer it (on data source %s, which holds its sharded tables: %s)",
 		sourceName(r, ds), pe.Message)
 }
+
+// AnalysisError returns the error of a statement's description (err) that PostgreSQL
+// gives when it parses the statement, at Parse or at a driver's Prepare: its analysis
+// (classes 42 and 22), a missing table (42P01) only where the data source that
+// describes the statement (sqlplan.Plan.DescribeSQL) holds every other table it names,
+// since a statement may name tables that no one data source holds. Otherwise nil: the
+// execution that needs the description reports it.
+func AnalysisError(plan *sqlplan.Plan, r *rules.Compiled, err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return nil
+	}
+	if pe.Code == "42P01" {
+		if ds, _ := plan.DescribeSQL(); ds != sqlplan.CoordinatorSource(r) && plan.HoldsEveryTable(ds) {
+			return err
+		}
+		return nil
+	}
+	if strings.HasPrefix(pe.Code, "42") || strings.HasPrefix(pe.Code, "22") {
+		return err
+	}
+	return nil
+}

@@ -165,23 +165,7 @@ func (s *Session) analyse(ctx context.Context, st *statement) error {
 		return nil
 	}
 	_, err := s.describe(ctx, st)
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return nil
-	}
-	if pe.Code == "42P01" {
-		// A table that does not exist, where the data source that described the
-		// statement holds every other table it names: one database's error. Elsewhere
-		// the table may be one that data source does not hold.
-		if ds, _ := st.plan.DescribeSQL(); ds != s.coordinatorIndex() && st.plan.HoldsEveryTable(ds) {
-			return err
-		}
-		return nil
-	}
-	if strings.HasPrefix(pe.Code, "42") || strings.HasPrefix(pe.Code, "22") {
-		return err
-	}
-	return nil
+	return sqlexec.AnalysisError(st.plan, s.r.rules, err)
 }
 
 // statementNamed finds a prepared statement, planning it again if DDL ran since.
