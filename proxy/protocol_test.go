@@ -1232,6 +1232,14 @@ func TestParseAnalysis(t *testing.T) {
 		// errors' positions differ: messages only.
 		parseAnalysis(t, startProxyOn(t, r), false)
 	})
+	t.Run("tables split, coordinator", func(t *testing.T) {
+		// An error where the data source that describes the statement holds every
+		// table is one database's: the coordinator is not asked (up to this change
+		// it was, and its error became 0A000).
+		r := shardedRules([]string{pgtest.NewDatabase(t, "parsec_s0"), pgtest.NewDatabase(t, "parsec_s1")}, nil, []string{"colours"})
+		r.Tables = []rules.Table{{Name: "items", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2}}
+		parseAnalysis(t, startProxyOn(t, r, withCoordinator()), false)
+	})
 }
 
 func parseAnalysis(t *testing.T, e *env, positions bool) {
@@ -1417,11 +1425,13 @@ func TestParseInTransaction(t *testing.T) {
 }
 
 // TestParseOverTablesNoOneSourceHolds: a Parse of a statement that names a missing
-// table is one database's 42P01 (TestParseAnalysis), but only where the data source
-// that describes it holds every table it names. Here items is sharded over ds_1 and
-// ds_2 and colours lives on ds_0: a shard reports colours missing, which is no error
-// of the statement. The Parse succeeds; without the coordinator the Describe refuses
-// with 0A000, with it the statement is answered.
+// table is one database's 42P01 (TestParseAnalysis), but only where the table is
+// missing everywhere. Here items is sharded over ds_1 and ds_2 and colours lives on
+// ds_0: a shard reports colours missing, which is no error of the statement. Its Parse
+// succeeds; without the coordinator the Describe refuses with 0A000 (up to this change
+// the shard's 42P01, which one database would not raise), with it the statement is
+// described and answered. A table that exists nowhere fails the Parse, and a failed
+// unnamed Parse leaves no unnamed statement (26000 at Describe), as in PostgreSQL.
 func TestParseOverTablesNoOneSourceHolds(t *testing.T) {
 	for _, coordinate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("coordinator %v", coordinate), func(t *testing.T) {
@@ -1446,21 +1456,59 @@ func TestParseOverTablesNoOneSourceHolds(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			// Parse, Describe, Sync.
-			sd, err := pc.Prepare(ctx, "joined", "SELECT i.name, c.name FROM items i JOIN colours c ON c.id = i.id", nil)
-			if !coordinate {
-				// The Parse succeeds; the Describe that needs a description is the
-				// statement's refusal (up to this change, the shard's 42P01).
-				if sqlState(err) != "0A000" || !strings.Contains(err.Error(), "after ParseComplete") {
-					t.Fatalf("without the coordinator: %v, want 0A000 at Describe", err)
+			// Parse and Sync, then Describe and Sync, of the unnamed statement.
+			steps := func(sql string) string {
+				var out []string
+				fe := pc.Frontend()
+				for _, describe := range []bool{false, true} {
+					if describe {
+						fe.SendDescribe(&pgproto3.Describe{ObjectType: 'S'})
+					} else {
+						fe.SendParse(&pgproto3.Parse{Query: sql})
+					}
+					fe.SendSync(&pgproto3.Sync{})
+					if err := fe.Flush(); err != nil {
+						t.Fatal(err)
+					}
+					for {
+						msg, err := pc.ReceiveMessage(ctx)
+						if err != nil {
+							t.Fatal(err)
+						}
+						switch m := msg.(type) {
+						case *pgproto3.ErrorResponse:
+							out = append(out, m.Code)
+						case *pgproto3.ParseComplete:
+							out = append(out, "parsed")
+						case *pgproto3.RowDescription:
+							out = append(out, "described")
+						}
+						if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+							break
+						}
+					}
 				}
-				return
+				return strings.Join(out, " ")
 			}
-			if err != nil {
-				t.Fatalf("Parse: %v", err)
+			refusedOrDescribed := "parsed 0A000"
+			if coordinate {
+				refusedOrDescribed = "parsed described"
 			}
-			res := pc.ExecPrepared(ctx, sd.Name, nil, nil, nil).Read()
-			if res.Err != nil || len(res.Rows) != 1 || string(res.Rows[0][1]) != "red" {
+			for _, c := range []struct{ sql, want string }{
+				{"SELECT i.name, c.name FROM items i JOIN colours c ON c.id = i.id", refusedOrDescribed},
+				{"SELECT i.name, c.name FROM items i JOIN colours c ON c.id = i.id WHERE i.id = $1", refusedOrDescribed},
+				// Runs on a shard, which has no colours: refused, coordinator or not.
+				{"SELECT 'colours'::regclass, name FROM items WHERE id = $1", "parsed 0A000"},
+				{"SELECT i.name FROM items i JOIN nosuch n ON n.id = i.id WHERE i.id = $1", "42P01 26000"},
+				{"SELECT name FROM items WHERE id = $1", "parsed described"},
+				{"SELECT i.name FROM items i JOIN nosuch n ON n.id = i.id", "42P01 26000"},
+			} {
+				if got := steps(c.sql); got != c.want {
+					t.Errorf("%s: got %q, want %q", c.sql, got, c.want)
+				}
+			}
+			res := pc.ExecParams(ctx, "SELECT i.name, c.name FROM items i JOIN colours c ON c.id = i.id", nil, nil, nil, nil).Read()
+			if coordinate && (res.Err != nil || len(res.Rows) != 1 || string(res.Rows[0][1]) != "red") {
 				t.Fatalf("with the coordinator: %v %q", res.Err, res.Rows)
 			}
 		})

@@ -675,6 +675,16 @@ func (r *TableRule) ShardOf(column string, k Key, typ KeyType) (shard int, ok bo
 	return i, true, err
 }
 
+// Placement returns a table's rule as Lookup does, without keeping it: for names that
+// come from elsewhere than the statements planned (a server's error), which the cache
+// would otherwise keep without bound.
+func (c *Compiled) Placement(name string) *TableRule {
+	if r, ok := c.cache.Load(name); ok {
+		return r.(*TableRule)
+	}
+	return c.build(name)
+}
+
 // LogicalName returns the logical table whose physical table on some data source is
 // named physical, when the two names differ: a table split into several on a data
 // source (items_0, items_1 for items), or given another name there by a resharding

@@ -110,7 +110,7 @@ func (cn *conn) analyse(ctx context.Context, plan *sqlplan.Plan) error {
 		return nil // PostgreSQL analyses the others when they run
 	}
 	_, err := cn.describe(ctx, plan)
-	return sqlexec.AnalysisError(plan, cn.c.cfg.Rules, err)
+	return sqlexec.AnalysisError(err)
 }
 
 func (cn *conn) Close() error {
@@ -471,16 +471,22 @@ func (cn *conn) describe(ctx context.Context, plan *sqlplan.Plan) (*description,
 			return sqlexec.LogicalNames(&sqlexec.ShardError{DataSource: ds, Name: cn.c.cfg.Rules.DataSources()[ds].Name, Err: err}, cn.c.cfg.Rules)
 		}
 		err := describeOn(ds, sql)
+		var genuine, notHeld bool // the error is one database's; a table the statement names is elsewhere
+		if err != nil && ds != coord {
+			genuine, notHeld = sqlexec.JudgeDescription(ctx, plan, cn.c.cfg.Rules, ds, err, func(ds int, fn func(*pgconn.PgConn) error) error {
+				return runOn(ctx, cn.c.pools, ds, fn)
+			})
+		}
 		var pe *pgconn.PgError
-		if err != nil && ds != coord && cn.c.coord != nil && plan.MayCoordinate() && plan.Feed == nil && plan.Pre == nil &&
+		if err != nil && !genuine && ds != coord && cn.c.coord != nil && plan.MayCoordinate() && plan.Feed == nil && plan.Pre == nil &&
 			errors.As(err, &pe) && strings.HasPrefix(pe.Code, "42") {
 			// A statement the coordinator may answer can name tables that no one data
 			// source holds (a default data source's table beside shards elsewhere).
 			ds = coord
 			err = describeOn(ds, plan.SQL)
 		}
-		if err != nil && ds != coord {
-			return nil, sqlexec.NotHeld(plan, cn.c.cfg.Rules, ds, err)
+		if err != nil && notHeld && ds != coord {
+			return nil, sqlexec.NotHeld(cn.c.cfg.Rules, ds, err)
 		}
 		if err != nil {
 			return nil, err

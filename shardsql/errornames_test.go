@@ -163,7 +163,8 @@ func TestPrepareAnalyses(t *testing.T) {
 // before it runs, on a data source that holds its sharded table; when that data source
 // lacks another table the statement names (items sharded over ds_1 and ds_2, colours on
 // ds_0), the statement is refused with 0A000, as it is without arguments, not failed
-// with the shard's 42P01, which one database would not raise.
+// with the shard's 42P01, which one database would not raise; a table that exists
+// nowhere is one database's 42P01.
 func TestDescribeOverTablesNoOneSourceHolds(t *testing.T) {
 	c, err := rules.Compile(rules.Rules{
 		DataSources: []rules.DataSource{
@@ -193,5 +194,17 @@ func TestDescribeOverTablesNoOneSourceHolds(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Code != "0A000" || !errors.Is(err, sqlplan.ErrUnsupported) {
 			t.Errorf("%s %v: %v, want a refusal (0A000)", q, args, err)
 		}
+	}
+	// A table that exists nowhere is one database's 42P01, at Prepare and when the
+	// statement runs with arguments.
+	q := "SELECT i.v FROM items i JOIN nosuch n ON n.id = i.id WHERE i.id = $1"
+	_, err = db.PrepareContext(ctx, q)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42P01" || pe.Message != `relation "nosuch" does not exist` {
+		t.Errorf("Prepare %s: %v, want 42P01", q, err)
+	}
+	_, err = db.QueryContext(ctx, q, 1)
+	if !errors.As(err, &pe) || pe.Code != "42P01" || pe.Message != `relation "nosuch" does not exist` {
+		t.Errorf("%s: %v, want 42P01", q, err)
 	}
 }

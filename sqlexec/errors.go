@@ -1,8 +1,10 @@
 package sqlexec
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -163,41 +165,94 @@ func (e *renamedError) Error() string {
 
 func (e *renamedError) Unwrap() []error { return []error{e.client, e.err} }
 
-// NotHeld judges the error of a statement's description on data source ds (not the
-// coordinator database): a table that does not exist there (42P01), where ds does not
-// hold every table the statement names (sqlplan.Plan.HoldsEveryTable), is no error of
-// the statement, which one database, holding every table, would describe. It is the
-// refusal of a statement that no one data source can describe. Any other error is
-// returned as it is.
-func NotHeld(plan *sqlplan.Plan, r *rules.Compiled, ds int, err error) error {
+// MissingElsewhere judges an error of a statement's description on data source ds:
+// when it says a table does not exist (42P01) and the rules place that table elsewhere
+// (a default data source's table, beside shards of another), it returns the data source
+// where they place it and the table's name there, for the caller to look for it
+// (TableExists): a table missing there too is missing on one database, and its 42P01
+// is the statement's; a table found there is one the statement names beside tables ds
+// holds, which no one data source holds (NotHeld). ok is false for any other error,
+// and for a table the rules place on ds, whose absence there is one database's error.
+func MissingElsewhere(r *rules.Compiled, ds int, err error) (other int, table string, ok bool) {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != "42P01" || plan.HoldsEveryTable(ds) {
+	if !errors.As(err, &pe) || pe.Code != "42P01" {
+		return 0, "", false
+	}
+	rest, quoted := strings.CutPrefix(pe.Message, `relation "`)
+	name, quoted2 := strings.CutSuffix(rest, `" does not exist`)
+	if !quoted || !quoted2 {
+		return 0, "", false
+	}
+	if l, renamed := r.LogicalName(name); renamed {
+		name = l
+	}
+	nodes := r.Placement(name).Nodes
+	if len(nodes) == 0 || slices.ContainsFunc(nodes, func(n rules.Node) bool { return n.DataSource == ds }) {
+		return 0, "", false
+	}
+	return nodes[0].DataSource, nodes[0].Table, true
+}
+
+// TableExists reports whether conn's server has the table named, as an error named it
+// (a bare name is an identifier as written, a qualified one is read as SQL).
+func TableExists(ctx context.Context, conn *pgconn.PgConn, table string) (bool, error) {
+	res := conn.ExecParams(ctx, "SELECT to_regclass(CASE WHEN strpos($1, '.') > 0 THEN $1 ELSE quote_ident($1) END) IS NOT NULL",
+		[][]byte{[]byte(table)}, []uint32{25}, nil, nil).Read()
+	if res.Err != nil {
+		return false, res.Err
+	}
+	return len(res.Rows) == 1 && string(res.Rows[0][0]) == "t", nil
+}
+
+// NotHeld is the refusal of a statement whose description on data source ds found no
+// table that another data source holds (err, its 42P01; see MissingElsewhere): one
+// database, holding every table, would describe it, and no one data source can.
+func NotHeld(r *rules.Compiled, ds int, err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(LogicalNames(err, r), &pe) {
 		return err
 	}
-	errors.As(LogicalNames(err, r), &pe)
-	return unsupported("a statement over tables that no one data source holds, without the coordinator database to describe and answer it (on data source %s, which holds its sharded tables: %s)",
+	return unsupported("a statement over tables that no one data source holds, which the coordinator database does not answer here (off, or not for such a statement): on data source %s, which holds its sharded tables, %s",
 		sourceName(r, ds), pe.Message)
 }
 
 // AnalysisError returns the error of a statement's description (err) that PostgreSQL
 // gives when it parses the statement, at Parse or at a driver's Prepare: its analysis
-// (classes 42 and 22), a missing table (42P01) only where the data source that
-// describes the statement (sqlplan.Plan.DescribeSQL) holds every other table it names,
-// since a statement may name tables that no one data source holds. Otherwise nil: the
-// execution that needs the description reports it.
-func AnalysisError(plan *sqlplan.Plan, r *rules.Compiled, err error) error {
+// (classes 42 and 22), a missing table included, since a description reports one only
+// where one database would (see MissingElsewhere). Otherwise nil: the execution that
+// needs the description reports it (a refusal, a data source out of reach).
+func AnalysisError(err error) error {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return nil
-	}
-	if pe.Code == "42P01" {
-		if ds, _ := plan.DescribeSQL(); ds != sqlplan.CoordinatorSource(r) && plan.HoldsEveryTable(ds) {
-			return err
-		}
-		return nil
-	}
-	if strings.HasPrefix(pe.Code, "42") || strings.HasPrefix(pe.Code, "22") {
+	if errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "42") || strings.HasPrefix(pe.Code, "22")) {
 		return err
 	}
 	return nil
+}
+
+// JudgeDescription judges the error of a statement's description on data source ds:
+// genuine when one database would give it too (an analysis error where ds holds every
+// table the statement names; a table missing where the rules place it, or, looked for
+// with run on the data source where they place it elsewhere, missing there too);
+// notHeld when the missing table is found there, so that no one data source holds
+// every table the statement names (NotHeld). Neither when it cannot tell (that data
+// source out of reach).
+func JudgeDescription(ctx context.Context, plan *sqlplan.Plan, r *rules.Compiled, ds int, err error,
+	run func(ds int, fn func(*pgconn.PgConn) error) error) (genuine, notHeld bool) {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || !strings.HasPrefix(pe.Code, "42") {
+		return false, false
+	}
+	other, table, elsewhere := MissingElsewhere(r, ds, err)
+	if !elsewhere {
+		return pe.Code == "42P01" || plan.HoldsEveryTable(ds), false
+	}
+	var exists bool
+	if run(other, func(conn *pgconn.PgConn) error {
+		var err error
+		exists, err = TableExists(ctx, conn, table)
+		return err
+	}) != nil {
+		return false, false
+	}
+	return !exists, exists
 }

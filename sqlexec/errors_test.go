@@ -87,3 +87,37 @@ func TestLogicalNames(t *testing.T) {
 		t.Error("an error that is no server's changed")
 	}
 }
+
+// TestMissingElsewhere: a description's 42P01 names a table the rules place on another
+// data source (to look for there) only when they do; a table they place where the
+// statement was described, physical names included, is missing on one database too.
+func TestMissingElsewhere(t *testing.T) {
+	r, err := rules.Compile(rules.Rules{
+		DataSources: []rules.DataSource{{Name: "ds_0", DSN: "postgres://a/x"}, {Name: "ds_1", DSN: "postgres://b/x"}, {Name: "ds_2", DSN: "postgres://c/x"}},
+		Tables:      []rules.Table{{Name: "items", Strategy: rules.Strategy{Column: "id"}, DataSources: []string{"ds_1", "ds_2"}, TablesPerDataSource: 2}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ds        int
+		code, msg string
+		other     int
+		table     string
+		ok        bool
+	}{
+		{1, "42P01", `relation "colours" does not exist`, 0, "colours", true},
+		{0, "42P01", `relation "colours" does not exist`, 0, "", false},
+		{1, "42P01", `relation "items_1" does not exist`, 0, "", false},
+		{0, "42P01", `relation "items_1" does not exist`, 1, "items_0", true},
+		{1, "42P01", `relation "public.colours" does not exist`, 0, "public.colours", true},
+		{1, "42P01", `missing FROM-clause entry for table "c"`, 0, "", false},
+		{1, "42703", `column "colours" does not exist`, 0, "", false},
+	} {
+		err := &sqlexec.ShardError{DataSource: c.ds, Name: "x", Err: &pgconn.PgError{Code: c.code, Message: c.msg}}
+		other, table, ok := sqlexec.MissingElsewhere(r, c.ds, err)
+		if other != c.other || table != c.table || ok != c.ok {
+			t.Errorf("%s on ds_%d: got %d %q %v, want %d %q %v", c.msg, c.ds, other, table, ok, c.other, c.table, c.ok)
+		}
+	}
+}

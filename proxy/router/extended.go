@@ -92,6 +92,10 @@ func (s *Session) Parse(ctx context.Context, name, sql string, oids []uint32) er
 		if _, ok := s.stmts[name]; ok {
 			return s.fail(pgError("42P05", "prepared statement %q already exists", name))
 		}
+	} else {
+		// PostgreSQL drops the unnamed statement before it parses the next one, so a
+		// Parse that fails leaves none (a Describe or Bind of it gets 26000).
+		delete(s.stmts, "")
 	}
 	gen := s.r.generation.Load()
 	plan, err := s.r.planner.Prepare(s.planContext(ctx), sql)
@@ -165,7 +169,7 @@ func (s *Session) analyse(ctx context.Context, st *statement) error {
 		return nil
 	}
 	_, err := s.describe(ctx, st)
-	return sqlexec.AnalysisError(st.plan, s.r.rules, err)
+	return sqlexec.AnalysisError(err)
 }
 
 // statementNamed finds a prepared statement, planning it again if DDL ran since.
@@ -445,15 +449,21 @@ func (s *Session) describe(ctx context.Context, st *statement) (*description, er
 		ds, sql = s.coordinatorIndex(), st.plan.SQL
 	}
 	err := describeOn(ds, sql)
+	var genuine, notHeld bool // the error is one database's; a table the statement names is elsewhere
+	if err != nil && ds != s.coordinatorIndex() {
+		genuine, notHeld = sqlexec.JudgeDescription(ctx, st.plan, s.r.rules, ds, err, func(ds int, fn func(*pgconn.PgConn) error) error {
+			return s.onDataSource(ctx, ds, func(c *backend.Conn) error { return fn(c.PgConn()) })
+		})
+	}
 	var pe *pgconn.PgError
-	if err != nil && !inTx && ds != s.coordinatorIndex() && st.plan.MayCoordinate() && errors.As(err, &pe) && strings.HasPrefix(pe.Code, "42") {
+	if err != nil && !genuine && !inTx && ds != s.coordinatorIndex() && st.plan.MayCoordinate() && errors.As(err, &pe) && strings.HasPrefix(pe.Code, "42") {
 		// Likewise outside one, where the failure is harmless (inside one, the
 		// failure is the client's: its transaction has failed with it).
 		ds = s.coordinatorIndex()
 		err = describeOn(ds, st.plan.SQL)
 	}
-	if err != nil && ds != s.coordinatorIndex() {
-		return nil, sqlexec.NotHeld(st.plan, s.r.rules, ds, err)
+	if err != nil && notHeld && ds != s.coordinatorIndex() {
+		return nil, sqlexec.NotHeld(s.r.rules, ds, err)
 	}
 	if err != nil {
 		return nil, err
