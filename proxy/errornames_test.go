@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -62,5 +63,52 @@ func TestErrorsNameLogicalTables(t *testing.T) {
 		if want, got := answer(one, sql), answer(pc, sql); got != want {
 			t.Errorf("%s:\n got  %s\n want %s", sql, got, want)
 		}
+	}
+}
+
+// TestForeignKeysAcrossShards: a foreign key between tables split alike and bound
+// references, shard by shard, the physical table that holds the referenced rows, and
+// answers as one database does, names included; one that no data source could check
+// (from a default data source's table to a sharded one) is refused with 0A000. Up to
+// this change the first failed with 42P01 ("orders" exists on no shard) and the second
+// was accepted, then rejected rows whose order lives on another data source.
+func TestForeignKeysAcrossShards(t *testing.T) {
+	r := shardedRules([]string{pgtest.NewDatabase(t, "fk_s0"), pgtest.NewDatabase(t, "fk_s1")}, nil, nil)
+	r.Tables = []rules.Table{
+		{Name: "orders", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2},
+		{Name: "lines", Strategy: rules.Strategy{Column: "order_id"}, TablesPerDataSource: 2},
+	}
+	r.Bindings = [][]string{{"orders", "lines"}}
+	e := startProxyOn(t, r)
+	ctx := context.Background()
+	one, err := pgconn.Connect(ctx, pgtest.NewDatabase(t, "fk_one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { one.Close(context.Background()) })
+	pc := e.pgconnect(t)
+	answer := func(c *pgconn.PgConn, sql string) string {
+		_, err := c.Exec(ctx, sql).ReadAll()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			return fmt.Sprint(err)
+		}
+		return fmt.Sprintf("%s %s | detail %q | table %q | constraint %q", pe.Code, pe.Message, pe.Detail, pe.TableName, pe.ConstraintName)
+	}
+	for _, sql := range []string{
+		"CREATE TABLE orders (id bigint PRIMARY KEY, who text)",
+		"CREATE TABLE lines (order_id bigint REFERENCES orders (id), n int)",
+		"INSERT INTO orders SELECT g, 'x' FROM generate_series(1, 10) g",
+		"INSERT INTO lines SELECT g, 1 FROM generate_series(1, 10) g",
+		"INSERT INTO lines VALUES (99, 1)",
+		"DELETE FROM orders WHERE id = 3",
+	} {
+		if want, got := answer(one, sql), answer(pc, sql); got != want {
+			t.Errorf("%s:\n got  %s\n want %s", sql, got, want)
+		}
+	}
+	got := answer(pc, "CREATE TABLE reviews (id int PRIMARY KEY, order_id bigint REFERENCES orders (id))")
+	if !strings.HasPrefix(got, "0A000 ") || !strings.Contains(got, "foreign key") {
+		t.Errorf("a foreign key no data source can check: %s, want 0A000", got)
 	}
 }

@@ -131,7 +131,9 @@ func (c *Committer) Rollback(ctx context.Context, conns Conns, dss []int) error 
 	var first error
 	for _, ds := range dss {
 		err := conns.Run(ctx, ds, func(conn *pgconn.PgConn) error {
-			if conn.IsClosed() {
+			if conn.IsClosed() || conn.TxStatus() == 'I' {
+				// Nothing to roll back: a data source that a write failing before it
+				// never began, where ROLLBACK would only warn the client (25P01).
 				return nil
 			}
 			return conn.Exec(ctx, "ROLLBACK").Close()

@@ -276,8 +276,15 @@ func (e *Engine) run(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args, f
 	if b.Plan.Write {
 		limit = 1
 	}
-	err := fanout.Do(ctx, routing.NewShards(order...), nds, runDS,
-		fanout.FailFast(), fanout.WithLimit(limit))
+	opts := []fanout.DoOption{fanout.WithLimit(limit)}
+	if b.Plan.Write || !conns.InTransaction() {
+		// Inside the caller's transaction the data sources still answering a read
+		// answer to the end: cancelling breaks a connection (see stream.stop), and
+		// with it that data source's part of the transaction. A write runs one data
+		// source at a time, none to cancel.
+		opts = append(opts, fanout.FailFast())
+	}
+	err := fanout.Do(ctx, routing.NewShards(order...), nds, runDS, opts...)
 	var failed fanout.Errors
 	if errors.As(err, &failed) && len(failed) > 0 {
 		first := failed[0]

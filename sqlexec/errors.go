@@ -56,7 +56,8 @@ func (e *ShardError) SQLState() string {
 // table's (items_0_pkey) is made from the logical one's (items_pkey). Only errors of
 // integrity constraints (class 23) and of a statement's analysis (class 42) have their
 // message changed: others may quote the client's values, which stay as they are, and
-// so does every error's detail. err is returned unchanged when nothing is renamed.
+// so does every error's detail but the text after the values of an integrity error's
+// (the table a foreign key references). err is returned unchanged when nothing is renamed.
 func LogicalNames(err error, r *rules.Compiled) error {
 	var pe *pgconn.PgError
 	if r == nil || !errors.As(err, &pe) {
@@ -100,15 +101,24 @@ func LogicalNames(err error, r *rules.Compiled) error {
 		out.Message = renameQuoted(pe.Message, rename)
 	}
 	out.ConstraintName = rename(pe.ConstraintName, true) // after the table's name is known
-	if out.TableName == pe.TableName && out.ConstraintName == pe.ConstraintName && out.Message == pe.Message {
+	if class == "23" {
+		// A foreign key's detail names the referenced table after the key's values:
+		// "Key (k)=(v) is not present in table "orders_1"." Only the text after the
+		// values is the server's own.
+		if i := strings.LastIndexByte(pe.Detail, ')'); i >= 0 {
+			out.Detail = pe.Detail[:i+1] + renameQuoted(pe.Detail[i+1:], rename)
+		}
+	}
+	if out.TableName == pe.TableName && out.ConstraintName == pe.ConstraintName && out.Message == pe.Message && out.Detail == pe.Detail {
 		return err
 	}
 	return &renamedError{client: &out, server: pe, err: err}
 }
 
 // renameQuoted applies rename to the double-quoted names of msg that the word before
-// says are relations or constraints, as PostgreSQL's messages quote them: after
-// "relation", "table", "view" or "sequence" a table's name, after "constraint" or
+// says are relations or constraints, as PostgreSQL's messages quote them: at the start
+// of the message or after "relation", "table", "table name", "table reference", "view"
+// or "sequence" a table's name, after "constraint" or
 // "index" a constraint's (the constraint flag), and after "column" only a column
 // qualified by its table (items_0.id). Other quoted names are the client's: a column
 // named like a physical table (player_1), a value, a type. It runs twice, so that a
@@ -130,6 +140,16 @@ func renameQuoted(msg string, rename func(name string, constraint bool) string) 
 			name := msg[i+1 : i+1+j]
 			before := strings.TrimSuffix(msg[:i], " ")
 			word := before[strings.LastIndexByte(before, ' ')+1:]
+			if word == "name" || word == "reference" {
+				// "table name "items_0" specified more than once", "table reference
+				// "items_0" is ambiguous"; not a column reference.
+				if rest := strings.TrimSuffix(before, word); strings.HasSuffix(rest, "table ") {
+					word = "table"
+				}
+			}
+			if i == 0 {
+				word = "relation" // ""items_0" is not a view"
+			}
 			switch word {
 			case "relation", "table", "view", "sequence":
 				name = rename(name, false)

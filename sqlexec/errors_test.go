@@ -54,11 +54,21 @@ func TestLogicalNames(t *testing.T) {
 			pgconn.PgError{Code: "42703", Message: `column "player_0" of relation "player" does not exist`}},
 		{pgconn.PgError{Code: "42702", Message: `column reference "player_1" is ambiguous`},
 			pgconn.PgError{Code: "42702", Message: `column reference "player_1" is ambiguous`}},
+		{pgconn.PgError{Code: "42712", Message: `table name "items_0" specified more than once`},
+			pgconn.PgError{Code: "42712", Message: `table name "items" specified more than once`}},
+		{pgconn.PgError{Code: "42809", Message: `"items_0" is not a view`},
+			pgconn.PgError{Code: "42809", Message: `"items" is not a view`}},
+		{pgconn.PgError{Code: "42P09", Message: `table reference "items_1" is ambiguous`},
+			pgconn.PgError{Code: "42P09", Message: `table reference "items" is ambiguous`}},
 		// Not physical names: a shard beyond the table's count, a table kept whole,
 		// a number that is not one.
 		{pgconn.PgError{Code: "42P01", Message: `relation "items_2" does not exist`}, pgconn.PgError{Code: "42P01", Message: `relation "items_2" does not exist`}},
 		{pgconn.PgError{Code: "42P01", Message: `relation "users_0" does not exist`}, pgconn.PgError{Code: "42P01", Message: `relation "users_0" does not exist`}},
 		{pgconn.PgError{Code: "42P01", Message: `relation "items_01" does not exist`}, pgconn.PgError{Code: "42P01", Message: `relation "items_01" does not exist`}},
+		// A foreign key's detail names the referenced table after the values, which
+		// stay the client's.
+		{pgconn.PgError{Code: "23503", Message: `insert or update on table "items_0" violates foreign key constraint "items_0_k_fkey"`, Detail: `Key (k)=(table "items_0") is not present in table "items_1".`, TableName: "items_0", ConstraintName: "items_0_k_fkey"},
+			pgconn.PgError{Code: "23503", Message: `insert or update on table "items" violates foreign key constraint "items_k_fkey"`, Detail: `Key (k)=(table "items_0") is not present in table "items".`, TableName: "items", ConstraintName: "items_k_fkey"}},
 		// The client's values are not renamed.
 		{pgconn.PgError{Code: "22P02", Message: `invalid input syntax for type integer: "items_0"`}, pgconn.PgError{Code: "22P02", Message: `invalid input syntax for type integer: "items_0"`}},
 		{pgconn.PgError{Code: "23502", Message: `null value in column "v" of relation "items_0" violates not-null constraint`, Detail: `Failing row contains (2, "items_0").`, TableName: "items_0"},

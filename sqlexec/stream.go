@@ -142,7 +142,9 @@ func (r *Rows) end(abort bool) (pgconn.CommandTag, error) {
 		r.tag = CommandTag(sqlplan.KindSelect, r.n, pgconn.CommandTag{})
 	}
 	if r.st != nil {
-		if err := r.st.close(abort || r.err != nil); err != nil && r.err == nil {
+		// After an error the targets still answering are cancelled, except inside a
+		// transaction, where that would break their connections (stream.stop).
+		if err := r.st.close(abort || r.err != nil && !r.st.conns.InTransaction()); err != nil && r.err == nil {
 			r.err = err
 		}
 		r.st = nil
@@ -268,7 +270,7 @@ func (e *Engine) query(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args,
 	st.client = resultFormats
 	whole, err := st.prime(coll, collErr)
 	if err != nil {
-		st.close(true)
+		st.close(!conns.InTransaction()) // inside a transaction the others answer to the end (stop)
 		return nil, err
 	}
 	if whole {
@@ -777,11 +779,7 @@ func (st *stream) close(abort bool) error {
 		}
 	}
 	if abort || err != nil {
-		st.cancel()
-		for _, c := range st.curs {
-			for range c.ch {
-			}
-		}
+		st.stop(abort)
 	}
 	st.wg.Wait()
 	st.cancel()
@@ -791,15 +789,27 @@ func (st *stream) close(abort bool) error {
 	return err
 }
 
-// cause returns the error that aborted the transaction under data source ds's err
-// (ErrTxAborted): another data source's, met at the same time. It stops the stream
-// and waits for every data source to end, which the caller's close then finds done.
-func (st *stream) cause(ds int, err error) (int, error) {
-	st.cancel()
+// stop ends the targets still answering, and drops what they send. Inside the
+// caller's transaction, unless abort, they answer to the end: cancelling a statement
+// breaks its connection (the deadline that interrupts it leaves the protocol
+// mid-message), and with it that data source's part of the transaction, which a
+// ROLLBACK TO SAVEPOINT after the error (psql's ON_ERROR_ROLLBACK) must find as one
+// database would. Outside one, or with abort, they are cancelled.
+func (st *stream) stop(abort bool) {
+	if abort || !st.conns.InTransaction() {
+		st.cancel()
+	}
 	for _, c := range st.curs {
 		for range c.ch {
 		}
 	}
+}
+
+// cause returns the error that aborted the transaction under data source ds's err
+// (ErrTxAborted): another data source's, met at the same time. It stops the stream
+// and waits for every data source to end, which the caller's close then finds done.
+func (st *stream) cause(ds int, err error) (int, error) {
+	st.stop(false)
 	st.wg.Wait()
 	for _, other := range st.order {
 		if e := st.errs[other]; e != nil && !errors.Is(e, ErrTxAborted) {

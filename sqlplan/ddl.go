@@ -151,9 +151,16 @@ func (a *analyzer) addRefNoCatalog(rv *pg.RangeVar) (*tableRef, error) {
 // default table on the default one. also, when given, renames what else the physical
 // table needs (node -1: back to the logical name).
 func (a *analyzer) perNode(stmt *pg.Node, ref *tableRef, rv *pg.RangeVar, also func(phys string, node int)) error {
+	return a.perNodeRenaming(stmt, ref, rv, also, false)
+}
+
+// perNodeRenaming is perNode; with force, every physical table's statement is printed
+// with also's renames, even where the table keeps its name (a foreign key's referenced
+// table renamed on its shard).
+func (a *analyzer) perNodeRenaming(stmt *pg.Node, ref *tableRef, rv *pg.RangeVar, also func(phys string, node int), force bool) error {
 	for i, n := range ref.rule.Nodes {
 		sql := a.sql
-		if n.Table != ref.name || n.Schema != "" {
+		if n.Table != ref.name || n.Schema != "" || force {
 			relname, schema := rv.Relname, rv.Schemaname
 			rv.Relname = n.Table
 			if n.Schema != "" {
@@ -235,7 +242,130 @@ func (a *analyzer) createTable(stmt *pg.Node, c *pg.CreateStmt) error {
 			}
 		}
 	}
-	return a.perNode(stmt, ref, c.Relation, nil)
+	var fks []foreignKey
+	for _, e := range c.TableElts {
+		if cd := e.GetColumnDef(); cd != nil {
+			for _, con := range cd.Constraints {
+				fks = appendForeignKey(fks, con.GetConstraint(), cd.Colname)
+			}
+		}
+		fks = appendForeignKey(fks, e.GetConstraint(), "")
+	}
+	for _, con := range c.Constraints {
+		fks = appendForeignKey(fks, con.GetConstraint(), "")
+	}
+	return a.withForeignKeys(stmt, ref, c.Relation, fks)
+}
+
+// foreignKey is a FOREIGN KEY of a table's DDL: its columns (column, for one declared
+// on a column) and the table and columns it references.
+type foreignKey struct {
+	con    *pg.Constraint
+	column string
+}
+
+func appendForeignKey(fks []foreignKey, con *pg.Constraint, column string) []foreignKey {
+	if con == nil || con.Contype != pg.ConstrType_CONSTR_FOREIGN || con.Pktable == nil {
+		return fks
+	}
+	return append(fks, foreignKey{con, column})
+}
+
+// withForeignKeys sends a table's DDL once per physical table (perNode), each foreign
+// key referencing the physical table on the same data source, and refuses a foreign key
+// that no physical table can check: each physical table's rows must find every row they
+// may reference in one physical table on their own data source. That is a broadcast
+// table (a copy on every data source), a table that lives on the one data source every
+// physical table of the referencing table is on, or a table sharded alike (same
+// placement), referenced through the sharding key, shard by shard.
+func (a *analyzer) withForeignKeys(stmt *pg.Node, ref *tableRef, rv *pg.RangeVar, fks []foreignKey) error {
+	if len(fks) == 0 {
+		return a.perNode(stmt, ref, rv, nil)
+	}
+	type target struct {
+		pk    *pg.RangeVar
+		name  string
+		nodes []rules.Node // per node of ref: the referenced physical table
+	}
+	var targets []target
+	force := false
+	for _, fk := range fks {
+		pk := fk.con.Pktable
+		pkRule := a.p.rules.Lookup(pk.Relname)
+		refuse := func(why string) error {
+			return unsupported("a foreign key from %s to %s: %s, so no one data source could check it", ref.name, pk.Relname, why)
+		}
+		t := target{pk: pk, name: pk.Relname}
+		for _, n := range ref.rule.Nodes {
+			var found *rules.Node
+			switch {
+			case pkRule.Kind == rules.KindBroadcast:
+				for _, m := range pkRule.Nodes {
+					if m.DataSource == n.DataSource {
+						found = &m
+						break
+					}
+				}
+			case len(pkRule.Nodes) == 1:
+				if pkRule.Nodes[0].DataSource == n.DataSource {
+					found = &pkRule.Nodes[0]
+				}
+			}
+			if found == nil {
+				break
+			}
+			t.nodes = append(t.nodes, *found)
+		}
+		if len(t.nodes) != len(ref.rule.Nodes) {
+			t.nodes = nil
+			if pkRule.Kind != rules.KindSharded {
+				return refuse(fmt.Sprintf("%s lives on data sources where %s does not", ref.name, pk.Relname))
+			}
+			if !rules.SamePlacement(ref.rule, pkRule) {
+				return refuse(fmt.Sprintf("%s is sharded, and %s is not placed alike", pk.Relname, ref.name))
+			}
+			fkCols, pkCols := stringList(fk.con.FkAttrs), stringList(fk.con.PkAttrs)
+			if fk.column != "" {
+				fkCols = []string{fk.column}
+			}
+			refKeys, pkKeys := ref.rule.KeyColumns(), pkRule.KeyColumns()
+			if len(pkCols) == 0 && len(fkCols) == 1 && len(pkKeys) == 1 {
+				pkCols = pkKeys // the referenced primary key, which holds the sharding key
+			}
+			i := slices.Index(fkCols, refKeys[0])
+			if len(refKeys) != 1 || len(pkKeys) != 1 || i < 0 || i >= len(pkCols) || pkCols[i] != pkKeys[0] {
+				return refuse(fmt.Sprintf("it does not reference sharding key %s.%s with %s.%s", pk.Relname, pkKeys[0], ref.name, refKeys[0]))
+			}
+			t.nodes = pkRule.Nodes
+		}
+		for _, m := range t.nodes {
+			if m.Table != pk.Relname || m.Schema != "" {
+				force = true
+			}
+		}
+		targets = append(targets, t)
+	}
+	return a.perNodeRenaming(stmt, ref, rv, func(_ string, node int) {
+		for _, t := range targets {
+			if node < 0 {
+				t.pk.Relname, t.pk.Schemaname = t.name, ""
+				continue
+			}
+			t.pk.Relname = t.nodes[node].Table
+			if t.nodes[node].Schema != "" {
+				t.pk.Schemaname = t.nodes[node].Schema
+			}
+		}
+	}, force)
+}
+
+// stringList is the strings of a list of String nodes.
+func stringList(list []*pg.Node) []string {
+	var out []string
+	for _, n := range list {
+		out = append(out, n.GetString_().GetSval())
+	}
+	return out
 }
 
 func (a *analyzer) createIndex(stmt *pg.Node, ix *pg.IndexStmt) error {
@@ -313,7 +443,17 @@ func (a *analyzer) alterTable(stmt *pg.Node, at *pg.AlterTableStmt) error {
 			}
 		}
 	}
-	return a.perNode(stmt, ref, at.Relation, nil)
+	var fks []foreignKey
+	for _, c := range at.Cmds {
+		cmd := c.GetAlterTableCmd()
+		fks = appendForeignKey(fks, cmd.Def.GetConstraint(), "")
+		if cd := cmd.Def.GetColumnDef(); cd != nil {
+			for _, con := range cd.Constraints {
+				fks = appendForeignKey(fks, con.GetConstraint(), cd.Colname)
+			}
+		}
+	}
+	return a.withForeignKeys(stmt, ref, at.Relation, fks)
 }
 
 func (a *analyzer) rename(stmt *pg.Node, rn *pg.RenameStmt) error {
