@@ -105,9 +105,9 @@ func LogicalNames(err error, r *rules.Compiled) error {
 		// A foreign key's detail names the referenced table after the key's values:
 		// "Key (k)=(v) is not present in table "orders_1"." Only the text after the
 		// values is the server's own.
-		if i := strings.LastIndexByte(pe.Detail, ')'); i >= 0 {
-			out.Detail = pe.Detail[:i+1] + renameQuoted(pe.Detail[i+1:], rename)
-		}
+		// Without the values (a client that may not read the columns), all of it is.
+		i := strings.LastIndexByte(pe.Detail, ')')
+		out.Detail = pe.Detail[:i+1] + renameQuoted(pe.Detail[i+1:], rename)
 	}
 	if out.TableName == pe.TableName && out.ConstraintName == pe.ConstraintName && out.Message == pe.Message && out.Detail == pe.Detail {
 		return err

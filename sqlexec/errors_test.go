@@ -69,6 +69,8 @@ func TestLogicalNames(t *testing.T) {
 		// stay the client's.
 		{pgconn.PgError{Code: "23503", Message: `insert or update on table "items_0" violates foreign key constraint "items_0_k_fkey"`, Detail: `Key (k)=(table "items_0") is not present in table "items_1".`, TableName: "items_0", ConstraintName: "items_0_k_fkey"},
 			pgconn.PgError{Code: "23503", Message: `insert or update on table "items" violates foreign key constraint "items_k_fkey"`, Detail: `Key (k)=(table "items_0") is not present in table "items".`, TableName: "items", ConstraintName: "items_k_fkey"}},
+		{pgconn.PgError{Code: "23503", Message: `insert or update on table "items_0" violates foreign key constraint "k_fkey"`, Detail: `Key is not present in table "items_1".`, TableName: "items_0", ConstraintName: "k_fkey"},
+			pgconn.PgError{Code: "23503", Message: `insert or update on table "items" violates foreign key constraint "k_fkey"`, Detail: `Key is not present in table "items".`, TableName: "items", ConstraintName: "k_fkey"}},
 		// The client's values are not renamed.
 		{pgconn.PgError{Code: "22P02", Message: `invalid input syntax for type integer: "items_0"`}, pgconn.PgError{Code: "22P02", Message: `invalid input syntax for type integer: "items_0"`}},
 		{pgconn.PgError{Code: "23502", Message: `null value in column "v" of relation "items_0" violates not-null constraint`, Detail: `Failing row contains (2, "items_0").`, TableName: "items_0"},

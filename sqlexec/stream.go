@@ -160,6 +160,7 @@ func (r *Rows) Buffer() error {
 	var next func() ([][]byte, bool, error)
 	var end func(abort bool) error
 	var held *heldBudget
+	keep := false // the targets still answering after an error answer to the end (stream.stop)
 	switch {
 	case r.closed:
 		return nil
@@ -177,6 +178,7 @@ func (r *Rows) Buffer() error {
 		st := r.st
 		r.st = nil
 		next, end, held = st.next, st.close, st.e.budget()
+		keep = st.conns.InTransaction()
 	default:
 		return nil
 	}
@@ -200,7 +202,7 @@ func (r *Rows) Buffer() error {
 	// Past the bound the rest is read and dropped: the connections stay usable. A data
 	// source's error met on the way wins over the bound's: the caller's transaction
 	// failed there.
-	if err := end(r.err != nil && !over); err != nil && (r.err == nil || over) {
+	if err := end(r.err != nil && !over && !keep); err != nil && (r.err == nil || over) {
 		r.err = err
 	}
 	// The tag counts what the caller read before and what it will read now.
@@ -277,7 +279,7 @@ func (e *Engine) query(ctx context.Context, b *sqlplan.Bound, args sqlplan.Args,
 		// Text ranked under a collation: the ranks need every value first. The
 		// connections go back before the ranks are asked for.
 		results, err := st.readAll()
-		if cerr := st.close(err != nil); err == nil {
+		if cerr := st.close(err != nil && !conns.InTransaction()); err == nil {
 			err = cerr
 		}
 		if err != nil {
@@ -799,10 +801,19 @@ func (st *stream) stop(abort bool) {
 	if abort || !st.conns.InTransaction() {
 		st.cancel()
 	}
+	// Every target at once: a data source closes its targets' channels when it has
+	// run them all, so draining them one after another would wait on the first while
+	// the data source waits to send the second's rows.
+	var wg sync.WaitGroup
 	for _, c := range st.curs {
-		for range c.ch {
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range c.ch {
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 // cause returns the error that aborted the transaction under data source ds's err

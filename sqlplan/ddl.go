@@ -283,9 +283,9 @@ func (a *analyzer) withForeignKeys(stmt *pg.Node, ref *tableRef, rv *pg.RangeVar
 		return a.perNode(stmt, ref, rv, nil)
 	}
 	type target struct {
-		pk    *pg.RangeVar
-		name  string
-		nodes []rules.Node // per node of ref: the referenced physical table
+		pk           *pg.RangeVar
+		name, schema string       // as the statement wrote them
+		nodes        []rules.Node // per node of ref: the referenced physical table
 	}
 	var targets []target
 	force := false
@@ -295,7 +295,7 @@ func (a *analyzer) withForeignKeys(stmt *pg.Node, ref *tableRef, rv *pg.RangeVar
 		refuse := func(why string) error {
 			return unsupported("a foreign key from %s to %s: %s, so no one data source could check it", ref.name, pk.Relname, why)
 		}
-		t := target{pk: pk, name: pk.Relname}
+		t := target{pk: pk, name: pk.Relname, schema: pk.Schemaname}
 		for _, n := range ref.rule.Nodes {
 			var found *rules.Node
 			switch {
@@ -347,8 +347,8 @@ func (a *analyzer) withForeignKeys(stmt *pg.Node, ref *tableRef, rv *pg.RangeVar
 	}
 	return a.perNodeRenaming(stmt, ref, rv, func(_ string, node int) {
 		for _, t := range targets {
+			t.pk.Relname, t.pk.Schemaname = t.name, t.schema
 			if node < 0 {
-				t.pk.Relname, t.pk.Schemaname = t.name, ""
 				continue
 			}
 			t.pk.Relname = t.nodes[node].Table
