@@ -112,3 +112,70 @@ func TestForeignKeysAcrossShards(t *testing.T) {
 		t.Errorf("a foreign key no data source can check: %s, want 0A000", got)
 	}
 }
+
+// TestErrorPositions: a server's error points (its position, psql's caret) at the word
+// of the client's statement that one database points at, in both protocols, though the
+// statement each shard ran was rewritten (deparsed, its tables renamed) and though
+// several statements came in one query string, from whose start PostgreSQL counts.
+// Until this change the caret stood where the rewritten text had the word.
+func TestErrorPositions(t *testing.T) {
+	r := shardedRules([]string{pgtest.NewDatabase(t, "errpos_s0"), pgtest.NewDatabase(t, "errpos_s1")}, nil, nil)
+	r.Tables = []rules.Table{{Name: "items", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2}}
+	e := startProxyOn(t, r)
+	ctx := context.Background()
+	one, err := pgconn.Connect(ctx, pgtest.NewDatabase(t, "errpos_one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { one.Close(context.Background()) })
+	pc := e.pgconnect(t)
+	answer := func(c *pgconn.PgConn, sql string, extended bool) string {
+		var err error
+		if extended {
+			_, err = c.ExecParams(ctx, sql, nil, nil, nil, nil).Close()
+		} else {
+			_, err = c.Exec(ctx, sql).ReadAll()
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			return fmt.Sprint(err)
+		}
+		return fmt.Sprintf("%s %s at %d", pe.Code, pe.Message, pe.Position)
+	}
+	for _, sql := range []string{
+		"CREATE TABLE items (id int PRIMARY KEY, v int, w text)",
+		"INSERT INTO items VALUES (1, 1, 'a'), (2, 2, 'b'), (3, 3, 'c')",
+	} {
+		for _, c := range []*pgconn.PgConn{one, pc} {
+			if _, err := c.Exec(ctx, sql).ReadAll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		sql    string
+		simple bool // several statements: the simple protocol only
+	}{
+		{sql: "select   id,    nosuch   from   items"},
+		{sql: "select  id  from  items  where id = 1 and   nosuch = 2"},
+		{sql: "   select  count(*)  from   items  where   x  > 1"},
+		{sql: "select 'é',  nosuch from items order by 1"},
+		{sql: "select  i.id from items i join items j on i.id = j.id where i.id = 3 and  j.nosuch = 1"},
+		{sql: "select  v  from items where id = 2 and  v = 'xyz'::int"},
+		{sql: "select 1;  select nosuch from items where id = 1", simple: true},
+		{sql: "select 1; /* select nosuch */; select  nosuch from items", simple: true},
+	} {
+		for _, extended := range []bool{false, true} {
+			if extended && tc.simple {
+				continue
+			}
+			want, got := answer(one, tc.sql, extended), answer(pc, tc.sql, extended)
+			if got != want {
+				t.Errorf("%q (extended %v):\n got  %s\n want %s", tc.sql, extended, got, want)
+			}
+			if !strings.Contains(want, " at ") || strings.HasSuffix(want, " at 0") {
+				t.Errorf("%q: one database gave no position (%s); the case tests nothing", tc.sql, want)
+			}
+		}
+	}
+}

@@ -313,7 +313,7 @@ func (cn *conn) run(ctx context.Context, query string, args []driver.NamedValue)
 
 func (cn *conn) runStatement(ctx context.Context, query string, args []driver.NamedValue) (*sqlexec.Result, error) {
 	if len(args) == 0 {
-		stmts := sqlplan.SplitStatements(query)
+		stmts := sqlplan.SplitStatementsAt(query)
 		if len(stmts) != 1 {
 			return cn.runMany(ctx, stmts)
 		}
@@ -330,7 +330,7 @@ func (cn *conn) runStatement(ctx context.Context, query string, args []driver.Na
 // other, each planned after the one before ran, in one transaction (unless the
 // caller's is open, or the string controls transactions itself), so that an error
 // rolls the whole string back. It answers with the last statement's result.
-func (cn *conn) runMany(ctx context.Context, stmts []string) (*sqlexec.Result, error) {
+func (cn *conn) runMany(ctx context.Context, stmts []sqlplan.Statement) (*sqlexec.Result, error) {
 	cn.streaming = false // each statement ends before the next: the last one's rows are gathered
 	implicit := cn.sq == nil && !cn.s.InTransaction() && !controlsTransactions(stmts)
 	if implicit {
@@ -340,13 +340,14 @@ func (cn *conn) runMany(ctx context.Context, stmts []string) (*sqlexec.Result, e
 	}
 	last := &sqlexec.Result{}
 	for _, q := range stmts {
-		r, err := cn.runSimple(ctx, q)
+		r, err := cn.runSimple(ctx, q.SQL)
 		if err != nil {
 			if implicit {
 				cn.s.Rollback(context.WithoutCancel(ctx))
 				cn.endTx()
 			}
-			return nil, err
+			// PostgreSQL counts an error's position from the start of the string.
+			return nil, sqlexec.ShiftPosition(err, q.Offset)
 		}
 		last = r
 	}
@@ -362,9 +363,9 @@ func (cn *conn) runMany(ctx context.Context, stmts []string) (*sqlexec.Result, e
 
 // controlsTransactions reports whether one of the statements is BEGIN, COMMIT,
 // ROLLBACK or another transaction statement, which then runs as written.
-func controlsTransactions(stmts []string) bool {
+func controlsTransactions(stmts []sqlplan.Statement) bool {
 	for _, q := range stmts {
-		switch strings.ToUpper(firstWord(q)) {
+		switch strings.ToUpper(firstWord(q.SQL)) {
 		case "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "PREPARE":
 			return true
 		}
@@ -389,7 +390,8 @@ func (cn *conn) runSimple(ctx context.Context, query string) (*sqlexec.Result, e
 	}
 	if plan.Feed != nil {
 		// Its query and batches are planned from its own text (Feed.Query).
-		return cn.execute(ctx, &sqlplan.Bound{Plan: plan}, sqlplan.Args{}, nil)
+		res, err := cn.execute(ctx, &sqlplan.Bound{Plan: plan}, sqlplan.Args{}, nil)
+		return res, sqlexec.AtClient(err, query, nil)
 	}
 	var a sqlplan.Args
 	if a.Keys, err = cn.drawKeys(ctx, plan); err != nil {
@@ -397,12 +399,14 @@ func (cn *conn) runSimple(ctx context.Context, query string) (*sqlexec.Result, e
 	}
 	b, err := plan.BindSimpleArgs(query, lits, a)
 	if cn.preRefused(plan, err) {
-		return cn.runPre(ctx, plan, query, err, a, nil)
+		res, err := cn.runPre(ctx, plan, query, err, a, nil)
+		return res, sqlexec.AtClient(err, query, nil) // its steps are statements of their own
 	}
 	if err != nil {
 		return nil, err
 	}
-	return cn.execute(ctx, b, a, nil)
+	res, err := cn.execute(ctx, b, a, nil)
+	return res, sqlexec.AtClient(err, query, sqlexec.SentTexts(b, err))
 }
 
 // drawKeys draws the keys an INSERT leaves to its key's sequence (sqlplan.Plan.Keys);
@@ -447,7 +451,9 @@ func (cn *conn) describe(ctx context.Context, plan *sqlplan.Plan) (*description,
 			return nil, sqlplan.Unsupported("a statement over tables that no one data source holds, without the coordinator database (shardsql.Config.Coordinate)")
 		}
 		var d description
+		var described string // the text the last description sent
 		describeOn := func(ds int, sql string) error {
+			described = sql
 			if ds == coord {
 				// Described by the coordinator database, which must be built first.
 				if err := cn.readyCoordinator(ctx, plan.Refused); err != nil {
@@ -489,7 +495,7 @@ func (cn *conn) describe(ctx context.Context, plan *sqlplan.Plan) (*description,
 			return nil, sqlexec.NotHeld(cn.c.cfg.Rules, ds, err)
 		}
 		if err != nil {
-			return nil, err
+			return nil, sqlexec.AtClient(err, plan.SQL, []string{described})
 		}
 		return &d, nil
 	})
@@ -547,12 +553,18 @@ func (cn *conn) runPlan(ctx context.Context, plan *sqlplan.Plan, args []driver.N
 	a.Keys = keys
 	b, err := plan.Bind(a)
 	if cn.preRefused(plan, err) {
-		return cn.runPre(ctx, plan, plan.SQL, err, a, a.OIDs)
+		res, err := cn.runPre(ctx, plan, plan.SQL, err, a, a.OIDs)
+		return res, sqlexec.AtClient(err, plan.SQL, nil)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return cn.execute(ctx, b, a, args)
+	res, err := cn.execute(ctx, b, a, args)
+	var sent []string
+	if plan.Feed == nil {
+		sent = sqlexec.SentTexts(b, err)
+	}
+	return res, sqlexec.AtClient(err, plan.SQL, sent)
 }
 
 // execute runs a bound statement; transaction statements act on the session.

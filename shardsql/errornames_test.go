@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -206,5 +207,59 @@ func TestDescribeOverTablesNoOneSourceHolds(t *testing.T) {
 	_, err = db.QueryContext(ctx, q, 1)
 	if !errors.As(err, &pe) || pe.Code != "42P01" || pe.Message != `relation "nosuch" does not exist` {
 		t.Errorf("%s: %v, want 42P01", q, err)
+	}
+}
+
+// TestErrorPositions: through the driver too, a server's error points (its position)
+// at the word of the client's statement one database points at, though the statement
+// each shard ran was rewritten, and counted from the start of a string of several.
+func TestErrorPositions(t *testing.T) {
+	c, err := rules.Compile(rules.Rules{
+		DataSources: []rules.DataSource{{Name: "ds_0", DSN: pgtest.NewDatabase(t, "drvpos_s0")}, {Name: "ds_1", DSN: pgtest.NewDatabase(t, "drvpos_s1")}},
+		Tables:      []rules.Table{{Name: "items", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sharded := openDriver(t, c, false)
+	one, err := sql.Open("pgx", pgtest.NewDatabase(t, "drvpos_one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { one.Close() })
+	ctx := context.Background()
+	answer := func(db *sql.DB, sql string, args ...any) string {
+		_, err := db.ExecContext(ctx, sql, args...)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			return fmt.Sprint(err)
+		}
+		return fmt.Sprintf("%s %s at %d", pe.Code, pe.Message, pe.Position)
+	}
+	for _, db := range []*sql.DB{one, sharded} {
+		if _, err := db.ExecContext(ctx, "CREATE TABLE items (id int PRIMARY KEY, v int)"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "INSERT INTO items VALUES (1, 1), (2, 2), (3, 3)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{"select   id,    nosuch   from   items", nil},
+		{"select  id  from  items  where id = 1 and   nosuch = 2", nil},
+		{"select  id  from  items  where id = $1 and   nosuch = 2", []any{1}},
+		{"update  items set   v = 1 where   nosuch = $1", []any{1}},
+		{"select 1;  select nosuch from items where id = 1", nil},
+	} {
+		want, got := answer(one, q.sql, q.args...), answer(sharded, q.sql, q.args...)
+		if got != want {
+			t.Errorf("%q %v:\n got  %s\n want %s", q.sql, q.args, got, want)
+		}
+		if !strings.Contains(want, " at ") || strings.HasSuffix(want, " at 0") {
+			t.Errorf("%q: one database gave no position (%s); the case tests nothing", q.sql, want)
+		}
 	}
 }

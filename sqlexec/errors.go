@@ -169,8 +169,9 @@ func renameQuoted(msg string, rename func(name string, constraint bool) string) 
 	return pass(pass(msg))
 }
 
-// renamedError is a server's error with logical names (LogicalNames): errors.As finds
-// the renamed *pgconn.PgError first, and the original chain (a ShardError) after it.
+// renamedError is a server's error as the client sees it (logical names, LogicalNames;
+// a position in the client's text, AtClient): errors.As finds the client's
+// *pgconn.PgError first, and the original chain (a ShardError) after it.
 type renamedError struct {
 	client *pgconn.PgError
 	server *pgconn.PgError // the one err holds
@@ -275,4 +276,64 @@ func JudgeDescription(ctx context.Context, plan *sqlplan.Plan, r *rules.Compiled
 		return false, false
 	}
 	return !exists, exists
+}
+
+// AtClient returns err, a statement's error, with a server's position (a caret under
+// the word it is about) counted in client, the statement as the client sent it: sent
+// are the texts the data source that raised it ran (see SentTexts), rewritten from the
+// client's. Where they disagree on the word, or none is known, the error has no
+// position, rather than one under another word (sqlplan.ClientPosition).
+func AtClient(err error, client string, sent []string) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Position <= 0 {
+		return err
+	}
+	pos := 0
+	for i, s := range sent {
+		p := sqlplan.ClientPosition(s, client, int(pe.Position))
+		if i > 0 && p != pos {
+			pos = 0
+			break
+		}
+		pos = p
+	}
+	return withPosition(err, pe, int32(pos))
+}
+
+// SentTexts returns the texts b sent to the data source that raised err (a
+// ShardError's), or to any of its data sources when err names none.
+func SentTexts(b *sqlplan.Bound, err error) []string {
+	if b == nil {
+		return nil
+	}
+	var se *ShardError
+	named := errors.As(err, &se)
+	var out []string
+	for _, t := range b.Targets {
+		if !named || t.DataSource == se.DataSource {
+			out = append(out, t.SQL)
+		}
+	}
+	return out
+}
+
+// ShiftPosition returns err with its position, if it has one, moved by n characters:
+// where the statement starts in the query string the client sent, several statements
+// in one, from which PostgreSQL counts.
+func ShiftPosition(err error, n int) error {
+	var pe *pgconn.PgError
+	if n == 0 || !errors.As(err, &pe) || pe.Position <= 0 {
+		return err
+	}
+	return withPosition(err, pe, pe.Position+int32(n))
+}
+
+// withPosition returns err, whose error for the client is pe, with pe at position pos.
+func withPosition(err error, pe *pgconn.PgError, pos int32) error {
+	if pos == pe.Position {
+		return err
+	}
+	out := *pe
+	out.Position = pos
+	return &renamedError{client: &out, server: pe, err: err}
 }

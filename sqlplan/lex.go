@@ -3,6 +3,7 @@ package sqlplan
 import (
 	"strconv"
 	"strings"
+	"unicode"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 )
@@ -312,27 +313,70 @@ func literalPosition(sql string, prev token) bool {
 // string the parser refuses is returned whole, so that planning it reports the syntax
 // error where PostgreSQL does, and nothing of it runs, as in PostgreSQL.
 func splitStatements(sql string) []string {
+	parts := splitStatementsAt(sql)
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		out[i] = p.SQL
+	}
+	return out
+}
+
+// splitStatementsAt is splitStatements, with each statement's start in sql (a byte
+// offset here; SplitStatementsAt counts characters).
+func splitStatementsAt(sql string) []Statement {
 	parts := lexerSplit(sql)
 	if len(parts) == 1 {
 		// One statement: as the client sent it, its semicolon and trailing comments
 		// included, so that a syntax error names the place PostgreSQL names ("at or
 		// near \";\"") and its position counts in the client's string.
-		return []string{strings.TrimSpace(sql)}
+		return []Statement{trimmed(sql, 0)}
 	}
 	if len(parts) == 0 {
 		return nil
 	}
-	stmts, err := pg.SplitWithParser(sql, true)
+	stmts, err := pg.SplitWithParser(sql, false)
 	if err != nil {
-		return []string{strings.TrimSpace(sql)}
+		return []Statement{trimmed(sql, 0)}
 	}
-	out := stmts[:0]
+	var out []Statement
+	from := 0
 	for _, st := range stmts {
-		if st = strings.TrimSpace(st); st != "" && !onlyComments(st) {
-			out = append(out, st)
+		at := statementStart(sql, from, st)
+		if at < 0 {
+			return []Statement{trimmed(sql, 0)} // not a part of sql: cannot happen
+		}
+		from = at + len(st)
+		if t := trimmed(st, at); t.SQL != "" && !onlyComments(t.SQL) {
+			out = append(out, t)
 		}
 	}
 	return out
+}
+
+// statementStart returns where the parser's statement st starts in sql, at or past
+// from: at the start of sql, or right after a semicolon outside quotes and comments
+// (PostgreSQL's statements begin there, white space and comments included). An empty
+// statement before it (";;", "; /* x */ ;") begins with a semicolon, which st cannot.
+func statementStart(sql string, from int, st string) int {
+	if from == 0 && strings.HasPrefix(sql, st) {
+		return 0
+	}
+	l := lexer{s: sql, pos: from}
+	for {
+		t := l.next()
+		if t.kind == tokEOF {
+			return -1
+		}
+		if t.kind == tokPunct && sql[t.start:t.end] == ";" && strings.HasPrefix(sql[t.end:], st) {
+			return t.end
+		}
+	}
+}
+
+// trimmed is s without surrounding white space, s starting at byte at of its string.
+func trimmed(s string, at int) Statement {
+	t := strings.TrimLeftFunc(s, unicode.IsSpace)
+	return Statement{SQL: strings.TrimRightFunc(t, unicode.IsSpace), Offset: at + len(s) - len(t)}
 }
 
 // lexerSplit splits sql at every semicolon outside quotes and comments.

@@ -424,7 +424,9 @@ func (s *Session) describe(ctx context.Context, st *statement) (*description, er
 	}
 	ds, sql := st.plan.DescribeSQL()
 	var d description
+	var described string // the text the last description sent
 	describeOn := func(ds int, sql string) error {
+		described = sql
 		if ds == s.coordinatorIndex() {
 			if err := s.readyCoordinator(ctx, st.plan.Refused, false); err != nil {
 				return err
@@ -466,7 +468,7 @@ func (s *Session) describe(ctx context.Context, st *statement) (*description, er
 		return nil, sqlexec.NotHeld(s.r.rules, ds, err)
 	}
 	if err != nil {
-		return nil, err
+		return nil, sqlexec.AtClient(err, st.sql, []string{described})
 	}
 	s.r.describes.put(key, &d)
 	st.desc = &d
@@ -537,6 +539,11 @@ func (s *Session) Execute(ctx context.Context, name string, maxRows uint32, last
 			// raised before the portal ran (a refusal) is met again instead.
 			p.failed = true
 		}
+		var sent []string
+		if plan.Feed == nil && p.preRefused == nil {
+			sent = sqlexec.SentTexts(p.bound, err) // else its steps are statements of their own
+		}
+		err = sqlexec.AtClient(err, p.stmt.sql, sent)
 	}
 	return s.fail(err)
 }

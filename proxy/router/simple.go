@@ -16,15 +16,16 @@ import (
 // (the caller sends it, then ReadyForQuery). Statements sent together outside a
 // transaction block run in one implicit transaction, as in PostgreSQL.
 func (s *Session) Query(ctx context.Context, sql string) error {
-	stmts := sqlplan.SplitStatements(sql)
+	stmts := sqlplan.SplitStatementsAt(sql)
 	if len(stmts) == 0 {
 		s.client.Send(&pgproto3.EmptyQueryResponse{})
 		return nil
 	}
 	multi := len(stmts) > 1
 	for _, stmt := range stmts {
-		if err := s.simpleStatement(ctx, stmt, multi); err != nil {
-			err = s.fail(err)
+		if err := s.simpleStatement(ctx, stmt.SQL, multi); err != nil {
+			// PostgreSQL counts an error's position from the start of the string.
+			err = sqlexec.ShiftPosition(s.fail(err), stmt.Offset)
 			s.batchFailed = false
 			s.endImplicit(ctx, false)
 			s.endQuery()
@@ -75,7 +76,8 @@ func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) 
 	}
 	args := sqlplan.Args{ForeignText: s.foreignText()}
 	if plan.Feed != nil {
-		return s.runSeveralSteps(ctx, plan, func() (*sqlexec.Result, error) { return s.insertSelect(ctx, plan, args, nil, nil) })
+		err := s.runSeveralSteps(ctx, plan, func() (*sqlexec.Result, error) { return s.insertSelect(ctx, plan, args, nil, nil) })
+		return sqlexec.AtClient(err, stmt, nil) // its steps are statements of their own
 	}
 	if plan.Keys != nil {
 		if args.Keys, err = s.drawKeys(ctx, plan.Keys); err != nil {
@@ -84,12 +86,14 @@ func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) 
 	}
 	b, err := plan.BindSimpleArgs(stmt, lits, args)
 	if err != nil && plan.Pre != nil && errors.Is(err, sqlplan.ErrUnsupported) {
-		return s.runSeveralSteps(ctx, plan, func() (*sqlexec.Result, error) { return s.runPre(ctx, plan, stmt, err, args, nil, nil) })
+		err := s.runSeveralSteps(ctx, plan, func() (*sqlexec.Result, error) { return s.runPre(ctx, plan, stmt, err, args, nil, nil) })
+		return sqlexec.AtClient(err, stmt, nil)
 	}
 	if err != nil {
 		return err
 	}
-	return s.runSimple(ctx, b)
+	err = s.runSimple(ctx, b)
+	return sqlexec.AtClient(err, stmt, sqlexec.SentTexts(b, err))
 }
 
 // FunctionCall handles the protocol's function call message, which libpq's
