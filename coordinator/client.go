@@ -61,13 +61,15 @@ func ByteSize(n int64) string {
 // analysis (SQLSTATE class 42: an unknown column, a grouping error) may be the
 // coordinator's own: its tables have no keys, so a GROUP BY a primary key is not one
 // there, and its database has none of the shards' functions and types. oneDatabase
-// then analyses the statement on the default data source, where every table it names
-// has its logical name (it is not called otherwise): that database's error is the
-// client's answer, and when it accepts the statement the coordinator's failure is a
-// refusal (0A000), never an error one database would not raise. An error of the
+// then analyses the statement as one database would (logical says whether the default
+// data source holds every table it names under its logical name; see
+// sqlexec.OneDatabase), and reports whether it could: that database's error is the
+// client's answer, and when it accepts the statement, or none could analyse it, the
+// coordinator's failure is a refusal (0A000), never an error one database would not
+// raise. An error of the
 // coordinator's own making (its login to a shard) is a refusal too. Other errors (a
 // division by zero, a cancel, an unreachable shard) are the statement's.
-func (c *Coordinator) ClientError(why string, tables []string, err error, oneDatabase func() error) error {
+func (c *Coordinator) ClientError(why string, tables []string, err error, oneDatabase func(logical bool) (analysed bool, err error)) error {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
 		return err
@@ -87,12 +89,9 @@ func (c *Coordinator) ClientError(why string, tables []string, err error, oneDat
 	case !strings.HasPrefix(pe.Code, "42"):
 		return err
 	}
-	if !namesLogical(c.rules, tables, c.rules.DefaultDataSource()) {
-		return cannot()
-	}
-	oneDB := oneDatabase()
+	analysed, oneDB := oneDatabase(namesLogical(c.rules, tables, c.rules.DefaultDataSource()))
 	var one *pgconn.PgError
-	if errors.As(oneDB, &one) && one.Code != "42P18" {
+	if analysed && errors.As(oneDB, &one) && one.Code != "42P18" {
 		return oneDB
 	}
 	return cannot()

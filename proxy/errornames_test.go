@@ -37,7 +37,7 @@ func TestErrorsNameLogicalTables(t *testing.T) {
 		if !errors.As(err, &pe) {
 			return fmt.Sprint(err)
 		}
-		return fmt.Sprintf("%s %s | detail %q | table %q | constraint %q", pe.Code, pe.Message, pe.Detail, pe.TableName, pe.ConstraintName)
+		return fmt.Sprintf("%s %s | detail %q | hint %q | table %q | constraint %q", pe.Code, pe.Message, pe.Detail, pe.Hint, pe.TableName, pe.ConstraintName)
 	}
 	for _, sql := range []string{
 		"CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL CHECK (v > 0), w text, CONSTRAINT named_check CHECK (v < 1000))",
@@ -50,6 +50,9 @@ func TestErrorsNameLogicalTables(t *testing.T) {
 		"UPDATE items SET v = -v WHERE id = 3",
 		"UPDATE items SET nosuch = 1 WHERE id = 1",
 		"SELECT id FROM items GROUP BY v",
+		// A hint names a column by its table.
+		"SELECT idd FROM items WHERE id = 1",
+		"UPDATE items SET v = 1 WHERE id = 1 AND idd = 2",
 		"SELECT 'items_0'::int",
 		"ALTER TABLE items ADD CONSTRAINT named_check CHECK (v < 10)",
 		// A column named like a physical table is the client's.
@@ -177,5 +180,65 @@ func TestErrorPositions(t *testing.T) {
 				t.Errorf("%q: one database gave no position (%s); the case tests nothing", tc.sql, want)
 			}
 		}
+	}
+}
+
+// TestCoordinatorErrorOfOneDatabase: where tables are split into several on each data
+// source, so that no data source holds them under their logical names, a statement the
+// coordinator database fails in its analysis is analysed as its first shard runs it:
+// an error one database raises there too is the client's, with one database's name and
+// position. Up to this change it was refused with 0A000 (with one table per data
+// source, the client's error, with its position).
+func TestCoordinatorErrorOfOneDatabase(t *testing.T) {
+	for _, perSource := range []int{2, 1} {
+		t.Run(fmt.Sprintf("%d tables per data source", perSource), func(t *testing.T) {
+			coordinatorErrorOfOneDatabase(t, perSource)
+		})
+	}
+}
+
+// coordinatorErrorOfOneDatabase: with one table per data source the default data
+// source analyses the client's text itself, and its position stands.
+func coordinatorErrorOfOneDatabase(t *testing.T, perSource int) {
+	name := fmt.Sprintf("coorderr%d", perSource)
+	r := shardedRules([]string{pgtest.NewDatabase(t, name+"_s0"), pgtest.NewDatabase(t, name+"_s1")}, nil, nil)
+	r.Tables = []rules.Table{{Name: "items", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: perSource}}
+	e := startProxyOn(t, r, withCoordinator())
+	ctx := context.Background()
+	one, err := pgconn.Connect(ctx, pgtest.NewDatabase(t, name+"_one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { one.Close(context.Background()) })
+	pc := e.pgconnect(t)
+	for _, c := range []*pgconn.PgConn{one, pc} {
+		if _, err := c.Exec(ctx, "CREATE TABLE items (id int PRIMARY KEY, v int); INSERT INTO items VALUES (1, 1), (2, 2), (3, 3)").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answer := func(c *pgconn.PgConn, sql string) string {
+		_, err := c.Exec(ctx, sql).ReadAll()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			return fmt.Sprint(err)
+		}
+		return fmt.Sprintf("%s %s at %d", pe.Code, pe.Message, pe.Position)
+	}
+	for _, sql := range []string{
+		"select  sum(id) +  nosuch  from items",
+		"select  id, count(*) over () from items where  items.nosuch = 1",
+		"select  v, count(*) from items group by 1 having  max(nosuch) > 1",
+	} {
+		want, got := answer(one, sql), answer(pc, sql)
+		if got != want {
+			t.Errorf("%q:\n got  %s\n want %s", sql, got, want)
+		}
+		if !strings.HasPrefix(want, "42703") {
+			t.Errorf("%q: one database answered %s; the case tests nothing", sql, want)
+		}
+	}
+	// What one database accepts is answered.
+	if got := answer(pc, "select sum(id) + 1 from items"); got != "<nil>" {
+		t.Errorf("sum(id) + 1: %s", got)
 	}
 }

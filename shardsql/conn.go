@@ -472,7 +472,7 @@ func (cn *conn) describe(ctx context.Context, plan *sqlplan.Plan) (*description,
 				return nil
 			}
 			if ds == coord {
-				return cn.coordinatorFailure(ctx, plan.Refused, plan.Tables, sql, nil, err)
+				return cn.coordinatorFailure(ctx, plan.Refused, plan, nil, sql, nil, err)
 			}
 			return sqlexec.LogicalNames(&sqlexec.ShardError{DataSource: ds, Name: cn.c.cfg.Rules.DataSources()[ds].Name, Err: err}, cn.c.cfg.Rules)
 		}

@@ -204,7 +204,7 @@ func (cn *conn) coordinated(ctx context.Context, b *sqlplan.Bound, a sqlplan.Arg
 		if moved != nil && moved.Exceeded() {
 			return coordinator.MovedError(moved, cn.c.coord.maxMoved, "shardsql.Config.CoordinatorMaxMoved")
 		}
-		return cn.coordinatorFailure(ctx, b.Refused, b.Plan.Tables, b.AsWritten, a.OIDs, err)
+		return cn.coordinatorFailure(ctx, b.Refused, b.Plan, b, b.AsWritten, a.OIDs, err)
 	}
 	if cn.streaming {
 		rows, err := cn.c.engine.Query(ctx, b, a, formats, cn.s)
@@ -223,12 +223,14 @@ func (cn *conn) coordinated(ctx context.Context, b *sqlplan.Bound, a sqlplan.Arg
 
 // coordinatorFailure is what the program sees of err, the coordinator database's error
 // for sql, a statement the merge refused (refused) over tables: see
-// coordinator.ClientError. One database's analysis is the default data source's.
-func (cn *conn) coordinatorFailure(ctx context.Context, refused error, tables []string, sql string, oids []uint32, err error) error {
-	return cn.c.coord.coord.ClientError(why(refused), tables, err, func() error {
-		return runOn(ctx, cn.c.pgxPools, cn.c.cfg.Rules.DefaultDataSource(), func(pc *pgconn.PgConn) error {
-			_, err := pc.Prepare(ctx, "", sql, oids)
-			return err
+// coordinator.ClientError and sqlexec.OneDatabase.
+func (cn *conn) coordinatorFailure(ctx context.Context, refused error, plan *sqlplan.Plan, b *sqlplan.Bound, sql string, oids []uint32, err error) error {
+	return cn.c.coord.coord.ClientError(why(refused), plan.Tables, err, func(logical bool) (bool, error) {
+		return sqlexec.OneDatabase(plan, b, cn.c.cfg.Rules, sql, logical, func(ds int, sql string) error {
+			return runOn(ctx, cn.c.pgxPools, ds, func(pc *pgconn.PgConn) error {
+				_, err := pc.Prepare(ctx, "", sql, oids)
+				return err
+			})
 		})
 	})
 }

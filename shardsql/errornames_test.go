@@ -263,3 +263,60 @@ func TestErrorPositions(t *testing.T) {
 		}
 	}
 }
+
+// TestCoordinatorErrorOfOneDatabase: through the driver too, a statement the
+// coordinator database fails in its analysis, over tables split into several on each
+// data source, gets one database's error, analysed as its first shard runs it; up to
+// this change it was refused with 0A000.
+func TestCoordinatorErrorOfOneDatabase(t *testing.T) {
+	c, err := rules.Compile(rules.Rules{
+		DataSources: []rules.DataSource{{Name: "ds_0", DSN: pgtest.NewDatabase(t, "drvcoorderr_s0")}, {Name: "ds_1", DSN: pgtest.NewDatabase(t, "drvcoorderr_s1")}},
+		Tables:      []rules.Table{{Name: "items", Strategy: rules.Strategy{Column: "id"}, TablesPerDataSource: 2}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sharded := openCoordinated(t, c, nil)
+	one, err := sql.Open("pgx", pgtest.NewDatabase(t, "drvcoorderr_one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { one.Close() })
+	ctx := context.Background()
+	for _, db := range []*sql.DB{one, sharded} {
+		if _, err := db.ExecContext(ctx, "CREATE TABLE items (id int PRIMARY KEY, v int)"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "INSERT INTO items VALUES (1, 1), (2, 2), (3, 3)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answer := func(db *sql.DB, sql string) string {
+		rows, err := db.QueryContext(ctx, sql)
+		if err == nil {
+			for rows.Next() {
+			}
+			err = rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			return fmt.Sprint(err)
+		}
+		return fmt.Sprintf("%s %s at %d", pe.Code, pe.Message, pe.Position)
+	}
+	for _, q := range []string{
+		"select  sum(id) +  nosuch  from items",
+		"select  id, count(*) over () from items where  items.nosuch = 1",
+	} {
+		want, got := answer(one, q), answer(sharded, q)
+		if got != want {
+			t.Errorf("%q:\n got  %s\n want %s", q, got, want)
+		}
+		if !strings.HasPrefix(want, "42703") {
+			t.Errorf("%q: one database answered %s; the case tests nothing", q, want)
+		}
+	}
+}

@@ -100,6 +100,10 @@ func LogicalNames(err error, r *rules.Compiled) error {
 	if class == "23" || class == "42" {
 		out.Message = renameQuoted(pe.Message, rename)
 	}
+	if class == "42" {
+		// "Perhaps you meant to reference the column "items_0.id"."
+		out.Hint = renameQuoted(pe.Hint, rename)
+	}
 	out.ConstraintName = rename(pe.ConstraintName, true) // after the table's name is known
 	if class == "23" {
 		// A foreign key's detail names the referenced table after the key's values:
@@ -109,7 +113,7 @@ func LogicalNames(err error, r *rules.Compiled) error {
 		i := strings.LastIndexByte(pe.Detail, ')')
 		out.Detail = pe.Detail[:i+1] + renameQuoted(pe.Detail[i+1:], rename)
 	}
-	if out.TableName == pe.TableName && out.ConstraintName == pe.ConstraintName && out.Message == pe.Message && out.Detail == pe.Detail {
+	if out.TableName == pe.TableName && out.ConstraintName == pe.ConstraintName && out.Message == pe.Message && out.Detail == pe.Detail && out.Hint == pe.Hint {
 		return err
 	}
 	return &renamedError{client: &out, server: pe, err: err}
@@ -283,9 +287,12 @@ func JudgeDescription(ctx context.Context, plan *sqlplan.Plan, r *rules.Compiled
 // are the texts the data source that raised it ran (see SentTexts), rewritten from the
 // client's. Where they disagree on the word, or none is known, the error has no
 // position, rather than one under another word (sqlplan.ClientPosition).
+//
+// An error AtClient returned is the client's already: it is returned as it is.
 func AtClient(err error, client string, sent []string) error {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Position <= 0 {
+	var done *atClientError
+	if !errors.As(err, &pe) || pe.Position <= 0 || errors.As(err, &done) {
 		return err
 	}
 	pos := 0
@@ -297,8 +304,13 @@ func AtClient(err error, client string, sent []string) error {
 		}
 		pos = p
 	}
-	return withPosition(err, pe, int32(pos))
+	out := *pe
+	out.Position = int32(pos)
+	return &atClientError{renamedError{client: &out, server: pe, err: err}}
 }
+
+// atClientError is an error whose position counts in the client's text (AtClient).
+type atClientError struct{ renamedError }
 
 // SentTexts returns the texts b sent to the data source that raised err (a
 // ShardError's), or to any of its data sources when err names none.
@@ -336,4 +348,32 @@ func withPosition(err error, pe *pgconn.PgError, pos int32) error {
 	out := *pe
 	out.Position = pos
 	return &renamedError{client: &out, server: pe, err: err}
+}
+
+// OneDatabase analyses (describes) the statement of plan, which the coordinator
+// database failed, as one database would, for coordinator.ClientError: where the default
+// data source holds every table it names under its logical name (logical), sql, the
+// client's text, there; else, where a data source holds every table, the statement as
+// its first shard runs it (Plan.DescribeSQL), its error renamed to logical names and
+// its position counted in sql. analysed is false where neither can be done.
+//
+// b is the statement's bound form, nil for an extended-protocol statement described
+// before it is bound (its plan is its own).
+func OneDatabase(plan *sqlplan.Plan, b *sqlplan.Bound, r *rules.Compiled, sql string, logical bool, describe func(ds int, sql string) error) (analysed bool, err error) {
+	if logical {
+		return true, AtClient(describe(r.DefaultDataSource(), sql), sql, []string{sql})
+	}
+	if plan.Kind == sqlplan.KindCoordinator {
+		return false, nil
+	}
+	describeSQL := plan.DescribeSQL
+	if b != nil {
+		describeSQL = b.DescribeSQL
+	}
+	ds, shardSQL := describeSQL()
+	if ds == sqlplan.CoordinatorSource(r) || !plan.HoldsEveryTable(ds) {
+		return false, nil
+	}
+	err = describe(ds, shardSQL)
+	return true, AtClient(LogicalNames(err, r), sql, []string{shardSQL})
 }

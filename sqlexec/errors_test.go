@@ -54,6 +54,11 @@ func TestLogicalNames(t *testing.T) {
 			pgconn.PgError{Code: "42703", Message: `column "player_0" of relation "player" does not exist`}},
 		{pgconn.PgError{Code: "42702", Message: `column reference "player_1" is ambiguous`},
 			pgconn.PgError{Code: "42702", Message: `column reference "player_1" is ambiguous`}},
+		// Hints name a column by its table.
+		{pgconn.PgError{Code: "42703", Message: `column "nam" does not exist`, Hint: `Perhaps you meant to reference the column "items_0.name".`},
+			pgconn.PgError{Code: "42703", Message: `column "nam" does not exist`, Hint: `Perhaps you meant to reference the column "items.name".`}},
+		{pgconn.PgError{Code: "42P01", Message: `invalid reference to FROM-clause entry for table "items_1"`, Hint: `There is an entry for table "items_1", but it cannot be referenced from this part of the query.`},
+			pgconn.PgError{Code: "42P01", Message: `invalid reference to FROM-clause entry for table "items"`, Hint: `There is an entry for table "items", but it cannot be referenced from this part of the query.`}},
 		{pgconn.PgError{Code: "42712", Message: `table name "items_0" specified more than once`},
 			pgconn.PgError{Code: "42712", Message: `table name "items" specified more than once`}},
 		{pgconn.PgError{Code: "42809", Message: `"items_0" is not a view`},
@@ -83,9 +88,9 @@ func TestLogicalNames(t *testing.T) {
 		if !errors.As(got, &pe) {
 			t.Fatalf("%v: no PgError", got)
 		}
-		if pe.Code != c.want.Code || pe.Message != c.want.Message || pe.Detail != c.want.Detail || pe.TableName != c.want.TableName || pe.ConstraintName != c.want.ConstraintName {
-			t.Errorf("%s %s:\n got  %q table %q constraint %q detail %q\n want %q table %q constraint %q detail %q", c.in.Code, c.in.Message,
-				pe.Message, pe.TableName, pe.ConstraintName, pe.Detail, c.want.Message, c.want.TableName, c.want.ConstraintName, c.want.Detail)
+		if pe.Code != c.want.Code || pe.Message != c.want.Message || pe.Detail != c.want.Detail || pe.TableName != c.want.TableName || pe.ConstraintName != c.want.ConstraintName || pe.Hint != c.want.Hint {
+			t.Errorf("%s %s:\n got  %q table %q constraint %q detail %q hint %q\n want %q table %q constraint %q detail %q hint %q", c.in.Code, c.in.Message,
+				pe.Message, pe.TableName, pe.ConstraintName, pe.Detail, pe.Hint, c.want.Message, c.want.TableName, c.want.ConstraintName, c.want.Detail, c.want.Hint)
 		}
 		var se *sqlexec.ShardError
 		if !errors.As(got, &se) || se.Name != "ds_1" || !strings.HasPrefix(got.Error(), "data source ds_1: ") || !strings.Contains(got.Error(), pe.Message) {

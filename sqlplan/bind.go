@@ -235,7 +235,7 @@ func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {
 		}
 	}
 	v := &values{sql: sql, lits: lits, args: args}
-	b := &Bound{Plan: pl, Limit: -1, Offset: -1, Keys: args.Keys}
+	b := &Bound{Plan: pl, Limit: -1, Offset: -1, Keys: args.Keys, sql: sql, lits: lits}
 	b.Targets = b.one[:0]
 	if pl.Feed != nil {
 		return b, nil // the caller runs the query, then the batches (see Feed)
@@ -246,7 +246,7 @@ func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {
 			if pl.coordinate && errors.Is(err, ErrUnsupported) {
 				// Exact on one shard only, and the values span several: PostgreSQL
 				// evaluates it on the coordinator.
-				pl.bindCoordinator(b, sql, err)
+				pl.bindCoordinator(b, v, err)
 				return b, nil
 			}
 			return nil, err
@@ -262,7 +262,7 @@ func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {
 	case KindExplain:
 		if err := pl.bindRouted(b, v); err != nil {
 			if pl.coordinate && errors.Is(err, ErrUnsupported) {
-				pl.bindCoordinator(b, sql, err)
+				pl.bindCoordinator(b, v, err)
 				return b, nil
 			}
 			return nil, err
@@ -280,7 +280,7 @@ func (pl *Plan) bind(sql string, lits []Literal, args Args) (*Bound, error) {
 		b.Destination = routing.DestinationAny{}
 		return b, nil
 	case KindCoordinator:
-		pl.bindCoordinator(b, sql, pl.Refused)
+		pl.bindCoordinator(b, v, pl.Refused)
 		return b, nil
 	case KindPassthrough:
 		b.Targets = []Target{{DataSource: pl.rules.DefaultDataSource(), Shard: -1, SQL: sql}}
@@ -573,7 +573,19 @@ func (pl *Plan) bindMerge(b *Bound, v *values) error {
 // values are known (drivers Describe before they Bind). It is the statement as its first
 // shard would run it, with the client's $n parameters as written; any shard, having
 // the same schema, describes it the same way.
-func (pl *Plan) DescribeSQL() (int, string) {
+func (pl *Plan) DescribeSQL() (int, string) { return pl.describeSQL(pl.SQL, nil) }
+
+// DescribeSQL is Plan.DescribeSQL for the statement b was bound from, its literals
+// included: a simple-protocol statement's plan is shared by texts that differ in them,
+// and its template has holes for them.
+func (b *Bound) DescribeSQL() (int, string) {
+	if !b.Plan.normalized {
+		return b.Plan.DescribeSQL()
+	}
+	return b.Plan.describeSQL(b.sql, b.lits)
+}
+
+func (pl *Plan) describeSQL(sql string, lits []Literal) (int, string) {
 	if pl.Kind == KindCoordinator {
 		return CoordinatorSource(pl.rules), pl.SQL
 	}
@@ -604,7 +616,7 @@ func (pl *Plan) DescribeSQL() (int, string) {
 		ds = pl.insert.target.rule.Nodes[0].DataSource
 		if pl.tmpl == nil && len(pl.insert.rows) > 0 {
 			// A split INSERT has no single template: describe it whole on shard 0.
-			r := &renderer{sql: pl.SQL, table: pl.names(placement{{pl.route.groups[0], 0}}), slot: describeSlot, keepParams: true}
+			r := &renderer{sql: sql, lits: lits, table: pl.names(placement{{pl.route.groups[0], 0}}), slot: describeSlot, keepParams: true}
 			var sb strings.Builder
 			sb.WriteString(r.render(pl.insert.prefix))
 			for i, row := range pl.insert.rows {
@@ -618,8 +630,8 @@ func (pl *Plan) DescribeSQL() (int, string) {
 		}
 	}
 	if pl.tmpl == nil {
-		return ds, pl.SQL
+		return ds, sql
 	}
-	r := &renderer{sql: pl.SQL, table: pl.names(place), slot: describeSlot, keepParams: true}
+	r := &renderer{sql: sql, lits: lits, table: pl.names(place), slot: describeSlot, keepParams: true}
 	return ds, r.render(pl.tmpl)
 }

@@ -147,7 +147,8 @@ func (p *Planner) coordinated(sql, text string, normalized bool, tree *pg.ParseR
 
 // bindCoordinator makes b's one target the coordinator database, running sql, its
 // aggregates on the shards where that is exact (Options.ShardAggregates).
-func (pl *Plan) bindCoordinator(b *Bound, sql string, why error) {
+func (pl *Plan) bindCoordinator(b *Bound, v *values, why error) {
+	sql := v.sql
 	b.AsWritten = sql
 	run := sql
 	if pl.shardAggs {

@@ -297,6 +297,9 @@ type Bound struct {
 	// client wrote it (the target may run it rewritten: Options.ShardAggregates), for
 	// one database to analyse when the coordinator fails.
 	AsWritten string
+	// sql and lits are the statement's text and literals (DescribeSQL).
+	sql  string
+	lits []Literal
 	// Keys are the keys drawn for the statement's rows (Plan.Keys), for explaining.
 	Keys []string
 

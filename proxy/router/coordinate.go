@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardlab/shardlab/coordinator"
 	"github.com/shardlab/shardlab/proxy/backend"
+	"github.com/shardlab/shardlab/sqlexec"
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
@@ -166,15 +167,17 @@ func (s *Session) runCoordinated(ctx context.Context, b *sqlplan.Bound, oids []u
 // a shard) is a refusal too. Other errors (a division by zero, a cancel, an unreachable
 // shard) are the statement's.
 func (s *Session) coordinatorError(ctx context.Context, b *sqlplan.Bound, oids []uint32, err error) error {
-	return s.coordinatorFailure(ctx, b.Refused, b.Plan.Tables, b.AsWritten, oids, err)
+	return s.coordinatorFailure(ctx, b.Refused, b.Plan, b, b.AsWritten, oids, err)
 }
 
-func (s *Session) coordinatorFailure(ctx context.Context, refused error, tables []string, sql string, oids []uint32, err error) error {
+func (s *Session) coordinatorFailure(ctx context.Context, refused error, plan *sqlplan.Plan, b *sqlplan.Bound, sql string, oids []uint32, err error) error {
 	why := strings.TrimPrefix(refusalMessage(refused), "shardlab: ")
-	return s.r.coord.ClientError(why, tables, err, func() error {
-		return s.onDataSource(ctx, s.r.rules.DefaultDataSource(), func(c *backend.Conn) error {
-			_, _, err := c.Describe(ctx, sql, oids)
-			return err
+	return s.r.coord.ClientError(why, plan.Tables, err, func(logical bool) (bool, error) {
+		return sqlexec.OneDatabase(plan, b, s.r.rules, sql, logical, func(ds int, sql string) error {
+			return s.onDataSource(ctx, ds, func(c *backend.Conn) error {
+				_, _, err := c.Describe(ctx, sql, oids)
+				return err
+			})
 		})
 	})
 }

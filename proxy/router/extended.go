@@ -438,7 +438,7 @@ func (s *Session) describe(ctx context.Context, st *statement) (*description, er
 			return err
 		})
 		if err != nil && ds == s.coordinatorIndex() {
-			return s.coordinatorFailure(ctx, st.plan.Refused, st.plan.Tables, sql, st.oids, err)
+			return s.coordinatorFailure(ctx, st.plan.Refused, st.plan, nil, sql, st.oids, err)
 		}
 		return err
 	}
