@@ -167,6 +167,8 @@ func TestErrorPositions(t *testing.T) {
 		{sql: "select  v  from items where id = 2 and  v = 'xyz'::int"},
 		{sql: "select 1;  select nosuch from items where id = 1", simple: true},
 		{sql: "select 1; /* select nosuch */; select  nosuch from items", simple: true},
+		{sql: "copy (select  nosuch from items) to stdout", simple: true},
+		{sql: "copy (select  nosuch from items where id = 1) to stdout", simple: true},
 	} {
 		for _, extended := range []bool{false, true} {
 			if extended && tc.simple {
@@ -228,6 +230,7 @@ func coordinatorErrorOfOneDatabase(t *testing.T, perSource int) {
 		"select  sum(id) +  nosuch  from items",
 		"select  id, count(*) over () from items where  items.nosuch = 1",
 		"select  v, count(*) from items group by 1 having  max(nosuch) > 1",
+		"select 1;  copy (select  sum(id) +  nosuch  from items) to stdout",
 	} {
 		want, got := answer(one, sql), answer(pc, sql)
 		if got != want {

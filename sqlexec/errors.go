@@ -288,12 +288,19 @@ func JudgeDescription(ctx context.Context, plan *sqlplan.Plan, r *rules.Compiled
 // client's. Where they disagree on the word, or none is known, the error has no
 // position, rather than one under another word (sqlplan.ClientPosition).
 //
-// An error AtClient returned is the client's already: it is returned as it is.
+// An error AtClient returned has its position counted in the text it was given then:
+// from that text alone, whatever sent says.
 func AtClient(err error, client string, sent []string) error {
 	var pe *pgconn.PgError
-	var done *atClientError
-	if !errors.As(err, &pe) || pe.Position <= 0 || errors.As(err, &done) {
+	if !errors.As(err, &pe) || pe.Position <= 0 {
 		return err
+	}
+	var done *atClientError
+	if errors.As(err, &done) {
+		if done.text == client {
+			return err
+		}
+		sent = []string{done.text}
 	}
 	pos := 0
 	for i, s := range sent {
@@ -306,11 +313,14 @@ func AtClient(err error, client string, sent []string) error {
 	}
 	out := *pe
 	out.Position = int32(pos)
-	return &atClientError{renamedError{client: &out, server: pe, err: err}}
+	return &atClientError{renamedError{client: &out, server: pe, err: err}, client}
 }
 
-// atClientError is an error whose position counts in the client's text (AtClient).
-type atClientError struct{ renamedError }
+// atClientError is an error whose position counts in text, the client's (AtClient).
+type atClientError struct {
+	renamedError
+	text string
+}
 
 // SentTexts returns the texts b sent to the data source that raised err (a
 // ShardError's), or to any of its data sources when err names none.

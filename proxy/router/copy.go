@@ -23,7 +23,7 @@ func (s *Session) copy(ctx context.Context, plan *sqlplan.Plan) error {
 	defer func() { s.running = false }()
 	switch {
 	case plan.Copy.Query != "":
-		return s.copyQuery(ctx, plan.Copy)
+		return s.copyQuery(ctx, plan.SQL, plan.Copy)
 	case plan.Copy.Stage != "":
 		return s.copyFromServerFile(ctx, plan.Copy)
 	case plan.Copy.Server:

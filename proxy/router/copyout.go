@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardlab/shardlab/proxy/backend"
 	"github.com/shardlab/shardlab/proxy/copyin"
+	"github.com/shardlab/shardlab/sqlexec"
 	"github.com/shardlab/shardlab/sqlplan"
 )
 
@@ -16,8 +17,14 @@ import (
 // answers alone runs there inside the client's COPY, so that the server writes every
 // byte; any other streams through the SQL core's merge (sqlexec.Engine.Query) and the
 // proxy writes the rows in COPY's text or CSV format, as PostgreSQL writes them, one
-// row at a time.
-func (s *Session) copyQuery(ctx context.Context, spec *sqlplan.CopySpec) error {
+// row at a time. stmt is the client's statement, where an error's position counts.
+func (s *Session) copyQuery(ctx context.Context, stmt string, spec *sqlplan.CopySpec) error {
+	var sent []string // the statements sent, as far as the error may come from them
+	err := s.copyQuerySent(ctx, spec, &sent)
+	return sqlexec.AtClient(err, stmt, sent)
+}
+
+func (s *Session) copyQuerySent(ctx context.Context, spec *sqlplan.CopySpec, sent *[]string) error {
 	plan, lits, err := s.r.planner.PlanSimple(s.planContext(ctx), spec.Query)
 	if err != nil {
 		return err
@@ -36,6 +43,7 @@ func (s *Session) copyQuery(ctx context.Context, spec *sqlplan.CopySpec) error {
 	if b.Coordinated() {
 		// The coordinator database writes every byte, as one database would.
 		sql := strings.Replace(spec.Wrap, sqlplan.CopyQueryMarker, b.Targets[0].SQL, 1)
+		*sent = []string{sql}
 		return s.runCoordinated(ctx, b, nil, false, func(c *backend.Conn) error {
 			_, err := c.QueryAfter(ctx, nil, sql, s.client)
 			return err
@@ -44,6 +52,7 @@ func (s *Session) copyQuery(ctx context.Context, spec *sqlplan.CopySpec) error {
 	if single(b) && b.Targets[0].Params == nil {
 		t := b.Targets[0]
 		sql := strings.Replace(spec.Wrap, sqlplan.CopyQueryMarker, t.SQL, 1)
+		*sent = []string{sql}
 		return s.onDataSourceJoining(ctx, t.DataSource, func(c *backend.Conn, join []string) (bool, error) {
 			return c.QueryAfter(ctx, join, sql, s.client)
 		})
@@ -56,11 +65,13 @@ func (s *Session) copyQuery(ctx context.Context, spec *sqlplan.CopySpec) error {
 	// on a query with no rows; then the proxy refuses those it does not write.
 	probe := strings.Replace(spec.Wrap, sqlplan.CopyQueryMarker, "SELECT 1 WHERE false", 1)
 	ds := b.Targets[0].DataSource
+	*sent = []string{probe}
 	if err := s.onDataSourceJoining(ctx, ds, func(c *backend.Conn, join []string) (bool, error) {
 		return c.QueryAfter(ctx, join, probe, discard{})
 	}); err != nil {
 		return err
 	}
+	*sent = sqlexec.SentTexts(b, nil) // every target's: the position must read alike in each
 	f, err := copyOutFormat(spec.Options)
 	if err != nil {
 		return err
