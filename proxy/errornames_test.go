@@ -168,6 +168,8 @@ func TestErrorPositions(t *testing.T) {
 		{sql: "select 1;  select nosuch from items where id = 1", simple: true},
 		{sql: "select 1; /* select nosuch */; select  nosuch from items", simple: true},
 		{sql: "copy (select  nosuch from items) to stdout", simple: true},
+		{sql: "copy items from stdin where  nosuch > 1", simple: true},
+		{sql: "select v from items where id = 1 and  w != 1"},
 		{sql: "copy (select  nosuch from items where id = 1) to stdout", simple: true},
 	} {
 		for _, extended := range []bool{false, true} {

@@ -60,7 +60,8 @@ func (l *lexer) next() token {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
 			l.pos++
 		case c == '-' && l.pos+1 < len(s) && s[l.pos+1] == '-':
-			for l.pos < len(s) && s[l.pos] != '\n' {
+			// PostgreSQL ends such a comment at a carriage return too.
+			for l.pos < len(s) && s[l.pos] != '\n' && s[l.pos] != '\r' {
 				l.pos++
 			}
 		case c == '/' && l.pos+1 < len(s) && s[l.pos+1] == '*':

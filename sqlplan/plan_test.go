@@ -289,6 +289,19 @@ func TestPlanCache(t *testing.T) {
 	if a.Merge.OrderBy[0].Column != 0 || b.Merge.OrderBy[0].Column != 1 {
 		t.Errorf("ORDER BY 1 sorts column %d, ORDER BY 2 column %d", a.Merge.OrderBy[0].Column, b.Merge.OrderBy[0].Column)
 	}
+	// A carriage return ends a -- comment, as in PostgreSQL: what follows is the
+	// statement's, and tells two statements apart (it was read as comment, up to
+	// 2026-11-29, and the second statement ran the first's plan).
+	for _, col := range []string{"k", "pad"} {
+		sql := "SELECT c -- note\r, " + col + " FROM sbtest1 WHERE id = 1"
+		b, err := p.Simple(ctx, sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.Targets[0].SQL; !strings.Contains(got, ", "+col+" ") && !strings.Contains(got, ", "+col+"\n") {
+			t.Errorf("%q runs as %q", sql, got)
+		}
+	}
 	// The cache is bounded.
 	for i := range 50 {
 		if _, err := p.Simple(ctx, fmt.Sprintf("SELECT c%d FROM sbtest1 WHERE id = 1", i)); err != nil {
@@ -342,6 +355,9 @@ func TestSplitStatements(t *testing.T) {
 		// A string PostgreSQL cannot parse runs none of its statements: it stays whole,
 		// for the planner to report the syntax error.
 		{"SELECT 1; SELEC 2; SELECT 3", []string{"SELECT 1; SELEC 2; SELECT 3"}},
+		// A carriage return ends a -- comment, as in PostgreSQL.
+		{"SELECT 1; SELECT 2; -- x\r; SELECT 3", []string{"SELECT 1", "SELECT 2", "SELECT 3"}},
+		{"SELECT 1 -- x\r, 2; SELECT 3", []string{"SELECT 1 -- x\r, 2", "SELECT 3"}},
 	} {
 		if got := sqlplan.SplitStatements(tc.sql); !slices.Equal(got, tc.want) {
 			t.Errorf("%q:\n got %q\nwant %q", tc.sql, got, tc.want)

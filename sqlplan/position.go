@@ -13,7 +13,7 @@ import (
 // columns added for a merge. The token the server points at is found in the client's
 // text by what it says (an identifier as PostgreSQL reads it, any other token as
 // written): it must occur there as many times as in the sent text, the one at the same
-// rank, with the token before or after it the same in both. Anything else (a token the
+// rank, with the tokens before and after it the same in both. Anything else (a token the
 // rewrite added, renamed or repeated) gives 0, no position, rather than a caret under
 // the wrong word.
 func ClientPosition(sent, client string, pos int) int {
@@ -52,7 +52,7 @@ func ClientPosition(sent, client string, pos int) int {
 	if j < 0 || count != 0 {
 		return 0
 	}
-	if neighbour(st, i-1) != neighbour(ct, j-1) && neighbour(st, i+1) != neighbour(ct, j+1) {
+	if neighbour(st, i-1) != neighbour(ct, j-1) || neighbour(st, i+1) != neighbour(ct, j+1) {
 		return 0
 	}
 	off := ct[j].start
@@ -83,6 +83,10 @@ func keyedTokens(sql string) []keyedToken {
 		case tokQuotedIdent:
 			if len(text) >= 2 && text[0] == '"' && text[len(text)-1] == '"' {
 				key = strings.ReplaceAll(text[1:len(text)-1], `""`, `"`)
+			}
+		case tokOp:
+			if text == "!=" {
+				key = "<>" // the same operator, which the deparser prints so
 			}
 		}
 		out = append(out, keyedToken{key: key, text: text, start: t.start, end: t.end})

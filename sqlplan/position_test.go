@@ -45,6 +45,10 @@ func TestClientPosition(t *testing.T) {
 		{name: "second of two", sent: "SELECT a FROM t_1 t WHERE a = 1 AND b = 1", client: "select a from t where a=1 and b=1", word: "b", want: "b"},
 		{name: "a column the merge added", sent: "SELECT a, x FROM t_1 t ORDER BY x", client: "select a from t order by x", word: "x", want: ""},
 		{name: "reordered repeats", sent: "SELECT a FROM t_1 t LIMIT 1 OFFSET 1", client: "select a from t offset 1 limit 1", word: "1", want: ""},
+		// One neighbour alike is not enough: the end of the text follows both.
+		{name: "reordered repeats, one neighbour alike", sent: "SELECT v FROM items_0 items WHERE id = 1 LIMIT 'x' OFFSET 'x'",
+			client: "select v from items where id = 1 offset 'x' limit 'x'", word: "'x'", n: 1, want: ""},
+		{name: "the same operator spelled otherwise", sent: "SELECT v FROM t_1 t WHERE w <> 1", client: "select v from t where w != 1", word: "<>", want: "!="},
 		{name: "a renamed table", sent: "SELECT a FROM t_order_1 t_order", client: "select a from t_order", word: "t_order_1", want: ""},
 		{name: "end of input", sent: "SELECT a FROM t_1 t WHERE", client: "select a from t where  ", word: "", want: "\x00end"},
 	} {

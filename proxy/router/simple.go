@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -72,7 +73,12 @@ func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) 
 	case sqlplan.KindDiscard:
 		return s.discardStatement(ctx, stmt)
 	case sqlplan.KindCopy:
-		return s.copy(ctx, plan)
+		// Its statements name the physical tables; COPY (query) places its own errors.
+		sent := plan.Copy.SQL
+		if plan.Copy.Stage != "" {
+			sent = append(slices.Clip(sent), plan.Copy.Stage)
+		}
+		return sqlexec.AtClient(s.copy(ctx, plan), stmt, sent)
 	}
 	args := sqlplan.Args{ForeignText: s.foreignText()}
 	if plan.Feed != nil {
