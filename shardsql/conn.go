@@ -406,7 +406,10 @@ func (cn *conn) runSimple(ctx context.Context, query string) (*sqlexec.Result, e
 		return nil, err
 	}
 	res, err := cn.execute(ctx, b, a, nil)
-	return res, sqlexec.AtClient(err, query, sqlexec.SentTexts(b, err))
+	if err != nil {
+		return res, sqlexec.AtClient(err, query, sqlexec.SentTexts(b, err))
+	}
+	return res, nil
 }
 
 // drawKeys draws the keys an INSERT leaves to its key's sequence (sqlplan.Plan.Keys);
@@ -560,11 +563,14 @@ func (cn *conn) runPlan(ctx context.Context, plan *sqlplan.Plan, args []driver.N
 		return nil, err
 	}
 	res, err := cn.execute(ctx, b, a, args)
-	var sent []string
-	if plan.Feed == nil {
-		sent = sqlexec.SentTexts(b, err)
+	if err != nil {
+		var sent []string
+		if plan.Feed == nil {
+			sent = sqlexec.SentTexts(b, err)
+		}
+		return res, sqlexec.AtClient(err, plan.SQL, sent)
 	}
-	return res, sqlexec.AtClient(err, plan.SQL, sent)
+	return res, nil
 }
 
 // execute runs a bound statement; transaction statements act on the session.

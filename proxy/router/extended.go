@@ -539,11 +539,13 @@ func (s *Session) Execute(ctx context.Context, name string, maxRows uint32, last
 			// raised before the portal ran (a refusal) is met again instead.
 			p.failed = true
 		}
-		var sent []string
-		if plan.Feed == nil && p.preRefused == nil {
-			sent = sqlexec.SentTexts(p.bound, err) // else its steps are statements of their own
+		if err != nil {
+			var sent []string
+			if plan.Feed == nil && p.preRefused == nil {
+				sent = sqlexec.SentTexts(p.bound, err) // else its steps are statements of their own
+			}
+			err = sqlexec.AtClient(err, p.stmt.sql, sent)
 		}
-		err = sqlexec.AtClient(err, p.stmt.sql, sent)
 	}
 	return s.fail(err)
 }

@@ -98,8 +98,10 @@ func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) 
 	if err != nil {
 		return err
 	}
-	err = s.runSimple(ctx, b)
-	return sqlexec.AtClient(err, stmt, sqlexec.SentTexts(b, err))
+	if err = s.runSimple(ctx, b); err != nil {
+		return sqlexec.AtClient(err, stmt, sqlexec.SentTexts(b, err))
+	}
+	return nil
 }
 
 // FunctionCall handles the protocol's function call message, which libpq's
