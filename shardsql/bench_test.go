@@ -186,3 +186,57 @@ func BenchmarkCrossShardPair(b *testing.B) {
 	)
 	benchSelect(b, q, direct, router, &a, &x, &y, &d)
 }
+
+// BenchmarkSeedUpdate is seed 004's update of one order by its id, one client at a
+// time, through plain database/sql and through shardlab's driver over the same table
+// (a one-shard rule): where routerbench's update overhead goes, with -cpuprofile.
+//
+//	SHARDLAB_PG_DSN=... go test -run XXX -bench SeedUpdate -benchmem -count 6 ./shardsql
+func BenchmarkSeedUpdate(b *testing.B) {
+	dsn := pgtest.NewDatabase(b, "bench_seed_update")
+	direct, err := sql.Open("pgx", dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer direct.Close()
+	for _, ddl := range []string{
+		"CREATE TABLE t_order (order_id bigint PRIMARY KEY, order_no varchar(50) NOT NULL, order_type int, cust_id int, cust_type int, cust_email varchar(50))",
+		"INSERT INTO t_order SELECT g, 'no' || g, 0, 10, 1, 'dtest002@dangdang.com' FROM generate_series(1, 10000) g",
+	} {
+		if _, err := direct.Exec(ddl); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c, err := rules.Compile(rules.Rules{DataSources: []rules.DataSource{{Name: "ds_0", DSN: dsn}},
+		Tables: []rules.Table{{Name: "t_order", Strategy: rules.Strategy{Column: "order_id", Type: rules.TypeInt8}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	router, err := shardsql.Open(shardsql.Config{Rules: c})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer router.Close()
+	const q = "UPDATE t_order SET order_no = $1, order_type = 0, cust_id = 10, cust_type = 1, cust_email = 'dtest002@dangdang.com' WHERE order_id = $2"
+	for _, h := range []struct {
+		name string
+		db   *sql.DB
+	}{{"direct", direct}, {"router", router}} {
+		b.Run(h.name, func(b *testing.B) {
+			st, err := h.db.PrepareContext(context.Background(), q)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			i := 0
+			before := cpuTime()
+			for b.Loop() {
+				i++
+				if _, err := st.Exec(fmt.Sprintf("no%d", i), int64(i%10000+1)); err != nil {
+					b.Fatal(fmt.Errorf("%s: %w", h.name, err))
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-before)/float64(i), "client-cpu-ns/op")
+		})
+	}
+}

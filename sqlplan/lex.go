@@ -325,6 +325,40 @@ func splitStatements(sql string) []string {
 // splitStatementsAt is splitStatements, with each statement's start in sql (a byte
 // offset here; SplitStatementsAt counts characters).
 func splitStatementsAt(sql string) []Statement {
+	if one, ok := oneStatement(sql); ok {
+		return one
+	}
+	return lexedStatementsAt(sql)
+}
+
+// oneStatement answers splitStatementsAt without lexing the whole string when sql holds
+// no semicolon, or one that ends it: then it is one statement, or none when nothing but
+// white space and comments stands before that semicolon. Every simple-protocol query of
+// one statement takes this path, on the proxy's hot path. A semicolon inside a
+// comment or an unterminated string changes nothing: the lexer would find no end
+// before it either.
+func oneStatement(sql string) ([]Statement, bool) {
+	body := sql
+	switch strings.Count(sql, ";") {
+	case 0:
+	case 1:
+		end := strings.TrimRightFunc(sql, unicode.IsSpace)
+		if !strings.HasSuffix(end, ";") {
+			return nil, false
+		}
+		body = end[:len(end)-1]
+	default:
+		return nil, false
+	}
+	if strings.TrimSpace(body) == "" || onlyComments(body) {
+		return nil, true
+	}
+	return []Statement{trimmed(sql, 0)}, true
+}
+
+// lexedStatementsAt is splitStatementsAt by the lexer, and by the parser when the
+// lexer finds several statements.
+func lexedStatementsAt(sql string) []Statement {
 	parts := lexerSplit(sql)
 	if len(parts) == 1 {
 		// One statement: as the client sent it, its semicolon and trailing comments

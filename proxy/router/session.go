@@ -321,8 +321,29 @@ func (s *Session) foreignText() bool {
 // sameEncoding reports whether two encoding names name one encoding, as PostgreSQL
 // reads them (case, dashes and underscores aside).
 func sameEncoding(a, b string) bool {
-	norm := strings.NewReplacer("-", "", "_", "")
-	return strings.EqualFold(norm.Replace(a), norm.Replace(b))
+	i, j := 0, 0
+	for {
+		for i < len(a) && (a[i] == '-' || a[i] == '_') {
+			i++
+		}
+		for j < len(b) && (b[j] == '-' || b[j] == '_') {
+			j++
+		}
+		if i == len(a) || j == len(b) {
+			return i == len(a) && j == len(b)
+		}
+		x, y := a[i], b[j]
+		if 'a' <= x && x <= 'z' {
+			x -= 'a' - 'A'
+		}
+		if 'a' <= y && y <= 'z' {
+			y -= 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+		i, j = i+1, j+1
+	}
 }
 
 // embedsASCIIText reports whether the client's text may be in an encoding whose
@@ -825,6 +846,9 @@ func (l *leases) kept() []int {
 // for one more connection, waiting for one if it holds none (until intr closes); pool
 // counts the wait among its waiting clients.
 func (l *leases) takeTurn(ctx context.Context, intr <-chan struct{}, pool *backend.Pool) error {
+	if l.s.r.turns == nil {
+		return nil // turns are not counted: one pool, or --max-transactions 0
+	}
 	select {
 	case l.turnMu <- struct{}{}:
 	case <-intr:

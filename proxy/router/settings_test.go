@@ -77,3 +77,23 @@ func TestSetConfigCalls(t *testing.T) {
 		t.Error("parseBool(o) is ambiguous in PostgreSQL")
 	}
 }
+
+// TestSameEncoding: encoding names are one encoding regardless of case, dashes and
+// underscores, as PostgreSQL reads them, and no other.
+func TestSameEncoding(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{"UTF8", "UTF8", true}, {"utf-8", "UTF8", true}, {"Utf_8", "utf8", true}, {"LATIN1", "latin-1", true},
+		{"UTF8", "LATIN1", false}, {"UTF8", "UTF", false}, {"", "", true}, {"-", "", true}, {"UTF8", "", false},
+		{"WIN1252", "WIN1250", false}, {"euc_jp", "EUCJP", true}, {"SQL_ASCII", "sqlascii", true},
+	} {
+		if got := sameEncoding(c.a, c.b); got != c.same {
+			t.Errorf("sameEncoding(%q, %q) = %v, want %v", c.a, c.b, got, c.same)
+		}
+		if got := sameEncoding(c.b, c.a); got != c.same {
+			t.Errorf("sameEncoding(%q, %q) = %v, want %v", c.b, c.a, got, c.same)
+		}
+	}
+}
