@@ -350,7 +350,7 @@ func oneStatement(sql string) ([]Statement, bool) {
 	default:
 		return nil, false
 	}
-	if strings.TrimSpace(body) == "" || onlyComments(body) {
+	if b := strings.TrimSpace(body); b == "" || onlyComments(b) { // as lexerSplit trims
 		return nil, true
 	}
 	return []Statement{trimmed(sql, 0)}, true

@@ -13,6 +13,8 @@ func FuzzOneStatement(f *testing.F) {
 		"-- ;", "/* ; */", "/* x */ ;", "select 'a;", "select $$;", "/* ;", "select 1;;", "; select 1",
 		"select 1 ; -- c", "select 1; select 2", "\tSELECT abalance FROM pgbench_accounts WHERE aid = 7;",
 		"select E'\\';'", "select \"a;\"", "select 1 /* ; */",
+		// White space the lexer does not skip but TrimSpace does, beside comments only.
+		"/* x */\u00a0;", "\u00a0/* x */", "-- x\n\u2028", "\u3000-- x\n;",
 	} {
 		f.Add(s)
 	}
