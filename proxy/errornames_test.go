@@ -171,6 +171,10 @@ func TestErrorPositions(t *testing.T) {
 		{sql: "copy items from stdin where  nosuch > 1", simple: true},
 		{sql: "select v from items where id = 1 and  w != 1"},
 		{sql: "copy (select  nosuch from items where id = 1) to stdout", simple: true},
+		// White space only to Unicode, not to PostgreSQL's scanner: part of a word there.
+		{sql: "select 1;\u00a0", simple: true},
+		{sql: "\u00a0select 1", simple: true},
+		{sql: "/* x */\u00a0;", simple: true},
 	} {
 		for _, extended := range []bool{false, true} {
 			if extended && tc.simple {

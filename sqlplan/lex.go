@@ -3,7 +3,6 @@ package sqlplan
 import (
 	"strconv"
 	"strings"
-	"unicode"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 )
@@ -342,7 +341,7 @@ func oneStatement(sql string) ([]Statement, bool) {
 	switch strings.Count(sql, ";") {
 	case 0:
 	case 1:
-		end := strings.TrimRightFunc(sql, unicode.IsSpace)
+		end := strings.TrimRightFunc(sql, sqlSpace)
 		if !strings.HasSuffix(end, ";") {
 			return nil, false
 		}
@@ -350,7 +349,7 @@ func oneStatement(sql string) ([]Statement, bool) {
 	default:
 		return nil, false
 	}
-	if b := strings.TrimSpace(body); b == "" || onlyComments(b) { // as lexerSplit trims
+	if b := strings.TrimFunc(body, sqlSpace); b == "" || onlyComments(b) { // as lexerSplit trims
 		return nil, true
 	}
 	return []Statement{trimmed(sql, 0)}, true
@@ -410,8 +409,8 @@ func statementStart(sql string, from int, st string) int {
 
 // trimmed is s without surrounding white space, s starting at byte at of its string.
 func trimmed(s string, at int) Statement {
-	t := strings.TrimLeftFunc(s, unicode.IsSpace)
-	return Statement{SQL: strings.TrimRightFunc(t, unicode.IsSpace), Offset: at + len(s) - len(t)}
+	t := strings.TrimLeftFunc(s, sqlSpace)
+	return Statement{SQL: strings.TrimRightFunc(t, sqlSpace), Offset: at + len(s) - len(t)}
 }
 
 // lexerSplit splits sql at every semicolon outside quotes and comments.
@@ -422,7 +421,7 @@ func lexerSplit(sql string) []string {
 	for {
 		t := l.next()
 		if t.kind == tokEOF || (t.kind == tokPunct && sql[t.start:t.end] == ";") {
-			if stmt := strings.TrimSpace(sql[start:t.start]); stmt != "" && !onlyComments(stmt) {
+			if stmt := strings.TrimFunc(sql[start:t.start], sqlSpace); stmt != "" && !onlyComments(stmt) {
 				out = append(out, stmt)
 			}
 			if t.kind == tokEOF {
@@ -431,6 +430,14 @@ func lexerSplit(sql string) []string {
 			start = t.end
 		}
 	}
+}
+
+// sqlSpace reports whether r is white space to PostgreSQL's scanner: ASCII space, tab,
+// newline, carriage return, form feed and vertical tab. Other white space (U+00A0 and
+// the like) is part of an identifier there, so a statement with it is an error, never
+// trimmed away.
+func sqlSpace(r rune) bool {
+	return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\f' || r == '\v'
 }
 
 func onlyComments(s string) bool {
