@@ -55,6 +55,15 @@ func BenchmarkPointSelect(b *testing.B) {
 // direct and through router, one client at a time, scanning into dest; it reports the
 // client's own CPU per statement beside the time.
 func benchSelect(b *testing.B, q string, direct, router *sql.DB, dest ...any) {
+	benchPrepared(b, q, direct, router, func(st *sql.Stmt, i int) error {
+		return st.QueryRow(int64(i%10000 + 1)).Scan(dest...)
+	})
+}
+
+// benchPrepared prepares q on direct and on router and runs it through each, one
+// client at a time, with run given the statement and the iteration (from 1); it
+// reports the client's own CPU per statement beside the time.
+func benchPrepared(b *testing.B, q string, direct, router *sql.DB, run func(st *sql.Stmt, i int) error) {
 	for _, h := range []struct {
 		name string
 		db   *sql.DB
@@ -69,7 +78,7 @@ func benchSelect(b *testing.B, q string, direct, router *sql.DB, dest ...any) {
 			before := cpuTime()
 			for b.Loop() {
 				i++
-				if err := st.QueryRow(int64(i%10000 + 1)).Scan(dest...); err != nil {
+				if err := run(st, i); err != nil {
 					b.Fatal(fmt.Errorf("%s: %w", h.name, err))
 				}
 			}
@@ -218,25 +227,8 @@ func BenchmarkSeedUpdate(b *testing.B) {
 	}
 	defer router.Close()
 	const q = "UPDATE t_order SET order_no = $1, order_type = 0, cust_id = 10, cust_type = 1, cust_email = 'dtest002@dangdang.com' WHERE order_id = $2"
-	for _, h := range []struct {
-		name string
-		db   *sql.DB
-	}{{"direct", direct}, {"router", router}} {
-		b.Run(h.name, func(b *testing.B) {
-			st, err := h.db.PrepareContext(context.Background(), q)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			i := 0
-			before := cpuTime()
-			for b.Loop() {
-				i++
-				if _, err := st.Exec(fmt.Sprintf("no%d", i), int64(i%10000+1)); err != nil {
-					b.Fatal(fmt.Errorf("%s: %w", h.name, err))
-				}
-			}
-			b.ReportMetric(float64(cpuTime()-before)/float64(i), "client-cpu-ns/op")
-		})
-	}
+	benchPrepared(b, q, direct, router, func(st *sql.Stmt, i int) error {
+		_, err := st.Exec(fmt.Sprintf("no%d", i), int64(i%10000+1))
+		return err
+	})
 }
