@@ -235,6 +235,14 @@ func (a *analyzer) collectSelect(sel *pg.SelectStmt, parent *scope) (*scope, err
 				return nil, err
 			}
 		}
+		// The whole operation's ORDER BY, LIMIT and OFFSET may hold subqueries too.
+		for _, part := range [][]*pg.Node{sel.SortClause, {sel.LimitCount}, {sel.LimitOffset}} {
+			for _, n := range part {
+				if err := a.collectSublinks(n, s); err != nil {
+					return nil, err
+				}
+			}
+		}
 		return s, nil
 	}
 	for _, item := range sel.FromClause {
@@ -443,7 +451,7 @@ func (a *analyzer) collectSublinks(n *pg.Node, s *scope) error {
 			if sub := sl.Subselect.GetSelectStmt(); sub != nil {
 				_, err = a.collectSelect(sub, s)
 			}
-			if sl.Testexpr != nil {
+			if sl.Testexpr != nil && err == nil {
 				err = a.collectSublinks(sl.Testexpr, s)
 			}
 			return false

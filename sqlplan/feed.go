@@ -145,6 +145,10 @@ func (a *analyzer) analyzeFeed(ins *pg.InsertStmt) error {
 		return err
 	}
 	a.plan.Feed = f
+	// The query's tables, which it reads when it runs (planned then, on its own).
+	for _, name := range namedTables(query) {
+		a.plan.Tables = appendUnique(a.plan.Tables, name)
+	}
 	return nil
 }
 

@@ -56,7 +56,7 @@ func (l *lexer) next() token {
 	for l.pos < len(s) {
 		c := s[l.pos]
 		switch {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
+		case sqlSpace(rune(c)):
 			l.pos++
 		case c == '-' && l.pos+1 < len(s) && s[l.pos+1] == '-':
 			// PostgreSQL ends such a comment at a carriage return too.

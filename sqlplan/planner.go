@@ -3,10 +3,12 @@ package sqlplan
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shardlab/shardlab/rules"
 )
@@ -220,7 +222,14 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 	if p.coordinate {
 		coord = p.checkCoordination(ctx, tree.Stmts[0].Stmt)
 	}
-	if err := a.analyze(tree.Stmts[0].Stmt); err != nil {
+	placed := p.placedTables(tree.Stmts[0].Stmt)
+	err = a.analyze(tree.Stmts[0].Stmt)
+	if err == nil {
+		if err = a.followed(placed); err != nil {
+			a.pre = nil // its steps would not follow the table either
+		}
+	}
+	if err != nil {
 		if errors.Is(err, errAsWritten) {
 			return p.plan(ctx, sql, sql, false, nil)
 		}
@@ -232,8 +241,13 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 			return p.coordinated(sql, text, normalized, tree, effects, err, coord)
 		}
 		if errors.Is(err, ErrUnsupported) && a.pre != nil {
-			// Refused as it stands; the caller may evaluate its subqueries first.
-			return &Plan{Kind: a.plan.Kind, SQL: sql, Write: true, Tables: a.plan.Tables, rules: p.rules, normalized: normalized,
+			// Refused as it stands; the caller may evaluate its subqueries first. The
+			// analysis stopped part way: the tables it did not reach are named too.
+			tables := a.plan.Tables
+			for _, name := range placed {
+				tables = appendUnique(tables, name)
+			}
+			return &Plan{Kind: a.plan.Kind, SQL: sql, Write: true, Tables: tables, rules: p.rules, normalized: normalized,
 				litKinds: a.plan.litKinds, NumParams: paramCount(a.maxParam, normalized), Session: effects, refuse: err, Pre: a.pre}, nil
 		}
 		var pe interface{ SQLState() string }
@@ -252,6 +266,47 @@ func (p *Planner) plan(ctx context.Context, sql, text string, normalized bool, l
 		a.plan.NumParams = 0
 	}
 	return a.plan, nil
+}
+
+// placedTables returns the tables a statement names (before the analysis renames
+// them) that the rules place elsewhere than on the default data source alone, but for
+// names a WITH clause of the statement defines.
+func (p *Planner) placedTables(stmt *pg.Node) []string {
+	return slices.DeleteFunc(namedTables(stmt), func(n string) bool { return p.rules.Lookup(n).Kind == rules.KindDefault })
+}
+
+// namedTables returns the tables a statement, or a part of one, names, but for names
+// its WITH clauses define.
+func namedTables(n proto.Message) []string {
+	var names []string
+	ctes := map[string]bool{}
+	walk(n, func(m proto.Message) bool {
+		switch n := m.(type) {
+		case *pg.RangeVar:
+			names = appendUnique(names, n.Relname)
+		case *pg.CommonTableExpr:
+			ctes[n.Ctename] = true
+		}
+		return true
+	})
+	return slices.DeleteFunc(names, func(n string) bool { return ctes[n] })
+}
+
+// followed checks that the analysis of a SELECT, INSERT, UPDATE or DELETE found every
+// table of placed: a table it did not follow (in a part of the statement it does not
+// look into) would be read where the statement is sent, not where its rows are.
+func (a *analyzer) followed(placed []string) error {
+	switch a.plan.Kind {
+	case KindSelect, KindInsert, KindUpdate, KindDelete:
+	default:
+		return nil
+	}
+	for _, name := range placed {
+		if !slices.Contains(a.plan.Tables, name) {
+			return unsupported("table %s in a part of the statement the sharding layer does not route (TABLESAMPLE, or a construct it does not look into)", name)
+		}
+	}
+	return nil
 }
 
 // passthrough plans a statement the analysis refused, for rules of one shard: it runs
