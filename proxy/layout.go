@@ -96,9 +96,11 @@ func (s *Server) PrepareLayout(ctx context.Context, l *rules.Compiled) (sw func(
 			return err
 		}
 		s.layout.Store(given)
-		// No session uses the old router any more (each moves to n as its next unit
-		// starts): it closes beside the held clients going on, not before them.
+		// No session starts a unit on the old router any more (each moves to n as
+		// its next unit starts): it closes once the units that passed the pause
+		// (router.Router.PauseTables) end, beside the held clients going on.
 		go func() {
+			<-old.UnitsEnded()
 			old.Close()
 			for _, p := range old.AllPools() {
 				p.Close()
@@ -113,9 +115,14 @@ func (s *Server) PrepareLayout(ctx context.Context, l *rules.Compiled) (sw func(
 // reshardProxy is the proxy as a resharding move sees it.
 type reshardProxy struct{ s *Server }
 
+// Pause holds the transactions that touch the tables a move changes: the sharded and
+// broadcast ones (a reshard keeps the default data source and its tables where they
+// are). The others go on through the hold.
 func (p reshardProxy) Pause(ctx context.Context) (func() error, error) {
 	r := p.s.Router()
-	if err := r.Pause(ctx); err != nil {
+	l := r.Rules()
+	moving := func(table string) bool { return l.Lookup(table).Kind != rules.KindDefault }
+	if err := r.PauseTables(ctx, moving); err != nil {
 		return nil, err
 	}
 	return r.Resume, nil

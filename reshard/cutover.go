@@ -19,8 +19,10 @@ import (
 // every process that routes by the old rules is then fenced off, and is to be
 // restarted with the new ones.
 type Proxy interface {
-	// Pause holds new transactions and waits, within ctx, until those in flight end
-	// (as the admin console's PAUSE). resume lifts that pause, after a Switch too.
+	// Pause holds new transactions that touch the tables a move changes (the sharded
+	// and broadcast ones; the proxy's others go on) and waits, within ctx, until those
+	// in flight end (as the admin console's PAUSE). resume lifts that pause, after a
+	// Switch too.
 	Pause(ctx context.Context) (resume func() error, err error)
 	// Prepare readies the proxy to route by rules l while it serves on (a router, its
 	// pools warmed): sw switches to it once the proxy is paused, discard drops it.

@@ -24,7 +24,9 @@ the proxy's admin console, --after seconds, the finish (with --revert, the rever
 back to the old data sources instead), --after seconds. A reader
 counts pgbench_accounts through the proxy, waiting --read-every seconds after each count;
 the replication
-slots' lag is read every second.
+slots' lag is read every second. A bystander load updates a table of the default data
+source (one the move leaves where it is) through the proxy, at --bystander-rate
+transactions a second: the cutover's hold does not pause it.
 
 The run directory (results/runs/reshard-tpcb-<time>/) gets the raw data (pgbench's
 per-transaction logs, the reader's counts, the lag, each step's output, the proxy's
@@ -48,6 +50,8 @@ Options:
                       default 0: no bound)
   --read-every S      seconds between the reader's counts (default 1; each count reads
                       every account, which at scale 50 costs a good part of a core)
+  --bystander-rate N  the bystander load's transactions a second (pgbench -R, 2
+                      clients; default 50; 0: none)
   --port N            the throwaway cluster's port (default 5491); the proxy takes N+1
   --runs-dir DIR      where run directories go (default results/runs)
   -h, --help          this text
@@ -60,7 +64,7 @@ EOF
 
 root=$(cd "$(dirname "$0")/.." && pwd -P)
 . "$root/scripts/lib.sh"
-scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs" end=finish shrink=0 copy_rate=0 verify_rate=0
+scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs" end=finish shrink=0 copy_rate=0 verify_rate=0 bystander_rate=50
 args=("$@")
 while (($#)); do
 	case $1 in
@@ -75,6 +79,7 @@ while (($#)); do
 	--copy-rate) copy_rate=$2; shift 2 ;;
 	--verify-rate) verify_rate=$2; shift 2 ;;
 	--read-every) read_every=$2; shift 2 ;;
+	--bystander-rate) bystander_rate=$2; shift 2 ;;
 	--port) port=$2; shift 2 ;;
 	--runs-dir) runs=$2; shift 2 ;;
 	-h | --help) usage; exit 0 ;;
@@ -85,6 +90,7 @@ for v in scale clients capacity_time before after read_every port; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "reshard_tpcb.sh: --${v//_/-} takes a positive integer, got '${!v}'" >&2; exit 2; }
 done
 [[ $copy_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --copy-rate takes a number of rows a second (0: no bound), got '$copy_rate'" >&2; exit 2; }
+[[ $bystander_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --bystander-rate takes a number of transactions a second (0: none), got '$bystander_rate'" >&2; exit 2; }
 [[ $verify_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --verify-rate takes a number of rows a second (0: no bound), got '$verify_rate'" >&2; exit 2; }
 [[ $fraction =~ ^0?\.[0-9]+$|^1(\.0*)?$ ]] || { echo "reshard_tpcb.sh: --rate-fraction takes a number in (0, 1], got '$fraction'" >&2; exit 2; }
 ((port < 65000)) || { echo "reshard_tpcb.sh: --port must be below 65000" >&2; exit 2; }
@@ -223,6 +229,17 @@ pgbench -h 127.0.0.1 -p "$pport" -U postgres -n -M extended -c "$clients" -j 2 -
 	>"$run_dir/pgbench.txt" 2>"$run_dir/pgbench.stderr" &
 pgbench_pid=$!
 pids+=("$pgbench_pid")
+bystander_pid=
+if ((bystander_rate > 0)); then
+	# A table no rule names: it stays on the default data source, rs_0, which the
+	# move keeps.
+	app -c 'CREATE TABLE bystander (id int PRIMARY KEY, n bigint NOT NULL)' -c 'INSERT INTO bystander SELECT g, 0 FROM generate_series(1, 100) g'
+	printf '%s\n' '\set id random(1, 100)' 'UPDATE bystander SET n = n + 1 WHERE id = :id;' >"$run_dir/bystander.sql"
+	pgbench -h 127.0.0.1 -p "$pport" -U postgres -n -M extended -c 2 -j 1 -R "$bystander_rate" -T 86400 -f "$run_dir/bystander.sql" \
+		-l --log-prefix="$run_dir/bystander_log" app >"$run_dir/bystander.txt" 2>"$run_dir/bystander.stderr" &
+	bystander_pid=$!
+	pids+=("$bystander_pid")
+fi
 sleep "$before"
 
 event copy_start
@@ -254,8 +271,10 @@ sleep "$after"
 event stop
 # pgbench has no graceful stop: its per-transaction logs are what is read, and what
 # it had not flushed (the last moments, after the finish) is lost.
-kill "$pgbench_pid" 2>/dev/null || true
-wait "$pgbench_pid" 2>/dev/null || true
+for p in "$pgbench_pid" $bystander_pid; do
+	kill "$p" 2>/dev/null || true
+	wait "$p" 2>/dev/null || true
+done
 # The reader and the lag poller stop too: the sums below are read with nothing running.
 for p in "${pids[@]}"; do
 	[[ $p == "${pids[0]}" ]] || kill "$p" 2>/dev/null || true
@@ -298,13 +317,17 @@ if [[ $end == revert ]]; then
 fi
 # A newline after each file: a thread's last line, cut short when pgbench stopped, must
 # not run into the next file's first.
-for f in "$run_dir"/pgbench_log*; do
-	[[ -e $f ]] || continue
-	cat "$f"
-	echo
-done >"$run_dir/transactions.log"
-rm -f "$run_dir"/pgbench_log*
-gzip -f "$run_dir/transactions.log"
+for log in pgbench_log:transactions bystander_log:bystander; do
+	n=0
+	for f in "$run_dir/${log%%:*}"*; do
+		[[ -e $f ]] || continue
+		cat "$f"
+		echo
+		n=$((n + 1))
+	done >"$run_dir/${log#*:}.log"
+	rm -f "$run_dir/${log%%:*}"*
+	if ((n)); then gzip -f "$run_dir/${log#*:}.log"; else rm -f "$run_dir/${log#*:}.log"; fi
+done
 
 (cd "$root" && "$bin_dir/reshard" timeline --run "$run_dir" --accounts "$accounts") | tee "$run_dir/summary.txt"
 run_info_finish "$run_dir/run.txt"

@@ -292,6 +292,27 @@ func (s *Session) Begin(beginSQL string) error {
 	return nil
 }
 
+// Carry takes over the transaction old has open, if it has begun on no data source
+// yet (its BEGIN and savepoints are still to be sent): the transaction goes on in s,
+// and old is left outside one. It reports false, and changes nothing, if a data
+// source has joined old's transaction, or old holds a connection.
+func (s *Session) Carry(old *Session) bool {
+	if !old.inTx {
+		return true
+	}
+	old.mu.Lock()
+	joined := len(old.begun) > 0 || len(old.held) > 0
+	old.mu.Unlock()
+	if joined {
+		return false
+	}
+	begin, chained, failed, saves := old.begin, old.chained, old.failed, old.saves
+	old.end()
+	_ = s.Begin(begin) // s is outside a transaction: Begin does not refuse
+	s.chained, s.failed, s.saves = chained, failed, saves
+	return true
+}
+
 // Touched returns the data sources the open transaction has joined, in order.
 func (s *Session) Touched() []int {
 	s.mu.Lock()

@@ -99,7 +99,8 @@ RESUME          ends the pause: the held clients go on
 SHOW LAYOUT     the layout the proxy routes by: its digest, data sources, and the views a
                 resharding move reads through between its cutover and its finish
 RESHARD CUTOVER 'file' [VERIFY seconds]  switches to the target rules of the move under way
-                (reshard start): holds new transactions, lets those in flight end, waits until
+                (reshard start): holds new transactions on sharded and broadcast tables (others
+                go on), lets those in flight end, waits until
                 the new data sources caught up, switches, releases the held transactions; with
                 VERIFY, compares the new data sources with the old in the hold, within that
                 many seconds counted as pause (a difference gives the cutover up)

@@ -191,11 +191,25 @@ func (s *Session) statementNamed(ctx context.Context, name string) (*statement, 
 	return st, nil
 }
 
+// passStatement lets prepared statement st be bound or described in a unit that
+// passes a pause of some tables (see Session.pass): it returns st planned again if the
+// session moved to another router meanwhile.
+func (s *Session) passStatement(ctx context.Context, st *statement, unnamedGoes bool) (*statement, error) {
+	moved, err := s.pass(ctx, st.plan, unnamedGoes)
+	if err != nil || !moved {
+		return st, err
+	}
+	return s.statementNamed(ctx, st.name)
+}
+
 // Bind handles a Bind message: it fixes the parameter values, which decide the data
 // sources the statement runs on.
 func (s *Session) Bind(ctx context.Context, m *pgproto3.Bind) error {
 	st, err := s.statementNamed(ctx, m.PreparedStatement)
 	if err != nil {
+		return s.fail(err)
+	}
+	if st, err = s.passStatement(ctx, st, m.DestinationPortal == ""); err != nil {
 		return s.fail(err)
 	}
 	if s.isFailed() && (!exitStatement(st.plan) || st.plan.Kind == sqlplan.KindEmpty) {
@@ -366,6 +380,11 @@ func (s *Session) Describe(ctx context.Context, kind byte, name string) error {
 	case 'S':
 		st, err := s.statementNamed(ctx, name)
 		if err != nil {
+			return s.fail(err)
+		}
+		// A description may join the client's transaction on a server: before that,
+		// the statement waits for a pause of the tables it touches.
+		if st, err = s.passStatement(ctx, st, false); err != nil {
 			return s.fail(err)
 		}
 		d, err := s.describe(ctx, st)

@@ -347,7 +347,9 @@ var ErrNotDrained = errors.New("router: not paused, or clients are inside a unit
 // each session of r moves to n at the start of its next unit of work (Session.Hold),
 // its prepared statements planned again there. r must be paused (Pause) with no unit
 // of work in progress, so that no client holds a connection of r's pools or a plan of
-// r's layout; its held clients go on once it is resumed (Resume), on n. n must be new
+// r's layout, but the units that passed a pause of some tables (PauseTables), which
+// touch none of them on r (Session.pass); its held clients go on once it is resumed
+// (Resume), on n. n must be new
 // (no session yet). r's pools, settler and deadlock detector are the caller's to close.
 func (r *Router) Supersede(n *Router) error {
 	g := &r.pause

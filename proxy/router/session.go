@@ -117,8 +117,11 @@ type Session struct {
 	// made meanwhile are forgotten when it ends.
 	txDDL bool
 	// inUnit: the client is inside a unit of work (Hold), counted by its router's
-	// pause gate.
-	inUnit bool
+	// pause gate. moving and passGen are set for a unit that passes a pause of some
+	// tables (Router.PauseTables): the tables, and the pause's number.
+	inUnit  bool
+	moving  func(table string) bool
+	passGen uint64
 }
 
 // setting is one SET statement and the parameter it sets (lower case).
@@ -141,7 +144,7 @@ func (r *Router) NewSession(client Client, user string, login Identity, startup 
 	s.leases = &leases{s: s, held: map[int]*lease{}, pinned: map[int]*backend.Conn{}, check: map[int]bool{}, forget: map[int]bool{}, listens: map[int]bool{},
 		turnMu: make(chan struct{}, 1)}
 	s.noticeSink = s.queueNotice
-	s.newTransactions(r)
+	s.tx = transactionsOn(s.leases, r)
 	s.conns = conns{s: s, state: map[int]joinState{}}
 	for _, name := range slices.Sorted(maps.Keys(startup)) {
 		if strings.EqualFold(name, "client_encoding") {
@@ -376,10 +379,7 @@ func (s *Session) End(ctx context.Context) error {
 	err := s.tx.Close(ctx)
 	s.explicit, s.implicit = false, false
 	s.leases.closeAll(ctx)
-	if s.inUnit {
-		s.inUnit = false
-		s.r.pause.leave()
-	}
+	s.leaveUnit()
 	return err
 }
 
@@ -391,33 +391,47 @@ func (s *Session) End(ctx context.Context) error {
 // or ctx; units in progress go on, so that their transactions can finish. A unit
 // starts before its statements are planned: a session whose router a layout switch
 // replaced (Router.Supersede) moves to the new router first, so that no plan of the
-// old layout runs after the switch.
+// old layout runs after the switch. While some tables are paused
+// (Router.PauseTables), a new unit starts at once, and pass holds its first statement
+// that touches one of them.
 func (s *Session) Hold(ctx context.Context) error {
 	if s.inUnit {
 		return nil
 	}
-	if s.r.pause.tryEnter() {
-		// Not paused: no bound or cancel channel to set up. Supersede needs the
-		// router paused with no unit inside, so once this unit is in, a successor
-		// seen now is the last word.
+	mayPass := s.r.mode != PoolSession
+	if moving, passGen, ok := s.r.pause.tryEnter(mayPass); ok {
+		// Not paused (or passing a pause of some tables): no bound or cancel channel
+		// to set up. Supersede needs the router paused with no ordinary unit inside,
+		// and a passing unit checks again before it touches a table that moves
+		// (pass), so once this unit is in, a successor seen now is the last word.
 		if s.r.successor.Load() == nil {
-			s.inUnit = true
+			s.inUnit, s.moving, s.passGen = true, moving, passGen
 			return nil
 		}
-		s.r.pause.leave()
+		s.r.pause.leave(passGen)
 	}
+	return s.enterCurrent(ctx, true)
+}
+
+// enterCurrent starts the client's unit of work on the router in force, waiting while
+// it is paused (see Hold; mayPass as for pauseGate.enter: never in session pooling,
+// where a client keeps its server connections, and so could never move to another
+// router), and moving the session to the router that took its router's place, if one
+// did.
+func (s *Session) enterCurrent(ctx context.Context, mayPass bool) error {
 	for {
 		r := s.r
 		bound := s.leases.bound(s.pools[r.rules.DefaultDataSource()].CheckoutTimeout())
-		if err := r.pause.enter(ctx, s.leases.interrupter(), bound); err != nil {
+		moving, passGen, err := r.pause.enter(ctx, s.leases.interrupter(), bound, mayPass && r.mode != PoolSession)
+		if err != nil {
 			return err
 		}
 		n := r.successor.Load()
 		if n == nil {
-			s.inUnit = true
+			s.inUnit, s.moving, s.passGen = true, moving, passGen
 			return nil
 		}
-		r.pause.leave()
+		r.pause.leave(passGen)
 		if err := s.moveTo(n); err != nil {
 			return err
 		}
@@ -431,12 +445,86 @@ func (s *Session) Release() {
 	if !s.inUnit || s.TxStatus() != 'I' || s.leases.keeps() {
 		return
 	}
-	s.inUnit = false
-	s.r.pause.leave()
+	s.leaveUnit()
 }
 
-// moveTo moves an idle session to the router n that took its router's place: n's
-// pools of the client's login, a transaction state of n's engine, and its prepared
+// leaveUnit ends the client's unit of work, if it is inside one.
+func (s *Session) leaveUnit() {
+	if s.inUnit {
+		s.r.pause.leave(s.passGen)
+		s.inUnit, s.moving, s.passGen = false, nil, 0
+	}
+}
+
+// errTablesMoved is the error of a statement that touches tables a layout switch moved
+// while its transaction, which began during the switch's pause, held server
+// connections of the old layout.
+var errTablesMoved = &pgconn.PgError{Severity: "ERROR", Code: "40001",
+	Message: "shardlab proxy: the tables this statement touches moved to a new layout (a resharding cutover) while its transaction was open on the old one",
+	Hint:    "Run the transaction again: it runs on the new layout."}
+
+// pass lets a statement of a unit that passes a pause of some tables run (see Hold).
+// One that touches none of them runs at once. One that touches one waits for the
+// pause's end, and then runs on the router in force: moved reports that the session
+// moved to another router, where the statement is to be planned again. A unit that
+// holds server connections (or whose transaction has begun on a data source) cannot
+// move: if another router took its router's place meanwhile, the statement fails with
+// errTablesMoved. unnamedGoes says that the statement replaces the unnamed portal (a
+// Bind of it, or a Query), which therefore does not keep the session where it is.
+func (s *Session) pass(ctx context.Context, plan *sqlplan.Plan, unnamedGoes bool) (moved bool, err error) {
+	if s.moving == nil || s.isFailed() || !touches(s.moving, plan) {
+		// In a failed transaction the statement is refused (or ends the transaction,
+		// which touches no table).
+		return false, nil
+	}
+	r := s.r
+	passing := r.pause.stillPasses(s.passGen)
+	if !passing && r.successor.Load() == nil {
+		// The pause ended, the layout stayed: the unit is an ordinary one now.
+		s.moving = nil
+		return false, nil
+	}
+	bound := s.leases.bound(s.pools[r.rules.DefaultDataSource()].CheckoutTimeout())
+	if !s.movable(unnamedGoes) {
+		if err := r.pause.waitLifted(ctx, s.passGen, s.leases.interrupter(), bound); err != nil {
+			return false, err
+		}
+		if r.successor.Load() != nil {
+			return false, errTablesMoved
+		}
+		s.moving = nil
+		return false, nil
+	}
+	s.leaveUnit()
+	if unnamedGoes {
+		s.dropPortal("")
+	}
+	if err := s.enterCurrent(ctx, false); err != nil {
+		return false, err
+	}
+	return s.r != r, nil
+}
+
+// movable reports whether the session may move to another router now: it holds no
+// server connection, its transaction (if one is open) has begun on no data source,
+// and it keeps no portal bound by the old router's rules (but the unnamed one, if
+// unnamedGoes; a portal of a statement that goes to no data source, such as BEGIN or
+// SET, is bound by no rules).
+func (s *Session) movable(unnamedGoes bool) bool {
+	if s.leases.holding() || len(s.tx.Touched()) > 0 {
+		return false
+	}
+	for name, p := range s.portals {
+		if p.bound != nil && (name != "" || !unnamedGoes) {
+			return false
+		}
+	}
+	return true
+}
+
+// moveTo moves a session to the router n that took its router's place: n's pools of
+// the client's login, a transaction state of n's engine (which carries on the open
+// transaction, if one is open and has begun on no data source), and its prepared
 // statements planned again (n's generation is ahead of the old router's).
 func (s *Session) moveTo(n *Router) error {
 	n = n.Current()
@@ -444,20 +532,24 @@ func (s *Session) moveTo(n *Router) error {
 	if err != nil {
 		return err
 	}
-	s.r, s.pools = n, pools
-	s.newTransactions(n)
+	tx := transactionsOn(s.leases, n)
+	if !tx.Carry(s.tx) {
+		return errTablesMoved // the callers see that it cannot happen (Hold, movable)
+	}
+	s.r, s.pools, s.tx = n, pools, tx
 	return nil
 }
 
-// newTransactions gives the session a transaction state of r's engine. The coordinator
-// database stays out of the client's transactions: it reads committed rows, in
-// transactions of its own (see readsCommitted).
-func (s *Session) newTransactions(r *Router) {
-	s.tx = sqlexec.NewSession(s.leases, r.committer)
-	s.tx.SetOutside(sqlplan.CoordinatorSource(r.rules))
+// transactionsOn returns a transaction state of r's engine over a client's leases.
+// The coordinator database stays out of the client's transactions: it reads committed
+// rows, in transactions of its own (see readsCommitted).
+func transactionsOn(l *leases, r *Router) *sqlexec.Session {
+	tx := sqlexec.NewSession(l, r.committer)
+	tx.SetOutside(sqlplan.CoordinatorSource(r.rules))
 	if r.detector != nil {
-		s.tx.SetDeadlockDetector(r.detector)
+		tx.SetDeadlockDetector(r.detector)
 	}
+	return tx
 }
 
 // Cancel asks the servers running the client's current statement to cancel it
@@ -832,6 +924,13 @@ func (l *leases) keeps() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.pinned) > 0
+}
+
+// holding reports whether the client holds server connections now.
+func (l *leases) holding() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.held) > 0 || len(l.pinned) > 0
 }
 
 // kept returns the data sources whose connections the client keeps between

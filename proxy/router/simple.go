@@ -56,6 +56,13 @@ func (s *Session) simpleStatement(ctx context.Context, stmt string, multi bool) 
 	if err != nil {
 		return err
 	}
+	if moved, err := s.pass(ctx, plan, true); err != nil {
+		return err
+	} else if moved {
+		if plan, lits, err = s.r.planner.PlanSimple(s.planContext(ctx), stmt); err != nil {
+			return err
+		}
+	}
 	if s.isFailed() && !exitStatement(plan) {
 		return failedTx()
 	}

@@ -90,7 +90,9 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         --proxy-admin (the proxy's admin database, e.g.
         postgres://127.0.0.1:6432/shardlab_admin), the proxy does the cutover
         (its admin console's RESHARD CUTOVER, given the absolute path of --to, which
-        it reads): it holds new transactions, lets those in flight end (within its
+        it reads): it holds new transactions on the sharded and broadcast tables
+        (those on the default data source's other tables go on), lets those in
+        flight end (within its
         --reshard-drain, default 5s), records the new layout on every data source,
         waits until the new data sources applied everything the old ones committed
         (a marker written on each source) and stops the streams (within its

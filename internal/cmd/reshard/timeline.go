@@ -134,6 +134,20 @@ func window(ts []txn, from, to int64) []int64 {
 	return out
 }
 
+// longestThrough returns the greatest latency among the transactions that ran through
+// a hold from hs to he (unix ms; transactions that ended after hs and started before
+// 1 s after he), counted from their scheduled start and from their actual start.
+func longestThrough(ts []txn, hs, he int64) (longest, longestRun int64) {
+	for _, t := range ts {
+		start := t.end - t.latency
+		if !t.failed && t.end >= hs*1000 && start <= he*1000+1_000_000 {
+			longest = max(longest, t.latency)
+			longestRun = max(longestRun, t.latency-t.lag)
+		}
+	}
+	return longest, longestRun
+}
+
 func readFile(dir, name string) string {
 	b, _ := os.ReadFile(filepath.Join(dir, name))
 	return strings.TrimSpace(string(b))
@@ -227,17 +241,37 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 	// schedule lag after the scheduled one) to its end: a backlog that a saturated
 	// load built up before does not count there.
 	for _, h := range holds {
-		hs, he := ev[h+"_start"], ev[h+"_end"]
-		var longest, longestRun int64
-		for _, t := range ts {
-			start := t.end - t.latency
-			if !t.failed && t.end >= hs*1000 && start <= he*1000+1_000_000 {
-				longest = max(longest, t.latency)
-				longestRun = max(longestRun, t.latency-t.lag)
-			}
-		}
+		longest, longestRun := longestThrough(ts, ev[h+"_start"], ev[h+"_end"])
 		fmt.Fprintf(&b, "the longest wait of a client through the %s: %.1f ms from a transaction's scheduled start (schedule lag included), %.1f ms from its actual start\n",
 			h, float64(longest)/1000, float64(longestRun)/1000)
+	}
+	// The bystander load: a table of the default data source, which the hold does
+	// not pause.
+	bs, err := readTransactions(filepath.Join(dir, "bystander.log.gz"))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("the bystander load's transaction log: %w", err)
+	default:
+		var bfailed int
+		for _, t := range bs {
+			if t.failed {
+				bfailed++
+			}
+		}
+		fmt.Fprintf(&b, "bystander load (a table of the default data source, which the move leaves where it is): %d transactions logged, %d failed\n", len(bs), bfailed)
+		var before []int64
+		for _, t := range bs {
+			if !t.failed && t.end >= (ev["load"]+2000)*1000 && t.end < ev["copy_start"]*1000 {
+				before = append(before, t.latency-t.lag)
+			}
+		}
+		slices.Sort(before)
+		for _, h := range holds {
+			longest, longestRun := longestThrough(bs, ev[h+"_start"], ev[h+"_end"])
+			fmt.Fprintf(&b, "  its longest wait through the %s: %.1f ms from the scheduled start, %.1f ms from the actual start (before the move: p99 %.2f ms, max %.2f ms)\n",
+				h, float64(longest)/1000, float64(longestRun)/1000, float64(percentile(before, 0.99))/1000, float64(percentile(before, 1))/1000)
+		}
 	}
 	cs, ce := ev["cutover_start"], ev["cutover_end"]
 	var before []int64

@@ -33,3 +33,21 @@ func TestReadTransactionsDropsCutLines(t *testing.T) {
 		}
 	}
 }
+
+// TestLongestThrough: the longest wait through a hold counts the transactions that
+// ended after it began and started before a second after it ended, failed ones left
+// out, from the scheduled start and from the actual one.
+func TestLongestThrough(t *testing.T) {
+	const hs, he = 10_000, 10_050 // ms
+	ts := []txn{
+		{end: 9_999_000, latency: 900_000},                // ended before the hold
+		{end: 10_020_000, latency: 300_000, lag: 250_000}, // through it: 300 ms, 50 from its start
+		{end: 10_400_000, latency: 120_000, lag: 0},       // through it: 120 ms from its start
+		{end: 12_000_000, latency: 500_000, lag: 0},       // started 1.45 s after it ended
+		{end: 10_030_000, latency: 800_000, failed: true}, // failed
+	}
+	longest, run := longestThrough(ts, hs, he)
+	if longest != 300_000 || run != 120_000 {
+		t.Errorf("longestThrough = %d, %d µs; want 300000, 120000", longest, run)
+	}
+}
