@@ -245,6 +245,15 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 		fmt.Fprintf(&b, "the longest wait of a client through the %s: %.1f ms from a transaction's scheduled start (schedule lag included), %.1f ms from its actual start\n",
 			h, float64(longest)/1000, float64(longestRun)/1000)
 	}
+	cs, ce := ev["cutover_start"], ev["cutover_end"]
+	var before []int64
+	for _, t := range ts {
+		if !t.failed && t.end >= (ev["load"]+2000)*1000 && t.end < ev["copy_start"]*1000 {
+			before = append(before, t.latency-t.lag)
+		}
+	}
+	slices.Sort(before)
+	fmt.Fprintf(&b, "  (from the actual start, before the move: p99 %.2f ms, max %.2f ms)\n", float64(percentile(before, 0.99))/1000, float64(percentile(before, 1))/1000)
 	// The bystander load: a table of the default data source, which the hold does
 	// not pause.
 	bs, err := readTransactions(filepath.Join(dir, "bystander.log.gz"))
@@ -260,28 +269,19 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 			}
 		}
 		fmt.Fprintf(&b, "bystander load (a table of the default data source, which the move leaves where it is): %d transactions logged, %d failed\n", len(bs), bfailed)
-		var before []int64
+		var bbefore []int64
 		for _, t := range bs {
 			if !t.failed && t.end >= (ev["load"]+2000)*1000 && t.end < ev["copy_start"]*1000 {
-				before = append(before, t.latency-t.lag)
+				bbefore = append(bbefore, t.latency-t.lag)
 			}
 		}
-		slices.Sort(before)
+		slices.Sort(bbefore)
 		for _, h := range holds {
 			longest, longestRun := longestThrough(bs, ev[h+"_start"], ev[h+"_end"])
 			fmt.Fprintf(&b, "  its longest wait through the %s: %.1f ms from the scheduled start, %.1f ms from the actual start (before the move: p99 %.2f ms, max %.2f ms)\n",
-				h, float64(longest)/1000, float64(longestRun)/1000, float64(percentile(before, 0.99))/1000, float64(percentile(before, 1))/1000)
+				h, float64(longest)/1000, float64(longestRun)/1000, float64(percentile(bbefore, 0.99))/1000, float64(percentile(bbefore, 1))/1000)
 		}
 	}
-	cs, ce := ev["cutover_start"], ev["cutover_end"]
-	var before []int64
-	for _, t := range ts {
-		if !t.failed && t.end >= (ev["load"]+2000)*1000 && t.end < ev["copy_start"]*1000 {
-			before = append(before, t.latency-t.lag)
-		}
-	}
-	slices.Sort(before)
-	fmt.Fprintf(&b, "  (from the actual start, before the move: p99 %.2f ms, max %.2f ms)\n", float64(percentile(before, 0.99))/1000, float64(percentile(before, 1))/1000)
 	pre := window(ts, ev["load"]+2000, ev["copy_start"])
 	during := window(ts, ev["copy_start"], ev["copy_ready"])
 	around := window(ts, cs-1000, ce+1000)
