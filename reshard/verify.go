@@ -31,6 +31,13 @@ type VerifyOptions struct {
 	// are not bounded). Reading every moving row on both sides as fast as the servers
 	// go takes CPU and I/O from the live load (0: no bound).
 	Rate int
+	// Pin, when positive, pins each table's comparison to one point of its source's
+	// WAL while the load runs (before the cutover): writes to that table on that source
+	// wait, at most Pin, until the destination has applied every one committed before
+	// them and both sides have taken a snapshot; the chunks are then compared in those
+	// snapshots, once each (Settle does not apply), and the writes go on meanwhile.
+	// The wait is reported per table (RowDiff.Pinned). 0: not pinned.
+	Pin time.Duration
 }
 
 // RowDiff is one table's comparison over one stream.
@@ -43,6 +50,9 @@ type RowDiff struct {
 	// not (or that the target does not place there), Different keys whose row differs.
 	Missing, Extra, Different             []string
 	MissingN, ExtraN, DifferentN, Retried int64
+	// Pinned is how long writes to the table on the source waited while the comparison
+	// was pinned (VerifyOptions.Pin; 0: not pinned).
+	Pinned time.Duration
 }
 
 // Clean reports whether nothing differs.
@@ -52,6 +62,8 @@ func (d RowDiff) Clean() bool { return d.MissingN+d.ExtraN+d.DifferentN == 0 }
 type Diff struct {
 	Tables []RowDiff
 	Took   time.Duration
+	// Pinned reports a comparison pinned to one point per table (VerifyOptions.Pin).
+	Pinned bool
 }
 
 // Clean reports whether every table of every stream matched.
@@ -70,10 +82,10 @@ func (d *Diff) Clean() bool {
 // per chunk on both sides, and only where they differ the rows themselves, by key.
 // It also counts rows on a destination that the target does not place there. A chunk
 // that differs is compared again for up to Settle, since the destination applies the
-// source's writes a moment later; what still differs is reported. Run it while the
-// moving tables take no writes (it is not pinned to one point of the sources' WAL yet),
-// before the cutover and after it. It reads only, apart from the helper table pghash's
-// filters need on a destination.
+// source's writes a moment later; what still differs is reported. Unpinned, run it
+// while the moving tables take no writes, before the cutover and after it; pinned
+// (VerifyOptions.Pin), under load before the cutover. It reads only, apart from the
+// helper table pghash's filters need on a destination and the marker a pin writes.
 func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (*Diff, error) {
 	start := time.Now()
 	if opts.Progress == nil {
@@ -95,11 +107,21 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 	if len(st.Streams) == 0 {
 		return nil, fmt.Errorf("reshard: no move is under way between these layouts: nothing to verify")
 	}
+	if opts.Pin > 0 && st.Layout != nil && (st.Layout.Digest != from.Digest() || st.Layout.Switching) {
+		return nil, fmt.Errorf("reshard: verify pinned compares a move before its cutover, while the sources take the writes; layout version %d (phase %s) is in force: verify unpinned while the moved tables take no writes", st.Layout.Version, st.Layout.Phase)
+	}
 	conns, err := connectAll(ctx, from, to)
 	if err != nil {
 		return nil, err
 	}
 	defer closeAll(conns)
+	var locks map[string]*pgx.Conn // a second connection to each source, for the pins' locks
+	if opts.Pin > 0 {
+		if locks, err = connectAll(ctx, from); err != nil {
+			return nil, err
+		}
+		defer closeAll(locks)
+	}
 	names, err := shardedTables(ctx, from, conns)
 	if err != nil {
 		return nil, err
@@ -112,7 +134,7 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 	for i, n := range names {
 		typeOf[n] = types[i][0]
 	}
-	d := &Diff{}
+	d := &Diff{Pinned: opts.Pin > 0}
 	var limit *rowLimiter
 	if opts.Rate > 0 {
 		limit = newRowLimiter(opts.Rate)
@@ -123,6 +145,7 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 			name := unqualified(table)
 			v := verifier{ctx: ctx, src: conns[s.From], dst: conns[s.To], opts: opts, limit: limit}
 			rd := RowDiff{From: s.From, To: s.To, Table: name}
+			countMisplaced := false
 			typ, sharded := typeOf[name]
 			if sharded {
 				r := from.Lookup(name)
@@ -148,12 +171,8 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 				// What the destination holds that the target does not place there
 				// (once per destination and table, whatever feeds it); the chunks
 				// compare the rest.
-				if !counted[s.To+"\x00"+name] {
-					counted[s.To+"\x00"+name] = true
-					if err := v.misplaced(&rd); err != nil {
-						return nil, fmt.Errorf("data source %s: %w", s.To, err)
-					}
-				}
+				countMisplaced = !counted[s.To+"\x00"+name]
+				counted[s.To+"\x00"+name] = true
 				v.dstFilter = "(" + v.dstFilter + ") AND (" + v.srcFilter + ")"
 			} else {
 				// A broadcast table, whole.
@@ -163,8 +182,27 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 				}
 				v.key, v.at, v.srcFilter, v.dstFilter = key, table, "true", "true"
 			}
+			if opts.Pin > 0 {
+				p := pin{lock: locks[s.From], src: v.src, dst: v.dst, stream: streamName(dataSource(from, s.From), dataSource(to, s.To)), table: v.at, bound: opts.Pin}
+				if rd.Pinned, err = p.take(ctx); err != nil {
+					return nil, fmt.Errorf("%s -> %s, table %s: %w", s.From, s.To, name, err)
+				}
+				v.opts.Settle = 0 // both sides stand still in their snapshots
+			}
+			if countMisplaced {
+				if err := v.misplaced(&rd); err != nil {
+					return nil, fmt.Errorf("data source %s: %w", s.To, err)
+				}
+			}
 			if err := v.compare(&rd); err != nil {
 				return nil, fmt.Errorf("%s -> %s, table %s: %w", s.From, s.To, name, err)
+			}
+			if opts.Pin > 0 {
+				for _, c := range []*pgx.Conn{v.src, v.dst} {
+					if _, err := c.Exec(ctx, "COMMIT"); err != nil {
+						return nil, err
+					}
+				}
 			}
 			fmt.Fprintf(opts.Progress, "reshard verify: %s -> %s %s: %d rows in %d chunks, %d missing, %d extra, %d different\n",
 				s.From, s.To, name, rd.Rows, rd.Chunks, rd.MissingN, rd.ExtraN, rd.DifferentN)
@@ -382,6 +420,16 @@ func (d *Diff) WriteText(w io.Writer) error {
 		b.WriteString("every stream's rows are on its destination, as on its source\n")
 	} else {
 		b.WriteString("the destinations differ from the sources\n")
+	}
+	if d.Pinned {
+		var longest RowDiff
+		for _, t := range d.Tables {
+			if t.Pinned > longest.Pinned {
+				longest = t
+			}
+		}
+		fmt.Fprintf(&b, "pinned: each table compared at one point of its source; writes to it waited at most %s (%s on %s)\n",
+			longest.Pinned.Round(time.Microsecond), longest.Table, longest.From)
 	}
 	fmt.Fprintf(&b, "compared in %s\n", d.Took.Round(time.Millisecond))
 	_, err := io.WriteString(w, b.String())

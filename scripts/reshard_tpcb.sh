@@ -48,6 +48,10 @@ Options:
                       default 0: PostgreSQL's own table synchronization, unbounded)
   --verify-rate N     bound verify to N rows compared a second (reshard verify --rate;
                       default 0: no bound)
+  --verify-pin D      pin verify's comparison of each table to one point of its
+                      source's WAL, holding its writes at most D (reshard verify
+                      --pin; default 2s; 0: not pinned, chunks that differ are
+                      compared again for 10 s)
   --read-every S      seconds between the reader's counts (default 1; each count reads
                       every account, which at scale 50 costs a good part of a core)
   --bystander-rate N  the bystander load's transactions a second (pgbench -R, 2
@@ -64,7 +68,7 @@ EOF
 
 root=$(cd "$(dirname "$0")/.." && pwd -P)
 . "$root/scripts/lib.sh"
-scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs" end=finish shrink=0 copy_rate=0 verify_rate=0 bystander_rate=50
+scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs" end=finish shrink=0 copy_rate=0 verify_rate=0 verify_pin=2s bystander_rate=50
 args=("$@")
 while (($#)); do
 	case $1 in
@@ -78,6 +82,7 @@ while (($#)); do
 	--shrink) shrink=1; shift ;;
 	--copy-rate) copy_rate=$2; shift 2 ;;
 	--verify-rate) verify_rate=$2; shift 2 ;;
+	--verify-pin) verify_pin=$2; shift 2 ;;
 	--read-every) read_every=$2; shift 2 ;;
 	--bystander-rate) bystander_rate=$2; shift 2 ;;
 	--port) port=$2; shift 2 ;;
@@ -91,6 +96,7 @@ for v in scale clients capacity_time before after read_every port; do
 done
 [[ $copy_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --copy-rate takes a number of rows a second (0: no bound), got '$copy_rate'" >&2; exit 2; }
 [[ $bystander_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --bystander-rate takes a number of transactions a second (0: none), got '$bystander_rate'" >&2; exit 2; }
+[[ $verify_pin =~ ^0$|^[0-9]+(\.[0-9]+)?(ms|s)$ ]] || { echo "reshard_tpcb.sh: --verify-pin takes a duration such as 2s or 500ms (0: not pinned), got '$verify_pin'" >&2; exit 2; }
 [[ $verify_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --verify-rate takes a number of rows a second (0: no bound), got '$verify_rate'" >&2; exit 2; }
 [[ $fraction =~ ^0?\.[0-9]+$|^1(\.0*)?$ ]] || { echo "reshard_tpcb.sh: --rate-fraction takes a number in (0, 1], got '$fraction'" >&2; exit 2; }
 ((port < 65000)) || { echo "reshard_tpcb.sh: --port must be below 65000" >&2; exit 2; }
@@ -255,7 +261,7 @@ done >"$run_dir/copied-accounts.txt"
 
 event verify_start
 verify_rc=0
-reshard verify --settle 10s --rate "$verify_rate" >"$run_dir/verify.txt" 2>"$run_dir/verify.stderr" || verify_rc=$?
+reshard verify --settle 10s --rate "$verify_rate" --pin "$verify_pin" >"$run_dir/verify.txt" 2>"$run_dir/verify.stderr" || verify_rc=$?
 event verify_end
 echo "$verify_rc" >"$run_dir/verify-rc.txt"
 

@@ -66,14 +66,20 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         states (copying, synced, ready), the rows on the destination, the slot's lag;
         with --watch, again every D with each stream's copy rate, until every stream
         is ready (or Ctrl-C).
-  verify [--chunk-rows N] [--settle D] [--rate N]
+  verify [--chunk-rows N] [--settle D] [--rate N] [--pin D]
         compares, per stream, the rows the source has that the target places on the
         destination with the destination's: a count and a checksum per chunk of N
         keys (default 10000), the rows themselves by key where a chunk differs (again
         for D, default 5s, while the destination may not have applied the latest
         writes), and the rows a destination has that the target does not place there.
-        Lists missing, extra and different keys; exit 1 if anything differs. Run it
-        while the moving tables take no writes (it is not pinned to one WAL position).
+        Lists missing, extra and different keys; exit 1 if anything differs.
+        Unpinned (the default), run it while the moving tables take no writes.
+        --pin D pins each table's comparison to one point of its source's WAL while
+        the load runs (before the cutover): writes to that table on that source wait
+        until the destination has applied those before them and both sides took a
+        snapshot (at most D, tried three times), then go on while the snapshots are
+        compared, each chunk once (--settle does not apply). Reports the longest
+        wait.
         --rate N compares N source rows a second on average (each chunk is read at
         full speed, then verify waits), so that verify does not starve the live load;
         the scans that find the chunks' bounds and the misplaced rows are not bounded
@@ -176,6 +182,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	chunkRows := fs.Int("chunk-rows", 10000, "verify: source rows per checksum")
 	settle := fs.Duration("settle", 5*time.Second, "verify: how long a chunk that differs is compared again")
 	verifyRate := fs.Int("rate", 0, "verify: compare this many source rows a second on average, a chunk at a time (0: no bound)")
+	pinBound := fs.Duration("pin", 0, "verify: pin each table's comparison to one point of its source's WAL, holding its writes at most this long (0: not pinned)")
 	identityFull := fs.Bool("replica-identity-full", false, "start: give published tables without a replica identity covering their key (no primary key) REPLICA IDENTITY FULL while rows move; cancel restores it")
 	pgDump := fs.String("pg-dump", "pg_dump", "start: the pg_dump program that copies a table's definition to a destination that lacks it")
 	proxyAdmin := fs.String("proxy-admin", "", "cutover, finish, revert: the DSN of the proxy's admin database; the proxy then does the step (RESHARD CUTOVER, FINISH, REVERT)")
@@ -250,7 +257,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *verifyRate < 0 {
 			return fmt.Errorf("%w: --rate takes a number of rows a second, 0 for no bound", ErrUsage)
 		}
-		d, err := resharding.Verify(ctx, from, to, resharding.VerifyOptions{Options: opts, ChunkRows: *chunkRows, Settle: *settle, Rate: *verifyRate})
+		if *pinBound < 0 || (*pinBound > 0 && *pinBound < time.Millisecond) {
+			return fmt.Errorf("%w: --pin takes a bound from 1ms on the writes' wait (0: not pinned)", ErrUsage)
+		}
+		d, err := resharding.Verify(ctx, from, to, resharding.VerifyOptions{Options: opts, ChunkRows: *chunkRows, Settle: *settle, Rate: *verifyRate, Pin: *pinBound})
 		if err != nil {
 			return err
 		}

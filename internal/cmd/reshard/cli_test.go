@@ -56,6 +56,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"plan", "--from", good, "--to", good, "--proxy-admin", "postgres://x"}, "--proxy-admin is for cutover, finish and revert"},
 		{[]string{"finish", "--from", good, "--to", good, "--delete-rate", "-1"}, "--delete-rate takes a number of rows a second"},
 		{[]string{"start", "--from", good, "--to", good, "--copy-rate", "-5"}, "--copy-rate takes a number of rows a second"},
+		{[]string{"verify", "--from", good, "--to", good, "--pin", "-1s"}, "--pin takes a bound from 1ms"},
+		{[]string{"verify", "--from", good, "--to", good, "--pin", "10us"}, "--pin takes a bound from 1ms"},
 		{[]string{"cutover", "--from", good}, "cutover needs --from and --to"},
 	} {
 		err := Main(context.Background(), tc.args, &out, &errOut)
@@ -172,6 +174,11 @@ func TestStartStatusCancel(t *testing.T) {
 			t.Fatalf("verify: %v\n%s", err, out.String())
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	out.Reset()
+	if err := Main(ctx, []string{"verify", "--pin", "5s", "--from", from, "--to", to}, &out, &errOut); err != nil ||
+		!strings.Contains(out.String(), "every stream's rows are on its destination") || !strings.Contains(out.String(), "pinned: each table compared at one point") {
+		t.Errorf("verify --pin: %v\n%s", err, out.String())
 	}
 	bconn, err := pgx.Connect(ctx, b)
 	if err != nil {

@@ -153,6 +153,17 @@ func readFile(dir, name string) string {
 	return strings.TrimSpace(string(b))
 }
 
+// verifiedHow says how verify compared, from its report: pinned, with the longest
+// wait of a table's writes, or not.
+func verifiedHow(report string) string {
+	for line := range strings.SplitSeq(report, "\n") {
+		if wait, ok := strings.CutPrefix(line, "pinned: each table compared at one point of its source; "); ok {
+			return "under load, each table pinned to one point of its source's WAL: " + wait
+		}
+	}
+	return "under load; it is not pinned to one WAL position"
+}
+
 // timeline reports run directory dir (accounts: how many the reader must count).
 func timeline(dir string, accounts int64, stdout io.Writer) error {
 	ts, err := readTransactions(filepath.Join(dir, "transactions.log.gz"))
@@ -204,7 +215,7 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 		if readFile(dir, "verify-rc.txt") != "0" {
 			verdict = "DIFFERENCES (verify.txt)"
 		}
-		fmt.Fprintf(&b, "verify: %.1f s, %s (under load; it is not pinned to one WAL position)\n", secs("verify_start", "verify_end"), verdict)
+		fmt.Fprintf(&b, "verify: %.1f s, %s (%s)\n", secs("verify_start", "verify_end"), verdict, verifiedHow(readFile(dir, "verify.txt")))
 	}
 	holds := []string{"cutover"}
 	if end == "revert" {

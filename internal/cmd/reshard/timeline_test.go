@@ -51,3 +51,16 @@ func TestLongestThrough(t *testing.T) {
 		t.Errorf("longestThrough = %d, %d µs; want 300000, 120000", longest, run)
 	}
 }
+
+// TestVerifiedHow: the summary says whether verify was pinned, with the longest wait
+// its report gives, and otherwise that it was not.
+func TestVerifiedHow(t *testing.T) {
+	pinned := "ds_0 -> ds_2, pgbench_accounts: 10 rows in 1 chunks: the same\nevery stream's rows are on its destination, as on its source\n" +
+		"pinned: each table compared at one point of its source; writes to it waited at most 12.5ms (pgbench_accounts on ds_1)\ncompared in 2s"
+	if got, want := verifiedHow(pinned), "under load, each table pinned to one point of its source's WAL: writes to it waited at most 12.5ms (pgbench_accounts on ds_1)"; got != want {
+		t.Errorf("pinned: %q, want %q", got, want)
+	}
+	if got := verifiedHow("every stream's rows are on its destination, as on its source\ncompared in 2s"); got != "under load; it is not pinned to one WAL position" {
+		t.Errorf("unpinned: %q", got)
+	}
+}
