@@ -120,12 +120,6 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 	if err := checkCopyable(p, from, to); err != nil {
 		return p, err
 	}
-	if !p.Runnable() {
-		return p, fmt.Errorf("reshard: the move cannot start:\n  - %s", strings.Join(p.Problems, "\n  - "))
-	}
-	if len(p.Streams) == 0 {
-		return p, errors.New("reshard: nothing moves: the two layouts place every row alike, on the same data sources")
-	}
 	conns, err := connectAll(ctx, from, to)
 	if err != nil {
 		return p, err
@@ -144,10 +138,6 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 	case cur != nil && cur.Digest != from.Digest():
 		return p, fmt.Errorf("%w: layout version %d (%s) is in force, not the current rules given (%s)", ErrStaleLayout, cur.Version, cur.Digest, from.Digest())
 	}
-	needFull, err := checkReplicaIdentities(ctx, p, from, conns, opts.ReplicaIdentityFull)
-	if err != nil {
-		return p, err
-	}
 	for _, st := range p.Streams {
 		var n int
 		name := streamName(dataSource(from, st.From), dataSource(to, st.To))
@@ -157,6 +147,18 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 		if n > 0 {
 			return p, fmt.Errorf("%w: data source %s has publication %s (reshard status shows it; reshard cancel ends it)", ErrUnderWay, st.From, name)
 		}
+	}
+	// After the move under way is looked for: its own workers count as busy in the
+	// plan's problems.
+	if !p.Runnable() {
+		return p, fmt.Errorf("reshard: the move cannot start:\n  - %s", strings.Join(p.Problems, "\n  - "))
+	}
+	if len(p.Streams) == 0 {
+		return p, errors.New("reshard: nothing moves: the two layouts place every row alike, on the same data sources")
+	}
+	needFull, err := checkReplicaIdentities(ctx, p, from, conns, opts.ReplicaIdentityFull)
+	if err != nil {
+		return p, err
 	}
 	made := &made{}
 	err = recordMove(ctx, from, to, conns)

@@ -110,6 +110,11 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 	if opts.Pin > 0 && st.Layout != nil && (st.Layout.Digest != from.Digest() || st.Layout.Switching) {
 		return nil, fmt.Errorf("reshard: verify pinned compares a move before its cutover, while the sources take the writes; layout version %d (phase %s) is in force: verify unpinned while the moved tables take no writes", st.Layout.Version, st.Layout.Phase)
 	}
+	if opts.Pin > 0 && !st.Ready() {
+		var b strings.Builder
+		st.WriteText(&b)
+		return nil, fmt.Errorf("reshard: verify pinned needs every stream copied and streaming (a table still copying would show rows missing; a stopped stream never catches up):\n%s", b.String())
+	}
 	conns, err := connectAll(ctx, from, to)
 	if err != nil {
 		return nil, err
@@ -121,6 +126,13 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 			return nil, err
 		}
 		defer closeAll(locks)
+		// A pinned comparison keeps its snapshots open while it reads (and while --rate
+		// waits): a server's idle-in-transaction timeout must not end them.
+		for _, c := range conns {
+			if _, err := c.Exec(ctx, "SET idle_in_transaction_session_timeout = 0"); err != nil {
+				return nil, err
+			}
+		}
 	}
 	names, err := shardedTables(ctx, from, conns)
 	if err != nil {

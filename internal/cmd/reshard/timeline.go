@@ -212,7 +212,11 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 		copySecs, copied, float64(copied)/copySecs)
 	if _, ok := ev["verify_end"]; ok {
 		verdict := "clean"
-		if readFile(dir, "verify-rc.txt") != "0" {
+		switch {
+		case readFile(dir, "verify-rc.txt") == "0":
+		case !strings.Contains(readFile(dir, "verify.txt"), "\ncompared in "):
+			verdict = "FAILED (verify.stderr)" // no report: it did not compare
+		default:
 			verdict = "DIFFERENCES (verify.txt)"
 		}
 		fmt.Fprintf(&b, "verify: %.1f s, %s (%s)\n", secs("verify_start", "verify_end"), verdict, verifiedHow(readFile(dir, "verify.txt")))
@@ -302,6 +306,18 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 		ms(percentile(pre, 0.99)), ms(percentile(during, 0.99)), ms(percentile(around, 0.99)), end, ms(percentile(after, 0.99)))
 	if end == "revert" {
 		fmt.Fprintf(&b, "p99 latency from 1 s before to 1 s after the revert: %.2f ms\n", ms(percentile(window(ts, ev["revert_start"]-1000, ev["revert_end"]+1000), 0.99)))
+	}
+	if _, ok := ev["verify_end"]; ok {
+		// What verify cost the load (a pinned one holds each table's writes a moment).
+		var run []int64
+		for _, t := range ts {
+			if !t.failed && t.end >= ev["verify_start"]*1000 && t.end < ev["verify_end"]*1000 {
+				run = append(run, t.latency-t.lag)
+			}
+		}
+		slices.Sort(run)
+		fmt.Fprintf(&b, "during verify: p99 latency %.2f ms; from the actual start, p99 %.2f ms, max %.2f ms\n",
+			ms(percentile(window(ts, ev["verify_start"], ev["verify_end"]), 0.99)), ms(percentile(run, 0.99)), ms(percentile(run, 1)))
 	}
 	fmt.Fprintf(&b, "p50 latency: before %.2f ms, around the cutover %.2f ms\n", ms(percentile(pre, 0.5)), ms(percentile(around, 0.5)))
 
