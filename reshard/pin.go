@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // pin pins one table's comparison of one stream to one point of its source's WAL
@@ -33,11 +34,13 @@ import (
 // cutover (Verify pins only while every stream is ready, and a pin checks that its
 // subscription still runs), so its snapshot holds them as the source had them.
 //
-// The lock's wait is short (lockWait) and tried again after a pause, so that a writer
-// that keeps the table (a long transaction, a prepared one, VACUUM, or one waiting on
-// a row of another data source that a writer queued behind the lock holds) holds the
-// others back only that long at a time; the whole pin, lock and catch-up, holds them at
-// most bound.
+// The destination first catches up without the lock (a marker of its own), so that
+// the locked wait covers only what it falls behind meanwhile. The lock's wait is short
+// (lockWait) and tried again after a pause, so that a writer that keeps the table (a
+// long transaction, a prepared one, VACUUM, or one waiting on a row of another data
+// source that a writer queued behind the lock holds) holds the others back only that
+// long at a time; the whole pin, lock and catch-up, holds them at most bound, and a
+// catch-up that overruns it is not tried again.
 type pin struct {
 	lock     *pgx.Conn // a second connection to the source, for the lock
 	src, dst *pgx.Conn // the comparison's connections: they keep the snapshots
@@ -49,6 +52,11 @@ type pin struct {
 const (
 	pinTries = 10
 	lockWait = 200 * time.Millisecond
+	// catchUpFirst bounds the destination's catch-up before the lock, which holds no
+	// writer back.
+	catchUpFirst = time.Minute
+	// caughtUp is a catch-up short enough to lock after.
+	caughtUp = 50 * time.Millisecond
 )
 
 // errNotStreaming is a pin's failure that trying again does not mend.
@@ -71,7 +79,11 @@ func (p *pin) take(ctx context.Context) (time.Duration, error) {
 				return 0, errors.Join(append(errs, rerr)...)
 			}
 		}
-		if ctx.Err() != nil || errors.Is(err, errNotStreaming) {
+		// Only a lock that did not come is tried again: a destination that did not
+		// catch up within the bound, once it had caught up without the lock, would
+		// hold the writers that long again.
+		var pe *pgconn.PgError
+		if ctx.Err() != nil || !errors.As(err, &pe) || pe.Code != "55P03" || try == pinTries-1 {
 			break
 		}
 		// The writers held back go on meanwhile.
@@ -91,6 +103,19 @@ func (p *pin) try(ctx context.Context) (waited time.Duration, err error) {
 	}
 	if !enabled {
 		return 0, fmt.Errorf("%s: %w", p.stream, errNotStreaming)
+	}
+	// First the destination catches up without the lock, again while that takes
+	// long (it applies what came meanwhile), so that the writers wait only for the
+	// little it falls behind in the last round.
+	deadline := time.Now().Add(catchUpFirst)
+	for {
+		t := time.Now()
+		if err := p.catchUp(ctx, deadline); err != nil {
+			return 0, err
+		}
+		if time.Since(t) < caughtUp {
+			break
+		}
 	}
 	began := time.Now()
 	tx, err := p.lock.Begin(ctx)
@@ -112,29 +137,11 @@ func (p *pin) try(ctx context.Context) (waited time.Duration, err error) {
 	if _, err := tx.Exec(ctx, "LOCK TABLE "+p.table+" IN SHARE MODE"); err != nil {
 		return 0, fmt.Errorf("the writes to %s in flight did not end within %v (%s): %w", p.table, min(lockWait, p.bound), p.holders(ctx), err)
 	}
-	token := time.Now().UnixNano()
-	if _, err := p.src.Exec(ctx, "INSERT INTO "+markerTable+" VALUES ($1, $2) ON CONFLICT (stream) DO UPDATE SET token = excluded.token", p.stream+pinMarker, token); err != nil {
+	if err := p.catchUp(ctx, began.Add(p.bound), func() error {
+		_, err := p.src.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1")
+		return err
+	}); err != nil {
 		return 0, err
-	}
-	if _, err := p.src.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"); err != nil {
-		return 0, err
-	}
-	for {
-		var arrived bool
-		if err := p.dst.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+markerTable+" WHERE stream = $1 AND token = $2)", p.stream+pinMarker, token).Scan(&arrived); err != nil {
-			return 0, err
-		}
-		if arrived {
-			break
-		}
-		if time.Since(began) > p.bound {
-			return 0, fmt.Errorf("the destination had not applied the writes to %s committed before the pin within %v (stream %s)", p.table, p.bound, p.stream)
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(500 * time.Microsecond):
-		}
 	}
 	if _, err := p.dst.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"); err != nil {
 		return 0, err
@@ -145,6 +152,37 @@ func (p *pin) try(ctx context.Context) (waited time.Duration, err error) {
 	return time.Since(began), nil
 }
 
+// catchUp writes a marker into the stream on the source (then runs each of after
+// there) and waits until the destination has it, until deadline.
+func (p *pin) catchUp(ctx context.Context, deadline time.Time, after ...func() error) error {
+	token := time.Now().UnixNano()
+	if _, err := p.src.Exec(ctx, "INSERT INTO "+markerTable+" VALUES ($1, $2) ON CONFLICT (stream) DO UPDATE SET token = excluded.token", p.stream+pinMarker, token); err != nil {
+		return err
+	}
+	for _, fn := range after {
+		if err := fn(); err != nil {
+			return err
+		}
+	}
+	for {
+		var arrived bool
+		if err := p.dst.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+markerTable+" WHERE stream = $1 AND token = $2)", p.stream+pinMarker, token).Scan(&arrived); err != nil {
+			return err
+		}
+		if arrived {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the destination had not applied the writes to %s committed before the pin by %s (stream %s)", p.table, deadline.Format("15:04:05.000"), p.stream)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Microsecond):
+		}
+	}
+}
+
 // pinMarker follows a stream's name in its pins' marker rows: the cutover's catch-up
 // waits for a token of its own under the stream's name alone.
 const pinMarker = "/verify"
@@ -152,17 +190,20 @@ const pinMarker = "/verify"
 // holders names what holds a lock on the table that SHARE waits for, as far as the
 // source says (for the error of a lock that timed out).
 func (p *pin) holders(ctx context.Context) string {
-	rows, err := p.src.Query(ctx, `SELECT coalesce('prepared transaction ' || quote_literal(x.gid), a.backend_type || ' ' || l.pid || coalesce(', ' || a.state, ''), l.virtualtransaction) || ' (' || l.mode || ')'
+	rows, err := p.src.Query(ctx, `SELECT coalesce('prepared transaction ' || quote_literal(x.gid), coalesce(a.backend_type, 'backend') || ' ' || l.pid || coalesce(', ' || a.state, ''), l.virtualtransaction) || ' (' || l.mode || ')'
 		FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 		LEFT JOIN pg_prepared_xacts x ON l.pid IS NULL AND x.transaction::text = split_part(l.virtualtransaction, '/', 2)
 		WHERE l.locktype = 'relation' AND l.relation = $1::regclass AND l.granted
 		  AND l.mode IN ('RowExclusiveLock', 'ShareUpdateExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
-		ORDER BY 1 LIMIT 5`, p.table)
+		ORDER BY x.gid IS NULL, coalesce(a.xact_start, x.prepared) LIMIT 5`, p.table)
 	if err != nil {
 		return "its holders unknown: " + err.Error()
 	}
 	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(held) == 0 {
+	if err != nil {
+		return "its holders unknown: " + err.Error()
+	}
+	if len(held) == 0 {
 		return "held by no one any more"
 	}
 	return "held by " + strings.Join(held, "; ")

@@ -18,9 +18,10 @@ import (
 // each source updates moving rows, inserts and deletes others, and updates the
 // broadcast table, in transactions of several statements, without pause. Pinned, each
 // table is compared at one point of its source's WAL: every chunk matches at its first
-// comparison (no settling: unpinned, the writer's changes that the destination has
-// not applied yet make chunks differ), the writes go on (they wait for a pin, never
-// fail), and each table reports its pin's wait. A row changed on a destination by hand
+// comparison (no settling: unpinned, or pinned without waiting for the destination,
+// which a transaction there keeps behind for a while, the writer's changes that the
+// destination has not applied yet make chunks differ), the writes go on (they wait for
+// a pin, never fail), and each table reports its pin's wait. A row changed on a destination by hand
 // is found under the same load, exactly, and nothing else. A pin that cannot lock
 // within its bound (a transaction left open on the table) gives up with a clear
 // error, and that transaction commits afterwards.
@@ -71,17 +72,17 @@ func TestVerifyPinnedUnderLoad(t *testing.T) {
 	}
 	defer halt()
 
-	// The destination ds_2 falls behind on purpose: a transaction there keeps rows
-	// that the writer on ds_0 updates, so ds_0's stream waits for it for a while. The
-	// first pin (countries, from ds_0 to ds_2) must wait for the stream to apply what
-	// came before it; a pin that did not would compare a destination behind its source.
+	// The destination ds_2 falls behind on purpose: a transaction there keeps the
+	// table that the writer on ds_0 updates, so ds_0's stream waits for it for a
+	// while. The pins must wait for the stream to apply what came before them; a pin
+	// that did not would compare a destination behind its source.
 	const behind = 800 * time.Millisecond
 	keep, err := pgx.Connect(ctx, dsns[2])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer keep.Close(ctx)
-	if _, err := keep.Exec(ctx, "BEGIN; SELECT FROM people WHERE id <= 2000 FOR UPDATE"); err != nil {
+	if _, err := keep.Exec(ctx, "BEGIN; LOCK TABLE people IN SHARE MODE"); err != nil {
 		t.Fatal(err)
 	}
 	released := make(chan error, 1)
@@ -106,9 +107,6 @@ func TestVerifyPinnedUnderLoad(t *testing.T) {
 	for _, rd := range d.Tables {
 		if rd.Pinned <= 0 || rd.Pinned > pinned.Pin {
 			t.Errorf("%s -> %s %s: pinned for %v, want a wait within the bound %v", rd.From, rd.To, rd.Table, rd.Pinned, pinned.Pin)
-		}
-		if rd.From == "ds_0" && rd.To == "ds_2" && rd.Table == "countries" && rd.Pinned < behind/3 {
-			t.Errorf("the first pin, into a destination kept %v behind, held the writes only %v: it did not wait for the destination", behind, rd.Pinned)
 		}
 	}
 	if during < 10 {

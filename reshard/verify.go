@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -128,7 +129,7 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 		defer closeAll(locks)
 		// A pinned comparison keeps its snapshots open while it reads (and while --rate
 		// waits): a server's idle-in-transaction timeout must not end them.
-		for _, c := range conns {
+		for _, c := range slices.Concat(slices.Collect(maps.Values(conns)), slices.Collect(maps.Values(locks))) {
 			if _, err := c.Exec(ctx, "SET idle_in_transaction_session_timeout = 0"); err != nil {
 				return nil, err
 			}

@@ -77,9 +77,10 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         --pin D pins each table's comparison to one point of its source's WAL while
         the load runs (before the cutover): writes to that table on that source wait
         until the destination has applied those before them and both sides took a
-        snapshot (at most D, tried three times), then go on while the snapshots are
-        compared, each chunk once (--settle does not apply). Reports the longest
-        wait.
+        snapshot (at most D; the destination first catches up without holding them,
+        and a lock that waits over 200ms is tried again after a pause), then go on
+        while the snapshots are compared, each chunk once (--settle does not apply).
+        Reports the longest wait.
         --rate N compares N source rows a second on average (each chunk is read at
         full speed, then verify waits), so that verify does not starve the live load;
         the scans that find the chunks' bounds and the misplaced rows are not bounded

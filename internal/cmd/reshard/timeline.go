@@ -219,7 +219,11 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 		default:
 			verdict = "DIFFERENCES (verify.txt)"
 		}
-		fmt.Fprintf(&b, "verify: %.1f s, %s (%s)\n", secs("verify_start", "verify_end"), verdict, verifiedHow(readFile(dir, "verify.txt")))
+		if strings.HasPrefix(verdict, "FAILED") {
+			fmt.Fprintf(&b, "verify: %.1f s, %s\n", secs("verify_start", "verify_end"), verdict)
+		} else {
+			fmt.Fprintf(&b, "verify: %.1f s, %s (%s)\n", secs("verify_start", "verify_end"), verdict, verifiedHow(readFile(dir, "verify.txt")))
+		}
 	}
 	holds := []string{"cutover"}
 	if end == "revert" {
