@@ -429,6 +429,13 @@ func (d *Diff) WriteText(w io.Writer) error {
 			}
 		}
 	}
+	var retried int64
+	for _, t := range d.Tables {
+		retried += t.Retried
+	}
+	if retried > 0 {
+		fmt.Fprintf(&b, "%d chunks differed at first and were compared again (not pinned: writes the destination had not applied yet may explain a difference)\n", retried)
+	}
 	if d.Clean() {
 		b.WriteString("every stream's rows are on its destination, as on its source\n")
 	} else {
