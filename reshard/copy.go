@@ -95,6 +95,12 @@ type CopyOptions struct {
 	// (see copyStream) and returns once they are all copied and the streams run; 0
 	// leaves the copy to the subscriptions, at the servers' full speed.
 	CopyRate int
+	// MaxActive, when positive, holds the copy back while more than MaxActive other
+	// client sessions run a statement on the server of the stream's source or
+	// destination (see loadGate): the copy goes as fast as the live load leaves room
+	// for, under CopyRate if that is set too. Start then copies the rows itself, as
+	// with CopyRate.
+	MaxActive int
 }
 
 // Start begins the move from layout from to layout to: for every replication stream of
@@ -540,6 +546,14 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 		}
 	}
 	limit := newRowLimiter(opts.CopyRate)
+	if opts.MaxActive > 0 {
+		g, err := newLoadGate(ctx, opts.MaxActive, from, to, opts.Progress, conns)
+		if err != nil {
+			return err
+		}
+		defer g.close()
+		limit.gate = g
+	}
 	for _, st := range p.Streams {
 		src, dst := conns[st.From], conns[st.To]
 		members := []string{markerTable}
@@ -570,7 +584,10 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 		if _, err := src.Exec(ctx, "CREATE PUBLICATION "+name+" FOR TABLE "+strings.Join(members, ", ")+" WITH (publish = 'insert, update, delete')"); err != nil {
 			return fmt.Errorf("data source %s: creating publication %s: %w", st.From, name, err)
 		}
-		if opts.CopyRate > 0 {
+		if opts.CopyRate > 0 || opts.MaxActive > 0 {
+			if limit.gate != nil {
+				limit.gate.watch = []string{st.From, st.To}
+			}
 			if err := copyStream(ctx, from, st, name, src, dst, copies, limit, opts.Progress); err != nil {
 				return err
 			}

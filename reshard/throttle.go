@@ -65,7 +65,7 @@ func copyStream(ctx context.Context, from *rules.Compiled, st Stream, name strin
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(progress, "reshard: %s -> %s: copied %d rows of %s (at most %d rows/s)\n", st.From, st.To, n, c.at.qualified(), limit.rate)
+		fmt.Fprintf(progress, "reshard: %s -> %s: copied %d rows of %s (%s)\n", st.From, st.To, n, c.at.qualified(), limit)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("data source %s: %w", st.From, err)
@@ -142,20 +142,43 @@ func copyTable(ctx context.Context, src *pgx.Conn, dst *pgx.Conn, c tableCopy, l
 // errDestinationEnded stops a source's COPY whose destination's COPY ended first.
 var errDestinationEnded = errors.New("the destination's COPY ended")
 
-// rowLimiter spaces rows out to at most rate a second, over every table it is used
-// for. Time it was not asked for rows (a slot waiting for the transactions in flight,
-// the next stream's setup) gives at most a second's rows of credit, not a burst as long
-// as the wait.
+// rowLimiter spaces rows out to at most rate a second (no bound when rate is 0), over
+// every table it is used for, and holds them back while its gate (if any) says the
+// servers are busy. Time it was not asked for rows (a slot waiting for the
+// transactions in flight, the next stream's setup, a hold of the gate) gives at most a
+// second's rows of credit, not a burst as long as the wait.
 type rowLimiter struct {
 	rate  int
+	gate  *loadGate
 	began time.Time
 	rows  int64
 }
 
 func newRowLimiter(rate int) *rowLimiter { return &rowLimiter{rate: rate} }
 
+// String says what bounds the rows.
+func (l *rowLimiter) String() string {
+	what := "no rate bound"
+	if l.rate > 0 {
+		what = fmt.Sprintf("at most %d rows/s", l.rate)
+	}
+	if l.gate != nil {
+		what += fmt.Sprintf(", held %v in all while other sessions kept more than %d statements running (--max-active)", l.gate.held.Round(time.Millisecond), l.gate.max)
+	}
+	return what
+}
+
 // wait counts n more rows and waits until they are due.
 func (l *rowLimiter) wait(ctx context.Context, n int64) error {
+	if l.gate != nil {
+		if err := l.gate.hold(ctx); err != nil {
+			return err
+		}
+	}
+	if l.rate <= 0 {
+		l.rows += n
+		return nil
+	}
 	if l.began.IsZero() {
 		l.began = time.Now()
 	}
@@ -203,4 +226,105 @@ func (w *limitedWriter) Write(p []byte) (int, error) {
 		w.last = time.Now()
 	}
 	return w.w.Write(p)
+}
+
+// loadGate holds a copy (or a verify) back while the servers it reads and writes are busy with other
+// work, as Vitess's throttler holds its copy while a MySQL server's running threads
+// exceed a bound: every gateEvery at most, it counts on the data sources it watches
+// (the source and destination of the stream being copied) the client sessions that run
+// a statement (pg_stat_activity's active client backends, server-wide), leaving out
+// the move's own; while the count on either is above max, no row goes on. A load that
+// saturates the servers runs more statements at once, each for longer: that is when
+// the copy waits. Replication workers and WAL senders do not count.
+type loadGate struct {
+	max      int
+	conns    map[string]*pgx.Conn // a connection of the gate's own to each data source
+	ours     []int64              // the process IDs of the move's own sessions
+	watch    []string             // the data sources of the stream being copied
+	what     string               // what waits, for the progress lines
+	progress io.Writer
+	checked  time.Time
+	said     time.Time
+	held     time.Duration
+}
+
+const gateEvery = 100 * time.Millisecond
+
+// newLoadGate opens the gate's connections to every data source of both layouts; ours
+// are the move's other connections, whose sessions do not count.
+func newLoadGate(ctx context.Context, max int, from, to *rules.Compiled, progress io.Writer, ours ...map[string]*pgx.Conn) (*loadGate, error) {
+	conns, err := connectAll(ctx, from, to)
+	if err != nil {
+		return nil, err
+	}
+	g := &loadGate{max: max, conns: conns, what: "the copy", progress: progress}
+	for _, m := range append(ours, conns) {
+		for _, c := range m {
+			g.ours = append(g.ours, int64(c.PgConn().PID()))
+		}
+	}
+	return g, nil
+}
+
+func (g *loadGate) close() { closeAll(g.conns) }
+
+// hold returns once the watched data sources' servers run no more than max statements
+// of other sessions.
+func (g *loadGate) hold(ctx context.Context) error {
+	if time.Since(g.checked) < gateEvery {
+		return nil
+	}
+	var began time.Time // when a check first found a server busy
+	defer func() {
+		if !began.IsZero() {
+			g.held += time.Since(began)
+		}
+	}()
+	for {
+		g.checked = time.Now()
+		busy, at, who, err := g.busiest(ctx)
+		if err != nil {
+			return err
+		}
+		if busy <= g.max {
+			return nil
+		}
+		if began.IsZero() {
+			began = g.checked
+		}
+		if time.Since(g.said) > 5*time.Second {
+			fmt.Fprintf(g.progress, "reshard: %s waits: %d other sessions run a statement on the server of %s (--max-active %d): %s\n", g.what, busy, at, g.max, who)
+			g.said = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(gateEvery):
+		}
+	}
+}
+
+// busiest returns the greatest count of other sessions' running statements among the
+// watched data sources' servers, the data source it was read on, and a few of those
+// sessions, for the progress line. A session waiting for a lock does not count: it
+// takes no CPU, and it may wait for the copy itself (a client's ALTER TABLE or LOCK
+// behind the copy's own lock, and those queued behind that), which a gate counting it
+// would hold for ever.
+func (g *loadGate) busiest(ctx context.Context) (int, string, string, error) {
+	most, at, who := 0, "", ""
+	for _, ds := range g.watch {
+		var n int
+		var some string
+		if err := g.conns[ds].QueryRow(ctx, `SELECT count(*), coalesce(string_agg(s, '; ') FILTER (WHERE r <= 3), '') FROM (
+				SELECT 'pid ' || pid || coalesce(' (' || usename || '@' || datname || ')', '') || coalesce(', waiting on ' || wait_event_type || ' ' || wait_event, '') || ': ' || left(regexp_replace(query, '\s+', ' ', 'g'), 60) AS s,
+					row_number() OVER (ORDER BY query_start) AS r
+				FROM pg_stat_activity WHERE state = 'active' AND backend_type = 'client backend' AND wait_event_type IS DISTINCT FROM 'Lock'
+				  AND pid <> pg_backend_pid() AND pid <> ALL ($1::int[])) q`, g.ours).Scan(&n, &some); err != nil {
+			return 0, "", "", fmt.Errorf("data source %s: reading its load: %w", ds, err)
+		}
+		if n > most || at == "" {
+			most, at, who = n, ds, some
+		}
+	}
+	return most, at, who, nil
 }

@@ -3,6 +3,8 @@ package reshard_test
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -147,4 +149,128 @@ func TestCopyRateBounded(t *testing.T) {
 			t.Errorf("ds_%d: %s publications, subscriptions or slots left after cancel", k, n)
 		}
 	}
+}
+
+// lockedBuffer is a buffer that several goroutines may write.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *lockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestCopyHeldByLoad grows 2 data sources to 4 with the copy held while the server
+// runs more than 1 statement of other sessions (CopyOptions.MaxActive): 4 sessions
+// sleep in a statement as Start begins, and the copy waits for them (it says why,
+// naming them), until they are cancelled a second and a half after it said so; then
+// every row arrives. It counts exactly those 4: neither the move's own sessions (its
+// COPY runs meanwhile) nor a session waiting for a lock. Verify holds between chunks
+// the same way, and says how long.
+func TestCopyHeldByLoad(t *testing.T) {
+	dsns := fourDatabases(t)
+	fill(t, dsns[:2], 2, 3000)
+	from, to := layout(t, dsns[:2]), layout(t, dsns)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	// busy starts 4 sessions that sleep in a statement, and, once progress says that
+	// what is held waits, cancels them a second and a half later.
+	busy := func(progress *lockedBuffer) {
+		for range 4 {
+			wg.Go(func() {
+				c, err := pgx.Connect(ctx, dsns[0])
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer c.Close(context.Background())
+				if _, err := c.Exec(ctx, "SELECT pg_sleep(60)"); err == nil || !strings.Contains(err.Error(), "57014") {
+					t.Errorf("a sleeper: %v, want it cancelled", err)
+				}
+			})
+		}
+		for queryInt(t, dsns[0], "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)' AND state = 'active'") < 4 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		wg.Go(func() {
+			for !strings.Contains(progress.String(), " waits: ") {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			time.Sleep(1500 * time.Millisecond)
+			exec(t, dsns[0], "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)'")
+		})
+	}
+	// A session waiting for a lock, which does not count.
+	waiter, err := pgx.Connect(ctx, dsns[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close(context.Background())
+	locker, err := pgx.Connect(ctx, dsns[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close(context.Background())
+	if _, err := locker.Exec(ctx, "BEGIN; SELECT pg_advisory_xact_lock(7)"); err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() {
+		if _, err := waiter.Exec(ctx, "SELECT pg_advisory_lock(7)"); err != nil {
+			t.Error(err)
+		}
+	})
+	for queryInt(t, dsns[1], "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_advisory_lock(7)' AND wait_event_type = 'Lock'") < 1 {
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	var progress lockedBuffer
+	busy(&progress)
+	_, err = reshard.Start(ctx, from, to, reshard.CopyOptions{Options: reshard.Options{Progress: &progress}, MaxActive: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := progress.String()
+	if !regexp.MustCompile(`the copy waits: 4 other sessions run a statement on the server of ds_0 \(--max-active 1\): pid \d+ .*SELECT pg_sleep\(60\)`).MatchString(out) {
+		t.Errorf("start's progress does not say the copy waited for the 4 sessions, naming them:\n%s", out)
+	}
+	m := regexp.MustCompile(`held (\S+) in all while other sessions kept more than 1 statements running`).FindAllStringSubmatch(out, -1)
+	if len(m) == 0 {
+		t.Fatalf("start's progress does not say how long the copy was held:\n%s", out)
+	}
+	held, err := time.ParseDuration(m[len(m)-1][1])
+	if err != nil || held < time.Second {
+		t.Errorf("the copy was held %v (%v), want at least the second and a half before the sessions were cancelled:\n%s", held, err, out)
+	}
+	waitReady(t, from, to)
+
+	var vprogress lockedBuffer
+	busy(&vprogress)
+	d, err := reshard.Verify(ctx, from, to, reshard.VerifyOptions{Options: reshard.Options{Progress: &vprogress}, ChunkRows: 500, MaxActive: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Clean() {
+		t.Errorf("verify after a held copy: %+v", d.Tables)
+	}
+	if !strings.Contains(vprogress.String(), "verify waits: 4 other sessions") || d.Held < time.Second {
+		t.Errorf("verify with --max-active 1 while 4 sessions sleep was held %v, want at least a second:\n%s", d.Held, vprogress.String())
+	}
+	if _, err := locker.Exec(ctx, "COMMIT"); err != nil {
+		t.Error(err)
+	}
+	wg.Wait()
 }

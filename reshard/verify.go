@@ -39,6 +39,10 @@ type VerifyOptions struct {
 	// snapshots, once each (Settle does not apply), and the writes go on meanwhile.
 	// The wait is reported per table (RowDiff.Pinned). 0: not pinned.
 	Pin time.Duration
+	// MaxActive, when positive, holds the comparison back between chunks while more
+	// than MaxActive other client sessions run a statement on the server of the
+	// stream's source or destination (CopyOptions.MaxActive; 0: no such hold).
+	MaxActive int
 }
 
 // RowDiff is one table's comparison over one stream.
@@ -65,6 +69,9 @@ type Diff struct {
 	Took   time.Duration
 	// Pinned reports a comparison pinned to one point per table (VerifyOptions.Pin).
 	Pinned bool
+	// Held is how long the comparison waited for the servers' load in all
+	// (VerifyOptions.MaxActive).
+	Held time.Duration
 }
 
 // Clean reports whether every table of every stream matched.
@@ -149,13 +156,25 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 	}
 	d := &Diff{Pinned: opts.Pin > 0}
 	var limit *rowLimiter
-	if opts.Rate > 0 {
+	if opts.Rate > 0 || opts.MaxActive > 0 {
 		limit = newRowLimiter(opts.Rate)
+	}
+	if opts.MaxActive > 0 {
+		g, err := newLoadGate(ctx, opts.MaxActive, from, to, opts.Progress, conns, locks)
+		if err != nil {
+			return nil, err
+		}
+		defer g.close()
+		g.what = "verify"
+		limit.gate = g
 	}
 	counted := map[string]bool{} // destination tables whose misplaced rows were counted
 	for _, s := range st.Streams {
 		for _, table := range slices.Sorted(mapKeys(s.Tables)) {
 			name := unqualified(table)
+			if limit != nil && limit.gate != nil {
+				limit.gate.watch = []string{s.From, s.To}
+			}
 			v := verifier{ctx: ctx, src: conns[s.From], dst: conns[s.To], opts: opts, limit: limit}
 			rd := RowDiff{From: s.From, To: s.To, Table: name}
 			countMisplaced := false
@@ -221,6 +240,9 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 				s.From, s.To, name, rd.Rows, rd.Chunks, rd.MissingN, rd.ExtraN, rd.DifferentN)
 			d.Tables = append(d.Tables, rd)
 		}
+	}
+	if limit != nil && limit.gate != nil {
+		d.Held = limit.gate.held
 	}
 	d.Took = time.Since(start)
 	return d, nil
@@ -450,6 +472,9 @@ func (d *Diff) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "pinned: each table compared at one point of its source; writes to it waited at most %s (%s on %s)\n",
 			longest.Pinned.Round(time.Microsecond), longest.Table, longest.From)
+	}
+	if d.Held > 0 {
+		fmt.Fprintf(&b, "held %s in all while other sessions ran more statements than --max-active allows\n", d.Held.Round(time.Millisecond))
 	}
 	fmt.Fprintf(&b, "compared in %s\n", d.Took.Round(time.Millisecond))
 	_, err := io.WriteString(w, b.String())

@@ -46,6 +46,8 @@ Options:
                       data source sends rows to each new one) instead of 2 to 4
   --copy-rate N       bound the copy to N rows a second (reshard start --copy-rate;
                       default 0: PostgreSQL's own table synchronization, unbounded)
+  --copy-max-active N hold the copy while more than N other sessions run a statement
+                      on its servers (reshard start --max-active; default 0: no hold)
   --verify-rate N     bound verify to N rows compared a second (reshard verify --rate;
                       default 0: no bound)
   --verify-pin D      pin verify's comparison of each table to one point of its
@@ -68,7 +70,7 @@ EOF
 
 root=$(cd "$(dirname "$0")/.." && pwd -P)
 . "$root/scripts/lib.sh"
-scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs" end=finish shrink=0 copy_rate=0 verify_rate=0 verify_pin=2s bystander_rate=50
+scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs" end=finish shrink=0 copy_rate=0 copy_max_active=0 verify_rate=0 verify_pin=2s bystander_rate=50
 args=("$@")
 while (($#)); do
 	case $1 in
@@ -81,6 +83,7 @@ while (($#)); do
 	--revert) end=revert; shift ;;
 	--shrink) shrink=1; shift ;;
 	--copy-rate) copy_rate=$2; shift 2 ;;
+	--copy-max-active) copy_max_active=$2; shift 2 ;;
 	--verify-rate) verify_rate=$2; shift 2 ;;
 	--verify-pin) verify_pin=$2; shift 2 ;;
 	--read-every) read_every=$2; shift 2 ;;
@@ -94,6 +97,7 @@ done
 for v in scale clients capacity_time before after read_every port; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "reshard_tpcb.sh: --${v//_/-} takes a positive integer, got '${!v}'" >&2; exit 2; }
 done
+[[ $copy_max_active =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --copy-max-active takes a number of sessions (0: no hold), got '$copy_max_active'" >&2; exit 2; }
 [[ $copy_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --copy-rate takes a number of rows a second (0: no bound), got '$copy_rate'" >&2; exit 2; }
 [[ $bystander_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --bystander-rate takes a number of transactions a second (0: none), got '$bystander_rate'" >&2; exit 2; }
 [[ $verify_pin =~ ^0$|^[1-9][0-9]*(ms|s)$ ]] || { echo "reshard_tpcb.sh: --verify-pin takes a duration such as 2s or 500ms (0: not pinned), got '$verify_pin'" >&2; exit 2; }
@@ -249,7 +253,7 @@ fi
 sleep "$before"
 
 event copy_start
-reshard start --replica-identity-full --copy-rate "$copy_rate" >"$run_dir/start.txt" 2>&1 || { cat "$run_dir/start.txt" >&2; exit 1; }
+reshard start --replica-identity-full --copy-rate "$copy_rate" --max-active "$copy_max_active" >"$run_dir/start.txt" 2>&1 || { cat "$run_dir/start.txt" >&2; exit 1; }
 until reshard status >"$run_dir/status.txt" 2>&1 && grep -q 'ready for the cutover' "$run_dir/status.txt"; do
 	kill -0 "$pgbench_pid" 2>/dev/null || { echo "pgbench stopped during the copy:" >&2; cat "$run_dir/pgbench.stderr" >&2; exit 1; }
 	sleep 2

@@ -44,7 +44,7 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         of another kind, a key column or type changed, another default data source)
         and a data source that does not answer. Exit 0: the move can start; 1: it
         cannot, and the plan says why; 2: bad usage.
-  start [--replica-identity-full] [--copy-rate N] [--pg-dump PATH]
+  start [--replica-identity-full] [--copy-rate N] [--max-active N] [--pg-dump PATH]
         begins the move: for each stream a publication on the source (a row filter
         keeps the rows the target places on the destination), a logical replication
         slot, and a subscription on the destination that copies them and keeps them
@@ -56,7 +56,11 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         anything is made. With --copy-rate N, start copies the rows itself, at most N
         rows a second for the whole move, from each slot's exported snapshot, and
         enables each subscription once its rows are copied (PostgreSQL's own copy has
-        no bound); it then returns when the copy is done.
+        no bound); it then returns when the copy is done. With --max-active N, it
+        copies the rows itself too, and holds the copy back while more than N other
+        client sessions run a statement on the server of the stream's source or
+        destination (pg_stat_activity, every 100ms): the copy takes what room the live
+        load leaves, under --copy-rate if given as well.
         A table without a replica identity covering its key (no primary key, as
         pgbench_history) is refused, since PostgreSQL would refuse its UPDATEs and
         DELETEs once published; --replica-identity-full gives it REPLICA IDENTITY
@@ -66,7 +70,7 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         states (copying, synced, ready), the rows on the destination, the slot's lag;
         with --watch, again every D with each stream's copy rate, until every stream
         is ready (or Ctrl-C).
-  verify [--chunk-rows N] [--settle D] [--rate N] [--pin D]
+  verify [--chunk-rows N] [--settle D] [--rate N] [--max-active N] [--pin D]
         compares, per stream, the rows the source has that the target places on the
         destination with the destination's: a count and a checksum per chunk of N
         keys (default 10000), the rows themselves by key where a chunk differs (again
@@ -84,7 +88,8 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         --rate N compares N source rows a second on average (each chunk is read at
         full speed, then verify waits), so that verify does not starve the live load;
         the scans that find the chunks' bounds and the misplaced rows are not bounded
-        (default: no bound).
+        (default: no bound). --max-active N holds it between chunks as it holds
+        start's copy.
   cancel
         ends the move before its cutover and removes what it made: subscriptions,
         slots and publications, the hash helpers, the tables it created on the data
@@ -189,6 +194,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	proxyAdmin := fs.String("proxy-admin", "", "cutover, finish, revert: the DSN of the proxy's admin database; the proxy then does the step (RESHARD CUTOVER, FINISH, REVERT)")
 	verifyHold := fs.Duration("verify", 0, "cutover: compare the destinations with the sources in the hold, within this bound, counted as pause (0: not)")
 	copyRate := fs.Int("copy-rate", 0, "start: copy at most this many rows a second for the whole move, start copying them itself (0: PostgreSQL's table synchronization, no bound)")
+	maxActive := fs.Int("max-active", 0, "start, verify: hold the copy (start then copies the rows itself) or the comparison while more than this many other sessions run a statement on its servers (0: no such hold)")
 	deleteRate := fs.Int("delete-rate", 0, "finish: delete at most this many moved rows a second on each data source (0: no bound)")
 	catchUp := fs.Duration("catch-up", resharding.DefaultCatchUp, "cutover, revert without --proxy-admin: how long the destinations may take to apply the last changes and stop")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -217,7 +223,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *copyRate < 0 {
 			return fmt.Errorf("%w: --copy-rate takes a number of rows a second, 0 for no bound", ErrUsage)
 		}
-		if _, err := resharding.Start(ctx, from, to, resharding.CopyOptions{Options: opts, PGDump: *pgDump, ReplicaIdentityFull: *identityFull, CopyRate: *copyRate}); err != nil {
+		if *maxActive < 0 {
+			return fmt.Errorf("%w: --max-active takes a number of sessions, 0 for no hold", ErrUsage)
+		}
+		if _, err := resharding.Start(ctx, from, to, resharding.CopyOptions{Options: opts, PGDump: *pgDump, ReplicaIdentityFull: *identityFull, CopyRate: *copyRate, MaxActive: *maxActive}); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, "the move has started: reshard status shows it, reshard cancel ends it")
@@ -261,7 +270,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *pinBound < 0 || (*pinBound > 0 && *pinBound < time.Millisecond) {
 			return fmt.Errorf("%w: --pin takes a bound from 1ms on the writes' wait (0: not pinned)", ErrUsage)
 		}
-		d, err := resharding.Verify(ctx, from, to, resharding.VerifyOptions{Options: opts, ChunkRows: *chunkRows, Settle: *settle, Rate: *verifyRate, Pin: *pinBound})
+		if *maxActive < 0 {
+			return fmt.Errorf("%w: --max-active takes a number of sessions, 0 for no hold", ErrUsage)
+		}
+		d, err := resharding.Verify(ctx, from, to, resharding.VerifyOptions{Options: opts, ChunkRows: *chunkRows, Settle: *settle, Rate: *verifyRate, Pin: *pinBound, MaxActive: *maxActive})
 		if err != nil {
 			return err
 		}

@@ -56,6 +56,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"plan", "--from", good, "--to", good, "--proxy-admin", "postgres://x"}, "--proxy-admin is for cutover, finish and revert"},
 		{[]string{"finish", "--from", good, "--to", good, "--delete-rate", "-1"}, "--delete-rate takes a number of rows a second"},
 		{[]string{"start", "--from", good, "--to", good, "--copy-rate", "-5"}, "--copy-rate takes a number of rows a second"},
+		{[]string{"start", "--from", good, "--to", good, "--max-active", "-1"}, "--max-active takes a number of sessions"},
 		{[]string{"verify", "--from", good, "--to", good, "--pin", "-1s"}, "--pin takes a bound from 1ms"},
 		{[]string{"verify", "--from", good, "--to", good, "--pin", "10us"}, "--pin takes a bound from 1ms"},
 		{[]string{"cutover", "--from", good}, "cutover needs --from and --to"},

@@ -153,6 +153,18 @@ func readFile(dir, name string) string {
 	return strings.TrimSpace(string(b))
 }
 
+// copyHeld says, from start's progress, how long a copy with --max-active was held
+// ("" for a copy without the hold).
+func copyHeld(progress string) string {
+	held := ""
+	for line := range strings.SplitSeq(progress, "\n") {
+		if _, rest, ok := strings.Cut(line, ", held "); ok {
+			held = strings.TrimSuffix(rest, ")")
+		}
+	}
+	return held
+}
+
 // verifiedHow says how verify compared, from its report: pinned, with the longest
 // wait of a table's writes, or not.
 func verifiedHow(report string) string {
@@ -210,6 +222,9 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 	copySecs := secs("copy_start", "copy_ready")
 	fmt.Fprintf(&b, "copy: %.1f s (status polled every 2 s), %d accounts to the new data sources (%.0f rows/s, pgbench_history and the broadcast tables besides)\n",
 		copySecs, copied, float64(copied)/copySecs)
+	if held := copyHeld(readFile(dir, "start.txt")); held != "" {
+		fmt.Fprintf(&b, "  the copy was held %s\n", held)
+	}
 	if _, ok := ev["verify_end"]; ok {
 		verdict := "clean"
 		switch {

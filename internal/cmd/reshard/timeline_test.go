@@ -64,3 +64,16 @@ func TestVerifiedHow(t *testing.T) {
 		t.Errorf("unpinned: %q", got)
 	}
 }
+
+// TestCopyHeld: the summary says how long a copy with --max-active was held in all,
+// from start's last line that says it, and nothing for a copy without the hold.
+func TestCopyHeld(t *testing.T) {
+	progress := "reshard: ds_0 -> ds_2: copied 10 rows of public.a (no rate bound, held 1.2s in all while other sessions kept more than 4 statements running (--max-active))\n" +
+		"reshard: ds_1 -> ds_3: copied 12 rows of public.a (no rate bound, held 3.5s in all while other sessions kept more than 4 statements running (--max-active))\n"
+	if got, want := copyHeld(progress), "3.5s in all while other sessions kept more than 4 statements running (--max-active)"; got != want {
+		t.Errorf("copyHeld: %q, want %q", got, want)
+	}
+	if got := copyHeld("reshard: ds_0 -> ds_2: copied 10 rows of public.a (at most 50000 rows/s)\n"); got != "" {
+		t.Errorf("copyHeld without the hold: %q", got)
+	}
+}
