@@ -326,17 +326,22 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 	if end == "revert" {
 		fmt.Fprintf(&b, "p99 latency from 1 s before to 1 s after the revert: %.2f ms\n", ms(percentile(window(ts, ev["revert_start"]-1000, ev["revert_end"]+1000), 0.99)))
 	}
-	if _, ok := ev["verify_end"]; ok {
-		// What verify cost the load (a pinned one holds each table's writes a moment).
+	// What the copy and verify cost the load: the throughput against the rate asked,
+	// and the latencies (a pinned verify holds each table's writes a moment).
+	for _, step := range []struct{ name, start, end string }{{"the copy", "copy_start", "copy_ready"}, {"verify", "verify_start", "verify_end"}} {
+		if _, ok := ev[step.end]; !ok {
+			continue
+		}
 		var run []int64
 		for _, t := range ts {
-			if !t.failed && t.end >= ev["verify_start"]*1000 && t.end < ev["verify_end"]*1000 {
+			if !t.failed && t.end >= ev[step.start]*1000 && t.end < ev[step.end]*1000 {
 				run = append(run, t.latency-t.lag)
 			}
 		}
 		slices.Sort(run)
-		fmt.Fprintf(&b, "during verify: p99 latency %.2f ms; from the actual start, p99 %.2f ms, max %.2f ms\n",
-			ms(percentile(window(ts, ev["verify_start"], ev["verify_end"]), 0.99)), ms(percentile(run, 0.99)), ms(percentile(run, 1)))
+		fmt.Fprintf(&b, "during %s: %.0f tps; p99 latency %.2f ms; from the actual start, p99 %.2f ms, max %.2f ms\n", step.name,
+			float64(len(run))/(float64(ev[step.end]-ev[step.start])/1000),
+			ms(percentile(window(ts, ev[step.start], ev[step.end]), 0.99)), ms(percentile(run, 0.99)), ms(percentile(run, 1)))
 	}
 	fmt.Fprintf(&b, "p50 latency: before %.2f ms, around the cutover %.2f ms\n", ms(percentile(pre, 0.5)), ms(percentile(around, 0.5)))
 
