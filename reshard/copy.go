@@ -586,7 +586,7 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 		}
 		if opts.CopyRate > 0 || opts.MaxActive > 0 {
 			if limit.gate != nil {
-				limit.gate.watch = []string{st.From, st.To}
+				limit.gate.watchOnly(st.From, st.To)
 			}
 			if err := copyStream(ctx, from, st, name, src, dst, copies, limit, opts.Progress); err != nil {
 				return err

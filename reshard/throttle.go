@@ -257,6 +257,19 @@ func newLoadGate(ctx context.Context, max int, from, to *rules.Compiled, progres
 	if err != nil {
 		return nil, err
 	}
+	// Other roles' sessions show their state only to a role that may read every
+	// statistic: without it, the gate would count nothing and never hold.
+	for ds, c := range conns {
+		var can bool
+		if err := c.QueryRow(ctx, "SELECT pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')").Scan(&can); err != nil {
+			closeAll(conns)
+			return nil, fmt.Errorf("data source %s: %w", ds, err)
+		}
+		if !can {
+			closeAll(conns)
+			return nil, fmt.Errorf("reshard: --max-active counts other roles' running statements, which data source %s shows only to a superuser or a member of pg_read_all_stats: GRANT pg_read_all_stats TO the role of its DSN", ds)
+		}
+	}
 	g := &loadGate{max: max, conns: conns, what: "the copy", progress: progress}
 	for _, m := range append(ours, conns) {
 		for _, c := range m {
@@ -267,6 +280,12 @@ func newLoadGate(ctx context.Context, max int, from, to *rules.Compiled, progres
 }
 
 func (g *loadGate) close() { closeAll(g.conns) }
+
+// watchOnly makes the gate watch the servers of data sources ds from the next row on.
+func (g *loadGate) watchOnly(ds ...string) {
+	g.watch = ds
+	g.checked = time.Time{}
+}
 
 // hold returns once the watched data sources' servers run no more than max statements
 // of other sessions.
@@ -316,9 +335,10 @@ func (g *loadGate) busiest(ctx context.Context) (int, string, string, error) {
 		var n int
 		var some string
 		if err := g.conns[ds].QueryRow(ctx, `SELECT count(*), coalesce(string_agg(s, '; ') FILTER (WHERE r <= 3), '') FROM (
-				SELECT 'pid ' || pid || coalesce(' (' || usename || '@' || datname || ')', '') || coalesce(', waiting on ' || wait_event_type || ' ' || wait_event, '') || ': ' || left(regexp_replace(query, '\s+', ' ', 'g'), 60) AS s,
+				SELECT 'pid ' || pid || coalesce(' (' || usename || '@' || datname || ')', '') || coalesce(', waiting on ' || wait_event_type || ' ' || wait_event, '') || ': ' || left(rtrim(regexp_replace(query, '\s+', ' ', 'g'), '; '), 60) AS s,
 					row_number() OVER (ORDER BY query_start) AS r
 				FROM pg_stat_activity WHERE state = 'active' AND backend_type = 'client backend' AND wait_event_type IS DISTINCT FROM 'Lock'
+				  AND wait_event IS DISTINCT FROM 'ClientRead'
 				  AND pid <> pg_backend_pid() AND pid <> ALL ($1::int[])) q`, g.ours).Scan(&n, &some); err != nil {
 			return 0, "", "", fmt.Errorf("data source %s: reading its load: %w", ds, err)
 		}

@@ -173,7 +173,7 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 		for _, table := range slices.Sorted(mapKeys(s.Tables)) {
 			name := unqualified(table)
 			if limit != nil && limit.gate != nil {
-				limit.gate.watch = []string{s.From, s.To}
+				limit.gate.watchOnly(s.From, s.To)
 			}
 			v := verifier{ctx: ctx, src: conns[s.From], dst: conns[s.To], opts: opts, limit: limit}
 			rd := RowDiff{From: s.From, To: s.To, Table: name}
