@@ -166,6 +166,11 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 	if err != nil {
 		return p, err
 	}
+	if opts.MaxActive > 0 {
+		if err := canSeeSessions(ctx, conns); err != nil {
+			return p, err
+		}
+	}
 	made := &made{}
 	err = recordMove(ctx, from, to, conns)
 	if err == nil {

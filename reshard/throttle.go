@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -257,18 +259,9 @@ func newLoadGate(ctx context.Context, max int, from, to *rules.Compiled, progres
 	if err != nil {
 		return nil, err
 	}
-	// Other roles' sessions show their state only to a role that may read every
-	// statistic: without it, the gate would count nothing and never hold.
-	for ds, c := range conns {
-		var can bool
-		if err := c.QueryRow(ctx, "SELECT pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')").Scan(&can); err != nil {
-			closeAll(conns)
-			return nil, fmt.Errorf("data source %s: %w", ds, err)
-		}
-		if !can {
-			closeAll(conns)
-			return nil, fmt.Errorf("reshard: --max-active counts other roles' running statements, which data source %s shows only to a superuser or a member of pg_read_all_stats: GRANT pg_read_all_stats TO the role of its DSN", ds)
-		}
+	if err := canSeeSessions(ctx, conns); err != nil {
+		closeAll(conns)
+		return nil, err
 	}
 	g := &loadGate{max: max, conns: conns, what: "the copy", progress: progress}
 	for _, m := range append(ours, conns) {
@@ -277,6 +270,22 @@ func newLoadGate(ctx context.Context, max int, from, to *rules.Compiled, progres
 		}
 	}
 	return g, nil
+}
+
+// canSeeSessions checks that every connection's role sees other roles' sessions'
+// state: pg_stat_activity shows it only to a superuser or a member of
+// pg_read_all_stats, and without it a gate would count nothing and never hold.
+func canSeeSessions(ctx context.Context, conns map[string]*pgx.Conn) error {
+	for _, ds := range slices.Sorted(maps.Keys(conns)) {
+		var can bool
+		if err := conns[ds].QueryRow(ctx, "SELECT pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')").Scan(&can); err != nil {
+			return fmt.Errorf("data source %s: %w", ds, err)
+		}
+		if !can {
+			return fmt.Errorf("reshard: --max-active counts other roles' running statements, which data source %s shows only to a superuser or a member of pg_read_all_stats: GRANT pg_read_all_stats TO the role of its DSN", ds)
+		}
+	}
+	return nil
 }
 
 func (g *loadGate) close() { closeAll(g.conns) }

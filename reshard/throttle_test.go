@@ -274,3 +274,31 @@ func TestCopyHeldByLoad(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestMaxActiveNeedsStats: a start with MaxActive whose role cannot see other roles'
+// sessions (not a superuser, not in pg_read_all_stats) is refused naming the data
+// source, before anything is made: its gate would count nothing.
+func TestMaxActiveNeedsStats(t *testing.T) {
+	dsns := fourDatabases(t)
+	fill(t, dsns[:2], 2, 300)
+	exec(t, dsns[0], "CREATE ROLE watcher LOGIN REPLICATION")
+	var plain []string
+	for _, d := range dsns {
+		if !strings.Contains(d, "postgres@") {
+			t.Fatalf("a DSN without the user postgres: %s", d)
+		}
+		exec(t, d, "GRANT SELECT ON ALL TABLES IN SCHEMA public TO watcher")
+		plain = append(plain, strings.Replace(d, "postgres@", "watcher@", 1))
+	}
+	from, to := layout(t, plain[:2]), layout(t, plain)
+	_, err := reshard.Start(context.Background(), from, to, reshard.CopyOptions{MaxActive: 4})
+	if err == nil || !strings.Contains(err.Error(), "shows only to a superuser or a member of pg_read_all_stats") {
+		t.Fatalf("start with MaxActive as a role without pg_read_all_stats: %v", err)
+	}
+	for k, d := range dsns {
+		if n := queryString(t, d, `SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_subscription) +
+			(SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'shardlab%')`); n != "0" {
+			t.Errorf("ds_%d: %s publications, subscriptions, slots or schemas made by a refused start", k, n)
+		}
+	}
+}
