@@ -51,8 +51,8 @@ type CutoverOptions struct {
 	crashAfterRecord bool
 }
 
-// errCrashed ends a cutover that a test crashed.
-var errCrashed = errors.New("reshard: cutover crashed (a test)")
+// errCrashed ends a cutover or a verify that a test crashed.
+var errCrashed = errors.New("reshard: crashed (a test)")
 
 // Defaults of CutoverOptions.
 const (

@@ -20,3 +20,6 @@ func SetSlotWait(t testing.TB, d time.Duration) {
 	slotWait = d
 	t.Cleanup(func() { slotWait = old })
 }
+
+// StopVerifyAfter makes a verify stop, as a crash, once it has recorded n chunks.
+func StopVerifyAfter(o *VerifyOptions, n int) { o.stopAfterChunks = n }

@@ -237,31 +237,38 @@ func connectAll(ctx context.Context, layouts ...*rules.Compiled) (map[string]*pg
 			if conns[d.Name] != nil {
 				continue
 			}
-			cfg, err := pgx.ParseConfig(d.DSN)
+			c, err := connectOne(ctx, d)
 			if err != nil {
 				closeAll(conns)
-				return nil, fmt.Errorf("data source %s: %w", d.Name, err)
-			}
-			// The move's own DDL passes the guard that refuses the users' on the
-			// tables it moves (guardDDL).
-			cfg.RuntimeParams[ddlSetting] = "on"
-			if cfg.ConnectTimeout == 0 {
-				cfg.ConnectTimeout = 10 * time.Second
-			}
-			c, err := pgx.ConnectConfig(ctx, cfg)
-			var pe *pgconn.PgError
-			switch {
-			case errors.As(err, &pe) && pe.Code == "3D000":
-				closeAll(conns)
-				return nil, fmt.Errorf("data source %s: its database %q does not exist (create it: a data source the move adds starts as an empty database): %w", d.Name, cfg.Database, err)
-			case err != nil:
-				closeAll(conns)
-				return nil, fmt.Errorf("data source %s does not answer, and a reshard needs every data source of both layouts: %w", d.Name, err)
+				return nil, err
 			}
 			conns[d.Name] = c
 		}
 	}
 	return conns, nil
+}
+
+// connectOne opens a connection to one data source, for the move's own work.
+func connectOne(ctx context.Context, d rules.DataSource) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(d.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("data source %s: %w", d.Name, err)
+	}
+	// The move's own DDL passes the guard that refuses the users' on the tables it
+	// moves (guardDDL).
+	cfg.RuntimeParams[ddlSetting] = "on"
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(err, &pe) && pe.Code == "3D000":
+		return nil, fmt.Errorf("data source %s: its database %q does not exist (create it: a data source the move adds starts as an empty database): %w", d.Name, cfg.Database, err)
+	case err != nil:
+		return nil, fmt.Errorf("data source %s does not answer, and a reshard needs every data source of both layouts: %w", d.Name, err)
+	}
+	return c, nil
 }
 
 func closeAll(conns map[string]*pgx.Conn) {

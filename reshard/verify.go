@@ -43,6 +43,12 @@ type VerifyOptions struct {
 	// than MaxActive other client sessions run a statement on the server of the
 	// stream's source or destination (CopyOptions.MaxActive; 0: no such hold).
 	MaxActive int
+	// Resume continues the last verify of the move, cut short, from the chunk after
+	// the last one it compared: the tables and chunks it compared are taken from its
+	// record, as they were then. It must be pinned as that one was.
+	Resume bool
+
+	stopAfterChunks int // a test's cut: the verify stops once it has recorded this many chunks
 }
 
 // RowDiff is one table's comparison over one stream.
@@ -72,6 +78,10 @@ type Diff struct {
 	// Held is how long the comparison waited for the servers' load in all
 	// (VerifyOptions.MaxActive).
 	Held time.Duration
+	// Resumed is when the verify this one resumed started (VerifyOptions.Resume; zero:
+	// none), and ResumedChunks how many of the chunks reported it had compared.
+	Resumed       time.Time
+	ResumedChunks int
 }
 
 // Clean reports whether every table of every stream matched.
@@ -93,8 +103,10 @@ func (d *Diff) Clean() bool {
 // source's writes a moment later; what still differs is reported. Unpinned, run it
 // while the moving tables take no writes, before the cutover and after it; pinned
 // (VerifyOptions.Pin), under load before the cutover. It reads only, apart from the
-// helper table pghash's filters need on a destination and the marker a pin writes.
-func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (*Diff, error) {
+// helper table pghash's filters need on a destination, the marker a pin writes, and
+// its own record of the chunks it compared (on the current layout's first data
+// source), which lets a verify cut short be resumed (VerifyOptions.Resume).
+func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (d *Diff, err error) {
 	start := time.Now()
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
@@ -154,7 +166,21 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 	for i, n := range names {
 		typeOf[n] = types[i][0]
 	}
-	d := &Diff{Pinned: opts.Pin > 0}
+	run, err := openVerifyRun(ctx, from, opts.Pin > 0, opts.Resume)
+	if err != nil {
+		return nil, err
+	}
+	defer run.close()
+	run.stopAfter = opts.stopAfterChunks
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w\nverify was cut short: verify --resume continues it from the chunk after the last one compared", err)
+		}
+	}()
+	d = &Diff{Pinned: opts.Pin > 0}
+	if opts.Resume {
+		d.Resumed = run.started
+	}
 	var limit *rowLimiter
 	if opts.Rate > 0 || opts.MaxActive > 0 {
 		limit = newRowLimiter(opts.Rate)
@@ -175,10 +201,27 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 			if limit != nil && limit.gate != nil {
 				limit.gate.watchOnly(s.From, s.To)
 			}
-			v := verifier{ctx: ctx, src: conns[s.From], dst: conns[s.To], opts: opts, limit: limit}
+			v := verifier{ctx: ctx, src: conns[s.From], dst: conns[s.To], opts: opts, limit: limit, run: run}
 			rd := RowDiff{From: s.From, To: s.To, Table: name}
-			countMisplaced := false
 			typ, sharded := typeOf[name]
+			// What the destination holds that the target does not place there is
+			// counted once per destination and table, whatever feeds it; the chunks
+			// compare the rest.
+			countMisplaced := sharded && !counted[s.To+"\x00"+name]
+			if sharded {
+				counted[s.To+"\x00"+name] = true
+			}
+			rec, resumed := run.table(s.From, s.To, name)
+			if resumed {
+				rd = rec.Diff
+				d.ResumedChunks += rd.Chunks
+				countMisplaced = false // counted before its first chunk
+				if rec.Done {
+					fmt.Fprintf(opts.Progress, "reshard verify: %s -> %s %s: compared by the verify resumed\n", s.From, s.To, name)
+					d.Tables = append(d.Tables, rd)
+					continue
+				}
+			}
 			if sharded {
 				r := from.Lookup(name)
 				v.key = pgx.Identifier{r.KeyColumns()[0]}.Sanitize()
@@ -200,11 +243,6 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 				if v.dstFilter, err = rowFilter(from, name, typ, nodeOf(from, name, s.From)); err != nil {
 					return nil, err
 				}
-				// What the destination holds that the target does not place there
-				// (once per destination and table, whatever feeds it); the chunks
-				// compare the rest.
-				countMisplaced = !counted[s.To+"\x00"+name]
-				counted[s.To+"\x00"+name] = true
 				v.dstFilter = "(" + v.dstFilter + ") AND (" + v.srcFilter + ")"
 			} else {
 				// A broadcast table, whole.
@@ -216,17 +254,22 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 			}
 			if opts.Pin > 0 {
 				p := pin{lock: locks[s.From], src: v.src, dst: v.dst, stream: streamName(dataSource(from, s.From), dataSource(to, s.To)), table: v.at, bound: opts.Pin}
-				if rd.Pinned, err = p.take(ctx); err != nil {
+				waited, err := p.take(ctx)
+				if err != nil {
 					return nil, fmt.Errorf("%s -> %s, table %s: %w", s.From, s.To, name, err)
 				}
-				v.opts.Settle = 0 // both sides stand still in their snapshots
+				rd.Pinned = max(rd.Pinned, waited) // a resumed table: its pin before the cut too
+				v.opts.Settle = 0                  // both sides stand still in their snapshots
 			}
 			if countMisplaced {
 				if err := v.misplaced(&rd); err != nil {
 					return nil, fmt.Errorf("data source %s: %w", s.To, err)
 				}
+				if err := run.note(ctx, &rd, "", false); err != nil {
+					return nil, err
+				}
 			}
-			if err := v.compare(&rd); err != nil {
+			if err := v.compare(&rd, rec.Next); err != nil {
 				return nil, fmt.Errorf("%s -> %s, table %s: %w", s.From, s.To, name, err)
 			}
 			if opts.Pin > 0 {
@@ -243,6 +286,9 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 	}
 	if limit != nil && limit.gate != nil {
 		d.Held = limit.gate.held
+	}
+	if err := run.finish(ctx); err != nil {
+		return nil, err
 	}
 	d.Took = time.Since(start)
 	return d, nil
@@ -294,6 +340,7 @@ type verifier struct {
 	srcFilter, dstFilter string // the stream's rows on each side
 	opts                 VerifyOptions
 	limit                *rowLimiter // nil: no bound
+	run                  *verifyRun  // the record of the chunks compared
 }
 
 // misplaced notes the rows on the destination that the target does not place there.
@@ -311,12 +358,21 @@ func (v *verifier) misplaced(rd *RowDiff) error {
 
 // compare walks the source's rows in chunks of ChunkRows keys: [the first, the
 // ChunkRows+1-th), ... The first chunk is open below and the last above, so that rows
-// with keys outside the source's (extra on the destination) fall in one.
-func (v *verifier) compare(rd *RowDiff) error {
+// with keys outside the source's (extra on the destination) fall in one. From a key
+// (a resumed verify's next chunk), the first chunk starts at that key instead. Each
+// chunk compared is recorded, with the key the next one starts at.
+func (v *verifier) compare(rd *RowDiff, from string) error {
+	literal := func(text string) string {
+		return "'" + strings.ReplaceAll(text, "'", "''") + "'::" + v.keyType
+	}
 	var bounds []string
 	if v.keyType != "" {
+		after := "true"
+		if from != "" {
+			after = fmt.Sprintf("%s%s >= %s", v.key, v.order, literal(from))
+		}
 		rows, err := v.src.Query(v.ctx, fmt.Sprintf(`SELECT k FROM (SELECT (%s)::text AS k, row_number() OVER (ORDER BY %s%s) AS n
-			FROM %s WHERE %s) q WHERE n %% %d = 1 ORDER BY n`, v.key, v.key, v.order, v.at, v.srcFilter, v.opts.ChunkRows))
+			FROM %s WHERE (%s) AND %s) q WHERE n %% %d = 1 ORDER BY n`, v.key, v.key, v.order, v.at, v.srcFilter, after, v.opts.ChunkRows))
 		if err != nil {
 			return err
 		}
@@ -327,12 +383,13 @@ func (v *verifier) compare(rd *RowDiff) error {
 	if len(bounds) == 0 {
 		bounds = []string{""} // one chunk: the whole table, or no rows on the source
 	}
-	literal := func(text string) string {
-		return "'" + strings.ReplaceAll(text, "'", "''") + "'::" + v.keyType
+	if from != "" {
+		bounds[0] = from
 	}
+	reported := time.Now()
 	for i := range bounds {
 		var conds []string
-		if i > 0 {
+		if i > 0 || from != "" {
 			conds = append(conds, fmt.Sprintf("%s%s >= %s", v.key, v.order, literal(bounds[i])))
 		}
 		if i+1 < len(bounds) {
@@ -347,6 +404,21 @@ func (v *verifier) compare(rd *RowDiff) error {
 			return err
 		}
 		rd.Chunks++
+		next, done := "", i+1 == len(bounds)
+		if !done {
+			next = bounds[i+1]
+		}
+		if err := v.run.note(v.ctx, rd, next, done); err != nil {
+			return err
+		}
+		if err := v.run.chunkDone(); err != nil {
+			return err
+		}
+		if time.Since(reported) >= 10*time.Second {
+			reported = time.Now()
+			fmt.Fprintf(v.opts.Progress, "reshard verify: %s -> %s %s: %d rows in %d chunks so far, %d missing, %d extra, %d different\n",
+				rd.From, rd.To, rd.Table, rd.Rows, rd.Chunks, rd.MissingN, rd.ExtraN, rd.DifferentN)
+		}
 		if v.limit != nil {
 			if err := v.limit.wait(v.ctx, rd.Rows-rows); err != nil {
 				return err
@@ -472,6 +544,9 @@ func (d *Diff) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "pinned: each table compared at one point of its source; writes to it waited at most %s (%s on %s)\n",
 			longest.Pinned.Round(time.Microsecond), longest.Table, longest.From)
+	}
+	if !d.Resumed.IsZero() {
+		fmt.Fprintf(&b, "resumed the verify started %s: %d of the chunks compared by it\n", d.Resumed.UTC().Format(time.DateTime+" UTC"), d.ResumedChunks)
 	}
 	if d.Held > 0 {
 		fmt.Fprintf(&b, "held %s in all while other sessions ran more statements than --max-active allows\n", d.Held.Round(time.Millisecond))

@@ -70,7 +70,7 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         states (copying, synced, ready), the rows on the destination, the slot's lag;
         with --watch, again every D with each stream's copy rate, until every stream
         is ready (or Ctrl-C).
-  verify [--chunk-rows N] [--settle D] [--rate N] [--max-active N] [--pin D]
+  verify [--chunk-rows N] [--settle D] [--rate N] [--max-active N] [--pin D] [--resume]
         compares, per stream, the rows the source has that the target places on the
         destination with the destination's: a count and a checksum per chunk of N
         keys (default 10000), the rows themselves by key where a chunk differs (again
@@ -90,6 +90,11 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         the scans that find the chunks' bounds and the misplaced rows are not bounded
         (default: no bound). --max-active N holds it between chunks as it holds
         start's copy.
+        Each chunk compared is recorded on the current layout's first data source: a
+        verify cut short (Ctrl-C, a lost server, the command killed) says so, and
+        --resume continues it from the chunk after the last one it compared, taking
+        what it found before as it was then (pinned as that one was, with the same
+        --pin or none). A verify without --resume compares everything again.
   cancel
         ends the move before its cutover and removes what it made: subscriptions,
         slots and publications, the hash helpers, the tables it created on the data
@@ -194,6 +199,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	proxyAdmin := fs.String("proxy-admin", "", "cutover, finish, revert: the DSN of the proxy's admin database; the proxy then does the step (RESHARD CUTOVER, FINISH, REVERT)")
 	verifyHold := fs.Duration("verify", 0, "cutover: compare the destinations with the sources in the hold, within this bound, counted as pause (0: not)")
 	copyRate := fs.Int("copy-rate", 0, "start: copy at most this many rows a second for the whole move, start copying them itself (0: PostgreSQL's table synchronization, no bound)")
+	resume := fs.Bool("resume", false, "verify: continue the last verify, cut short, from the chunk after the last one it compared")
 	maxActive := fs.Int("max-active", 0, "start, verify: hold the copy (start then copies the rows itself) or the comparison while more than this many other sessions run a statement on its servers (0: no such hold)")
 	deleteRate := fs.Int("delete-rate", 0, "finish: delete at most this many moved rows a second on each data source (0: no bound)")
 	catchUp := fs.Duration("catch-up", resharding.DefaultCatchUp, "cutover, revert without --proxy-admin: how long the destinations may take to apply the last changes and stop")
@@ -205,6 +211,15 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: %s takes no arguments, got %q", ErrUsage, command, fs.Arg(0))
+	}
+	var misplaced error
+	fs.Visit(func(f *flag.Flag) {
+		if cmds := flagCommands(f.Usage); misplaced == nil && cmds != nil && !slices.Contains(cmds, command) {
+			misplaced = fmt.Errorf("%w: --%s is for %s, not %s", ErrUsage, f.Name, strings.Join(cmds, ", "), command)
+		}
+	})
+	if misplaced != nil {
+		return misplaced
 	}
 	if *fromPath == "" || *toPath == "" {
 		return fmt.Errorf("%w: %s needs --from and --to", ErrUsage, command)
@@ -273,7 +288,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *maxActive < 0 {
 			return fmt.Errorf("%w: --max-active takes a number of sessions, 0 for no hold", ErrUsage)
 		}
-		d, err := resharding.Verify(ctx, from, to, resharding.VerifyOptions{Options: opts, ChunkRows: *chunkRows, Settle: *settle, Rate: *verifyRate, Pin: *pinBound, MaxActive: *maxActive})
+		d, err := resharding.Verify(ctx, from, to, resharding.VerifyOptions{Options: opts, ChunkRows: *chunkRows, Settle: *settle, Rate: *verifyRate, Pin: *pinBound, MaxActive: *maxActive, Resume: *resume})
 		if err != nil {
 			return err
 		}
@@ -344,9 +359,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "no move is under way between these layouts: everything it made is gone")
 		return nil
 	}
-	if *proxyAdmin != "" {
-		return fmt.Errorf("%w: --proxy-admin is for cutover, finish and revert", ErrUsage)
-	}
 	p, err := resharding.MakePlan(ctx, from, to, opts)
 	if err != nil {
 		return err
@@ -391,4 +403,21 @@ func adminCommand(ctx context.Context, dsn, sql string, stdout io.Writer) error 
 		}
 	}
 	return nil
+}
+
+// flagCommands reads the commands a flag is for from the start of its usage, "start,
+// verify: ..." (a word after a command's name qualifies it); nil, from a usage without
+// that prefix, is every command.
+func flagCommands(usage string) []string {
+	head, _, ok := strings.Cut(usage, ": ")
+	if !ok {
+		return nil
+	}
+	var cmds []string
+	for part := range strings.SplitSeq(head, ", ") {
+		if f := strings.Fields(part); len(f) > 0 {
+			cmds = append(cmds, f[0])
+		}
+	}
+	return cmds
 }

@@ -53,7 +53,10 @@ func TestUsage(t *testing.T) {
 		{[]string{"plan", "--from", bad, "--to", good}, "--from: "},
 		{[]string{"plan", "--from", good, "--to", filepath.Join(t.TempDir(), "missing.toml")}, "--to: "},
 		{[]string{"plan", "--frm", good}, "flag provided but not defined: -frm"},
-		{[]string{"plan", "--from", good, "--to", good, "--proxy-admin", "postgres://x"}, "--proxy-admin is for cutover, finish and revert"},
+		{[]string{"plan", "--from", good, "--to", good, "--proxy-admin", "postgres://x"}, "--proxy-admin is for cutover, finish, revert, not plan"},
+		{[]string{"start", "--from", good, "--to", good, "--resume"}, "--resume is for verify, not start"},
+		{[]string{"status", "--from", good, "--to", good, "--max-active", "3"}, "--max-active is for start, verify, not status"},
+		{[]string{"cutover", "--from", good, "--to", good, "--catch-up", "1s", "--pin", "1s"}, "--pin is for verify, not cutover"},
 		{[]string{"finish", "--from", good, "--to", good, "--delete-rate", "-1"}, "--delete-rate takes a number of rows a second"},
 		{[]string{"start", "--from", good, "--to", good, "--copy-rate", "-5"}, "--copy-rate takes a number of rows a second"},
 		{[]string{"start", "--from", good, "--to", good, "--max-active", "-1"}, "--max-active takes a number of sessions"},
@@ -180,6 +183,34 @@ func TestStartStatusCancel(t *testing.T) {
 	if err := Main(ctx, []string{"verify", "--pin", "5s", "--from", from, "--to", to}, &out, &errOut); err != nil ||
 		!strings.Contains(out.String(), "every stream's rows are on its destination") || !strings.Contains(out.String(), "pinned: each table compared at one point") {
 		t.Errorf("verify --pin: %v\n%s", err, out.String())
+	}
+	// A verify interrupted (its context cancelled, as by Ctrl-C) once it has recorded a
+	// chunk says how to go on, and --resume goes on from there.
+	{
+		vctx, cancel := context.WithCancel(ctx)
+		go func() {
+			defer cancel()
+			for vctx.Err() == nil {
+				var chunks int
+				conn.QueryRow(vctx, `SELECT coalesce(max((diff->>'Chunks')::int), 0) FROM shardlab_reshard.verified
+					WHERE EXISTS (SELECT FROM shardlab_reshard.verify_run WHERE finished IS NULL)`).Scan(&chunks)
+				if chunks >= 1 {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+		out.Reset()
+		err := Main(vctx, []string{"verify", "--chunk-rows", "10", "--rate", "10", "--from", from, "--to", to}, &out, &errOut)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "verify --resume continues it") {
+			t.Errorf("verify interrupted: %v, want how to resume it\n%s", err, out.String())
+		}
+		out.Reset()
+		if err := Main(ctx, []string{"verify", "--resume", "--chunk-rows", "10", "--from", from, "--to", to}, &out, &errOut); err != nil ||
+			!strings.Contains(out.String(), "every stream's rows are on its destination") || !strings.Contains(out.String(), "resumed the verify started") {
+			t.Errorf("verify --resume: %v\n%s", err, out.String())
+		}
 	}
 	bconn, err := pgx.Connect(ctx, b)
 	if err != nil {
