@@ -626,7 +626,7 @@ func verifyInHold(ctx context.Context, from, to *rules.Compiled, opts CutoverOpt
 	vctx, cancel := context.WithTimeout(ctx, opts.Verify)
 	defer cancel()
 	// Nothing writes in the hold: a chunk that differs is not compared again.
-	d, err := Verify(vctx, from, to, VerifyOptions{Options: Options{Progress: opts.Progress}})
+	d, err := Verify(vctx, from, to, VerifyOptions{Options: Options{Progress: opts.Progress}, noRecord: true})
 	if err != nil {
 		return fmt.Errorf("verifying in the hold: %w", err)
 	}

@@ -62,6 +62,8 @@ type Status struct {
 	Back []StreamStatus
 	// Layout is the layout record in force on the data sources (nil: none yet).
 	Layout *Record
+	// Verify is the record of the move's last verify (nil: none).
+	Verify *VerifyRecord
 	At     time.Time
 }
 
@@ -138,6 +140,10 @@ func statusOn(ctx context.Context, from, to *rules.Compiled, conns map[string]*p
 		return nil, err
 	}
 	st.Layout = rec
+	first := from.DataSources()[0].Name
+	if st.Verify, err = readVerifyRecord(ctx, conns[first]); err != nil {
+		return nil, fmt.Errorf("data source %s: verify's record: %w", first, err)
+	}
 	return st, nil
 }
 
@@ -277,6 +283,9 @@ func (s *Status) WriteText(b *strings.Builder, prev ...*Status) {
 		for _, t := range slices.Sorted(maps.Keys(st.Tables)) {
 			fmt.Fprintf(b, "  %s: %s, %s rows on %s\n", t, st.Tables[t], strconv.FormatInt(st.Rows[t], 10), st.To)
 		}
+	}
+	if s.Verify != nil {
+		s.Verify.writeText(b)
 	}
 	if s.Ready() {
 		b.WriteString("every table is copied and streaming: the move is ready for the cutover (reshard cutover)\n")

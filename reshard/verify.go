@@ -48,7 +48,8 @@ type VerifyOptions struct {
 	// record, as they were then. It must be pinned as that one was.
 	Resume bool
 
-	stopAfterChunks int // a test's cut: the verify stops once it has recorded this many chunks
+	noRecord        bool // records nothing of what it compared (the cutover's hold)
+	stopAfterChunks int  // a test's cut: the verify stops once it has recorded this many chunks
 }
 
 // RowDiff is one table's comparison over one stream.
@@ -166,21 +167,6 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 	for i, n := range names {
 		typeOf[n] = types[i][0]
 	}
-	run, err := openVerifyRun(ctx, from, opts.Pin > 0, opts.Resume)
-	if err != nil {
-		return nil, err
-	}
-	defer run.close()
-	run.stopAfter = opts.stopAfterChunks
-	defer func() {
-		if err != nil {
-			err = fmt.Errorf("%w\nverify was cut short: verify --resume continues it from the chunk after the last one compared", err)
-		}
-	}()
-	d = &Diff{Pinned: opts.Pin > 0}
-	if opts.Resume {
-		d.Resumed = run.started
-	}
 	var limit *rowLimiter
 	if opts.Rate > 0 || opts.MaxActive > 0 {
 		limit = newRowLimiter(opts.Rate)
@@ -193,6 +179,23 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 		defer g.close()
 		g.what = "verify"
 		limit.gate = g
+	}
+	var run *verifyRun // nil: not recorded
+	if !opts.noRecord {
+		if run, err = openVerifyRun(ctx, from, st.Layout, opts.Pin > 0, opts.Resume); err != nil {
+			return nil, err
+		}
+		defer run.close()
+		run.stopAfter = opts.stopAfterChunks
+	}
+	defer func() {
+		if err != nil && run.resumable() {
+			err = fmt.Errorf("%w\nverify was cut short: verify --resume continues it from the chunk after the last one compared", err)
+		}
+	}()
+	d = &Diff{Pinned: opts.Pin > 0}
+	if opts.Resume {
+		d.Resumed = run.started
 	}
 	counted := map[string]bool{} // destination tables whose misplaced rows were counted
 	for _, s := range st.Streams {
@@ -207,7 +210,7 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 			// What the destination holds that the target does not place there is
 			// counted once per destination and table, whatever feeds it; the chunks
 			// compare the rest.
-			countMisplaced := sharded && !counted[s.To+"\x00"+name]
+			countMisplaced := sharded && !counted[s.To+"\x00"+name] && !run.misplacedCounted(s.To, name)
 			if sharded {
 				counted[s.To+"\x00"+name] = true
 			}
@@ -215,7 +218,6 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 			if resumed {
 				rd = rec.Diff
 				d.ResumedChunks += rd.Chunks
-				countMisplaced = false // counted before its first chunk
 				if rec.Done {
 					fmt.Fprintf(opts.Progress, "reshard verify: %s -> %s %s: compared by the verify resumed\n", s.From, s.To, name)
 					d.Tables = append(d.Tables, rd)
@@ -265,11 +267,12 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 				if err := v.misplaced(&rd); err != nil {
 					return nil, fmt.Errorf("data source %s: %w", s.To, err)
 				}
-				if err := run.note(ctx, &rd, "", false); err != nil {
+				rec.Misplaced = true
+				if err := run.note(ctx, &rd, rec); err != nil {
 					return nil, err
 				}
 			}
-			if err := v.compare(&rd, rec.Next); err != nil {
+			if err := v.compare(&rd, &rec); err != nil {
 				return nil, fmt.Errorf("%s -> %s, table %s: %w", s.From, s.To, name, err)
 			}
 			if opts.Pin > 0 {
@@ -345,30 +348,35 @@ type verifier struct {
 
 // misplaced notes the rows on the destination that the target does not place there.
 func (v *verifier) misplaced(rd *RowDiff) error {
-	if err := v.dst.QueryRow(v.ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE NOT (%s)", v.at, v.srcFilter)).Scan(&rd.ExtraN); err != nil {
+	var n int64
+	if err := v.dst.QueryRow(v.ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE NOT (%s)", v.at, v.srcFilter)).Scan(&n); err != nil {
 		return err
 	}
-	rows, err := v.dst.Query(v.ctx, fmt.Sprintf("SELECT (%s)::text FROM %s WHERE NOT (%s) ORDER BY %s LIMIT %d", v.key, v.at, v.srcFilter, v.key, v.opts.MaxRows))
+	rd.ExtraN += n
+	rows, err := v.dst.Query(v.ctx, fmt.Sprintf("SELECT (%s)::text FROM %s WHERE NOT (%s) ORDER BY %s LIMIT %d", v.key, v.at, v.srcFilter, v.key, v.opts.MaxRows-len(rd.Extra)))
 	if err != nil {
 		return err
 	}
-	rd.Extra, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	rd.Extra = append(rd.Extra, keys...)
 	return err
 }
 
 // compare walks the source's rows in chunks of ChunkRows keys: [the first, the
 // ChunkRows+1-th), ... The first chunk is open below and the last above, so that rows
 // with keys outside the source's (extra on the destination) fall in one. From a key
-// (a resumed verify's next chunk), the first chunk starts at that key instead. Each
-// chunk compared is recorded, with the key the next one starts at.
-func (v *verifier) compare(rd *RowDiff, from string) error {
+// (a resumed verify's next chunk: rec.Next, once rd counts a chunk), the first chunk
+// starts at that key instead. Each chunk compared is recorded, with the key the next
+// one starts at.
+func (v *verifier) compare(rd *RowDiff, rec *verifiedTableRecord) error {
+	from, resumed := rec.Next, rd.Chunks > 0
 	literal := func(text string) string {
 		return "'" + strings.ReplaceAll(text, "'", "''") + "'::" + v.keyType
 	}
 	var bounds []string
 	if v.keyType != "" {
 		after := "true"
-		if from != "" {
+		if resumed {
 			after = fmt.Sprintf("%s%s >= %s", v.key, v.order, literal(from))
 		}
 		rows, err := v.src.Query(v.ctx, fmt.Sprintf(`SELECT k FROM (SELECT (%s)::text AS k, row_number() OVER (ORDER BY %s%s) AS n
@@ -383,13 +391,13 @@ func (v *verifier) compare(rd *RowDiff, from string) error {
 	if len(bounds) == 0 {
 		bounds = []string{""} // one chunk: the whole table, or no rows on the source
 	}
-	if from != "" {
+	if resumed {
 		bounds[0] = from
 	}
 	reported := time.Now()
 	for i := range bounds {
 		var conds []string
-		if i > 0 || from != "" {
+		if i > 0 || resumed {
 			conds = append(conds, fmt.Sprintf("%s%s >= %s", v.key, v.order, literal(bounds[i])))
 		}
 		if i+1 < len(bounds) {
@@ -404,11 +412,11 @@ func (v *verifier) compare(rd *RowDiff, from string) error {
 			return err
 		}
 		rd.Chunks++
-		next, done := "", i+1 == len(bounds)
-		if !done {
-			next = bounds[i+1]
+		rec.Next, rec.Done = "", i+1 == len(bounds)
+		if !rec.Done {
+			rec.Next = bounds[i+1]
 		}
-		if err := v.run.note(v.ctx, rd, next, done); err != nil {
+		if err := v.run.note(v.ctx, rd, *rec); err != nil {
 			return err
 		}
 		if err := v.run.chunkDone(); err != nil {

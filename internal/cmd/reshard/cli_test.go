@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -188,7 +190,8 @@ func TestStartStatusCancel(t *testing.T) {
 	// chunk says how to go on, and --resume goes on from there.
 	{
 		vctx, cancel := context.WithCancel(ctx)
-		go func() {
+		var polled sync.WaitGroup
+		polled.Go(func() {
 			defer cancel()
 			for vctx.Err() == nil {
 				var chunks int
@@ -199,16 +202,17 @@ func TestStartStatusCancel(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-		}()
+		})
 		out.Reset()
 		err := Main(vctx, []string{"verify", "--chunk-rows", "10", "--rate", "10", "--from", from, "--to", to}, &out, &errOut)
 		cancel()
+		polled.Wait()
 		if err == nil || !strings.Contains(err.Error(), "verify --resume continues it") {
 			t.Errorf("verify interrupted: %v, want how to resume it\n%s", err, out.String())
 		}
 		out.Reset()
 		if err := Main(ctx, []string{"verify", "--resume", "--chunk-rows", "10", "--from", from, "--to", to}, &out, &errOut); err != nil ||
-			!strings.Contains(out.String(), "every stream's rows are on its destination") || !strings.Contains(out.String(), "resumed the verify started") {
+			!strings.Contains(out.String(), "every stream's rows are on its destination") || !regexp.MustCompile(`resumed the verify started .*: [1-9][0-9]* of the chunks`).MatchString(out.String()) {
 			t.Errorf("verify --resume: %v\n%s", err, out.String())
 		}
 	}
