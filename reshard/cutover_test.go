@@ -310,9 +310,30 @@ func TestCutoverGivesUp(t *testing.T) {
 	// verifies in its hold give up; the old layout serves on.
 	waitReady(t, from, to)
 	exec(t, dsns[2], "UPDATE people SET name = 'not the source''s' WHERE id = (SELECT min(id) FROM people)")
+	// A verify cut short after its first chunk (countries, ds_0 -> ds_2) keeps its
+	// record through the cutover's comparison in the hold, which records nothing.
+	cut := reshard.VerifyOptions{}
+	reshard.StopVerifyAfter(&cut, 1)
+	if _, err := reshard.Verify(ctx, from, to, cut); !errors.Is(err, reshard.ErrCrashed) {
+		t.Fatalf("a verify cut short: %v", err)
+	}
 	_, err = reshard.Cutover(ctx, from, to, srv.ReshardProxy(), reshard.CutoverOptions{Verify: 30 * time.Second})
 	if !errors.Is(err, reshard.ErrCutover) || !strings.Contains(err.Error(), "1 different") {
 		t.Errorf("a cutover verifying in its hold, a row different on a destination: %v, want ErrCutover naming it", err)
+	}
+	if st, err := reshard.GetStatus(ctx, from, to); err != nil || st.Verify == nil || st.Verify.Chunks != 1 || !st.Verify.Finished.IsZero() {
+		t.Errorf("the verify cut short, after a comparison in the hold: %v, %+v; want its record as it was (1 chunk, not finished)", err, st.Verify)
+	}
+	if d, err := reshard.Verify(ctx, from, to, reshard.VerifyOptions{Resume: true}); err != nil || d.ResumedChunks != 1 || len(d.Tables) != 4 {
+		t.Errorf("resuming the verify cut short after the cutover gave up: %v, %+v", err, d)
+	} else {
+		var differ []string
+		for _, rd := range d.Tables {
+			differ = append(differ, rd.Different...)
+		}
+		if len(differ) != 1 {
+			t.Errorf("the resumed verify found %v different, want the row changed on ds_2", differ)
+		}
 	}
 	if got := srv.Router().Rules().Digest(); got != from.Digest() {
 		t.Errorf("the proxy routes by %s after the verifying cutover gave up, want the old layout", got)

@@ -62,9 +62,11 @@ type Status struct {
 	Back []StreamStatus
 	// Layout is the layout record in force on the data sources (nil: none yet).
 	Layout *Record
-	// Verify is the record of the move's last verify (nil: none).
-	Verify *VerifyRecord
-	At     time.Time
+	// Verify is the record of the move's last verify (nil: none, or VerifyErr says
+	// why it could not be read).
+	Verify    *VerifyRecord
+	VerifyErr string
+	At        time.Time
 }
 
 // Ready reports whether a move is under way and every stream is streaming.
@@ -91,7 +93,17 @@ func GetStatus(ctx context.Context, from, to *rules.Compiled) (*Status, error) {
 	if err := checkMove(ctx, from, to, conns); err != nil {
 		return nil, err
 	}
-	return statusOn(ctx, from, to, conns)
+	st, err := statusOn(ctx, from, to, conns)
+	if err != nil {
+		return nil, err
+	}
+	// The last verify's record, for a person: what it cannot read is said, and fails
+	// nothing (the record is verify's own, and status serves verify and the cutover).
+	first := from.DataSources()[0].Name
+	if st.Verify, err = readVerifyRecord(ctx, conns[first]); err != nil {
+		st.VerifyErr = fmt.Sprintf("data source %s: %v", first, err)
+	}
+	return st, nil
 }
 
 // statusOn is GetStatus over connections to every data source of both layouts.
@@ -140,10 +152,6 @@ func statusOn(ctx context.Context, from, to *rules.Compiled, conns map[string]*p
 		return nil, err
 	}
 	st.Layout = rec
-	first := from.DataSources()[0].Name
-	if st.Verify, err = readVerifyRecord(ctx, conns[first]); err != nil {
-		return nil, fmt.Errorf("data source %s: verify's record: %w", first, err)
-	}
 	return st, nil
 }
 
@@ -286,6 +294,9 @@ func (s *Status) WriteText(b *strings.Builder, prev ...*Status) {
 	}
 	if s.Verify != nil {
 		s.Verify.writeText(b)
+	}
+	if s.VerifyErr != "" {
+		fmt.Fprintf(b, "verify: its record could not be read: %s\n", s.VerifyErr)
 	}
 	if s.Ready() {
 		b.WriteString("every table is copied and streaming: the move is ready for the cutover (reshard cutover)\n")

@@ -107,7 +107,10 @@ func (r *verifyRun) lock(ctx context.Context) error {
 	}
 	var pid int
 	err := r.c.QueryRow(ctx, verifyHolder, int64(verifyLock)).Scan(&pid)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errors.New("a verify of this move was running, and ended just now: run verify again")
+	}
+	if err != nil {
 		return err
 	}
 	return fmt.Errorf("a verify of this move is running (server process %d): one verify at a time; wait for it, or stop it (Ctrl-C, or pg_terminate_backend(%d)), then verify --resume goes on from its last chunk",
@@ -173,6 +176,8 @@ func (v *VerifyRecord) writeText(b *strings.Builder) {
 	switch {
 	case v.Running:
 		b.WriteString("; running\n")
+	case v.Finished.IsZero() && v.Tables == 0:
+		b.WriteString("; stopped before its first chunk (nothing to resume)\n")
 	case !v.Finished.IsZero():
 		fmt.Fprintf(b, "; finished %s\n", v.Finished.UTC().Format(time.DateTime+" UTC"))
 	default:
@@ -182,21 +187,20 @@ func (v *VerifyRecord) writeText(b *strings.Builder) {
 
 func (r *verifyRun) open(ctx context.Context, resume bool) error {
 	if !resume {
-		_, err := r.c.Exec(ctx, fmt.Sprintf(`CREATE SCHEMA IF NOT EXISTS %[1]s;
-			CREATE TABLE IF NOT EXISTS %[2]s (one int PRIMARY KEY DEFAULT 1 CHECK (one = 1), started timestamptz NOT NULL,
-				pinned bool NOT NULL, layout text NOT NULL, finished timestamptz);
-			CREATE TABLE IF NOT EXISTS %[3]s (src text, dst text, tbl text, next text NOT NULL, done bool NOT NULL,
-				misplaced bool NOT NULL, diff jsonb NOT NULL, PRIMARY KEY (src, dst, tbl))`, prefix, verifyRunTable, verifiedTable))
-		if err != nil {
-			return err
-		}
+		// A new record replaces the last, its tables made again (whatever columns an
+		// earlier version of them had).
 		return pgx.BeginFunc(ctx, r.c, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "DELETE FROM "+verifiedTable); err != nil {
+			_, err := tx.Exec(ctx, fmt.Sprintf(`CREATE SCHEMA IF NOT EXISTS %[1]s;
+				DROP TABLE IF EXISTS %[2]s, %[3]s;
+				CREATE TABLE %[2]s (one int PRIMARY KEY DEFAULT 1 CHECK (one = 1), started timestamptz NOT NULL,
+					pinned bool NOT NULL, layout text NOT NULL, finished timestamptz);
+				CREATE TABLE %[3]s (src text, dst text, tbl text, next text NOT NULL, done bool NOT NULL,
+					misplaced bool NOT NULL, diff jsonb NOT NULL, PRIMARY KEY (src, dst, tbl))`, prefix, verifyRunTable, verifiedTable))
+			if err != nil {
 				return err
 			}
-			return tx.QueryRow(ctx, "INSERT INTO "+verifyRunTable+` (started, pinned, layout) VALUES (now(), $1, $2)
-				ON CONFLICT (one) DO UPDATE SET started = excluded.started, pinned = excluded.pinned, layout = excluded.layout, finished = NULL
-				RETURNING started`, r.pinned, r.layout).Scan(&r.started)
+			return tx.QueryRow(ctx, "INSERT INTO "+verifyRunTable+" (started, pinned, layout) VALUES (now(), $1, $2) RETURNING started",
+				r.pinned, r.layout).Scan(&r.started)
 		})
 	}
 	var exists bool
@@ -241,8 +245,14 @@ func (r *verifyRun) open(ctx context.Context, resume bool) error {
 		r.tables[k] = rec
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if len(r.tables) == 0 {
+		return fmt.Errorf("the verify started %s stopped before it recorded anything: nothing to resume (run verify without --resume)", started)
+	}
 	r.noted = true // what it takes from the record is resumable again
-	return err
+	return nil
 }
 
 // table returns what the resumed verify recorded of one table of one stream.
@@ -255,13 +265,14 @@ func (r *verifyRun) table(from, to, table string) (verifiedTableRecord, bool) {
 }
 
 // misplacedCounted reports whether the resumed verify counted a destination's rows
-// of a table that the target places elsewhere, over any stream.
-func (r *verifyRun) misplacedCounted(to, table string) bool {
+// of a table that the target places elsewhere, over one of the streams this verify
+// compares (current; a stream gone since is not reported, nor is what it counted).
+func (r *verifyRun) misplacedCounted(to, table string, current map[[3]string]bool) bool {
 	if r == nil {
 		return false
 	}
 	for k, rec := range r.tables {
-		if k[1] == to && k[2] == table && rec.Misplaced {
+		if k[1] == to && k[2] == table && rec.Misplaced && current[k] {
 			return true
 		}
 	}
@@ -321,4 +332,10 @@ func (r *verifyRun) close() {
 	defer cancel()
 	r.c.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(verifyLock))
 	r.c.Close(ctx)
+	// A query cancelled closes the connection in the background: its session, and
+	// the lock with it, ends once that is done.
+	select {
+	case <-r.c.PgConn().CleanupDone():
+	case <-ctx.Done():
+	}
 }

@@ -194,10 +194,16 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 		}
 	}()
 	d = &Diff{Pinned: opts.Pin > 0}
-	if opts.Resume {
+	if opts.Resume && run != nil {
 		d.Resumed = run.started
 	}
-	counted := map[string]bool{} // destination tables whose misplaced rows were counted
+	counted := map[string]bool{}    // destination tables whose misplaced rows were counted
+	current := map[[3]string]bool{} // the streams' tables: source, destination, table
+	for _, s := range st.Streams {
+		for table := range s.Tables {
+			current[[3]string{s.From, s.To, unqualified(table)}] = true
+		}
+	}
 	for _, s := range st.Streams {
 		for _, table := range slices.Sorted(mapKeys(s.Tables)) {
 			name := unqualified(table)
@@ -210,7 +216,7 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 			// What the destination holds that the target does not place there is
 			// counted once per destination and table, whatever feeds it; the chunks
 			// compare the rest.
-			countMisplaced := sharded && !counted[s.To+"\x00"+name] && !run.misplacedCounted(s.To, name)
+			countMisplaced := sharded && !counted[s.To+"\x00"+name] && !run.misplacedCounted(s.To, name, current)
 			if sharded {
 				counted[s.To+"\x00"+name] = true
 			}
@@ -353,7 +359,7 @@ func (v *verifier) misplaced(rd *RowDiff) error {
 		return err
 	}
 	rd.ExtraN += n
-	rows, err := v.dst.Query(v.ctx, fmt.Sprintf("SELECT (%s)::text FROM %s WHERE NOT (%s) ORDER BY %s LIMIT %d", v.key, v.at, v.srcFilter, v.key, v.opts.MaxRows-len(rd.Extra)))
+	rows, err := v.dst.Query(v.ctx, fmt.Sprintf("SELECT (%s)::text FROM %s WHERE NOT (%s) ORDER BY %s LIMIT %d", v.key, v.at, v.srcFilter, v.key, max(0, v.opts.MaxRows-len(rd.Extra))))
 	if err != nil {
 		return err
 	}
