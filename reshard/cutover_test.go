@@ -117,6 +117,14 @@ func TestCutoverThroughProxy(t *testing.T) {
 	c.reader(rows)
 	time.Sleep(500 * time.Millisecond)
 	before := c.txs.Load()
+	// A verify cut short before the cutover is not resumed after it: what it compared
+	// may have changed since.
+	cut := reshard.VerifyOptions{}
+	reshard.StopVerifyAfter(&cut, 1)
+	if _, err := reshard.Verify(ctx, from, to, cut); !errors.Is(err, reshard.ErrCrashed) {
+		c.halt()
+		t.Fatalf("a verify cut short: %v", err)
+	}
 	// Verified in the hold, pinned: nothing writes then.
 	res, err := c.admin("RESHARD CUTOVER '" + toPath + "' VERIFY 30")
 	if err != nil {
@@ -130,6 +138,9 @@ func TestCutoverThroughProxy(t *testing.T) {
 	}
 	if !verified {
 		t.Error("RESHARD CUTOVER ... VERIFY 30 did not verify in its hold")
+	}
+	if _, err := reshard.Verify(ctx, from, to, reshard.VerifyOptions{Resume: true}); err == nil || !strings.Contains(err.Error(), "is in force now: what it compared may have changed since") {
+		t.Errorf("resuming after the cutover a verify cut short before it: %v, want it refused", err)
 	}
 	readsAt := c.reads.Load()
 	time.Sleep(700 * time.Millisecond)

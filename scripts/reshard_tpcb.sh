@@ -50,6 +50,10 @@ Options:
                       on its servers (reshard start --max-active; default 0: no hold)
   --verify-rate N     bound verify to N rows compared a second (reshard verify --rate;
                       default 0: no bound)
+  --verify-max-active N
+                      hold verify between chunks while more than N other sessions run
+                      a statement on its servers (reshard verify --max-active;
+                      default 0: no hold)
   --verify-pin D      pin verify's comparison of each table to one point of its
                       source's WAL, holding its writes at most D (reshard verify
                       --pin; default 2s; 0: not pinned, chunks that differ are
@@ -70,7 +74,7 @@ EOF
 
 root=$(cd "$(dirname "$0")/.." && pwd -P)
 . "$root/scripts/lib.sh"
-scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs" end=finish shrink=0 copy_rate=0 copy_max_active=0 verify_rate=0 verify_pin=2s bystander_rate=50
+scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs" end=finish shrink=0 copy_rate=0 copy_max_active=0 verify_max_active=0 verify_rate=0 verify_pin=2s bystander_rate=50
 args=("$@")
 while (($#)); do
 	case $1 in
@@ -84,6 +88,7 @@ while (($#)); do
 	--shrink) shrink=1; shift ;;
 	--copy-rate) copy_rate=$2; shift 2 ;;
 	--copy-max-active) copy_max_active=$2; shift 2 ;;
+	--verify-max-active) verify_max_active=$2; shift 2 ;;
 	--verify-rate) verify_rate=$2; shift 2 ;;
 	--verify-pin) verify_pin=$2; shift 2 ;;
 	--read-every) read_every=$2; shift 2 ;;
@@ -98,6 +103,7 @@ for v in scale clients capacity_time before after read_every port; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "reshard_tpcb.sh: --${v//_/-} takes a positive integer, got '${!v}'" >&2; exit 2; }
 done
 [[ $copy_max_active =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --copy-max-active takes a number of sessions (0: no hold), got '$copy_max_active'" >&2; exit 2; }
+[[ $verify_max_active =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --verify-max-active takes a number of sessions (0: no hold), got '$verify_max_active'" >&2; exit 2; }
 [[ $copy_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --copy-rate takes a number of rows a second (0: no bound), got '$copy_rate'" >&2; exit 2; }
 [[ $bystander_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --bystander-rate takes a number of transactions a second (0: none), got '$bystander_rate'" >&2; exit 2; }
 [[ $verify_pin =~ ^0$|^[1-9][0-9]*(ms|s)$ ]] || { echo "reshard_tpcb.sh: --verify-pin takes a duration such as 2s or 500ms (0: not pinned), got '$verify_pin'" >&2; exit 2; }
@@ -265,7 +271,7 @@ done >"$run_dir/copied-accounts.txt"
 
 event verify_start
 verify_rc=0
-reshard verify --settle 10s --rate "$verify_rate" --pin "$verify_pin" >"$run_dir/verify.txt" 2>"$run_dir/verify.stderr" || verify_rc=$?
+reshard verify --settle 10s --rate "$verify_rate" --pin "$verify_pin" --max-active "$verify_max_active" >"$run_dir/verify.txt" 2>"$run_dir/verify.stderr" || verify_rc=$?
 event verify_end
 echo "$verify_rc" >"$run_dir/verify-rc.txt"
 

@@ -176,6 +176,17 @@ func verifiedHow(report string) string {
 	return "under load; it is not pinned to one WAL position"
 }
 
+// verifyHeld says, from verify's report, how long a verify with --max-active was held
+// in all; "" without the hold.
+func verifyHeld(report string) string {
+	for line := range strings.SplitSeq(report, "\n") {
+		if held, ok := strings.CutPrefix(line, "held "); ok {
+			return held
+		}
+	}
+	return ""
+}
+
 // timeline reports run directory dir (accounts: how many the reader must count).
 func timeline(dir string, accounts int64, stdout io.Writer) error {
 	ts, err := readTransactions(filepath.Join(dir, "transactions.log.gz"))
@@ -238,6 +249,9 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 			fmt.Fprintf(&b, "verify: %.1f s, %s\n", secs("verify_start", "verify_end"), verdict)
 		} else {
 			fmt.Fprintf(&b, "verify: %.1f s, %s (%s)\n", secs("verify_start", "verify_end"), verdict, verifiedHow(readFile(dir, "verify.txt")))
+		}
+		if held := verifyHeld(readFile(dir, "verify.txt")); held != "" {
+			fmt.Fprintf(&b, "  verify was held %s\n", held)
 		}
 	}
 	holds := []string{"cutover"}

@@ -3,6 +3,7 @@ package reshard
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -62,6 +63,13 @@ func TestVerifiedHow(t *testing.T) {
 	}
 	if got := verifiedHow("every stream's rows are on its destination, as on its source\ncompared in 2s"); got != "under load; it is not pinned to one WAL position" {
 		t.Errorf("unpinned: %q", got)
+	}
+	if got := verifyHeld(pinned); got != "" {
+		t.Errorf("held, without --max-active: %q", got)
+	}
+	held := strings.Replace(pinned, "\ncompared in", "\nheld 2.5s in all while other sessions ran more statements than --max-active allows\ncompared in", 1)
+	if got, want := verifyHeld(held), "2.5s in all while other sessions ran more statements than --max-active allows"; got != want {
+		t.Errorf("held: %q, want %q", got, want)
 	}
 }
 
