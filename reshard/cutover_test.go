@@ -142,6 +142,15 @@ func TestCutoverThroughProxy(t *testing.T) {
 	if _, err := reshard.Verify(ctx, from, to, reshard.VerifyOptions{Resume: true}); err == nil || !strings.Contains(err.Error(), "is in force now: what it compared may have changed since") {
 		t.Errorf("resuming after the cutover a verify cut short before it: %v, want it refused", err)
 	}
+	if st, err := reshard.GetStatus(ctx, from, to); err != nil || st.Verify == nil || !st.Verify.Stale {
+		t.Errorf("status after the cutover of a verify cut short before it: %v, %+v; want it not resumable", err, st.Verify)
+	} else {
+		var b strings.Builder
+		st.WriteText(&b)
+		if !strings.Contains(b.String(), "another in force now: not resumable") {
+			t.Errorf("status does not say the verify cut short is not resumable:\n%s", b.String())
+		}
+	}
 	readsAt := c.reads.Load()
 	time.Sleep(700 * time.Millisecond)
 	if c.txs.Load() == before || c.reads.Load() == readsAt {

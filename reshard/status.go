@@ -100,7 +100,7 @@ func GetStatus(ctx context.Context, from, to *rules.Compiled) (*Status, error) {
 	// The last verify's record, for a person: what it cannot read is said, and fails
 	// nothing (the record is verify's own, and status serves verify and the cutover).
 	first := from.DataSources()[0].Name
-	if st.Verify, err = readVerifyRecord(ctx, conns[first]); err != nil {
+	if st.Verify, err = readVerifyRecord(ctx, conns[first], st.Layout); err != nil {
 		st.VerifyErr = fmt.Sprintf("data source %s: %v", first, err)
 	}
 	return st, nil

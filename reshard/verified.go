@@ -128,6 +128,10 @@ type VerifyRecord struct {
 	Finished time.Time // zero: not finished, running or cut short
 	Running  bool      // a verify holds the record's lock now
 	Pinned   bool
+	// Layout is the layout record in force when it started, and Stale reports that
+	// another is in force now (a resume is refused).
+	Layout string
+	Stale  bool
 	// Tables compared, all or in part, Done of them whole, and their chunks and
 	// differences so far.
 	Tables, Done, Chunks      int
@@ -135,15 +139,16 @@ type VerifyRecord struct {
 }
 
 // readVerifyRecord reads the record of a move's last verify from the current
-// layout's first data source; nil when there is none.
-func readVerifyRecord(ctx context.Context, c *pgx.Conn) (*VerifyRecord, error) {
+// layout's first data source; nil when there is none. layout is the layout record in
+// force now.
+func readVerifyRecord(ctx context.Context, c *pgx.Conn, layout *Record) (*VerifyRecord, error) {
 	var exists bool
 	if err := c.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL", verifyRunTable, verifiedTable).Scan(&exists); err != nil || !exists {
 		return nil, err
 	}
 	v := &VerifyRecord{}
 	var finished *time.Time
-	err := c.QueryRow(ctx, "SELECT started, pinned, finished FROM "+verifyRunTable).Scan(&v.Started, &v.Pinned, &finished)
+	err := c.QueryRow(ctx, "SELECT started, pinned, layout, finished FROM "+verifyRunTable).Scan(&v.Started, &v.Pinned, &v.Layout, &finished)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -153,6 +158,7 @@ func readVerifyRecord(ctx context.Context, c *pgx.Conn) (*VerifyRecord, error) {
 	if finished != nil {
 		v.Finished = *finished
 	}
+	v.Stale = v.Layout != layoutText(layout)
 	var pid int
 	switch err := c.QueryRow(ctx, verifyHolder, int64(verifyLock)).Scan(&pid); {
 	case err == nil:
@@ -163,7 +169,10 @@ func readVerifyRecord(ctx context.Context, c *pgx.Conn) (*VerifyRecord, error) {
 	err = c.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE done), coalesce(sum((diff->>'Chunks')::int), 0),
 		coalesce(sum((diff->>'MissingN')::bigint), 0), coalesce(sum((diff->>'ExtraN')::bigint), 0), coalesce(sum((diff->>'DifferentN')::bigint), 0)
 		FROM `+verifiedTable).Scan(&v.Tables, &v.Done, &v.Chunks, &v.Missing, &v.Extra, &v.Different)
-	return v, err
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 // writeText writes the record's line of status.
@@ -180,6 +189,8 @@ func (v *VerifyRecord) writeText(b *strings.Builder) {
 		b.WriteString("; stopped before its first chunk (nothing to resume)\n")
 	case !v.Finished.IsZero():
 		fmt.Fprintf(b, "; finished %s\n", v.Finished.UTC().Format(time.DateTime+" UTC"))
+	case v.Stale:
+		fmt.Fprintf(b, "; cut short under layout record %s, another in force now: not resumable (run reshard verify again)\n", v.Layout)
 	default:
 		b.WriteString("; cut short (reshard verify --resume goes on from its last chunk)\n")
 	}

@@ -102,12 +102,12 @@ done
 for v in scale clients capacity_time before after read_every port; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "reshard_tpcb.sh: --${v//_/-} takes a positive integer, got '${!v}'" >&2; exit 2; }
 done
-[[ $copy_max_active =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --copy-max-active takes a number of sessions (0: no hold), got '$copy_max_active'" >&2; exit 2; }
-[[ $verify_max_active =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --verify-max-active takes a number of sessions (0: no hold), got '$verify_max_active'" >&2; exit 2; }
-[[ $copy_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --copy-rate takes a number of rows a second (0: no bound), got '$copy_rate'" >&2; exit 2; }
-[[ $bystander_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --bystander-rate takes a number of transactions a second (0: none), got '$bystander_rate'" >&2; exit 2; }
+[[ $copy_max_active =~ ^(0|[1-9][0-9]*)$ ]] || { echo "reshard_tpcb.sh: --copy-max-active takes a number of sessions (0: no hold), got '$copy_max_active'" >&2; exit 2; }
+[[ $verify_max_active =~ ^(0|[1-9][0-9]*)$ ]] || { echo "reshard_tpcb.sh: --verify-max-active takes a number of sessions (0: no hold), got '$verify_max_active'" >&2; exit 2; }
+[[ $copy_rate =~ ^(0|[1-9][0-9]*)$ ]] || { echo "reshard_tpcb.sh: --copy-rate takes a number of rows a second (0: no bound), got '$copy_rate'" >&2; exit 2; }
+[[ $bystander_rate =~ ^(0|[1-9][0-9]*)$ ]] || { echo "reshard_tpcb.sh: --bystander-rate takes a number of transactions a second (0: none), got '$bystander_rate'" >&2; exit 2; }
 [[ $verify_pin =~ ^0$|^[1-9][0-9]*(ms|s)$ ]] || { echo "reshard_tpcb.sh: --verify-pin takes a duration such as 2s or 500ms (0: not pinned), got '$verify_pin'" >&2; exit 2; }
-[[ $verify_rate =~ ^[0-9]+$ ]] || { echo "reshard_tpcb.sh: --verify-rate takes a number of rows a second (0: no bound), got '$verify_rate'" >&2; exit 2; }
+[[ $verify_rate =~ ^(0|[1-9][0-9]*)$ ]] || { echo "reshard_tpcb.sh: --verify-rate takes a number of rows a second (0: no bound), got '$verify_rate'" >&2; exit 2; }
 [[ $fraction =~ ^0?\.[0-9]+$|^1(\.0*)?$ ]] || { echo "reshard_tpcb.sh: --rate-fraction takes a number in (0, 1], got '$fraction'" >&2; exit 2; }
 ((port < 65000)) || { echo "reshard_tpcb.sh: --port must be below 65000" >&2; exit 2; }
 pg_bin=${SHARDLAB_PG_BINDIR:-/usr/lib/postgresql/15/bin}

@@ -217,6 +217,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if cmds := flagCommands(f.Usage); misplaced == nil && cmds != nil && !slices.Contains(cmds, command) {
 			misplaced = fmt.Errorf("%w: --%s is for %s, not %s", ErrUsage, f.Name, strings.Join(cmds, ", "), command)
 		}
+		if f.Name == "catch-up" && *proxyAdmin != "" && misplaced == nil {
+			misplaced = fmt.Errorf("%w: --catch-up is for %s without --proxy-admin: through the proxy, its own --reshard-catch-up bounds the catch-up", ErrUsage, command)
+		}
 	})
 	if misplaced != nil {
 		return misplaced

@@ -59,6 +59,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"start", "--from", good, "--to", good, "--resume"}, "--resume is for verify, not start"},
 		{[]string{"status", "--from", good, "--to", good, "--max-active", "3"}, "--max-active is for start, verify, not status"},
 		{[]string{"cutover", "--from", good, "--to", good, "--catch-up", "1s", "--pin", "1s"}, "--pin is for verify, not cutover"},
+		{[]string{"cutover", "--from", good, "--to", good, "--proxy-admin", "postgres://x", "--catch-up", "1s"}, "--catch-up is for cutover without --proxy-admin"},
 		{[]string{"finish", "--from", good, "--to", good, "--delete-rate", "-1"}, "--delete-rate takes a number of rows a second"},
 		{[]string{"start", "--from", good, "--to", good, "--copy-rate", "-5"}, "--copy-rate takes a number of rows a second"},
 		{[]string{"start", "--from", good, "--to", good, "--max-active", "-1"}, "--max-active takes a number of sessions"},
