@@ -488,21 +488,21 @@ func nodeOf(l *rules.Compiled, name, ds string) int {
 	return -1
 }
 
+// streamSource is where stream st copies table from: a sharded table's place on the
+// stream's source, a broadcast table's (broadcastSource).
+func streamSource(from, to *rules.Compiled, st Stream, table string) Place {
+	if from.Lookup(table).Kind == rules.KindBroadcast {
+		return broadcastSource(from, to, table, st.To)
+	}
+	return place(from, from.Lookup(table).Nodes[nodeOf(from, table, st.From)])
+}
+
 func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[string]*pgx.Conn, opts CopyOptions, m *made) error {
 	types := map[string]rules.KeyType{}
 	for _, t := range p.Tables {
 		types[t.Name] = t.KeyTypes[0]
 	}
-	sources := map[string]Place{} // table -> the place a broadcast table is copied from
-	for _, b := range p.Broadcast {
-		sources[b.Name] = b.From
-	}
-	sourceOf := func(st Stream, table string) Place {
-		if b, ok := sources[table]; ok {
-			return b
-		}
-		return place(from, from.Lookup(table).Nodes[nodeOf(from, table, st.From)])
-	}
+	sourceOf := func(st Stream, table string) Place { return streamSource(from, to, st, table) }
 	// Every destination's tables first, each once, before any subscription copies
 	// into one (a destination may be fed by several sources).
 	ready := map[string]bool{}
@@ -604,8 +604,11 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 		if _, err := src.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", name); err != nil {
 			return fmt.Errorf("data source %s: creating slot %s: %w", st.From, name, err)
 		}
-		conninfo := strings.ReplaceAll(fromDSN(from, st.From), "'", "''")
-		if _, err := dst.Exec(ctx, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION %s WITH (create_slot = false, slot_name = '%s', copy_data = true)",
+		conninfo, err := subscriptionConninfo(from, st.From)
+		if err != nil {
+			return err
+		}
+		if _, err := dst.Exec(ctx, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION %s PUBLICATION %s WITH (create_slot = false, slot_name = '%s', copy_data = true)",
 			name, conninfo, name, name)); err != nil {
 			return fmt.Errorf("data source %s: creating subscription %s: %w", st.To, name, err)
 		}
@@ -690,6 +693,16 @@ func ensureMarker(ctx context.Context, c *pgx.Conn) error {
 	return err
 }
 
+// subscriptionConninfo is data source ds's DSN as a subscription's CONNECTION takes
+// it: for libpq, quoted.
+func subscriptionConninfo(l *rules.Compiled, ds string) (string, error) {
+	info, err := libpqConninfo(fromDSN(l, ds))
+	if err != nil {
+		return "", fmt.Errorf("data source %s: %w", ds, err)
+	}
+	return "'" + strings.ReplaceAll(info, "'", "''") + "'", nil
+}
+
 func fromDSN(l *rules.Compiled, ds string) string {
 	for _, d := range l.DataSources() {
 		if d.Name == ds {
@@ -733,8 +746,16 @@ func ensureTable(ctx context.Context, dst *pgx.Conn, dstName, dstDSN string, at 
 	if at.Schema != "" {
 		pattern = pgx.Identifier{at.Schema, at.Table}.Sanitize()
 	}
+	srcInfo, err := libpqConninfo(srcDSN)
+	if err != nil {
+		return false, fmt.Errorf("data source %s: %w", at.DataSource, err)
+	}
+	dstInfo, err := libpqConninfo(dstDSN)
+	if err != nil {
+		return false, fmt.Errorf("data source %s: %w", dstName, err)
+	}
 	cmd := exec.CommandContext(ctx, dump, "--schema-only", "--no-owner", "--no-privileges", "--no-publications", "--no-subscriptions",
-		"--table", pattern, "--dbname", srcDSN)
+		"--table", pattern, "--dbname", srcInfo)
 	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError
@@ -747,7 +768,7 @@ func ensureTable(ctx context.Context, dst *pgx.Conn, dstName, dstDSN string, at 
 	// pg_dump writes a psql script (recent versions open it with \restrict): psql runs it.
 	// In one transaction with the comment that marks it as the move's: a table is
 	// there, marked, or not at all.
-	load := exec.CommandContext(ctx, cmp.Or(opts.PSQL, "psql"), "-X", "-q", "-1", "-v", "ON_ERROR_STOP=1", "--dbname", dstDSN)
+	load := exec.CommandContext(ctx, cmp.Or(opts.PSQL, "psql"), "-X", "-q", "-1", "-v", "ON_ERROR_STOP=1", "--dbname", dstInfo)
 	script := append(out, fmt.Sprintf("\nRESET search_path;\nCOMMENT ON TABLE %s IS '%s';\n", at.qualified(), createdComment)...)
 	load.Stdin = bytes.NewReader(script)
 	if msg, err := load.CombinedOutput(); err != nil {

@@ -205,6 +205,9 @@ func MakePlan(ctx context.Context, from, to *rules.Compiled, opts Options) (*Pla
 	if err := checkServers(ctx, p, from, to, conns); err != nil {
 		return nil, err
 	}
+	if err := checkSchemas(ctx, p, from, to, conns); err != nil {
+		return nil, err
+	}
 	// What start cannot do yet is a problem of the plan too.
 	if err := checkCopyable(p, from, to); err != nil {
 		for _, line := range strings.Split(err.Error(), "\n  - ")[1:] {
@@ -213,6 +216,43 @@ func MakePlan(ctx context.Context, from, to *rules.Compiled, opts Options) (*Pla
 	}
 	p.Took = time.Since(start)
 	return p, nil
+}
+
+// checkSchemas notes as a problem each table a stream would carry into a schema its
+// destination does not read: logical replication carries a table's rows into the
+// table of the same schema and name on the subscriber, and a data source that is a
+// schema of its database (a DSN with search_path) reads the table its search_path
+// finds. A table the move makes on the destination is made in the source's schema
+// (pg_dump names it): the destination must read that schema first.
+func checkSchemas(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[string]*pgx.Conn) error {
+	const schemaOf = "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)"
+	for _, st := range p.Streams {
+		for _, table := range st.Tables {
+			src := streamSource(from, to, st, table)
+			var have string
+			if err := conns[src.DataSource].QueryRow(ctx, schemaOf, src.qualified()).Scan(&have); err != nil {
+				return fmt.Errorf("%s: its schema: %w", src, err)
+			}
+			dst := place(to, to.Lookup(table).Nodes[nodeOf(to, table, st.To)])
+			var reads *string
+			err := conns[st.To].QueryRow(ctx, schemaOf, dst.qualified()).Scan(&reads)
+			if errors.Is(err, pgx.ErrNoRows) {
+				err = conns[st.To].QueryRow(ctx, "SELECT current_schema()").Scan(&reads)
+			}
+			if err != nil {
+				return fmt.Errorf("data source %s: the schema it reads %s in: %w", st.To, dst.Table, err)
+			}
+			if reads == nil || *reads != have {
+				what := "no schema (its search_path names none that exists)"
+				if reads != nil {
+					what = "schema " + *reads
+				}
+				p.Problems = append(p.Problems, fmt.Sprintf("%s is in schema %s, and data source %s reads %s in %s: logical replication carries rows only into the table of the same schema and name; give %s a search_path that reads schema %s",
+					src, have, st.To, dst.Table, what, st.To, have))
+			}
+		}
+	}
+	return nil
 }
 
 // checkDataSources refuses a data source name that the two layouts give two DSNs.
@@ -671,7 +711,8 @@ func streams(p *Plan, from, to *rules.Compiled) []Stream {
 	}
 	for _, b := range p.Broadcast {
 		for _, ds := range b.To {
-			add(b.From.DataSource, ds, b.Name, b.From.Table)
+			src := broadcastSource(from, to, b.Name, ds)
+			add(src.DataSource, ds, b.Name, src.Table)
 		}
 	}
 	var out []Stream
@@ -713,10 +754,9 @@ func neededStreams(ctx context.Context, from, to *rules.Compiled, conns map[stri
 		for _, n := range from.Lookup(name).Nodes {
 			have[place(from, n).DataSource] = true
 		}
-		src := place(from, from.Lookup(name).Nodes[0]).DataSource
 		for _, n := range to.Lookup(name).Nodes {
 			if ds := place(to, n).DataSource; !have[ds] {
-				add(src, ds)
+				add(broadcastSource(from, to, name, ds).DataSource, ds)
 			}
 		}
 	}

@@ -363,9 +363,11 @@ func subscribeReverse(ctx context.Context, to *rules.Compiled, back []stream, co
 		// Made disabled, its origin set to the mark (the server then
 		// starts the stream there, even if a crash moved the slot back), then enabled.
 		if !exists {
-			conninfo := strings.ReplaceAll(fromDSN(to, r.from), "'", "''")
-			_, err = dst.Exec(ctx, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION %s WITH (create_slot = false, slot_name = '%s', copy_data = false, enabled = false)",
-				r.name, conninfo, r.name, r.name))
+			var conninfo string
+			if conninfo, err = subscriptionConninfo(to, r.from); err == nil {
+				_, err = dst.Exec(ctx, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION %s PUBLICATION %s WITH (create_slot = false, slot_name = '%s', copy_data = false, enabled = false)",
+					r.name, conninfo, r.name, r.name))
+			}
 		}
 		if err == nil {
 			_, err = dst.Exec(ctx, `SELECT pg_replication_origin_advance('pg_' || oid, $2::pg_lsn) FROM pg_subscription

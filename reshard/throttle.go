@@ -8,7 +8,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,8 +43,11 @@ func copyStream(ctx context.Context, from *rules.Compiled, st Stream, name strin
 		return fmt.Errorf("data source %s: creating slot %s: %w", st.From, name, err)
 	}
 	defer release()
-	conninfo := strings.ReplaceAll(fromDSN(from, st.From), "'", "''")
-	if _, err := dst.Exec(ctx, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION %s WITH (create_slot = false, slot_name = '%s', copy_data = false, enabled = false)",
+	conninfo, err := subscriptionConninfo(from, st.From)
+	if err != nil {
+		return err
+	}
+	if _, err := dst.Exec(ctx, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION %s PUBLICATION %s WITH (create_slot = false, slot_name = '%s', copy_data = false, enabled = false)",
 		name, conninfo, name, name)); err != nil {
 		return fmt.Errorf("data source %s: creating subscription %s: %w", st.To, name, err)
 	}
