@@ -45,11 +45,12 @@ func Cancel(ctx context.Context, from, to *rules.Compiled, opts Options) error {
 // copied into tables that were there), the replica identities it changed, its helper
 // schemas.
 func removeMove(ctx context.Context, from, to *rules.Compiled, conns map[string]*pgx.Conn, progress io.Writer) error {
-	// The databases the current layout serves, known by what they are (server and
-	// database), not by the names the layouts give them: nothing in them is cleared.
+	// The data sources the current layout serves, known by what they are (server,
+	// database, and the schema a schema shard reads), not by the names the layouts give
+	// them: nothing in them is cleared.
 	current := map[string]bool{}
 	for _, d := range from.DataSources() {
-		id, err := databaseID(ctx, conns[d.Name])
+		id, err := dataSourceID(ctx, conns[d.Name])
 		if err != nil {
 			return fmt.Errorf("data source %s: %w", d.Name, err)
 		}
@@ -87,7 +88,7 @@ func removeMove(ctx context.Context, from, to *rules.Compiled, conns map[string]
 	}
 	names = append(names, from.Rules().Broadcast...)
 	for _, dst := range to.DataSources() {
-		id, err := databaseID(ctx, conns[dst.Name])
+		id, err := dataSourceID(ctx, conns[dst.Name])
 		if err != nil {
 			return fmt.Errorf("data source %s: %w", dst.Name, err)
 		}
@@ -124,6 +125,23 @@ func databaseID(ctx context.Context, c *pgx.Conn) (string, error) {
 		return "", err
 	}
 	return st.id + "/" + st.database, nil
+}
+
+// dataSourceID names what a connection reads: its database (databaseID) and the first
+// schema of its search_path.
+func dataSourceID(ctx context.Context, c *pgx.Conn) (string, error) {
+	id, err := databaseID(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	var schema *string
+	if err := c.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return "", err
+	}
+	if schema != nil {
+		id += "/" + *schema
+	}
+	return id, nil
 }
 
 // dropStream removes one stream: the subscription (stopping its workers), then every
@@ -254,7 +272,7 @@ func clearCopy(ctx context.Context, c *pgx.Conn, ds string, to *rules.Compiled, 
 			return fmt.Errorf("data source %s: %w", ds, err)
 		}
 		if fed {
-			if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+prefix+".fed WHERE tbl = $1)", at.qualified()).Scan(&fed); err != nil {
+			if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+prefix+".fed WHERE tbl = ("+resolvedName+"))", at.qualified()).Scan(&fed); err != nil {
 				return fmt.Errorf("data source %s: %w", ds, err)
 			}
 		}

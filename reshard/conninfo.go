@@ -1,6 +1,7 @@
 package reshard
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -30,40 +31,52 @@ var libpqKeywords = map[string]bool{
 // libpq client leaves them out.
 var pgxOnly = map[string]bool{
 	"statement_cache_capacity": true, "description_cache_capacity": true, "default_query_exec_mode": true,
-	"min_read_buffer_size": true, "krbspn": true, "servicefile": true,
+	"min_read_buffer_size": true, "krbspn": true,
 }
 
 // libpqConninfo turns a data source's DSN, written for pgx, into one that libpq takes
 // (pg_dump, psql, and a subscription's CONNECTION): the settings pgx sends from its
 // other parameters go into libpq's options as -c name=value, so that pg_dump and psql
-// see the schema a search_path names. A URL stays a URL, keyword=value pairs stay
-// pairs.
+// see the schema a search_path names. A URL stays a URL, its other parameters as
+// written (several hosts, escapes); keyword=value pairs stay pairs.
 func libpqConninfo(dsn string) (string, error) {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return "", fmt.Errorf("the DSN is not a URL libpq can read: %w", err)
-		}
-		q := u.Query()
+		base, query, _ := strings.Cut(dsn, "?")
 		settings := map[string]string{}
-		for k, vs := range q {
-			if libpqKeywords[k] {
+		var kept []string
+		options, hasOptions := "", false
+		for _, kv := range strings.Split(query, "&") {
+			if kv == "" {
 				continue
 			}
-			if !pgxOnly[k] && len(vs) > 0 {
-				settings[k] = vs[len(vs)-1]
+			rawKey, rawVal, _ := strings.Cut(kv, "=")
+			// libpq decodes %XX, and reads + as itself.
+			key, err1 := url.PathUnescape(rawKey)
+			val, err2 := url.PathUnescape(rawVal)
+			if err1 != nil || err2 != nil {
+				return "", fmt.Errorf("the DSN's parameter %q is not escaped as a URL's: %w", kv, errors.Join(err1, err2))
 			}
-			q.Del(k)
+			switch {
+			case key == "options":
+				options, hasOptions = val, true
+			case key == "database":
+				kept = append(kept, "dbname="+rawVal)
+			case libpqKeywords[key]:
+				kept = append(kept, kv)
+			case unsupported[key] != "":
+				return "", fmt.Errorf("the DSN's parameter %s cannot be given to libpq (pg_dump, psql, subscriptions): %s", key, unsupported[key])
+			case !pgxOnly[key]:
+				settings[key] = val
+			}
 		}
-		if len(settings) == 0 && len(q) == len(u.Query()) {
-			return dsn, nil
+		if len(settings) > 0 || hasOptions {
+			escaped := strings.ReplaceAll(url.QueryEscape(withSettings(options, settings)), "+", "%20")
+			kept = append(kept, "options="+escaped)
 		}
-		if opts := withSettings(q.Get("options"), settings); opts != "" {
-			q.Set("options", opts)
+		if len(kept) == 0 {
+			return base, nil
 		}
-		// libpq reads a + in a URL as itself, not as a space: spaces as %20.
-		u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
-		return u.String(), nil
+		return base + "?" + strings.Join(kept, "&"), nil
 	}
 	pairs, err := keywordValues(dsn)
 	if err != nil {
@@ -76,8 +89,12 @@ func libpqConninfo(dsn string) (string, error) {
 		switch k := kv[0]; {
 		case k == "options":
 			options = kv[1]
+		case k == "database":
+			kept = append(kept, [2]string{"dbname", kv[1]})
 		case libpqKeywords[k]:
 			kept = append(kept, kv)
+		case unsupported[k] != "":
+			return "", fmt.Errorf("the DSN's parameter %s cannot be given to libpq (pg_dump, psql, subscriptions): %s", k, unsupported[k])
 		case !pgxOnly[k]:
 			settings[k] = kv[1]
 		}
@@ -95,6 +112,13 @@ func libpqConninfo(dsn string) (string, error) {
 	return b.String(), nil
 }
 
+// unsupported are parameters pgx reads that libpq would read otherwise, or not at
+// all: refused, with what to write instead.
+var unsupported = map[string]string{
+	"servicefile": "write the service's parameters into the DSN",
+	"ssl":         "write sslmode instead",
+}
+
 // withSettings appends -c name=value to libpq's options for each setting, in name
 // order, escaping what the server splits its options on.
 func withSettings(options string, settings map[string]string) string {
@@ -102,7 +126,8 @@ func withSettings(options string, settings map[string]string) string {
 	if options != "" {
 		parts = append(parts, options)
 	}
-	esc := strings.NewReplacer(`\`, `\\`, " ", `\ `, "\t", `\	`)
+	// The server splits its options on any white space that no backslash escapes.
+	esc := strings.NewReplacer(`\`, `\\`, " ", `\ `, "\t", "\\\t", "\n", "\\\n", "\r", "\\\r", "\v", "\\\v", "\f", "\\\f")
 	for _, k := range slices.Sorted(maps.Keys(settings)) {
 		parts = append(parts, "-c "+esc.Replace(k)+"="+esc.Replace(settings[k]))
 	}
@@ -159,20 +184,19 @@ func keywordValues(s string) ([][2]string, error) {
 	return out, nil
 }
 
-// searchSchema is the one schema data source ds's DSN names in its search_path (a
-// schema shard's), or "" when it names none, several, or a quoted one.
+// searchSchema is the first schema data source ds's DSN names in its search_path (a
+// schema shard's), or "" when it names none.
 func searchSchema(l *rules.Compiled, ds string) string {
 	cfg, err := pgconn.ParseConfig(fromDSN(l, ds))
 	if err != nil {
 		return ""
 	}
-	s := cfg.RuntimeParams["search_path"]
-	for i, c := range s {
-		if !(c == '_' || c >= 'a' && c <= 'z' || i > 0 && (c >= '0' && c <= '9' || c == '$')) {
-			return ""
-		}
+	first, _, _ := strings.Cut(cfg.RuntimeParams["search_path"], ",")
+	first = strings.TrimSpace(first)
+	if len(first) >= 2 && first[0] == '"' && first[len(first)-1] == '"' {
+		return strings.ReplaceAll(first[1:len(first)-1], `""`, `"`)
 	}
-	return s
+	return strings.ToLower(first)
 }
 
 // broadcastSource is where broadcast table name is copied from to data source dst of

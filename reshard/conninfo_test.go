@@ -18,19 +18,24 @@ import (
 func TestLibpqConninfo(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"postgres://u@h:5/db?sslmode=disable", "postgres://u@h:5/db?sslmode=disable"},
-		{"postgres://u@h:5/db?sslmode=disable&search_path=s0", "postgres://u@h:5/db?options=-c%20search_path%3Ds0&sslmode=disable"},
+		{"postgres://u@h:5/db?sslmode=disable&search_path=s0", "postgres://u@h:5/db?sslmode=disable&options=-c%20search_path%3Ds0"},
 		{"postgres://u@h/db?options=-c%20work_mem%3D8MB&search_path=s1&statement_cache_capacity=0",
 			"postgres://u@h/db?options=-c%20work_mem%3D8MB%20-c%20search_path%3Ds1"},
+		// Several hosts, a + in a password, a ; in a value: as written.
+		{"postgres://u@h1:5432,h2/db?password=a+b&application_name=a;b&search_path=s0",
+			"postgres://u@h1:5432,h2/db?password=a+b&application_name=a;b&options=-c%20search_path%3Ds0"},
+		{"postgres://u@h/db?DateStyle=ISO,%20MDY", "postgres://u@h/db?options=-c%20DateStyle%3DISO%2C%5C%20MDY"},
 		{"host=h port=5 dbname=db search_path=s0", "host='h' port='5' dbname='db' options='-c search_path=s0'"},
 		{"host=h password='a b\\'c' DateStyle='ISO, MDY'", `host='h' password='a b\'c' options='-c DateStyle=ISO,\\ MDY'`},
-		{"host=h options='-c x=1' default_query_exec_mode=simple_protocol", "host='h' options='-c x=1'"},
+		{"host=h options='-c x=1' default_query_exec_mode=simple_protocol database=db", "host='h' dbname='db' options='-c x=1'"},
+		{"host=h x='a\nb'", "host='h' options='-c x=a\\\\\nb'"}, // a newline, escaped
 	} {
 		got, err := libpqConninfo(c.in)
 		if err != nil || got != c.want {
 			t.Errorf("libpqConninfo(%q) = %q, %v; want %q", c.in, got, err, c.want)
 		}
 	}
-	for _, bad := range []string{"host", "host=h port", "host='h"} {
+	for _, bad := range []string{"host", "host=h port", "host='h", "host=h servicefile=/p service=s", "postgres://h/db?search_path=%zz"} {
 		if got, err := libpqConninfo(bad); err == nil {
 			t.Errorf("libpqConninfo(%q) = %q, want an error", bad, got)
 		}

@@ -162,7 +162,7 @@ func Start(ctx context.Context, from, to *rules.Compiled, opts CopyOptions) (*Pl
 	if len(p.Streams) == 0 {
 		return p, errors.New("reshard: nothing moves: the two layouts place every row alike, on the same data sources")
 	}
-	needFull, err := checkReplicaIdentities(ctx, p, from, conns, opts.ReplicaIdentityFull)
+	needFull, err := checkReplicaIdentities(ctx, p, from, to, conns, opts.ReplicaIdentityFull)
 	if err != nil {
 		return p, err
 	}
@@ -301,7 +301,7 @@ func distinctSources(l *rules.Compiled, r *rules.TableRule) []int {
 //
 // With full, it returns the tables that lack a replica identity (or one covering their
 // key) instead of refusing them, for setIdentities.
-func checkReplicaIdentities(ctx context.Context, p *Plan, from *rules.Compiled, conns map[string]*pgx.Conn, full bool) ([]Place, error) {
+func checkReplicaIdentities(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[string]*pgx.Conn, full bool) ([]Place, error) {
 	var errs []string
 	var needFull []Place
 	check := func(at Place, key string) error {
@@ -338,8 +338,14 @@ func checkReplicaIdentities(ctx context.Context, p *Plan, from *rules.Compiled, 
 		}
 	}
 	for _, b := range p.Broadcast {
-		if err := check(b.From, ""); err != nil {
-			return nil, err
+		seen := map[Place]bool{}
+		for _, ds := range b.To {
+			if at := broadcastSource(from, to, b.Name, ds); !seen[at] {
+				seen[at] = true
+				if err := check(at, ""); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
 	if len(errs) > 0 {
@@ -364,6 +370,13 @@ func replicaIdentity(ctx context.Context, c *pgx.Conn, at Place, key string) (ha
 	return has, covered, nil
 }
 
+// resolvedName is the schema-qualified name of the table that $1 (a name as a Place
+// quotes it) names on a connection, through its search_path. The move's own tables of
+// records (identities changed, tables fed) name tables so: two data sources that are
+// schemas of one database share those records, and each has a table of the same
+// unqualified name.
+const resolvedName = "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)"
+
 // setIdentities gives each table REPLICA IDENTITY FULL, first recording the identity
 // it had in the helper schema of its data source, where restoreIdentities finds it.
 func setIdentities(ctx context.Context, conns map[string]*pgx.Conn, tables []Place, m *made, progress io.Writer) error {
@@ -372,8 +385,8 @@ func setIdentities(ctx context.Context, conns map[string]*pgx.Conn, tables []Pla
 		_, err := c.Exec(ctx, fmt.Sprintf(`CREATE SCHEMA IF NOT EXISTS %[1]s;
 			CREATE TABLE IF NOT EXISTS %[1]s.identities (tbl text PRIMARY KEY, ident "char" NOT NULL)`, prefix))
 		if err == nil {
-			_, err = c.Exec(ctx, fmt.Sprintf(`INSERT INTO %s.identities SELECT $1, relreplident FROM pg_class
-				WHERE oid = to_regclass($1) ON CONFLICT DO NOTHING`, prefix), at.qualified())
+			_, err = c.Exec(ctx, fmt.Sprintf(`INSERT INTO %s.identities SELECT (%s), relreplident FROM pg_class
+				WHERE oid = to_regclass($1) ON CONFLICT DO NOTHING`, prefix, resolvedName), at.qualified())
 		}
 		if err != nil {
 			return fmt.Errorf("data source %s: %w", at.DataSource, err)
@@ -527,7 +540,7 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 				_, err := conns[st.To].Exec(ctx, fmt.Sprintf(`CREATE SCHEMA IF NOT EXISTS %[1]s;
 					CREATE TABLE IF NOT EXISTS %[1]s.fed (tbl text PRIMARY KEY)`, prefix))
 				if err == nil {
-					_, err = conns[st.To].Exec(ctx, "INSERT INTO "+prefix+".fed VALUES ($1) ON CONFLICT DO NOTHING", at.qualified())
+					_, err = conns[st.To].Exec(ctx, "INSERT INTO "+prefix+".fed VALUES (("+resolvedName+")) ON CONFLICT DO NOTHING", at.qualified())
 				}
 				if err != nil {
 					return fmt.Errorf("data source %s: %w", st.To, err)
@@ -561,7 +574,8 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 	}
 	for _, st := range p.Streams {
 		src, dst := conns[st.From], conns[st.To]
-		members := []string{markerTable}
+		name := streamName(dataSource(from, st.From), dataSource(to, st.To))
+		members := []string{markerMember(name)}
 		var copies []tableCopy
 		for _, table := range st.Tables {
 			at := sourceOf(st, table)
@@ -581,7 +595,6 @@ func start(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[str
 			members = append(members, member)
 			copies = append(copies, c)
 		}
-		name := streamName(dataSource(from, st.From), dataSource(to, st.To))
 		m.streams = append(m.streams, madeStream{from: st.From, to: st.To, name: name})
 		fmt.Fprintf(opts.Progress, "reshard: %s -> %s: publication and slot %s\n", st.From, st.To, name)
 		// Row filters do not apply to TRUNCATE: a TRUNCATE on one source would empty a
@@ -686,6 +699,16 @@ func guardDDL(ctx context.Context, p *Plan, from, to *rules.Compiled, conns map[
 
 // markerTable is the table a cutover marks each stream's end in (see catchUp).
 const markerTable = prefix + ".marker"
+
+// markerMember is the marker table as stream name publishes it: its own rows only (the
+// cutover's, and verify's pins). A database's marker table holds the rows of every
+// stream from it, and of every stream into it; carrying the others' too, a stream
+// would apply them where another stream applies them as well (two streams from one
+// database into another), or carry them back to where they were written (two
+// databases that stream into each other).
+func markerMember(name string) string {
+	return fmt.Sprintf("%s WHERE (stream = '%s' OR stream = '%s')", markerTable, strings.ReplaceAll(name, "'", "''"), strings.ReplaceAll(name+pinMarker, "'", "''"))
+}
 
 // ensureMarker makes the marker table on a data source.
 func ensureMarker(ctx context.Context, c *pgx.Conn) error {

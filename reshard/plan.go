@@ -237,7 +237,9 @@ func checkSchemas(ctx context.Context, p *Plan, from, to *rules.Compiled, conns 
 			var reads *string
 			err := conns[st.To].QueryRow(ctx, schemaOf, dst.qualified()).Scan(&reads)
 			if errors.Is(err, pgx.ErrNoRows) {
-				err = conns[st.To].QueryRow(ctx, "SELECT current_schema()").Scan(&reads)
+				// No schema it reads has the table: the one the move makes in the source's
+				// schema is found if its search_path names that schema.
+				err = conns[st.To].QueryRow(ctx, "SELECT CASE WHEN $1 = ANY (current_schemas(false)) THEN $1 ELSE current_schema() END", have).Scan(&reads)
 			}
 			if err != nil {
 				return fmt.Errorf("data source %s: the schema it reads %s in: %w", st.To, dst.Table, err)

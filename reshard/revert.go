@@ -84,7 +84,7 @@ func prepareReverse(ctx context.Context, from, to *rules.Compiled, streams []str
 	for _, s := range streams {
 		r := reverseOf(from, to, s)
 		src := conns[r.from]
-		members := []string{markerTable}
+		members := []string{markerMember(r.name)}
 		tables := backTables(from, to, names, s)
 		if len(tables) == 0 {
 			continue // a stream of broadcast tables only: the new layout writes them everywhere
@@ -180,7 +180,7 @@ func broadcastCarriers(from, to *rules.Compiled, names []string, streams []strea
 func identityChanged(ctx context.Context, c *pgx.Conn, at Place) (bool, error) {
 	var changed bool
 	err := c.QueryRow(ctx, fmt.Sprintf(`SELECT to_regclass('%[1]s.identities') IS NOT NULL
-		AND EXISTS (SELECT FROM %[1]s.identities WHERE tbl = $1)`, prefix), at.qualified()).Scan(&changed)
+		AND EXISTS (SELECT FROM %[1]s.identities WHERE tbl = (%[2]s))`, prefix, resolvedName), at.qualified()).Scan(&changed)
 	return changed, err
 }
 

@@ -83,17 +83,6 @@ func checkServers(ctx context.Context, p *Plan, from, to *rules.Compiled, conns 
 		}
 	}
 	publishes := map[string]bool{}
-	// Two streams between one pair of databases (schemas of one database on both
-	// sides) would each carry the source database's marker table, and the second
-	// subscription's apply would meet the first's rows.
-	for i, a := range p.Streams {
-		for _, b := range p.Streams[:i] {
-			if database[a.From] == database[b.From] && database[a.To] == database[b.To] && database[a.From] != database[a.To] {
-				p.Problems = append(p.Problems, fmt.Sprintf("data sources %s and %s are one database, and so are %s and %s: rows would stream twice from one database into another (%s to %s, %s to %s), and one stream per pair of databases is not supported yet",
-					b.From, a.From, b.To, a.To, b.From, b.To, a.From, a.To))
-			}
-		}
-	}
 	for _, st := range p.Streams {
 		if database[st.From] == database[st.To] {
 			p.Problems = append(p.Problems, fmt.Sprintf("data sources %s and %s are one database (%s): rows cannot stream between them (a data source renamed, or schemas of one database)",
