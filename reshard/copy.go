@@ -256,7 +256,7 @@ func checkCopyable(p *Plan, from, to *rules.Compiled) error {
 	}
 	for _, st := range p.Streams {
 		if current[st.To] {
-			errs = append(errs, fmt.Sprintf("rows would move into %s, which the current layout reads: its reads would see them twice while they are copied (moves into new data sources only, for now)", st.To))
+			errs = append(errs, fmt.Sprintf("rows would move into %s, which the current layout reads: its readers would see them twice while they are copied: move into new databases (on the same servers if need be)", st.To))
 		}
 	}
 	for _, t := range p.Tables {
