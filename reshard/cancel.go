@@ -127,12 +127,12 @@ func databaseID(ctx context.Context, c *pgx.Conn) (string, error) {
 	return st.id + "/" + st.database, nil
 }
 
-// dataSourceID names what a connection reads: its database (databaseID) and the first
-// schema of its search_path.
+// dataSourceID names what a connection reads: its database (databaseID) and, for a
+// schema shard (a DSN that sets search_path), the first schema of its search_path.
 func dataSourceID(ctx context.Context, c *pgx.Conn) (string, error) {
 	id, err := databaseID(ctx, c)
-	if err != nil {
-		return "", err
+	if err != nil || c.Config().RuntimeParams["search_path"] == "" {
+		return id, err
 	}
 	var schema *string
 	if err := c.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
@@ -272,7 +272,8 @@ func clearCopy(ctx context.Context, c *pgx.Conn, ds string, to *rules.Compiled, 
 			return fmt.Errorf("data source %s: %w", ds, err)
 		}
 		if fed {
-			if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+prefix+".fed WHERE tbl = ("+resolvedName+"))", at.qualified()).Scan(&fed); err != nil {
+			// Or as a start before schema-qualified records named it.
+			if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+prefix+".fed WHERE tbl = ("+resolvedName+") OR tbl = $1)", at.qualified()).Scan(&fed); err != nil {
 				return fmt.Errorf("data source %s: %w", ds, err)
 			}
 		}

@@ -41,7 +41,17 @@ var pgxOnly = map[string]bool{
 // written (several hosts, escapes); keyword=value pairs stay pairs.
 func libpqConninfo(dsn string) (string, error) {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		base, query, _ := strings.Cut(dsn, "?")
+		// The parameters follow the first ? after the user info, which ends at the
+		// first @ before any / (as pgx and libpq read it: a password may hold a ?).
+		scheme, rest, _ := strings.Cut(dsn, "://")
+		after := 0
+		if i := strings.IndexAny(rest, "@/"); i >= 0 && rest[i] == '@' {
+			after = i + 1
+		}
+		base, query := dsn, ""
+		if i := strings.IndexByte(rest[after:], '?'); i >= 0 {
+			base, query = scheme+"://"+rest[:after+i], rest[after+i+1:]
+		}
 		settings := map[string]string{}
 		var kept []string
 		options, hasOptions := "", false
@@ -61,7 +71,7 @@ func libpqConninfo(dsn string) (string, error) {
 				options, hasOptions = val, true
 			case key == "database":
 				kept = append(kept, "dbname="+rawVal)
-			case libpqKeywords[key]:
+			case libpqKeywords[key] || key == "ssl": // libpq reads ssl=true in a URL
 				kept = append(kept, kv)
 			case unsupported[key] != "":
 				return "", fmt.Errorf("the DSN's parameter %s cannot be given to libpq (pg_dump, psql, subscriptions): %s", key, unsupported[key])
@@ -116,7 +126,7 @@ func libpqConninfo(dsn string) (string, error) {
 // all: refused, with what to write instead.
 var unsupported = map[string]string{
 	"servicefile": "write the service's parameters into the DSN",
-	"ssl":         "write sslmode instead",
+	"ssl":         "write sslmode instead", // in keyword=value form; a URL keeps it
 }
 
 // withSettings appends -c name=value to libpq's options for each setting, in name

@@ -24,6 +24,10 @@ func TestLibpqConninfo(t *testing.T) {
 		// Several hosts, a + in a password, a ; in a value: as written.
 		{"postgres://u@h1:5432,h2/db?password=a+b&application_name=a;b&search_path=s0",
 			"postgres://u@h1:5432,h2/db?password=a+b&application_name=a;b&options=-c%20search_path%3Ds0"},
+		// A ? in the password, ssl=true as libpq reads it in a URL.
+		{"postgres://u:pa?ss@h:5/db?ssl=true&search_path=s0", "postgres://u:pa?ss@h:5/db?ssl=true&options=-c%20search_path%3Ds0"},
+		{"postgres://u:pa?ss@h:5/db", "postgres://u:pa?ss@h:5/db"},
+		{"postgres://h/db", "postgres://h/db"},
 		{"postgres://u@h/db?DateStyle=ISO,%20MDY", "postgres://u@h/db?options=-c%20DateStyle%3DISO%2C%5C%20MDY"},
 		{"host=h port=5 dbname=db search_path=s0", "host='h' port='5' dbname='db' options='-c search_path=s0'"},
 		{"host=h password='a b\\'c' DateStyle='ISO, MDY'", `host='h' password='a b\'c' options='-c DateStyle=ISO,\\ MDY'`},

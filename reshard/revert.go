@@ -180,7 +180,7 @@ func broadcastCarriers(from, to *rules.Compiled, names []string, streams []strea
 func identityChanged(ctx context.Context, c *pgx.Conn, at Place) (bool, error) {
 	var changed bool
 	err := c.QueryRow(ctx, fmt.Sprintf(`SELECT to_regclass('%[1]s.identities') IS NOT NULL
-		AND EXISTS (SELECT FROM %[1]s.identities WHERE tbl = (%[2]s))`, prefix, resolvedName), at.qualified()).Scan(&changed)
+		AND EXISTS (SELECT FROM %[1]s.identities WHERE tbl = (%[2]s) OR tbl = $1)`, prefix, resolvedName), at.qualified()).Scan(&changed)
 	return changed, err
 }
 
