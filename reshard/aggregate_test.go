@@ -69,6 +69,19 @@ func TestMoveAggregated(t *testing.T) {
 		}
 	}
 
+	// The plan says where each new schema's copy of the broadcast table comes from.
+	p, err := reshard.MakePlan(ctx, from, to, reshard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	if err := p.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "copied from ds_0.countries to ds_2; from ds_1.countries to ds_3") {
+		t.Errorf("the plan does not say that each schema's broadcast table comes from the old data source of its schema:\n%s", text.String())
+	}
+
 	const poolSize = 4
 	addr, srv, err := serve(t, from, func(c *proxy.Config) { c.Aggregate, c.Pool.Size = true, poolSize })
 	if err != nil {

@@ -22,7 +22,8 @@ import (
 // which a transaction there keeps behind for a while, the writer's changes that the
 // destination has not applied yet make chunks differ), the writes go on (they wait for
 // a pin, never fail), and each table reports its pin's wait. A row changed on a destination by hand
-// is found under the same load, exactly, and nothing else. A pin that cannot lock
+// is found under the same load, exactly, and nothing else, and so it is by a verify
+// that pins again after every chunk (each range at a point of its own). A pin that cannot lock
 // within its bound (a transaction left open on the table) gives up with a clear
 // error, and that transaction commits afterwards.
 func TestVerifyPinnedUnderLoad(t *testing.T) {
@@ -135,6 +136,32 @@ func TestVerifyPinnedUnderLoad(t *testing.T) {
 	if want := fmt.Sprint(changed); len(differ) != 1 || differ[0] != want || missing+extra != 0 {
 		t.Errorf("pinned verify after changing row %s on ds_2: different %v, %d missing, %d extra; want only %s different", want, differ, missing, extra, want)
 	}
+
+	// Pinned again after every chunk (PinEvery): each range of chunks at a point of its
+	// own, under the same load; the same one difference, and nothing else.
+	every := pinned
+	every.PinEvery = time.Nanosecond
+	d, err = reshard.Verify(ctx, from, to, every)
+	if err != nil {
+		t.Fatal(err)
+	}
+	differ, missing, extra = nil, 0, 0
+	for _, rd := range d.Tables {
+		differ = append(differ, rd.Different...)
+		missing += rd.MissingN
+		extra += rd.ExtraN
+		if rd.Pins != rd.Chunks || rd.Pinned <= 0 || rd.Pinned > pinned.Pin {
+			t.Errorf("%s -> %s %s re-pinned after every chunk: %d pins over %d chunks, writes waited at most %v", rd.From, rd.To, rd.Table, rd.Pins, rd.Chunks, rd.Pinned)
+		}
+	}
+	if want := fmt.Sprint(changed); len(differ) != 1 || differ[0] != want || missing+extra != 0 {
+		t.Errorf("verify pinned after every chunk: different %v, %d missing, %d extra; want only %s different", differ, missing, extra, want)
+	}
+	b.Reset()
+	if err := d.WriteText(&b); err != nil || !strings.Contains(b.String(), "pinned: each range of chunks compared at one point of its source") {
+		t.Errorf("the report does not say each range of chunks was pinned (%v):\n%s", err, b.String())
+	}
+	t.Logf("pinned again after every chunk:\n%s", b.String())
 
 	// A transaction that keeps the table the first pin locks (countries, on ds_0): the
 	// pin gives up within its bound.

@@ -93,11 +93,12 @@ func (t TablePlan) Bytes() (all, moving int64) {
 
 // BroadcastPlan is a broadcast table copied to the data sources the target adds.
 type BroadcastPlan struct {
-	Name  string
-	From  Place
-	To    []string // data sources that get a copy
-	Rows  int64
-	Bytes int64
+	Name    string
+	From    Place    // the first data source that has it (Rows and Bytes are its)
+	To      []string // data sources that get a copy
+	Sources []Place  // where each of To copies it from (broadcastSource), in To's order
+	Rows    int64
+	Bytes   int64
 }
 
 // Stream is one replication stream the move needs: a publication on From's data
@@ -650,6 +651,7 @@ func planBroadcast(ctx context.Context, from, to *rules.Compiled, name string, c
 	for _, n := range to.Lookup(name).Nodes {
 		if ds := place(to, n).DataSource; !have[ds] {
 			bp.To = append(bp.To, ds)
+			bp.Sources = append(bp.Sources, broadcastSource(from, to, name, ds))
 		}
 	}
 	if len(bp.To) == 0 {

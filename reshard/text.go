@@ -39,7 +39,25 @@ func (p *Plan) WriteText(w io.Writer) error {
 		}
 	}
 	for _, bc := range p.Broadcast {
-		fmt.Fprintf(&b, "broadcast table %s: %d rows (%s) copied from %s to %s\n", bc.Name, bc.Rows, megabytes(bc.Bytes), bc.From, strings.Join(bc.To, ", "))
+		// Grouped by the data source each copy comes from (a schema shard's copy comes
+		// from the old data source of its schema).
+		var froms []Place
+		to := map[Place][]string{}
+		for i, ds := range bc.To {
+			src := bc.From
+			if i < len(bc.Sources) {
+				src = bc.Sources[i]
+			}
+			if to[src] == nil {
+				froms = append(froms, src)
+			}
+			to[src] = append(to[src], ds)
+		}
+		var copies []string
+		for _, src := range froms {
+			copies = append(copies, fmt.Sprintf("from %s to %s", src, strings.Join(to[src], ", ")))
+		}
+		fmt.Fprintf(&b, "broadcast table %s: %d rows (%s) copied %s\n", bc.Name, bc.Rows, megabytes(bc.Bytes), strings.Join(copies, "; "))
 	}
 	fmt.Fprintf(&b, "in all: %d of %d rows of sharded tables move (%s), %s of %s\n", moving, all, percent(moving, all), megabytes(movingBytes), megabytes(allBytes))
 	if len(p.Streams) == 0 {

@@ -39,6 +39,16 @@ type VerifyOptions struct {
 	// snapshots, once each (Settle does not apply), and the writes go on meanwhile.
 	// The wait is reported per table (RowDiff.Pinned). 0: not pinned.
 	Pin time.Duration
+	// PinEvery, with Pin, pins a table's comparison again, between two chunks, once its
+	// snapshots have been open PinEvery: each range of chunks is compared at a point of
+	// its own, and the snapshots a large table's comparison keeps open (which hold
+	// back VACUUM on both sides while the load updates rows) last about PinEvery and a
+	// chunk, at the price of a short wait of the table's writes per pin. Each chunk is
+	// exact at its point, but the table is not compared at one point: rows written
+	// after the first pin into ranges compared already are not compared, and a row
+	// whose key moves to an earlier range between two pins is compared in neither.
+	// 0: one pin per table.
+	PinEvery time.Duration
 	// MaxActive, when positive, holds the comparison back between chunks while more
 	// than MaxActive other client sessions run a statement on the server of the
 	// stream's source or destination (CopyOptions.MaxActive; 0: no such hold).
@@ -63,8 +73,10 @@ type RowDiff struct {
 	Missing, Extra, Different             []string
 	MissingN, ExtraN, DifferentN, Retried int64
 	// Pinned is how long writes to the table on the source waited while the comparison
-	// was pinned (VerifyOptions.Pin; 0: not pinned).
+	// was pinned (VerifyOptions.Pin; 0: not pinned), at the longest of its Pins pins
+	// (more than one with VerifyOptions.PinEvery).
 	Pinned time.Duration
+	Pins   int
 }
 
 // Clean reports whether nothing differs.
@@ -117,6 +129,9 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 	}
 	if opts.Settle < 0 {
 		opts.Settle = 5 * time.Second
+	}
+	if opts.PinEvery < 0 || opts.PinEvery > 0 && opts.Pin <= 0 {
+		return nil, fmt.Errorf("reshard: verify: PinEvery %v needs a positive Pin (%v), and is not negative", opts.PinEvery, opts.Pin)
 	}
 	if opts.MaxRows <= 0 {
 		opts.MaxRows = 20
@@ -262,12 +277,31 @@ func Verify(ctx context.Context, from, to *rules.Compiled, opts VerifyOptions) (
 			}
 			if opts.Pin > 0 {
 				p := pin{lock: locks[s.From], src: v.src, dst: v.dst, stream: streamName(dataSource(from, s.From), dataSource(to, s.To)), table: v.at, bound: opts.Pin}
-				waited, err := p.take(ctx)
-				if err != nil {
+				take := func() error {
+					waited, err := p.take(ctx)
+					if err != nil {
+						return err
+					}
+					rd.Pinned = max(rd.Pinned, waited) // a resumed table: its pins before the cut too
+					rd.Pins++
+					v.pinned = time.Now()
+					return nil
+				}
+				if err := take(); err != nil {
 					return nil, fmt.Errorf("%s -> %s, table %s: %w", s.From, s.To, name, err)
 				}
-				rd.Pinned = max(rd.Pinned, waited) // a resumed table: its pin before the cut too
-				v.opts.Settle = 0                  // both sides stand still in their snapshots
+				v.opts.Settle = 0 // both sides stand still in their snapshots
+				if opts.PinEvery > 0 {
+					v.pin = take
+					v.unpin = func() error {
+						for _, c := range []*pgx.Conn{v.src, v.dst} {
+							if _, err := c.Exec(ctx, "COMMIT"); err != nil {
+								return err
+							}
+						}
+						return nil
+					}
+				}
 			}
 			if countMisplaced {
 				if err := v.misplaced(&rd); err != nil {
@@ -350,6 +384,10 @@ type verifier struct {
 	opts                 VerifyOptions
 	limit                *rowLimiter // nil: no bound
 	run                  *verifyRun  // the record of the chunks compared
+	// pinned is when the comparison was last pinned; with PinEvery, unpin ends the
+	// snapshots and pin takes new ones.
+	pinned     time.Time
+	pin, unpin func() error
 }
 
 // misplaced notes the rows on the destination that the target does not place there.
@@ -401,7 +439,17 @@ func (v *verifier) compare(rd *RowDiff, rec *verifiedTableRecord) error {
 		bounds[0] = from
 	}
 	reported := time.Now()
+	unpinned := false
 	for i := range bounds {
+		// The next chunks at a new point (PinEvery): the bounds, read in the first
+		// snapshot, still split every key between the chunks. Pinned before the chunk,
+		// so that its record counts the pin.
+		if unpinned {
+			if err := v.pin(); err != nil {
+				return err
+			}
+			unpinned = false
+		}
 		var conds []string
 		if i > 0 || resumed {
 			conds = append(conds, fmt.Sprintf("%s%s >= %s", v.key, v.order, literal(bounds[i])))
@@ -432,6 +480,13 @@ func (v *verifier) compare(rd *RowDiff, rec *verifiedTableRecord) error {
 			reported = time.Now()
 			fmt.Fprintf(v.opts.Progress, "reshard verify: %s -> %s %s: %d rows in %d chunks so far, %d missing, %d extra, %d different\n",
 				rd.From, rd.To, rd.Table, rd.Rows, rd.Chunks, rd.MissingN, rd.ExtraN, rd.DifferentN)
+		}
+		// The snapshots end before the rate's wait, not after it.
+		if v.unpin != nil && i+1 < len(bounds) && time.Since(v.pinned) >= v.opts.PinEvery {
+			if err := v.unpin(); err != nil {
+				return err
+			}
+			unpinned = true
 		}
 		if v.limit != nil {
 			if err := v.limit.wait(v.ctx, rd.Rows-rows); err != nil {
@@ -551,13 +606,22 @@ func (d *Diff) WriteText(w io.Writer) error {
 	}
 	if d.Pinned {
 		var longest RowDiff
+		pins, tables := 0, 0
 		for _, t := range d.Tables {
 			if t.Pinned > longest.Pinned {
 				longest = t
 			}
+			if t.Pins > 0 {
+				pins, tables = pins+t.Pins, tables+1
+			}
 		}
-		fmt.Fprintf(&b, "pinned: each table compared at one point of its source; writes to it waited at most %s (%s on %s)\n",
-			longest.Pinned.Round(time.Microsecond), longest.Table, longest.From)
+		if pins > tables {
+			fmt.Fprintf(&b, "pinned: each range of chunks compared at one point of its source (%d pins over %d tables); writes to a table waited at most %s (%s on %s)\n",
+				pins, tables, longest.Pinned.Round(time.Microsecond), longest.Table, longest.From)
+		} else {
+			fmt.Fprintf(&b, "pinned: each table compared at one point of its source; writes to it waited at most %s (%s on %s)\n",
+				longest.Pinned.Round(time.Microsecond), longest.Table, longest.From)
+		}
 	}
 	if !d.Resumed.IsZero() {
 		fmt.Fprintf(&b, "resumed the verify started %s: %d of the chunks compared by it\n", d.Resumed.UTC().Format(time.DateTime+" UTC"), d.ResumedChunks)

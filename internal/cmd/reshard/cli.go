@@ -70,7 +70,7 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         states (copying, synced, ready), the rows on the destination, the slot's lag;
         with --watch, again every D with each stream's copy rate, until every stream
         is ready (or Ctrl-C).
-  verify [--chunk-rows N] [--settle D] [--rate N] [--max-active N] [--pin D] [--resume]
+  verify [--chunk-rows N] [--settle D] [--rate N] [--max-active N] [--pin D [--pin-every D]] [--resume]
         compares, per stream, the rows the source has that the target places on the
         destination with the destination's: a count and a checksum per chunk of N
         keys (default 10000), the rows themselves by key where a chunk differs (again
@@ -84,7 +84,11 @@ Commands (each takes --from CURRENT.toml --to TARGET.toml):
         snapshot (at most D; the destination first catches up without holding them,
         and a lock that waits over 200ms is tried again after a pause), then go on
         while the snapshots are compared, each chunk once (--settle does not apply).
-        Reports the longest wait.
+        Reports the longest wait. --pin-every D pins a table again between two chunks
+        once its snapshots have been open D, so that a large table's comparison keeps
+        them open about D (they hold back VACUUM on both sides), each range of chunks
+        at a point of its own, for one more short wait of the writes each time
+        (default 0: one pin per table).
         --rate N compares N source rows a second on average (each chunk is read at
         full speed, then verify waits), so that verify does not starve the live load;
         the scans that find the chunks' bounds and the misplaced rows are not bounded
@@ -194,6 +198,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	settle := fs.Duration("settle", 5*time.Second, "verify: how long a chunk that differs is compared again")
 	verifyRate := fs.Int("rate", 0, "verify: compare this many source rows a second on average, a chunk at a time (0: no bound)")
 	pinBound := fs.Duration("pin", 0, "verify: pin each table's comparison to one point of its source's WAL, holding its writes at most this long (0: not pinned)")
+	pinEvery := fs.Duration("pin-every", 0, "verify: with --pin, pin a table again between two chunks once its snapshots have been open this long (0: one pin per table)")
 	identityFull := fs.Bool("replica-identity-full", false, "start: give published tables without a replica identity covering their key (no primary key) REPLICA IDENTITY FULL while rows move; cancel restores it")
 	pgDump := fs.String("pg-dump", "pg_dump", "start: the pg_dump program that copies a table's definition to a destination that lacks it")
 	proxyAdmin := fs.String("proxy-admin", "", "cutover, finish, revert: the DSN of the proxy's admin database; the proxy then does the step (RESHARD CUTOVER, FINISH, REVERT)")
@@ -288,10 +293,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *pinBound < 0 || (*pinBound > 0 && *pinBound < time.Millisecond) {
 			return fmt.Errorf("%w: --pin takes a bound from 1ms on the writes' wait (0: not pinned)", ErrUsage)
 		}
+		if *pinEvery < 0 || (*pinEvery > 0 && *pinBound == 0) {
+			return fmt.Errorf("%w: --pin-every takes a duration, and --pin with it", ErrUsage)
+		}
 		if *maxActive < 0 {
 			return fmt.Errorf("%w: --max-active takes a number of sessions, 0 for no hold", ErrUsage)
 		}
-		d, err := resharding.Verify(ctx, from, to, resharding.VerifyOptions{Options: opts, ChunkRows: *chunkRows, Settle: *settle, Rate: *verifyRate, Pin: *pinBound, MaxActive: *maxActive, Resume: *resume})
+		d, err := resharding.Verify(ctx, from, to, resharding.VerifyOptions{Options: opts, ChunkRows: *chunkRows, Settle: *settle, Rate: *verifyRate, Pin: *pinBound, PinEvery: *pinEvery, MaxActive: *maxActive, Resume: *resume})
 		if err != nil {
 			return err
 		}

@@ -65,6 +65,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"start", "--from", good, "--to", good, "--max-active", "-1"}, "--max-active takes a number of sessions"},
 		{[]string{"verify", "--from", good, "--to", good, "--pin", "-1s"}, "--pin takes a bound from 1ms"},
 		{[]string{"verify", "--from", good, "--to", good, "--pin", "10us"}, "--pin takes a bound from 1ms"},
+		{[]string{"verify", "--from", good, "--to", good, "--pin-every", "1s"}, "--pin-every takes a duration, and --pin with it"},
 		{[]string{"cutover", "--from", good}, "cutover needs --from and --to"},
 	} {
 		err := Main(context.Background(), tc.args, &out, &errOut)

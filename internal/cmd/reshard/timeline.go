@@ -172,6 +172,9 @@ func verifiedHow(report string) string {
 		if wait, ok := strings.CutPrefix(line, "pinned: each table compared at one point of its source; "); ok {
 			return "under load, each table pinned to one point of its source's WAL: " + wait
 		}
+		if rest, ok := strings.CutPrefix(line, "pinned: each range of chunks compared at one point of its source "); ok {
+			return "under load, each range of chunks pinned to one point of its source's WAL " + rest
+		}
 	}
 	return "under load; it is not pinned to one WAL position"
 }

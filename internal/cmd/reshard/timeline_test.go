@@ -61,6 +61,10 @@ func TestVerifiedHow(t *testing.T) {
 	if got, want := verifiedHow(pinned), "under load, each table pinned to one point of its source's WAL: writes to it waited at most 12.5ms (pgbench_accounts on ds_1)"; got != want {
 		t.Errorf("pinned: %q, want %q", got, want)
 	}
+	ranges := "pinned: each range of chunks compared at one point of its source (10 pins over 4 tables); writes to a table waited at most 8.04ms (people on ds_1)\ncompared in 2s"
+	if got, want := verifiedHow(ranges), "under load, each range of chunks pinned to one point of its source's WAL (10 pins over 4 tables); writes to a table waited at most 8.04ms (people on ds_1)"; got != want {
+		t.Errorf("pinned by range: %q, want %q", got, want)
+	}
 	if got := verifiedHow("every stream's rows are on its destination, as on its source\ncompared in 2s"); got != "under load; it is not pinned to one WAL position" {
 		t.Errorf("unpinned: %q", got)
 	}
