@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/shardlab/shardlab/internal/postgresdb"
 	"github.com/shardlab/shardlab/rules"
 )
 
@@ -719,7 +720,7 @@ func ensureMarker(ctx context.Context, c *pgx.Conn) error {
 // subscriptionConninfo is data source ds's DSN as a subscription's CONNECTION takes
 // it: for libpq, quoted.
 func subscriptionConninfo(l *rules.Compiled, ds string) (string, error) {
-	info, err := libpqConninfo(fromDSN(l, ds))
+	info, err := postgresdb.LibpqDSN(fromDSN(l, ds))
 	if err != nil {
 		return "", fmt.Errorf("data source %s: %w", ds, err)
 	}
@@ -769,11 +770,11 @@ func ensureTable(ctx context.Context, dst *pgx.Conn, dstName, dstDSN string, at 
 	if at.Schema != "" {
 		pattern = pgx.Identifier{at.Schema, at.Table}.Sanitize()
 	}
-	srcInfo, err := libpqConninfo(srcDSN)
+	srcInfo, err := postgresdb.LibpqDSN(srcDSN)
 	if err != nil {
 		return false, fmt.Errorf("data source %s: %w", at.DataSource, err)
 	}
-	dstInfo, err := libpqConninfo(dstDSN)
+	dstInfo, err := postgresdb.LibpqDSN(dstDSN)
 	if err != nil {
 		return false, fmt.Errorf("data source %s: %w", dstName, err)
 	}

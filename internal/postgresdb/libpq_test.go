@@ -1,4 +1,4 @@
-package reshard
+package postgresdb_test
 
 import (
 	"context"
@@ -10,12 +10,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardlab/shardlab/internal/pgtest"
+	"github.com/shardlab/shardlab/internal/postgresdb"
 )
 
-// TestLibpqConninfo: a DSN written for pgx becomes one libpq reads, with pgx's session
+// TestLibpqDSN: a DSN written for pgx becomes one libpq reads, with pgx's session
 // settings in libpq's options, and nothing else changed; pgx reads the result as the
 // same connection.
-func TestLibpqConninfo(t *testing.T) {
+func TestLibpqDSN(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"postgres://u@h:5/db?sslmode=disable", "postgres://u@h:5/db?sslmode=disable"},
 		{"postgres://u@h:5/db?sslmode=disable&search_path=s0", "postgres://u@h:5/db?sslmode=disable&options=-c%20search_path%3Ds0"},
@@ -34,23 +35,23 @@ func TestLibpqConninfo(t *testing.T) {
 		{"host=h options='-c x=1' default_query_exec_mode=simple_protocol database=db", "host='h' dbname='db' options='-c x=1'"},
 		{"host=h x='a\nb'", "host='h' options='-c x=a\\\\\nb'"}, // a newline, escaped
 	} {
-		got, err := libpqConninfo(c.in)
+		got, err := postgresdb.LibpqDSN(c.in)
 		if err != nil || got != c.want {
-			t.Errorf("libpqConninfo(%q) = %q, %v; want %q", c.in, got, err, c.want)
+			t.Errorf("postgresdb.LibpqDSN(%q) = %q, %v; want %q", c.in, got, err, c.want)
 		}
 	}
 	for _, bad := range []string{"host", "host=h port", "host='h", "host=h servicefile=/p service=s", "postgres://h/db?search_path=%zz"} {
-		if got, err := libpqConninfo(bad); err == nil {
-			t.Errorf("libpqConninfo(%q) = %q, want an error", bad, got)
+		if got, err := postgresdb.LibpqDSN(bad); err == nil {
+			t.Errorf("postgresdb.LibpqDSN(%q) = %q, want an error", bad, got)
 		}
 	}
 }
 
-// TestLibpqConninfoWithPsql: psql connects with what libpqConninfo makes of a schema
+// TestLibpqDSNWithPsql: psql connects with what LibpqDSN makes of a schema
 // shard's DSN, and its session has the settings the DSN names (a value with a space
 // included) (pg_dump and a
 // subscription's CONNECTION take the same string).
-func TestLibpqConninfoWithPsql(t *testing.T) {
+func TestLibpqDSNWithPsql(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
@@ -58,7 +59,7 @@ func TestLibpqConninfoWithPsql(t *testing.T) {
 	}
 	for _, in := range []string{dsn + "&search_path=s0&DateStyle=ISO,%20MDY", "host=" + cfg.Host + " user=" + cfg.User + " dbname=" + cfg.Database +
 		" port=" + strconv.Itoa(int(cfg.Port)) + " search_path=s0 DateStyle='ISO, MDY' sslmode=disable"} {
-		info, err := libpqConninfo(in)
+		info, err := postgresdb.LibpqDSN(in)
 		if err != nil {
 			t.Fatal(err)
 		}
