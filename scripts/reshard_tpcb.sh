@@ -58,6 +58,11 @@ Options:
                       source's WAL, holding its writes at most D (reshard verify
                       --pin; default 2s; 0: not pinned, chunks that differ are
                       compared again for 10 s)
+  --verify-pin-every D
+                      with --verify-pin, pin a table again between chunks once its
+                      snapshots have been open D (reshard verify --pin-every; default
+                      0: one pin per table). The summary gives the oldest transaction
+                      open on the servers during verify either way (snapshots.txt)
   --read-every S      seconds between the reader's counts (default 1; each count reads
                       every account, which at scale 50 costs a good part of a core)
   --bystander-rate N  the bystander load's transactions a second (pgbench -R, 2
@@ -74,7 +79,7 @@ EOF
 
 root=$(cd "$(dirname "$0")/.." && pwd -P)
 . "$root/scripts/lib.sh"
-scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs" end=finish shrink=0 copy_rate=0 copy_max_active=0 verify_max_active=0 verify_rate=0 verify_pin=2s bystander_rate=50
+scale=50 clients=8 fraction=0.7 capacity_time=20 before=15 after=20 read_every=1 port=5491 runs="$root/results/runs" end=finish shrink=0 copy_rate=0 copy_max_active=0 verify_max_active=0 verify_rate=0 verify_pin=2s verify_pin_every=0 bystander_rate=50
 args=("$@")
 while (($#)); do
 	case $1 in
@@ -91,6 +96,7 @@ while (($#)); do
 	--verify-max-active) verify_max_active=$2; shift 2 ;;
 	--verify-rate) verify_rate=$2; shift 2 ;;
 	--verify-pin) verify_pin=$2; shift 2 ;;
+	--verify-pin-every) verify_pin_every=$2; shift 2 ;;
 	--read-every) read_every=$2; shift 2 ;;
 	--bystander-rate) bystander_rate=$2; shift 2 ;;
 	--port) port=$2; shift 2 ;;
@@ -107,6 +113,8 @@ done
 [[ $copy_rate =~ ^(0|[1-9][0-9]*)$ ]] || { echo "reshard_tpcb.sh: --copy-rate takes a number of rows a second (0: no bound), got '$copy_rate'" >&2; exit 2; }
 [[ $bystander_rate =~ ^(0|[1-9][0-9]*)$ ]] || { echo "reshard_tpcb.sh: --bystander-rate takes a number of transactions a second (0: none), got '$bystander_rate'" >&2; exit 2; }
 [[ $verify_pin =~ ^0$|^[1-9][0-9]*(ms|s)$ ]] || { echo "reshard_tpcb.sh: --verify-pin takes a duration such as 2s or 500ms (0: not pinned), got '$verify_pin'" >&2; exit 2; }
+[[ $verify_pin_every =~ ^0$|^[1-9][0-9]*(ms|s)$ ]] || { echo "reshard_tpcb.sh: --verify-pin-every takes a duration such as 5s or 500ms (0: one pin per table), got '$verify_pin_every'" >&2; exit 2; }
+[[ $verify_pin_every == 0 || $verify_pin != 0 ]] || { echo "reshard_tpcb.sh: --verify-pin-every needs --verify-pin" >&2; exit 2; }
 [[ $verify_rate =~ ^(0|[1-9][0-9]*)$ ]] || { echo "reshard_tpcb.sh: --verify-rate takes a number of rows a second (0: no bound), got '$verify_rate'" >&2; exit 2; }
 [[ $fraction =~ ^0?\.[0-9]+$|^1(\.0*)?$ ]] || { echo "reshard_tpcb.sh: --rate-fraction takes a number in (0, 1], got '$fraction'" >&2; exit 2; }
 ((port < 65000)) || { echo "reshard_tpcb.sh: --port must be below 65000" >&2; exit 2; }
@@ -270,8 +278,19 @@ for i in "${added[@]}"; do
 done >"$run_dir/copied-accounts.txt"
 
 event verify_start
+# The oldest transaction open on the servers, each second while verify runs: a pinned
+# verify's snapshots (the load's transactions last milliseconds, the reader's count a
+# second or two), which hold back VACUUM.
+(while :; do
+	pg -d rs_0 -AtF ' ' -c "SELECT (extract(epoch FROM now()) * 1000)::bigint, coalesce(round(max(extract(epoch FROM now() - xact_start))::numeric, 1), 0)
+		FROM pg_stat_activity WHERE backend_type = 'client backend' AND xact_start IS NOT NULL AND pid <> pg_backend_pid()" 2>/dev/null
+	sleep 1
+done >"$run_dir/snapshots.txt") &
+snapshots_pid=$!
+pids+=("$snapshots_pid")
 verify_rc=0
-reshard verify --settle 10s --rate "$verify_rate" --pin "$verify_pin" --max-active "$verify_max_active" >"$run_dir/verify.txt" 2>"$run_dir/verify.stderr" || verify_rc=$?
+reshard verify --settle 10s --rate "$verify_rate" --pin "$verify_pin" --pin-every "$verify_pin_every" --max-active "$verify_max_active" >"$run_dir/verify.txt" 2>"$run_dir/verify.stderr" || verify_rc=$?
+kill "$snapshots_pid" 2>/dev/null || true
 event verify_end
 echo "$verify_rc" >"$run_dir/verify-rc.txt"
 

@@ -179,6 +179,23 @@ func verifiedHow(report string) string {
 	return "under load; it is not pinned to one WAL position"
 }
 
+// oldestOpen reads the samples of the oldest open transaction (lines "<ms> <seconds>"):
+// the greatest, and how many samples there are.
+func oldestOpen(samples string) (oldest float64, n int) {
+	for line := range strings.SplitSeq(samples, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		s, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			continue
+		}
+		oldest, n = max(oldest, s), n+1
+	}
+	return oldest, n
+}
+
 // verifyHeld says, from verify's report, how long a verify with --max-active was held
 // in all; "" without the hold.
 func verifyHeld(report string) string {
@@ -255,6 +272,9 @@ func timeline(dir string, accounts int64, stdout io.Writer) error {
 		}
 		if held := verifyHeld(readFile(dir, "verify.txt")); held != "" {
 			fmt.Fprintf(&b, "  verify was held %s\n", held)
+		}
+		if oldest, n := oldestOpen(readFile(dir, "snapshots.txt")); n > 0 {
+			fmt.Fprintf(&b, "  the oldest transaction open on the servers during verify: %.1f s (snapshots.txt, %d samples a second apart)\n", oldest, n)
 		}
 	}
 	holds := []string{"cutover"}

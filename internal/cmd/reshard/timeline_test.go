@@ -77,6 +77,17 @@ func TestVerifiedHow(t *testing.T) {
 	}
 }
 
+// TestOldestOpen: the summary's oldest open transaction during verify is the greatest
+// sample, and lines that are not samples are left out.
+func TestOldestOpen(t *testing.T) {
+	if oldest, n := oldestOpen("1700000000000 0.5\n1700000001000 12.3\nERROR: x\n1700000002000 2\n"); oldest != 12.3 || n != 3 {
+		t.Errorf("oldestOpen: %v over %d samples, want 12.3 over 3", oldest, n)
+	}
+	if _, n := oldestOpen(""); n != 0 {
+		t.Errorf("no samples: %d", n)
+	}
+}
+
 // TestCopyHeld: the summary says how long a copy with --max-active was held in all,
 // from start's last line that says it, and nothing for a copy without the hold.
 func TestCopyHeld(t *testing.T) {
